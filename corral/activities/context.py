@@ -1,0 +1,90 @@
+"""Turn a session's conversation entries into Messages API `messages` (pure: no I/O).
+
+Tool-use ids sent to the model are the ids of the `agent.*_tool_use` events, so a tool result in the log and
+the tool use it answers always match, whatever ids the model produced.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.contract.events import (
+    AgentCustomToolUse,
+    AgentMcpToolResult,
+    AgentMcpToolUse,
+    AgentMessage,
+    AgentToolResult,
+    AgentToolUse,
+    ContentBlock,
+    SessionEvent,
+    UserCustomToolResult,
+    UserMessage,
+)
+from corral.contract.session import AgentConfig
+
+MessageParam = dict[str, Any]
+
+
+def mcp_tool_name(server: str, tool: str) -> str:
+    """The name the model sees for an MCP tool."""
+    return f"mcp__{server}__{tool}"
+
+
+def _block(block: ContentBlock) -> dict[str, Any]:
+    return block.model_dump(exclude_none=True)
+
+
+def _tool_result(tool_use_id: str, content: list[ContentBlock], is_error: bool) -> dict[str, Any]:
+    result: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id}
+    result["content"] = [_block(b) for b in content] if content else [{"type": "text", "text": "(empty)"}]
+    if is_error:
+        result["is_error"] = True
+    return result
+
+
+def _entry_blocks(entry: SessionEvent) -> tuple[str, list[dict[str, Any]]] | None:
+    """The role and blocks an entry contributes, or None for entries the model does not see."""
+    match entry:
+        case UserMessage():
+            return "user", [_block(b) for b in entry.content]
+        case UserCustomToolResult():
+            return "user", [_tool_result(entry.custom_tool_use_id, list(entry.content), entry.is_error)]
+        case AgentToolResult():
+            return "user", [_tool_result(entry.tool_use_id, list(entry.content), entry.is_error)]
+        case AgentMcpToolResult():
+            return "user", [_tool_result(entry.mcp_tool_use_id, list(entry.content), entry.is_error)]
+        case AgentMessage():
+            blocks = [_block(b) for b in entry.content if b.text]
+            return ("assistant", blocks) if blocks else None
+        case AgentToolUse() | AgentCustomToolUse():
+            return "assistant", [{"type": "tool_use", "id": entry.id, "name": entry.name, "input": entry.input}]
+        case AgentMcpToolUse():
+            name = mcp_tool_name(entry.mcp_server_name, entry.name)
+            return "assistant", [{"type": "tool_use", "id": entry.id, "name": name, "input": entry.input}]
+    return None
+
+
+def build_messages(entries: list[SessionEvent]) -> list[MessageParam]:
+    """Merge consecutive entries of the same role; in a user message, tool results come first (API rule)."""
+    messages: list[MessageParam] = []
+    for entry in entries:
+        contributed = _entry_blocks(entry)
+        if contributed is None:
+            continue
+        role, blocks = contributed
+        if messages and messages[-1]["role"] == role:
+            messages[-1]["content"].extend(blocks)
+        else:
+            messages.append({"role": role, "content": list(blocks)})
+    for message in messages:
+        if message["role"] == "user":
+            message["content"].sort(key=lambda block: block["type"] != "tool_result")
+    return messages
+
+
+def build_tools(agent: AgentConfig) -> list[dict[str, Any]]:
+    """Tool definitions for the Messages API."""
+    return [
+        {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}
+        for tool in agent.resolved_tools()
+    ]

@@ -1,0 +1,81 @@
+"""Inputs and results of activities, and of the query the model activity uses to read the log.
+
+A model turn does not carry the conversation: it carries a reference to the log (session id, run id, how many
+conversation entries the request must contain) plus only the entries added since the previous turn. The model
+worker keeps the rest cached, and reads what it lacks through the `model_context` query. This keeps history
+growth per turn flat (DESIGN.md, invariant 2).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from corral.contract.events import ModelUsage, SessionEvent
+from corral.contract.session import AgentConfig
+
+
+class ModelTurnInput(BaseModel):
+    """Input of the `model_turn` activity."""
+
+    session_id: str
+    run_id: str
+    turn: int
+    conversation_length: int
+    delta_start: int
+    delta: list[SessionEvent]
+    agent: AgentConfig | None = None
+    """Inlined on a session's first turn only, so that turn needs no extra round trip."""
+
+
+class ModelTextOutput(BaseModel):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ModelToolUseOutput(BaseModel):
+    type: Literal["tool_use"] = "tool_use"
+    name: str
+    input: dict[str, Any]
+
+
+class ModelThinkingOutput(BaseModel):
+    type: Literal["thinking"] = "thinking"
+
+
+ModelOutputBlock = Annotated[ModelTextOutput | ModelToolUseOutput | ModelThinkingOutput, Field(discriminator="type")]
+
+
+class ModelTurnResult(BaseModel):
+    """What one model response produced; the workflow turns it into events."""
+
+    content: list[ModelOutputBlock]
+    stop_reason: str | None
+    usage: ModelUsage
+    model: str
+    request_id: str | None = None
+
+
+class ModelContextQuery(BaseModel):
+    """Input of the `model_context` query: conversation entries `[start, end)`, paged by size."""
+
+    start: int = Field(ge=0)
+    end: int = Field(ge=0)
+
+
+class ModelContext(BaseModel):
+    """The agent config and a page of conversation entries; `next_start < end` means ask again."""
+
+    agent: AgentConfig
+    entries: list[SessionEvent]
+    next_start: int
+
+
+class ExecuteInput(BaseModel):
+    """Input of the `execute` activity that every hand serves: `execute(name, input) -> string`."""
+
+    session_id: str
+    tool_use_id: str
+    name: str
+    input: dict[str, Any]

@@ -1,0 +1,300 @@
+"""Session events: the typed, append-only log of a session, in the Managed Agents vocabulary.
+
+Every event carries a stable id, its position in the session (1, 2, 3, ... with no gaps), its type and the
+workflow time at which it was written. User events also carry `processed_at`, null while they wait behind
+earlier work. These models are persisted in workflow history: add optional fields, never repurpose one.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TextBlock(BaseModel):
+    """A block of text, in a message or a tool result."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ImageBlock(BaseModel):
+    """An image given by the user, passed to the model as is (`source` follows the Messages API)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["image"] = "image"
+    source: dict[str, Any]
+
+
+class DocumentBlock(BaseModel):
+    """A document given by the user, passed to the model as is (`source` follows the Messages API)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["document"] = "document"
+    source: dict[str, Any]
+    title: str | None = None
+
+
+ContentBlock = Annotated[TextBlock | ImageBlock | DocumentBlock, Field(discriminator="type")]
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+    id: str
+    position: int
+    created_at: datetime
+    processed_at: datetime | None = None
+
+
+# ---- user events (client -> session) -------------------------------------------------------------------
+
+
+class UserMessage(_Event):
+    """A message from the user; `client_id` is the optional id the client sent for de-duplication."""
+
+    type: Literal["user.message"] = "user.message"
+    content: list[ContentBlock]
+    client_id: str | None = None
+
+
+class UserInterrupt(_Event):
+    """Stop the current work; the session goes idle (a message in the same batch redirects it)."""
+
+    type: Literal["user.interrupt"] = "user.interrupt"
+    client_id: str | None = None
+
+
+class UserToolConfirmation(_Event):
+    """Allow or deny a tool call that waits for confirmation."""
+
+    type: Literal["user.tool_confirmation"] = "user.tool_confirmation"
+    tool_use_id: str
+    result: Literal["allow", "deny"]
+    deny_message: str | None = None
+    client_id: str | None = None
+
+
+class UserCustomToolResult(_Event):
+    """The client's answer to an `agent.custom_tool_use`."""
+
+    type: Literal["user.custom_tool_result"] = "user.custom_tool_result"
+    custom_tool_use_id: str
+    content: list[ContentBlock] = Field(default_factory=list)
+    is_error: bool = False
+    client_id: str | None = None
+
+
+# ---- agent events ----------------------------------------------------------------------------------------
+
+
+class AgentMessage(_Event):
+    """Text the agent produced in one model response."""
+
+    type: Literal["agent.message"] = "agent.message"
+    content: list[TextBlock]
+
+
+class AgentThinking(_Event):
+    """A progress signal: the model spent this response thinking (content is not carried)."""
+
+    type: Literal["agent.thinking"] = "agent.thinking"
+
+
+class AgentToolUse(_Event):
+    """A call to a tool served by a hand; its `id` is the tool-use id the model sees."""
+
+    type: Literal["agent.tool_use"] = "agent.tool_use"
+    name: str
+    input: dict[str, Any]
+
+
+class AgentToolResult(_Event):
+    """The string a hand returned for an `agent.tool_use` (or the error that stood in for it)."""
+
+    type: Literal["agent.tool_result"] = "agent.tool_result"
+    tool_use_id: str
+    content: list[TextBlock]
+    is_error: bool = False
+
+
+class AgentMcpToolUse(_Event):
+    """A call to a tool of an MCP server, made through the proxy."""
+
+    type: Literal["agent.mcp_tool_use"] = "agent.mcp_tool_use"
+    mcp_server_name: str
+    name: str
+    input: dict[str, Any]
+
+
+class AgentMcpToolResult(_Event):
+    """The result of an `agent.mcp_tool_use`."""
+
+    type: Literal["agent.mcp_tool_result"] = "agent.mcp_tool_result"
+    mcp_tool_use_id: str
+    content: list[TextBlock]
+    is_error: bool = False
+
+
+class AgentCustomToolUse(_Event):
+    """A call to a custom tool: the session waits for the client's `user.custom_tool_result`."""
+
+    type: Literal["agent.custom_tool_use"] = "agent.custom_tool_use"
+    name: str
+    input: dict[str, Any]
+
+
+# ---- session events --------------------------------------------------------------------------------------
+
+
+class EndTurn(BaseModel):
+    """The agent finished its turn."""
+
+    type: Literal["end_turn"] = "end_turn"
+
+
+class RequiresAction(BaseModel):
+    """The agent waits for the listed user events (custom tool results, confirmations)."""
+
+    type: Literal["requires_action"] = "requires_action"
+    event_ids: list[str]
+
+
+class RetriesExhausted(BaseModel):
+    """The turn ended because an error could not be retried, or retries ran out."""
+
+    type: Literal["retries_exhausted"] = "retries_exhausted"
+
+
+StopReason = Annotated[EndTurn | RequiresAction | RetriesExhausted, Field(discriminator="type")]
+
+
+class SessionStatusRunning(_Event):
+    """The agent started working."""
+
+    type: Literal["session.status_running"] = "session.status_running"
+
+
+class SessionStatusIdle(_Event):
+    """The agent stopped working; `stop_reason` says why."""
+
+    type: Literal["session.status_idle"] = "session.status_idle"
+    stop_reason: StopReason
+
+
+class SessionStatusRescheduled(_Event):
+    """A transient error is being retried."""
+
+    type: Literal["session.status_rescheduled"] = "session.status_rescheduled"
+
+
+class SessionStatusTerminated(_Event):
+    """The session ended and accepts no more events."""
+
+    type: Literal["session.status_terminated"] = "session.status_terminated"
+
+
+ErrorType = Literal[
+    "unknown_error",
+    "model_overloaded_error",
+    "model_rate_limited_error",
+    "model_request_failed_error",
+    "mcp_connection_failed_error",
+    "mcp_authentication_failed_error",
+    "billing_error",
+]
+
+
+class RetryStatus(BaseModel):
+    """What the client should do next: wait (`retrying`), or act (`exhausted`, `terminal`)."""
+
+    type: Literal["retrying", "exhausted", "terminal"]
+
+
+class SessionErrorDetail(BaseModel):
+    """A typed error, with what happens next."""
+
+    type: ErrorType
+    message: str
+    retry_status: RetryStatus
+
+
+class SessionError(_Event):
+    """Something went wrong; the session itself goes on unless `retry_status` is `terminal`."""
+
+    type: Literal["session.error"] = "session.error"
+    error: SessionErrorDetail
+
+
+class ModelUsage(BaseModel):
+    """Token usage of one model request."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+
+class SpanModelRequestStart(_Event):
+    """A model request began."""
+
+    type: Literal["span.model_request_start"] = "span.model_request_start"
+
+
+class SpanModelRequestEnd(_Event):
+    """A model request ended, with its usage."""
+
+    type: Literal["span.model_request_end"] = "span.model_request_end"
+    model_request_start_id: str
+    model_usage: ModelUsage
+    is_error: bool = False
+
+
+SessionEvent = Annotated[
+    UserMessage
+    | UserInterrupt
+    | UserToolConfirmation
+    | UserCustomToolResult
+    | AgentMessage
+    | AgentThinking
+    | AgentToolUse
+    | AgentToolResult
+    | AgentMcpToolUse
+    | AgentMcpToolResult
+    | AgentCustomToolUse
+    | SessionStatusRunning
+    | SessionStatusIdle
+    | SessionStatusRescheduled
+    | SessionStatusTerminated
+    | SessionError
+    | SpanModelRequestStart
+    | SpanModelRequestEnd,
+    Field(discriminator="type"),
+]
+
+UserEvent = UserMessage | UserInterrupt | UserToolConfirmation | UserCustomToolResult
+
+EVENT_TYPES: frozenset[str] = frozenset(
+    {
+        "user.message",
+        "user.interrupt",
+        "user.tool_confirmation",
+        "user.custom_tool_result",
+        "agent.message",
+        "agent.thinking",
+        "agent.tool_use",
+        "agent.tool_result",
+        "agent.mcp_tool_use",
+        "agent.mcp_tool_result",
+        "agent.custom_tool_use",
+        "session.status_running",
+        "session.status_idle",
+        "session.status_rescheduled",
+        "session.status_terminated",
+        "session.error",
+        "span.model_request_start",
+        "span.model_request_end",
+    }
+)

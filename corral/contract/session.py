@@ -1,0 +1,269 @@
+"""What a client sends to a session and what it reads back: start input, user-event params, query shapes.
+
+Field names follow the Managed Agents API wherever it has one, so the same JSON works from the `temporal` CLI,
+the corral CLI and the HTTP API. Every field but `agent.model` is optional. Persisted schemas: add optional
+fields, never repurpose one.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from corral.contract.events import ContentBlock, ModelUsage, SessionEvent, TextBlock
+from corral.names import MODEL_TASK_QUEUE, UTILITY_HAND_TASK_QUEUE
+
+TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
+MAX_MESSAGE_BYTES = 256 * 1024
+"""A user event larger than this is rejected: history payloads must stay well under Temporal's 2 MB limit."""
+MAX_EVENTS_PER_BATCH = 50
+
+
+class CustomTool(BaseModel):
+    """A tool the client runs itself: a call makes the session idle with `requires_action`."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["custom"] = "custom"
+    name: str = Field(pattern=TOOL_NAME_PATTERN)
+    description: str = ""
+    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class HandTool(BaseModel):
+    """A tool served by any process that runs the `execute` activity on `task_queue` (a "hand")."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["hand"] = "hand"
+    name: str = Field(pattern=TOOL_NAME_PATTERN)
+    description: str = ""
+    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    task_queue: str = Field(min_length=1)
+    timeout_seconds: float = Field(default=300.0, gt=0, le=24 * 3600)
+
+
+class UtilityToolset(BaseModel):
+    """corral's built-in hand that needs no sandbox: `get_time` and `calculate`, on `corral-utility`."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["corral_utility"] = "corral_utility"
+
+
+AgentTool = Annotated[CustomTool | HandTool | UtilityToolset, Field(discriminator="type")]
+
+UTILITY_TOOLS: tuple[HandTool, ...] = (
+    HandTool(
+        name="get_time",
+        description="Current date and time (UTC, ISO 8601) on the hand's clock.",
+        input_schema={"type": "object", "properties": {}},
+        task_queue=UTILITY_HAND_TASK_QUEUE,
+        timeout_seconds=30,
+    ),
+    HandTool(
+        name="calculate",
+        description="Evaluate an arithmetic expression (+ - * / // % **, parentheses, numbers).",
+        input_schema={
+            "type": "object",
+            "properties": {"expression": {"type": "string", "description": "e.g. 2*(3+4)"}},
+            "required": ["expression"],
+        },
+        task_queue=UTILITY_HAND_TASK_QUEUE,
+        timeout_seconds=30,
+    ),
+)
+
+
+class AgentConfig(BaseModel):
+    """The agent a session runs: model, system prompt, tools."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(min_length=1)
+    name: str | None = None
+    system: str | None = None
+    tools: list[AgentTool] = Field(default_factory=list)
+    max_tokens: int = Field(default=4096, ge=1, le=128_000)
+
+    @model_validator(mode="after")
+    def _tool_names_unique(self) -> AgentConfig:
+        names = [tool.name for tool in self.resolved_tools()]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"agent.tools: tool names must be unique; repeated: {', '.join(duplicates)}")
+        return self
+
+    def resolved_tools(self) -> list[CustomTool | HandTool]:
+        """The tools with toolsets expanded, in declaration order (pure: safe in workflow code)."""
+        tools: list[CustomTool | HandTool] = []
+        for tool in self.tools:
+            if isinstance(tool, UtilityToolset):
+                tools.extend(UTILITY_TOOLS)
+            else:
+                tools.append(tool)
+        return tools
+
+
+class ModelRetryConfig(BaseModel):
+    """How a session retries transient model errors (429, 529, 5xx, connection errors)."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_attempts: int = Field(default=6, ge=1, le=50)
+    initial_delay_seconds: float = Field(default=1.0, ge=0, le=600)
+    max_delay_seconds: float = Field(default=60.0, ge=0, le=3600)
+
+
+MessageContent = str | list[ContentBlock]
+
+
+def normalize_content(content: MessageContent) -> list[ContentBlock]:
+    """Turn a plain string into one text block, and refuse empty content."""
+    blocks: list[ContentBlock] = [TextBlock(text=content)] if isinstance(content, str) else list(content)
+    if not blocks or all(isinstance(b, TextBlock) and not b.text.strip() for b in blocks):
+        raise ValueError("content must not be empty")
+    return blocks
+
+
+class SessionInput(BaseModel):
+    """Start input of `SessionWorkflow`. Only `agent.model` is required."""
+
+    model_config = ConfigDict(extra="forbid")
+    agent: AgentConfig
+    title: str | None = None
+    metadata: dict[str, str] = Field(default_factory=dict)
+    environment: dict[str, Any] | None = None
+    resources: list[dict[str, Any]] = Field(default_factory=list)
+    vault_ids: list[str] = Field(default_factory=list)
+    message: MessageContent | None = None
+    model_retry: ModelRetryConfig = Field(default_factory=ModelRetryConfig)
+    model_task_queue: str = Field(default=MODEL_TASK_QUEUE, min_length=1)
+    """Which pool of model workers runs this session's turns (e.g. one pool per API key or region)."""
+
+    @field_validator("message")
+    @classmethod
+    def _message_not_empty(cls, value: MessageContent | None) -> MessageContent | None:
+        if value is not None:
+            normalize_content(value)
+        return value
+
+    @field_validator("environment", "resources", "vault_ids")
+    @classmethod
+    def _not_yet_supported(cls, value: Any) -> Any:
+        if value:
+            raise ValueError("is not supported yet by this corral version (sandboxes and vaults come later)")
+        return value
+
+
+# ---- inputs of signals and the send_events update ------------------------------------------------------
+
+
+class UserMessageSignal(BaseModel):
+    """Input of the `user_message` signal: `{"content": "..."}` plus an optional client id for de-duplication."""
+
+    model_config = ConfigDict(extra="forbid")
+    content: MessageContent
+    id: str | None = Field(default=None, min_length=1, max_length=128)
+
+
+class UserMessageParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["user.message"]
+    content: MessageContent
+    id: str | None = Field(default=None, min_length=1, max_length=128)
+
+    @field_validator("content")
+    @classmethod
+    def _content_not_empty(cls, value: MessageContent) -> MessageContent:
+        normalize_content(value)
+        return value
+
+
+class UserInterruptParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["user.interrupt"]
+    id: str | None = Field(default=None, min_length=1, max_length=128)
+
+
+class UserToolConfirmationParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["user.tool_confirmation"]
+    tool_use_id: str
+    result: Literal["allow", "deny"]
+    deny_message: str | None = None
+    id: str | None = Field(default=None, min_length=1, max_length=128)
+
+
+class UserCustomToolResultParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["user.custom_tool_result"]
+    custom_tool_use_id: str
+    content: MessageContent = Field(default_factory=list)
+    is_error: bool = False
+    id: str | None = Field(default=None, min_length=1, max_length=128)
+
+
+UserEventParams = Annotated[
+    UserMessageParams | UserInterruptParams | UserToolConfirmationParams | UserCustomToolResultParams,
+    Field(discriminator="type"),
+]
+
+
+class SendEventsInput(BaseModel):
+    """Input of the `send_events` update. Events are validated by the update's validator, so a malformed
+    event is rejected with a readable message instead of failing to decode."""
+
+    events: list[dict[str, Any]]
+
+
+class SendEventsResult(BaseModel):
+    """The ids of the accepted events, in order (an already-seen client id returns the earlier event's id)."""
+
+    event_ids: list[str]
+
+
+class InterruptSignal(BaseModel):
+    """Input of the `interrupt` signal (may be omitted)."""
+
+    id: str | None = None
+
+
+# ---- queries ------------------------------------------------------------------------------------------
+
+MAX_QUERY_BYTES = 1_000_000
+"""A query answer stays under this many bytes of JSON; callers page with `after`."""
+
+
+class EventsQuery(BaseModel):
+    """Input of the `events` query: positions strictly after `after` and before `before`."""
+
+    model_config = ConfigDict(extra="forbid")
+    after: int = 0
+    before: int | None = None
+    limit: int = Field(default=100, ge=1, le=1000)
+    types: list[str] | None = None
+
+
+class EventPage(BaseModel):
+    """A page of events; when `has_more`, ask again with `after=next_after`."""
+
+    events: list[SessionEvent]
+    has_more: bool
+    next_after: int
+
+
+SessionStatus = Literal["idle", "running", "rescheduling", "terminated"]
+
+
+class SessionInfo(BaseModel):
+    """Answer of the `session` query."""
+
+    id: str
+    status: SessionStatus
+    title: str | None
+    model: str
+    created_at: datetime
+    last_position: int
+    turns: int
+    queued_user_events: int
+    usage: ModelUsage
+    stop_reason: str | None
+    metadata: dict[str, str]

@@ -1,0 +1,308 @@
+"""Deterministic scripts for the offline model server: models, bookkeeping and response planning.
+
+Everything here is pure logic (no I/O) so the server's behaviour can be unit-tested without HTTP.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal"]
+
+SCRIPT_MODEL_PREFIX = "script:"
+
+
+class ToolUseSpec(BaseModel):
+    """One tool call a script step makes, so tests can drive an agent's tool loop exactly."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    input: dict[str, Any] = Field(default_factory=dict)
+    id: str | None = None
+
+
+class FailureSpec(BaseModel):
+    """One HTTP failure a step returns before succeeding, so retry paths can be exercised."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: int = Field(default=529, ge=400, le=599)
+    type: str = "overloaded_error"
+    message: str | None = None
+    retry_after: float | None = Field(default=None, ge=0)
+
+
+class ScriptStep(BaseModel):
+    """What the stand-in model answers on one turn; extra keys are rejected so typos surface early."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str | None = None
+    tool_uses: list[ToolUseSpec] = Field(default_factory=list)
+    stop_reason: StopReason | None = None
+    fail: list[FailureSpec] = Field(default_factory=list)
+    fail_mid_stream: bool = False
+    first_token_latency: float | None = Field(default=None, ge=0)
+    tokens_per_second: float | None = Field(default=None, ge=0)
+    pace_hits: int | None = Field(default=None, ge=0)
+    """Apply this step's pacing only to its first `pace_hits` uses (e.g. slow once, to interrupt it)."""
+    echo_last_user: bool = False
+
+
+class Script(BaseModel):
+    """An ordered list of steps, selected by how many assistant turns the request already contains."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: list[ScriptStep] = Field(min_length=1)
+    loop: bool = False
+
+
+@dataclass(frozen=True)
+class TextBlock:
+    """A planned text content block."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolUseBlock:
+    """A planned tool_use content block."""
+
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+PlannedBlock = TextBlock | ToolUseBlock
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A fully decided response; the HTTP layer only has to encode and pace it."""
+
+    blocks: list[PlannedBlock]
+    stop_reason: str
+    input_tokens: int
+    output_tokens: int
+    first_token_latency: float | None = None
+    tokens_per_second: float | None = None
+    fail_mid_stream: bool = False
+
+
+@dataclass(frozen=True)
+class ApiError:
+    """An Anthropic-shaped error the server should return instead of a message."""
+
+    status: int
+    type: str
+    message: str
+    retry_after: float | None = None
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body the real API uses for errors."""
+        return {"type": "error", "error": {"type": self.type, "message": self.message}}
+
+
+DEFAULT_FAILURE_MESSAGES = {
+    "overloaded_error": "Overloaded (scripted failure from the corral offline stand-in)",
+    "rate_limit_error": "Rate limited (scripted failure from the corral offline stand-in)",
+    "api_error": "Internal server error (scripted failure from the corral offline stand-in)",
+}
+
+
+def content_to_dict(block: PlannedBlock) -> dict[str, Any]:
+    """The Messages API JSON for one planned block."""
+    if isinstance(block, TextBlock):
+        return {"type": "text", "text": block.text}
+    return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+
+
+def estimate_input_tokens(body: dict[str, Any]) -> int:
+    """Roughly four characters per token over messages, system and tools; deterministic, at least 1."""
+    payload = [body.get("messages"), body.get("system"), body.get("tools")]
+    return max(1, len(json.dumps(payload, sort_keys=True, separators=(",", ":"))) // 4)
+
+
+def estimate_output_tokens(blocks: list[PlannedBlock]) -> int:
+    """Roughly four characters per token over the generated output; at least 1."""
+    chars = 0
+    for block in blocks:
+        if isinstance(block, TextBlock):
+            chars += len(block.text)
+        else:
+            chars += len(block.name) + len(json.dumps(block.input, separators=(",", ":")))
+    return max(1, chars // 4)
+
+
+def split_text_tokens(text: str) -> list[str]:
+    """Word-ish streaming chunks (a word plus its trailing whitespace) that concatenate back to text."""
+    return re.findall(r"\s+|\S+\s*", text)
+
+
+def split_json_pieces(value: dict[str, Any], size: int = 12) -> list[str]:
+    """Fixed-size pieces of the JSON encoding, as the API streams tool input via partial_json."""
+    encoded = json.dumps(value, separators=(",", ":"))
+    return [encoded[i : i + size] for i in range(0, len(encoded), size)]
+
+
+def block_text(content: Any) -> str:
+    """Plain text of a message's content, including nested tool_result contents."""
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    if isinstance(content, list):
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "text" and isinstance(block.get("text"), str):
+                parts.append(block["text"])
+            elif block.get("type") == "tool_result":
+                parts.append(block_text(block.get("content", "")))
+    return "\n".join(p for p in parts if p)
+
+
+def last_user_message(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The last message with role user, or None."""
+    for message in reversed(body.get("messages") or []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            return message
+    return None
+
+
+def count_assistant_messages(body: dict[str, Any]) -> int:
+    """How many assistant turns precede this request: the script step index."""
+    return sum(1 for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "assistant")
+
+
+def default_tool_use_id(script_name: str, step_index: int, position: int) -> str:
+    """A stable tool_use id so replays and retries produce identical ids."""
+    digest = hashlib.sha256(f"{script_name}\x00{step_index}\x00{position}".encode()).hexdigest()
+    return f"toolu_{digest[:24]}"
+
+
+def script_name_of(model: str) -> str | None:
+    """The script name if the model asks for one (`script:NAME`), else None."""
+    if model.startswith(SCRIPT_MODEL_PREFIX):
+        return model[len(SCRIPT_MODEL_PREFIX) :]
+    return None
+
+
+def step_index_for(body: dict[str, Any], name: str, script: Script) -> int | ApiError:
+    """Pick the step from the assistant-message count, wrapping for looping scripts."""
+    index = count_assistant_messages(body)
+    if script.loop:
+        return index % len(script.steps)
+    if index >= len(script.steps):
+        return ApiError(
+            400,
+            "invalid_request_error",
+            f"script {name} has {len(script.steps)} steps; this request is step {index}",
+        )
+    return index
+
+
+def plan_step(body: dict[str, Any], name: str, step_index: int, step: ScriptStep, hit: int) -> Plan | ApiError:
+    """Turn a request and a script step (on its `hit`-th use, from 0) into a response plan or an error."""
+    if hit < len(step.fail):
+        failure = step.fail[hit]
+        message = failure.message or DEFAULT_FAILURE_MESSAGES.get(
+            failure.type, f"{failure.type} (scripted failure from the corral offline stand-in)"
+        )
+        return ApiError(failure.status, failure.type, message, failure.retry_after)
+
+    text = step.text or ""
+    if step.echo_last_user:
+        last = last_user_message(body)
+        echoed = block_text(last.get("content")) if last else ""
+        text = f"{text}\n{echoed}" if text and echoed else text + echoed
+
+    blocks: list[PlannedBlock] = []
+    if text:
+        blocks.append(TextBlock(text))
+    for position, tool in enumerate(step.tool_uses):
+        tool_id = tool.id or default_tool_use_id(name, step_index, position)
+        blocks.append(ToolUseBlock(tool_id, tool.name, dict(tool.input)))
+
+    stop_reason = step.stop_reason or ("tool_use" if step.tool_uses else "end_turn")
+    paced = step.pace_hits is None or hit - len(step.fail) < step.pace_hits
+    return Plan(
+        blocks=blocks,
+        stop_reason=stop_reason,
+        input_tokens=estimate_input_tokens(body),
+        output_tokens=estimate_output_tokens(blocks),
+        first_token_latency=step.first_token_latency if paced else None,
+        tokens_per_second=step.tokens_per_second if paced else None,
+        fail_mid_stream=step.fail_mid_stream and hit == len(step.fail),
+    )
+
+
+@dataclass
+class ScriptBook:
+    """Registered scripts, per-(script, step) hit counters and a log of received requests; thread-safe."""
+
+    scripts: dict[str, Script] = field(default_factory=dict)
+    hits: dict[tuple[str, int], int] = field(default_factory=dict)
+    requests: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def register(self, name: str, script: Script) -> None:
+        """Add or replace a script, resetting its counters and request log."""
+        with self._lock:
+            self.scripts[name] = script
+            self.hits = {k: v for k, v in self.hits.items() if k[0] != name}
+            self.requests[name] = []
+
+    def delete(self, name: str) -> bool:
+        """Forget a script; returns whether it existed."""
+        with self._lock:
+            self.hits = {k: v for k, v in self.hits.items() if k[0] != name}
+            self.requests.pop(name, None)
+            return self.scripts.pop(name, None) is not None
+
+    def get(self, name: str) -> Script | None:
+        """The script registered under name, if any."""
+        with self._lock:
+            return self.scripts.get(name)
+
+    def names(self) -> list[str]:
+        """Registered script names, sorted."""
+        with self._lock:
+            return sorted(self.scripts)
+
+    def requests_for(self, name: str) -> list[dict[str, Any]] | None:
+        """A copy of the request log for a script, or None if it is unknown."""
+        with self._lock:
+            if name not in self.scripts:
+                return None
+            return list(self.requests.get(name, []))
+
+    def play(self, name: str, body: dict[str, Any], auth: str) -> Plan | ApiError:
+        """Log the request, choose the step, count the hit and plan the response."""
+        with self._lock:
+            script = self.scripts.get(name)
+            if script is None:
+                return ApiError(
+                    404,
+                    "not_found_error",
+                    f"no script named {name!r} is registered with the corral offline model server; "
+                    f"register it with PUT /_corral/scripts/{name}",
+                )
+            index = step_index_for(body, name, script)
+            self.requests.setdefault(name, []).append(
+                {"auth": auth, "step": index if isinstance(index, int) else None, "body": body}
+            )
+            if isinstance(index, ApiError):
+                return index
+            hit = self.hits.get((name, index), 0)
+            self.hits[(name, index)] = hit + 1
+            step = script.steps[index]
+        return plan_step(body, name, index, step, hit)

@@ -1,0 +1,39 @@
+"""Stable public names: task queues, activity names, search attributes and environment variables.
+
+Users script against these (the `temporal` CLI, their own workers), so they change only with a migration note.
+"""
+
+from typing import Final
+
+# Task queues, one per role (DESIGN.md, "Processes and task queues").
+HARNESS_TASK_QUEUE: Final = "corral-harness"
+MODEL_TASK_QUEUE: Final = "corral-model"
+SANDBOX_TASK_QUEUE: Final = "corral-sandbox"
+PROXY_TASK_QUEUE: Final = "corral-proxy"
+UTILITY_HAND_TASK_QUEUE: Final = "corral-utility"
+
+# Workflow type and its handlers.
+SESSION_WORKFLOW: Final = "SessionWorkflow"
+SIGNAL_USER_MESSAGE: Final = "user_message"
+SIGNAL_INTERRUPT: Final = "interrupt"
+UPDATE_SEND_EVENTS: Final = "send_events"
+QUERY_SESSION: Final = "session"
+QUERY_EVENTS: Final = "events"
+QUERY_MODEL_CONTEXT: Final = "model_context"
+
+# Activities. Every hand serves the same activity name on its own task queue.
+ACTIVITY_MODEL_TURN: Final = "model_turn"
+ACTIVITY_EXECUTE: Final = "execute"
+
+# Search attributes registered on the namespace so sessions can be listed by status and model.
+SEARCH_ATTRIBUTE_STATUS: Final = "CorralStatus"
+SEARCH_ATTRIBUTE_MODEL: Final = "CorralModel"
+
+SESSION_ID_PREFIX: Final = "sesn_"
+EVENT_ID_PREFIX: Final = "sevt_"
+
+# Environment variables read by processes (never by workflow code).
+ENV_TEMPORAL_ADDRESS: Final = "CORRAL_TEMPORAL_ADDRESS"
+ENV_TEMPORAL_NAMESPACE: Final = "CORRAL_TEMPORAL_NAMESPACE"
+DEFAULT_TEMPORAL_ADDRESS: Final = "127.0.0.1:7233"
+DEFAULT_TEMPORAL_NAMESPACE: Final = "default"

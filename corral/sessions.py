@@ -1,0 +1,118 @@
+"""Client-side helpers shared by the CLI, the tests and the benchmarks: start, send, read, follow."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+from temporalio.client import Client, WorkflowHandle
+
+from corral.contract.events import SessionEvent
+from corral.contract.session import (
+    EventPage,
+    EventsQuery,
+    SendEventsInput,
+    SendEventsResult,
+    SessionInfo,
+    SessionInput,
+)
+from corral.names import (
+    HARNESS_TASK_QUEUE,
+    QUERY_EVENTS,
+    QUERY_SESSION,
+    SESSION_ID_PREFIX,
+    UPDATE_SEND_EVENTS,
+)
+from corral.workflows import SessionWorkflow
+
+
+def new_session_id() -> str:
+    return SESSION_ID_PREFIX + uuid.uuid4().hex[:26]
+
+
+def _summary(input: SessionInput) -> tuple[str, str]:
+    """Static summary and details the Temporal Web UI shows for a session."""
+    title = input.title or "agent session"
+    tools = ", ".join(tool.name for tool in input.agent.resolved_tools()) or "none"
+    details = [f"**model** `{input.agent.model}`", f"**tools** {tools}"]
+    if input.agent.name:
+        details.insert(0, f"**agent** {input.agent.name}")
+    details += [f"**{key}** {value}" for key, value in sorted(input.metadata.items())]
+    return f"{title} · {input.agent.model}", "\n\n".join(details)
+
+
+async def start_session(
+    client: Client,
+    input: SessionInput,
+    *,
+    session_id: str | None = None,
+    task_queue: str = HARNESS_TASK_QUEUE,
+) -> WorkflowHandle[SessionWorkflow, None]:
+    """Start `SessionWorkflow`; the session id is the workflow id."""
+    summary, details = _summary(input)
+    return await client.start_workflow(
+        SessionWorkflow.run,
+        input,
+        id=session_id or new_session_id(),
+        task_queue=task_queue,
+        static_summary=summary,
+        static_details=details,
+    )
+
+
+async def send_text(handle: WorkflowHandle, text: str, client_id: str | None = None) -> str:
+    """Send one user message through the `send_events` update; returns its event id once it is in history."""
+    event: dict[str, object] = {"type": "user.message", "content": text}
+    if client_id:
+        event["id"] = client_id
+    result = await handle.execute_update(
+        UPDATE_SEND_EVENTS, SendEventsInput(events=[event]), result_type=SendEventsResult
+    )
+    return result.event_ids[0]
+
+
+async def session_info(handle: WorkflowHandle) -> SessionInfo:
+    return await handle.query(QUERY_SESSION, result_type=SessionInfo)
+
+
+async def read_events(
+    handle: WorkflowHandle, after: int = 0, types: list[str] | None = None, before: int | None = None
+) -> list[SessionEvent]:
+    """Every event after `after`, paging through the `events` query."""
+    events: list[SessionEvent] = []
+    while True:
+        page = await handle.query(
+            QUERY_EVENTS, EventsQuery(after=after, before=before, types=types, limit=1000), result_type=EventPage
+        )
+        events.extend(page.events)
+        if not page.has_more:
+            return events
+        after = page.next_after
+
+
+async def follow_events(
+    handle: WorkflowHandle, after: int = 0, poll_interval: float = 0.2
+) -> AsyncIterator[SessionEvent]:
+    """Yield events as they are written, forever; the caller decides when to stop."""
+    while True:
+        events = await read_events(handle, after=after)
+        for event in events:
+            after = event.position
+            yield event
+        if not events:
+            await asyncio.sleep(poll_interval)
+
+
+async def wait_for_idle(handle: WorkflowHandle, after: int = 0, within_seconds: float = 60) -> list[SessionEvent]:
+    """Events up to and including the next `session.status_idle` after position `after`."""
+    collected: list[SessionEvent] = []
+
+    async def collect() -> list[SessionEvent]:
+        async for event in follow_events(handle, after=after, poll_interval=0.05):
+            collected.append(event)
+            if event.type == "session.status_idle":
+                return collected
+        return collected
+
+    return await asyncio.wait_for(collect(), within_seconds)

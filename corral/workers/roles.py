@@ -1,0 +1,48 @@
+"""One function per role that builds its worker; entrypoints and the all-in-one compose them."""
+
+from __future__ import annotations
+
+import anthropic
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from corral.activities.model import ModelActivities
+from corral.hands import make_execute_activity
+from corral.hands.utility import UTILITY_TOOLS
+from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE, UTILITY_HAND_TASK_QUEUE
+from corral.workers._run import GRACEFUL_SHUTDOWN, STICKY_TIMEOUT
+from corral.workflows import SessionWorkflow
+
+
+def harness_worker(client: Client, task_queue: str = HARNESS_TASK_QUEUE) -> Worker:
+    """Workflows only: no activities, no credentials, no Docker."""
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[SessionWorkflow],
+        sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
+        graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
+    )
+
+
+def model_worker(
+    client: Client, model: anthropic.AsyncAnthropic | None = None, task_queue: str = MODEL_TASK_QUEUE
+) -> Worker:
+    """Model-turn activities; the only role that holds the model API key."""
+    activities = ModelActivities(client, model)
+    return Worker(
+        client,
+        task_queue=task_queue,
+        activities=[activities.model_turn],
+        graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
+    )
+
+
+def utility_hand_worker(client: Client, task_queue: str = UTILITY_HAND_TASK_QUEUE) -> Worker:
+    """The utility hand: `get_time` and `calculate`, no sandbox, no credential."""
+    return Worker(
+        client,
+        task_queue=task_queue,
+        activities=[make_execute_activity(UTILITY_TOOLS)],
+        graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
+    )

@@ -1,0 +1,145 @@
+"""The session log held by the workflow: append-only events, the conversation order, and paged reads.
+
+Pure data and pure functions: the workflow supplies ids and times (from `workflow.uuid4()` and `workflow.now()`),
+so everything here is deterministic and unit-testable outside Temporal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+
+from corral.contract.activities import ModelContext
+from corral.contract.events import SessionEvent
+from corral.contract.session import (
+    MAX_EVENTS_PER_BATCH,
+    MAX_MESSAGE_BYTES,
+    MAX_QUERY_BYTES,
+    AgentConfig,
+    EventPage,
+    EventsQuery,
+    SendEventsInput,
+    UserEventParams,
+)
+
+EventT = TypeVar("EventT", bound=SessionEvent)
+
+_EVENT_ADAPTER: TypeAdapter[SessionEvent] = TypeAdapter(SessionEvent)
+_PARAMS_ADAPTER: TypeAdapter[list[UserEventParams]] = TypeAdapter(list[UserEventParams])
+
+
+def event_size(event: SessionEvent) -> int:
+    """Bytes of an event as JSON (what a query answer costs)."""
+    return len(_EVENT_ADAPTER.dump_json(event))
+
+
+class SessionLog:
+    """Events in order of position, plus the conversation: positions in the order the model sees them.
+
+    The two orders differ: a message queued mid-turn sits in the log where it arrived, and enters the
+    conversation when it is processed.
+    """
+
+    def __init__(self, new_id: Callable[[], str], now: Callable[[], datetime]) -> None:
+        self.events: list[SessionEvent] = []
+        self.conversation: list[int] = []
+        self._new_id = new_id
+        self._now = now
+
+    @property
+    def last_position(self) -> int:
+        return len(self.events)
+
+    def append(self, cls: type[EventT], *, processed: bool = True, **fields: Any) -> EventT:
+        """Write an event at the next position; user events start unprocessed (`processed_at` null)."""
+        now = self._now()
+        event = cls(
+            id=self._new_id(),
+            position=len(self.events) + 1,
+            created_at=now,
+            processed_at=now if processed else None,
+            **fields,
+        )
+        self.events.append(event)
+        return event
+
+    def add_to_conversation(self, event: SessionEvent) -> None:
+        self.conversation.append(event.position)
+
+    def conversation_entries(self, start: int, end: int) -> list[SessionEvent]:
+        return [self.events[position - 1] for position in self.conversation[start:end]]
+
+    def by_id(self, event_id: str) -> SessionEvent | None:
+        return next((event for event in reversed(self.events) if event.id == event_id), None)
+
+    def page(self, query: EventsQuery) -> EventPage:
+        """Events after `query.after` (and before `query.before`), filtered by type, capped by count and bytes."""
+        wanted = set(query.types) if query.types else None
+        before = query.before if query.before is not None else len(self.events) + 1
+        selected: list[SessionEvent] = []
+        budget = MAX_QUERY_BYTES
+        next_after = max(query.after, 0)
+        has_more = False
+        for event in self.events[max(query.after, 0) : max(before - 1, 0)]:
+            if wanted is not None and event.type not in wanted:
+                next_after = event.position
+                continue
+            size = event_size(event)
+            if len(selected) >= query.limit or (selected and size > budget):
+                has_more = True
+                break
+            selected.append(event)
+            budget -= size
+            next_after = event.position
+        return EventPage(events=selected, has_more=has_more, next_after=next_after)
+
+    def model_context(self, agent: AgentConfig, start: int, end: int) -> ModelContext:
+        """Conversation entries `[start, end)` for the model activity, capped by bytes."""
+        end = min(end, len(self.conversation))
+        entries: list[SessionEvent] = []
+        budget = MAX_QUERY_BYTES
+        index = start
+        for entry in self.conversation_entries(start, end):
+            size = event_size(entry)
+            if entries and size > budget:
+                break
+            entries.append(entry)
+            budget -= size
+            index += 1
+        return ModelContext(agent=agent, entries=entries, next_start=index)
+
+
+def parse_user_events(input: SendEventsInput) -> list[UserEventParams]:
+    """Validate a `send_events` batch; raise ValueError with a message a person can act on."""
+    if not input.events:
+        raise ValueError("events: send at least one event")
+    if len(input.events) > MAX_EVENTS_PER_BATCH:
+        raise ValueError(f"events: at most {MAX_EVENTS_PER_BATCH} events per batch, got {len(input.events)}")
+    try:
+        params = _PARAMS_ADAPTER.validate_python(input.events)
+    except ValidationError as exc:
+        raise ValueError(readable_validation_error(exc, prefix="events")) from None
+    for index, param in enumerate(params):
+        size = len(param.model_dump_json())
+        if size > MAX_MESSAGE_BYTES:
+            raise ValueError(f"events[{index}]: {size} bytes is over the limit of {MAX_MESSAGE_BYTES} bytes")
+    return params
+
+
+def readable_validation_error(exc: ValidationError, prefix: str) -> str:
+    """One line per problem, e.g. `events[0].type: Input tag 'user.foo' found ... does not match ...`."""
+    lines = []
+    for error in exc.errors(include_url=False):
+        location = prefix + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"])
+        lines.append(f"{location}: {error['msg']}")
+    return "; ".join(_unique(lines))
+
+
+def _unique(items: Iterable[str]) -> list[str]:
+    seen: dict[str, None] = {}
+    for item in items:
+        seen.setdefault(item, None)
+    return list(seen)
