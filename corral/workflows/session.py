@@ -93,7 +93,9 @@ MODEL_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_MODEL)
 MODEL_TURN_TIMEOUT = timedelta(minutes=10)
 MODEL_HEARTBEAT_TIMEOUT = timedelta(seconds=5)
 """A lost model worker is noticed within this time; the activity heartbeats every second while it waits."""
-HAND_HEARTBEAT_TIMEOUT = timedelta(seconds=30)
+HAND_HEARTBEAT_TIMEOUT = timedelta(seconds=3)
+"""Short on purpose: the SDK sends heartbeats at most every 0.8 x this, and a cancel (interrupt) reaches a running
+activity only in the answer to a heartbeat. Hands must heartbeat; `make_execute_activity` does it every second."""
 HAND_SCHEDULE_TO_START = timedelta(seconds=60)
 """A tool call no hand picks up within this time is an error the model sees, not a stuck session."""
 INFRASTRUCTURE_RETRY = RetryPolicy(

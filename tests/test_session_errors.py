@@ -1,0 +1,170 @@
+"""Bad input, model errors and interrupts: each leaves the session usable and the log whole."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+
+from corral.contract.session import SendEventsInput, SendEventsResult
+from corral.names import SIGNAL_INTERRUPT, SIGNAL_USER_MESSAGE, UPDATE_SEND_EVENTS
+from corral.sessions import send_text, session_info
+from tests.conftest import Stack, assert_log_is_whole, read_events, texts, wait_for_idle
+
+
+async def _send(handle: WorkflowHandle, events: list[dict[str, Any]]) -> SendEventsResult:
+    return await handle.execute_update(UPDATE_SEND_EVENTS, SendEventsInput(events=events), result_type=SendEventsResult)
+
+
+@pytest.mark.parametrize(
+    ("events", "expected"),
+    [
+        ([], "send at least one event"),
+        ([{"type": "user.shout", "content": "hi"}], "does not match any of the expected tags"),
+        ([{"type": "user.message"}], "content: Field required"),
+        ([{"type": "user.message", "content": "   "}], "content must not be empty"),
+        ([{"type": "user.message", "content": "ok"}, {"type": "user.message", "content": 5}], "events[1]"),
+        ([{"type": "user.message", "content": "hi", "colour": "red"}], "colour: Extra inputs are not permitted"),
+        ([{"type": "user.custom_tool_result", "custom_tool_use_id": "sevt_x"}], "no custom tool call 'sevt_x'"),
+        ([{"type": "user.tool_confirmation", "tool_use_id": "x", "result": "allow"}], "not waiting for confirmation"),
+        ([{"type": "user.message", "content": "x" * 300_000}], "over the limit"),
+    ],
+)
+async def test_malformed_send_events_is_rejected_and_nothing_is_written(
+    stack: Stack, events: list[dict[str, Any]], expected: str
+) -> None:
+    model = stack.script([{"text": "fine"}], loop=True)
+    handle = await stack.start(model, message="hello")
+    await wait_for_idle(handle)
+    before = await read_events(handle)
+    with pytest.raises(WorkflowUpdateFailedError) as caught:
+        await _send(handle, events)
+    assert expected in str(caught.value.cause)
+    assert await read_events(handle) == before
+    # The session goes on.
+    await send_text(handle, "still there?")
+    after = await wait_for_idle(handle, after=before[-1].position)
+    assert texts(after) == ["fine"]
+    history = await handle.fetch_history()
+    assert not any(e.HasField("workflow_execution_failed_event_attributes") for e in history.events)
+
+
+async def test_invalid_signal_is_dropped_without_failing_the_session(stack: Stack) -> None:
+    model = stack.script([{"text": "fine"}], loop=True)
+    handle = await stack.start(model)
+    await handle.signal(SIGNAL_USER_MESSAGE, {"content": ""})
+    await handle.signal(SIGNAL_USER_MESSAGE, {"text": "wrong field"})
+    await handle.signal(SIGNAL_USER_MESSAGE, {"content": "valid"})
+    events = await wait_for_idle(handle)
+    assert texts(events, "user.message") == ["valid"]
+
+
+async def test_retryable_model_failure_then_success_has_no_duplicates(stack: Stack) -> None:
+    model = stack.script(
+        [{"text": "made it", "fail": [{"status": 529, "retry_after": 0.2}, {"status": 500, "retry_after": 0.1}]}]
+    )
+    handle = await stack.start(model, message="go")
+    events = await wait_for_idle(handle)
+    assert_log_is_whole(events)
+    errors = [e for e in events if e.type == "session.error"]
+    assert [(e.error.type, e.error.retry_status.type) for e in errors] == [  # type: ignore[union-attr]
+        ("model_overloaded_error", "retrying"),
+        ("model_request_failed_error", "retrying"),
+    ]
+    assert [e.type for e in events].count("session.status_rescheduled") == 2
+    assert texts(events) == ["made it"]
+    assert len(stack.requests(model)) == 3
+    assert events[-1].stop_reason.type == "end_turn"  # type: ignore[union-attr]
+
+
+async def test_mid_stream_model_error_is_retried(stack: Stack) -> None:
+    model = stack.script([{"text": "one two three four five six", "fail_mid_stream": True}])
+    handle = await stack.start(model, message="go")
+    events = await wait_for_idle(handle)
+    assert texts(events) == ["one two three four five six"]
+    assert [e.error.type for e in events if e.type == "session.error"] == ["model_overloaded_error"]  # type: ignore[union-attr]
+
+
+async def test_401_gives_a_session_error_and_the_next_message_works(stack: Stack) -> None:
+    model = stack.script([{"text": "recovered", "fail": [{"status": 401, "type": "authentication_error"}]}])
+    handle = await stack.start(model, message="first")
+    events = await wait_for_idle(handle)
+    error = next(e for e in events if e.type == "session.error")
+    assert error.error.type == "model_request_failed_error"  # type: ignore[union-attr]
+    assert error.error.retry_status.type == "exhausted"  # type: ignore[union-attr]
+    assert "401" in error.error.message  # type: ignore[union-attr]
+    assert events[-1].stop_reason.type == "retries_exhausted"  # type: ignore[union-attr]
+    assert len(stack.requests(model)) == 1, "a 401 must not be retried"
+    await send_text(handle, "second")
+    events = await wait_for_idle(handle, after=events[-1].position)
+    assert texts(events) == ["recovered"]
+
+
+async def test_retries_exhausted_after_max_attempts(stack: Stack) -> None:
+    model = stack.script([{"text": "never", "fail": [{"status": 429, "retry_after": 0}] * 5}])
+    handle = await stack.start(model, message="go", model_retry={"max_attempts": 3})
+    events = await wait_for_idle(handle)
+    statuses = [e.error.retry_status.type for e in events if e.type == "session.error"]  # type: ignore[union-attr]
+    assert statuses == ["retrying", "retrying", "exhausted"]
+    assert events[-1].stop_reason.type == "retries_exhausted"  # type: ignore[union-attr]
+
+
+async def test_interrupt_mid_model_turn(stack: Stack) -> None:
+    model = stack.script([{"text": "too slow", "first_token_latency": 30, "pace_hits": 1}, {"text": "fast"}])
+    cancelled_before = _model_stats(stack)["cancelled_streams"]
+    handle = await stack.start(model, message="start something long")
+    await _wait_for(handle, "span.model_request_start")
+    await asyncio.sleep(0.3)
+    await handle.signal(SIGNAL_INTERRUPT)
+    events = await wait_for_idle(handle, within_seconds=15)
+    assert "agent.message" not in [e.type for e in events]
+    end = next(e for e in events if e.type == "span.model_request_end")
+    assert end.is_error  # type: ignore[union-attr]
+    assert (await session_info(handle)).status == "idle"
+    for _ in range(100):  # the cancel reaches the model activity with its next heartbeat
+        if _model_stats(stack)["cancelled_streams"] > cancelled_before:
+            break
+        await asyncio.sleep(0.1)
+    assert _model_stats(stack)["cancelled_streams"] > cancelled_before, "the model stream was not cancelled"
+    await send_text(handle, "now something short")
+    events = await wait_for_idle(handle, after=events[-1].position)
+    assert texts(events) == ["too slow"]  # step 0 again, no longer paced
+    interrupt = next(e for e in await read_events(handle) if e.type == "user.interrupt")
+    assert interrupt.processed_at is not None
+
+
+async def test_interrupt_mid_tool_cancels_it_and_redirects(stack: Stack, tmp_path: Any) -> None:
+    model = stack.script(
+        [
+            {"tool_uses": [{"name": "sleep", "input": {"seconds": 60, "marker": str(tmp_path / "marker")}}]},
+            {"text": "after:", "echo_last_user": True},
+        ]
+    )
+    handle = await stack.start(model, message="sleep a while", tools=[stack.hand_tool("sleep")])
+    await _wait_for(handle, "agent.tool_use")
+    await asyncio.sleep(0.3)
+    result = await _send(handle, [{"type": "user.interrupt"}, {"type": "user.message", "content": "do this instead"}])
+    assert len(result.event_ids) == 2
+    interrupted = await wait_for_idle(handle, within_seconds=15)
+    assert (tmp_path / "marker").read_text() == "cancelled", "the hand's activity was not cancelled"
+    tool_result = next(e for e in interrupted if e.type == "agent.tool_result")
+    assert tool_result.is_error and "interrupted" in tool_result.content[0].text  # type: ignore[union-attr]
+    # The redirecting message, sent in the same batch after the interrupt, runs a new turn.
+    redirected = await wait_for_idle(handle, after=interrupted[-1].position)
+    assert texts(redirected) == ["after:\nCancelled: the user interrupted this tool call.\ndo this instead"]
+    assert_log_is_whole(await read_events(handle))
+
+
+def _model_stats(stack: Stack) -> dict[str, int]:
+    return httpx.get(f"{stack.model_server.base_url}/_corral/stats").json()  # type: ignore[no-any-return]
+
+
+async def _wait_for(handle: WorkflowHandle, event_type: str) -> None:
+    for _ in range(200):
+        if any(e.type == event_type for e in await read_events(handle)):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no {event_type} event")

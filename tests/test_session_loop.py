@@ -1,0 +1,131 @@
+"""The session loop end to end: real dev server, real workers, real HTTP to the offline model."""
+
+from __future__ import annotations
+
+import asyncio
+
+from corral.contract.session import SendEventsInput, SendEventsResult, UserMessageSignal
+from corral.names import SIGNAL_USER_MESSAGE, UPDATE_SEND_EVENTS
+from corral.sessions import send_text, session_info
+from tests.conftest import Stack, assert_log_is_whole, read_events, texts, wait_for_idle
+
+
+async def test_multi_turn_conversation(stack: Stack) -> None:
+    model = stack.script([{"text": "Hello, I am scripted."}, {"text": "You said:", "echo_last_user": True}])
+    handle = await stack.start(model, message="hi there")
+    first = await wait_for_idle(handle)
+    await send_text(handle, "second message")
+    await wait_for_idle(handle, after=first[-1].position)
+    events = await read_events(handle)
+    assert_log_is_whole(events)
+    assert [e.type for e in events] == [
+        "user.message",
+        "session.status_running",
+        "span.model_request_start",
+        "span.model_request_end",
+        "agent.message",
+        "session.status_idle",
+        "user.message",
+        "session.status_running",
+        "span.model_request_start",
+        "span.model_request_end",
+        "agent.message",
+        "session.status_idle",
+    ]
+    assert texts(events) == ["Hello, I am scripted.", "You said:\nsecond message"]
+    assert all(e.processed_at is not None for e in events)
+    ends = [e for e in events if e.type == "span.model_request_end"]
+    assert all(e.model_usage.input_tokens > 0 and e.model_usage.output_tokens > 0 for e in ends)  # type: ignore[union-attr]
+    # The second request carried the whole conversation, in order, rebuilt from the log.
+    second = stack.requests(model)[1]["body"]["messages"]
+    assert [m["role"] for m in second] == ["user", "assistant", "user"]
+    info = await session_info(handle)
+    assert (info.status, info.turns, info.stop_reason) == ("idle", 2, "end_turn")
+    assert info.usage.output_tokens == sum(e.model_usage.output_tokens for e in ends)  # type: ignore[union-attr]
+
+
+async def test_tool_use_loop_routes_through_execute(stack: Stack) -> None:
+    model = stack.script(
+        [
+            {"text": "Let me compute.", "tool_uses": [{"name": "calculate", "input": {"expression": "2*(3+4)"}}]},
+            {"tool_uses": [{"name": "echo", "input": {"text": "done"}}, {"name": "nope", "input": {}}]},
+            {"text": "Result:", "echo_last_user": True},
+        ]
+    )
+    tools = [stack.hand_tool("calculate", expression={"type": "string"}), stack.hand_tool("echo")]
+    handle = await stack.start(model, message="what is 2*(3+4)?", tools=tools)
+    events = await wait_for_idle(handle)
+    assert_log_is_whole(events)
+    uses = [e for e in events if e.type == "agent.tool_use"]
+    results = [e for e in events if e.type == "agent.tool_result"]
+    assert [u.name for u in uses] == ["calculate", "echo", "nope"]  # type: ignore[union-attr]
+    assert [r.tool_use_id for r in results] == [u.id for u in uses]  # type: ignore[union-attr]
+    assert texts(events, "agent.tool_result")[0] == "2*(3+4) = 14"
+    assert [r.is_error for r in results] == [False, False, True]  # type: ignore[union-attr]
+    assert "Unknown tool 'nope'" in texts(events, "agent.tool_result")[2]
+    assert texts(events)[-1].startswith("Result:\ndone")
+    # The model saw tool results keyed by the event ids of the tool uses.
+    last = stack.requests(model)[-1]["body"]["messages"]
+    sent_ids = {
+        b["tool_use_id"] for m in last if m["role"] == "user" for b in m["content"] if b["type"] == "tool_result"
+    }
+    assert sent_ids == {u.id for u in uses}
+
+
+async def test_messages_sent_mid_turn_are_queued_and_processed_in_order(stack: Stack) -> None:
+    model = stack.script(
+        [{"text": "slow answer", "first_token_latency": 1.5}, {"text": "Got:", "echo_last_user": True}]
+    )
+    handle = await stack.start(model, message="first")
+    await asyncio.sleep(0.5)
+    ids = [await send_text(handle, f"queued {n}") for n in range(3)]
+    queued = await session_info(handle)
+    assert queued.status == "running" and queued.queued_user_events == 3
+    await wait_for_idle(handle)
+    events = await read_events(handle)
+    assert_log_is_whole(events)
+    messages = [e for e in events if e.type == "user.message"]
+    assert [m.id for m in messages[1:]] == ids
+    assert all(m.processed_at is not None for m in messages)
+    assert texts(events) == ["slow answer", "Got:\nqueued 0\nqueued 1\nqueued 2"]
+    # One running/idle pair: the queued messages continued the same turn.
+    assert [e.type for e in events].count("session.status_idle") == 1
+
+
+async def test_user_message_signal_is_deduplicated_by_client_id(stack: Stack) -> None:
+    model = stack.script([{"text": "ok"}], loop=True)
+    handle = await stack.start(model)
+    for _ in range(3):
+        await handle.signal(SIGNAL_USER_MESSAGE, UserMessageSignal(content="once", id="client-1"))
+    result = await handle.execute_update(
+        UPDATE_SEND_EVENTS,
+        SendEventsInput(events=[{"type": "user.message", "content": "once", "id": "client-1"}]),
+        result_type=SendEventsResult,
+    )
+    events = await wait_for_idle(handle)
+    messages = [e for e in events if e.type == "user.message"]
+    assert len(messages) == 1 and messages[0].client_id == "client-1"  # type: ignore[union-attr]
+    assert result.event_ids == [messages[0].id]
+
+
+async def test_custom_tool_waits_for_the_client(stack: Stack) -> None:
+    model = stack.script(
+        [
+            {"tool_uses": [{"name": "lookup", "input": {"key": "color"}}]},
+            {"text": "Client said:", "echo_last_user": True},
+        ]
+    )
+    custom = {"type": "custom", "name": "lookup", "description": "ask the client"}
+    handle = await stack.start(model, message="what color?", tools=[custom])
+    events = await wait_for_idle(handle)
+    use = next(e for e in events if e.type == "agent.custom_tool_use")
+    assert events[-1].stop_reason.type == "requires_action"  # type: ignore[union-attr]
+    assert events[-1].stop_reason.event_ids == [use.id]  # type: ignore[union-attr]
+    await handle.execute_update(
+        UPDATE_SEND_EVENTS,
+        SendEventsInput(events=[{"type": "user.custom_tool_result", "custom_tool_use_id": use.id, "content": "blue"}]),
+        result_type=SendEventsResult,
+    )
+    events = await wait_for_idle(handle, after=events[-1].position)
+    assert texts(events) == ["Client said:\nblue"]
+    assert events[-1].stop_reason.type == "end_turn"  # type: ignore[union-attr]
