@@ -1,0 +1,142 @@
+"""What every command shares: the global options, the two consoles, and the one place errors become messages.
+
+Every failure a user can cause or meet (Temporal not running, an unknown session, a rejected update) is turned
+into a one-line message and an exit code here, so no command prints a stack trace for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import typer
+from rich.console import Console
+from rich.text import Text
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from corral.cli.stack import StackConfig, StatePaths, read_stack
+from corral.names import DEFAULT_TEMPORAL_ADDRESS
+
+T = TypeVar("T")
+
+DEFAULT_UI_URL = "http://127.0.0.1:8233"
+OFFLINE_MODEL = "corral-offline-stand-in"
+REAL_DEFAULT_MODEL = "claude-sonnet-4-5"
+
+
+class CliError(Exception):
+    """A failure to report as one message (plus an optional hint) and an exit code, never as a traceback."""
+
+    def __init__(self, message: str, *, hint: str | None = None, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.exit_code = exit_code
+
+
+@dataclass
+class Settings:
+    """The global options, resolved once in the typer callback and handed to every command via `ctx.obj`."""
+
+    address_option: str | None
+    namespace: str
+    state_dir: Path
+    out: Console = field(default_factory=Console)
+    err: Console = field(default_factory=lambda: Console(stderr=True))
+
+    @property
+    def paths(self) -> StatePaths:
+        return StatePaths(self.state_dir)
+
+    def stack(self) -> StackConfig | None:
+        return read_stack(self.paths)
+
+    @property
+    def address(self) -> str:
+        """--address / CORRAL_TEMPORAL_ADDRESS if given, else the address of the stack `corral up` started here."""
+        if self.address_option:
+            return self.address_option
+        stack = self.stack()
+        return stack.temporal_address if stack is not None else DEFAULT_TEMPORAL_ADDRESS
+
+    @property
+    def ui_url(self) -> str:
+        stack = self.stack()
+        return stack.ui_url if stack is not None else DEFAULT_UI_URL
+
+    def workflow_url(self, session_id: str) -> str:
+        return f"{self.ui_url}/namespaces/{self.namespace}/workflows/{session_id}"
+
+    def default_model(self) -> str:
+        """The stand-in when the stack runs offline (or, with no stack recorded, when no API key is set)."""
+        stack = self.stack()
+        offline = stack.offline if stack is not None else not os.environ.get("ANTHROPIC_API_KEY")
+        return OFFLINE_MODEL if offline else REAL_DEFAULT_MODEL
+
+    @property
+    def stdout_is_terminal(self) -> bool:
+        return sys.stdout.isatty()
+
+    @property
+    def human(self) -> Console:
+        """Where chatter goes: stdout on a terminal, stderr when stdout is captured by a script."""
+        return self.out if self.stdout_is_terminal else self.err
+
+
+def settings_of(ctx: typer.Context) -> Settings:
+    settings = ctx.obj
+    if not isinstance(settings, Settings):
+        raise RuntimeError("the corral callback did not run")  # Only possible when a command is invoked alone.
+    return settings
+
+
+def fail(settings: Settings, error: CliError) -> NoReturn:
+    """Print `error` in red on stderr (hint dimmed underneath) and exit with its code."""
+    settings.err.print(Text("error: ", style="bold red") + Text(error.message, style="red"))
+    if error.hint:
+        settings.err.print(Text(error.hint, style="dim"))
+    raise typer.Exit(error.exit_code)
+
+
+def unreachable(address: str) -> CliError:
+    return CliError(f"cannot reach Temporal at {address} — run `corral up` first")
+
+
+def translate(error: BaseException, address: str, session_id: str | None = None) -> CliError | None:
+    """The user-facing form of an error from the Temporal client, or None when it is a bug to show as such."""
+    if isinstance(error, CliError):
+        return error
+    if isinstance(error, RuntimeError) and str(error).startswith("Failed client connect"):
+        return unreachable(address)
+    if isinstance(error, WorkflowUpdateFailedError):
+        cause = error.cause
+        message = cause.message if isinstance(cause, ApplicationError) else str(cause or error)
+        return CliError(f"rejected: {message}")
+    if isinstance(error, RPCError):
+        if error.status == RPCStatusCode.NOT_FOUND and session_id is not None:
+            return CliError(f"no session {session_id}", hint="`corral ls` lists the sessions")
+        if error.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
+            return unreachable(address)
+        return CliError(f"Temporal refused the request ({error.status.name}): {error.message}")
+    return None
+
+
+def run(settings: Settings, coroutine: Coroutine[Any, Any, T], *, session_id: str | None = None) -> T:
+    """`asyncio.run(coroutine)` with every expected failure turned into a message and an exit code."""
+    try:
+        return asyncio.run(coroutine)
+    except KeyboardInterrupt:
+        settings.err.print("interrupted", style="dim")
+        raise typer.Exit(130) from None
+    except Exception as exc:
+        error = translate(exc, settings.address, session_id)
+        if error is None:
+            raise
+        fail(settings, error)

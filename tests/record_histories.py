@@ -1,0 +1,144 @@
+"""Record the histories in `tests/histories/` that the replay test replays: `python -m tests.record_histories`.
+
+Run it when the workflow's behaviour changes on purpose, and keep the old files that running sessions still
+have (a history recorded with old code must keep replaying with new code, or the change needs `workflow.patched`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anthropic
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import SearchAttributeKey
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from corral.contract.session import AgentConfig, SendEventsInput, SessionInput
+from corral.hands import make_execute_activity
+from corral.modelserver import ModelServerThread
+from corral.names import SEARCH_ATTRIBUTE_MODEL, SEARCH_ATTRIBUTE_STATUS, SIGNAL_INTERRUPT, UPDATE_SEND_EVENTS
+from corral.sessions import read_events, send_text, start_session, wait_for_idle
+from corral.temporal import temporal_binary
+from corral.workers.roles import harness_worker, model_worker
+from tests.hand_tools import TEST_TOOLS
+
+HISTORIES = Path(__file__).parent / "histories"
+HAND_QUEUE = "record-hand"
+MODEL_QUEUE = "record-model"
+HARNESS_QUEUE = "record-harness"
+
+Scenario = Callable[[WorkflowHandle], Awaitable[None]]
+
+
+def _tool(name: str) -> dict[str, Any]:
+    return {"type": "hand", "name": name, "task_queue": HAND_QUEUE, "input_schema": {"type": "object"}}
+
+
+async def conversation_with_tools(handle: WorkflowHandle) -> None:
+    events = await wait_for_idle(handle)
+    await send_text(handle, "and again", client_id="client-2")
+    await wait_for_idle(handle, after=events[-1].position)
+
+
+async def custom_tool_and_interrupt(handle: WorkflowHandle) -> None:
+    events = await wait_for_idle(handle)
+    use = next(e for e in events if e.type == "agent.custom_tool_use")
+    result = {"type": "user.custom_tool_result", "custom_tool_use_id": use.id, "content": "blue"}
+    await handle.execute_update(UPDATE_SEND_EVENTS, SendEventsInput(events=[result]))
+    events = await wait_for_idle(handle, after=events[-1].position)
+    await send_text(handle, "now something slow")
+    while not any(e.type == "span.model_request_start" for e in await read_events(handle, after=events[-1].position)):
+        await asyncio.sleep(0.05)
+    await handle.signal(SIGNAL_INTERRUPT)
+    events = await wait_for_idle(handle, after=events[-1].position)
+    await send_text(handle, "after the interrupt")
+    await wait_for_idle(handle, after=events[-1].position)
+
+
+async def model_errors(handle: WorkflowHandle) -> None:
+    events = await wait_for_idle(handle)
+    await send_text(handle, "try again")
+    await wait_for_idle(handle, after=events[-1].position)
+
+
+SCENARIOS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], Scenario]] = {
+    "conversation_with_tools": (
+        [
+            {"text": "Let me compute.", "tool_uses": [{"name": "calculate", "input": {"expression": "6*7"}}]},
+            {"text": "It is 42."},
+            {"text": "Again:", "echo_last_user": True},
+        ],
+        [_tool("calculate")],
+        conversation_with_tools,
+    ),
+    "custom_tool_and_interrupt": (
+        [
+            {"tool_uses": [{"name": "lookup", "input": {"key": "color"}}]},
+            {"text": "The client said blue."},
+            {"text": "slow", "first_token_latency": 30, "pace_hits": 1},
+        ],
+        [{"type": "custom", "name": "lookup"}],
+        custom_tool_and_interrupt,
+    ),
+    "model_errors": (
+        [
+            {"text": "after a retry", "fail": [{"status": 529, "retry_after": 0.2}]},
+            {"text": "after a 401", "fail": [{"status": 401, "type": "authentication_error"}]},
+        ],
+        [],
+        model_errors,
+    ),
+}
+
+
+async def record(client: Client, server: ModelServerThread) -> None:
+    HISTORIES.mkdir(exist_ok=True)
+    for name, (steps, tools, scenario) in SCENARIOS.items():
+        server.register(name, {"steps": steps})
+        agent = AgentConfig.model_validate({"model": f"script:{name}", "tools": tools, "system": "Be brief."})
+        input = SessionInput(agent=agent, message="hello", model_task_queue=MODEL_QUEUE, title=name)
+        handle = await start_session(
+            client, input, session_id=f"sesn_{name}_{uuid.uuid4().hex[:6]}", task_queue=HARNESS_QUEUE
+        )
+        await scenario(handle)
+        history = await handle.fetch_history()
+        (HISTORIES / f"{name}.json").write_text(json.dumps(json.loads(history.to_json()), indent=1) + "\n")
+        await handle.terminate("recorded")
+        print(f"recorded {name}: {len(history.events)} history events")
+
+
+async def main() -> None:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        data_converter=pydantic_data_converter,
+        search_attributes=[
+            SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS),
+            SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_MODEL),
+        ],
+    )
+    server = ModelServerThread()
+    server.start()
+    model = anthropic.AsyncAnthropic(base_url=server.base_url, api_key="test-key", max_retries=0)
+    try:
+        async with (
+            harness_worker(env.client, HARNESS_QUEUE),
+            model_worker(env.client, model, MODEL_QUEUE),
+            Worker(env.client, task_queue=HAND_QUEUE, activities=[make_execute_activity(TEST_TOOLS)]),
+        ):
+            await record(env.client, server)
+    finally:
+        server.stop()
+        await env.shutdown()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
+    sys.exit(0)

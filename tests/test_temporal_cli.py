@@ -1,0 +1,77 @@
+"""The real `temporal` binary drives a session with plain JSON: start, signal, update, query."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from typing import Any
+
+from corral.temporal import temporal_binary
+from tests.conftest import Stack, unique
+
+
+def _temporal(stack: Stack, *args: str) -> Any:
+    address = stack.client.service_client.config.target_host
+    command = [temporal_binary(), *args, "--address", address, "-o", "json"]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert completed.returncode == 0, completed.stderr
+    return json.loads(completed.stdout) if completed.stdout.strip() else None
+
+
+async def _events(stack: Stack, session_id: str, after: int = 0) -> list[dict[str, Any]]:
+    answer = await asyncio.to_thread(
+        _temporal, stack, "workflow", "query", "--workflow-id", session_id, "--name", "events",
+        "--input", json.dumps({"after": after}),
+    )  # fmt: skip
+    return answer["queryResult"][0]["events"]  # type: ignore[no-any-return]
+
+
+async def _until_idle(stack: Stack, session_id: str, count: int) -> list[dict[str, Any]]:
+    for _ in range(200):
+        events = await _events(stack, session_id)
+        if [e["type"] for e in events].count("session.status_idle") >= count:
+            return events
+        await asyncio.sleep(0.1)
+    raise AssertionError("session did not become idle")
+
+
+async def test_temporal_cli_starts_signals_and_queries_a_session(stack: Stack) -> None:
+    model = stack.script([{"text": "hello from the CLI"}, {"text": "echo:", "echo_last_user": True}])
+    session_id = unique("sesn_cli")
+    start_input = {"agent": {"model": model}, "message": "hi", "model_task_queue": stack.model_queue}
+    await asyncio.to_thread(
+        _temporal, stack, "workflow", "start", "--type", "SessionWorkflow", "--task-queue", stack.harness_queue,
+        "--workflow-id", session_id, "--input", json.dumps(start_input),
+    )  # fmt: skip
+    stack.started.append(stack.client.get_workflow_handle(session_id))
+    events = await _until_idle(stack, session_id, 1)
+    assert [e["type"] for e in events][-2:] == ["agent.message", "session.status_idle"]
+    assert events[-2]["content"][0]["text"] == "hello from the CLI"
+
+    await asyncio.to_thread(
+        _temporal, stack, "workflow", "signal", "--workflow-id", session_id, "--name", "user_message",
+        "--input", json.dumps({"content": "signalled"}),
+    )  # fmt: skip
+    events = await _until_idle(stack, session_id, 2)
+    assert events[-2]["content"][0]["text"] == "echo:\nsignalled"
+
+    answer = await asyncio.to_thread(
+        _temporal, stack, "workflow", "update", "execute", "--workflow-id", session_id, "--name", "send_events",
+        "--input", json.dumps({"events": [{"type": "user.interrupt"}]}),
+    )  # fmt: skip
+    assert answer["result"]["event_ids"][0].startswith("sevt_")
+
+    info = await asyncio.to_thread(
+        _temporal, stack, "workflow", "query", "--workflow-id", session_id, "--name", "session"
+    )
+    assert info["queryResult"][0]["status"] == "idle"
+    assert info["queryResult"][0]["turns"] == 2
+
+    query = f"WorkflowId='{session_id}' AND CorralStatus='idle' AND CorralModel='{model}'"
+    for _ in range(50):  # visibility is eventually consistent
+        listed = await asyncio.to_thread(_temporal, stack, "workflow", "list", "--query", query)
+        if listed:
+            break
+        await asyncio.sleep(0.1)
+    assert [w["execution"]["workflowId"] for w in listed] == [session_id]
