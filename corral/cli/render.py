@@ -16,7 +16,22 @@ from rich.table import Table
 from rich.text import Text
 
 from corral.cli.stack import ProcessState
-from corral.contract.events import SessionEvent
+from corral.contract.events import (
+    AgentCustomToolUse,
+    AgentMcpToolResult,
+    AgentMcpToolUse,
+    AgentMessage,
+    AgentToolResult,
+    AgentToolUse,
+    RequiresAction,
+    SessionError,
+    SessionEvent,
+    SessionStatusIdle,
+    SpanModelRequestEnd,
+    UserCustomToolResult,
+    UserMessage,
+    UserToolConfirmation,
+)
 
 FAMILY_STYLES = {"user": "cyan", "agent": "green", "session": "yellow", "span": "magenta"}
 ERROR_STYLE = "bold red"
@@ -67,33 +82,38 @@ class EventRenderer:
     def summary(self, event: SessionEvent) -> Text:
         """What matters in one event, short: text, tool call, result, stop reason, error, or usage."""
         width = self.summary_width
-        match event.type:
-            case "user.message" | "agent.message":
+        match event:
+            case UserMessage() | AgentMessage():
                 return Text(one_line(blocks_text(event.content), width))
-            case "agent.tool_use" | "agent.custom_tool_use":
+            case AgentToolUse() | AgentCustomToolUse():
                 self.tool_names[event.id] = event.name
-                waiting = " (waits for user.custom_tool_result)" if event.type == "agent.custom_tool_use" else ""
+                waiting = " (waits for user.custom_tool_result)" if isinstance(event, AgentCustomToolUse) else ""
                 return Text(one_line(f"{event.name} {compact_json(event.input)}{waiting}", width), style="bold")
-            case "agent.mcp_tool_use":
+            case AgentMcpToolUse():
                 self.tool_names[event.id] = f"{event.mcp_server_name}/{event.name}"
                 return Text(one_line(f"{event.mcp_server_name}/{event.name} {compact_json(event.input)}", width))
-            case "agent.tool_result" | "agent.mcp_tool_result":
-                use_id = event.tool_use_id if event.type == "agent.tool_result" else event.mcp_tool_use_id
-                return self._result(self.tool_names.get(use_id, use_id), blocks_text(event.content), event.is_error)
-            case "user.custom_tool_result":
+            case AgentToolResult():
+                name = self.tool_names.get(event.tool_use_id, event.tool_use_id)
+                return self._result(name, blocks_text(event.content), event.is_error)
+            case AgentMcpToolResult():
+                name = self.tool_names.get(event.mcp_tool_use_id, event.mcp_tool_use_id)
+                return self._result(name, blocks_text(event.content), event.is_error)
+            case UserCustomToolResult():
                 name = self.tool_names.get(event.custom_tool_use_id, event.custom_tool_use_id)
                 return self._result(name, blocks_text(event.content), event.is_error)
-            case "user.tool_confirmation":
+            case UserToolConfirmation():
                 denied = f": {event.deny_message}" if event.deny_message else ""
                 return Text(one_line(f"{event.result} {event.tool_use_id}{denied}", width))
-            case "session.status_idle":
+            case SessionStatusIdle():
                 reason = event.stop_reason
-                waiting = f" (waiting for {', '.join(reason.event_ids)})" if reason.type == "requires_action" else ""
+                waiting = ""
+                if isinstance(reason, RequiresAction):
+                    waiting = f" (waiting for {', '.join(reason.event_ids)})"
                 return Text(one_line(f"{reason.type}{waiting}", width), style="bold")
-            case "session.error":
+            case SessionError():
                 error = event.error
                 return Text(one_line(f"{error.type} ({error.retry_status.type}): {error.message}", width), ERROR_STYLE)
-            case "span.model_request_end":
+            case SpanModelRequestEnd():
                 usage = event.model_usage
                 text = f"{usage.input_tokens} in / {usage.output_tokens} out tokens"
                 if usage.cache_read_input_tokens or usage.cache_creation_input_tokens:
