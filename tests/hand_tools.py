@@ -20,7 +20,7 @@ async def sleep(input: dict[str, Any]) -> str:
         await asyncio.sleep(float(input.get("seconds", 1)))
     except asyncio.CancelledError:
         if "marker" in input:
-            Path(str(input["marker"])).write_text("cancelled")  # noqa: ASYNC240 - a tiny test write
+            Path(str(input["marker"])).write_text("cancelled")
         raise
     return "slept"
 
