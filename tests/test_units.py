@@ -1,0 +1,172 @@
+"""Unit tests of pure functions: context building, the log, input validation, error mapping, the utility hand."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+from pydantic import ValidationError
+
+from corral.activities.context import build_messages, build_tools
+from corral.activities.errors import classify, parse_retry_after
+from corral.contract.events import (
+    AgentMessage,
+    AgentToolResult,
+    AgentToolUse,
+    SessionStatusRunning,
+    TextBlock,
+    UserMessage,
+)
+from corral.contract.session import AgentConfig, EventsQuery, SendEventsInput, SessionInput
+from corral.hands._execute import truncate_output
+from corral.hands.utility import calculate
+from corral.workflows._log import SessionLog, parse_user_events
+
+
+def _log() -> SessionLog:
+    counter = itertools.count(1)
+    return SessionLog(new_id=lambda: f"sevt_{next(counter)}", now=lambda: datetime(2026, 1, 1, tzinfo=UTC))
+
+
+def test_context_merges_roles_and_puts_tool_results_first() -> None:
+    log = _log()
+    first = log.append(UserMessage, content=[TextBlock(text="hi")])
+    log.append(SessionStatusRunning)
+    said = log.append(AgentMessage, content=[TextBlock(text="calling")])
+    use = log.append(AgentToolUse, name="calc", input={"x": 1})
+    late = log.append(UserMessage, content=[TextBlock(text="queued while the tool ran")])
+    result = log.append(AgentToolResult, tool_use_id=use.id, content=[TextBlock(text="2")])
+    for event in (first, said, use, late, result):  # `late` entered the conversation before the result
+        log.add_to_conversation(event)
+    messages = build_messages(log.conversation_entries(0, 5))
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+    assert messages[1]["content"] == [
+        {"type": "text", "text": "calling"},
+        {"type": "tool_use", "id": use.id, "name": "calc", "input": {"x": 1}},
+    ]
+    assert [b["type"] for b in messages[2]["content"]] == ["tool_result", "text"]
+    assert messages[2]["content"][0]["tool_use_id"] == use.id
+
+
+def test_tools_expand_the_utility_toolset() -> None:
+    agent = AgentConfig.model_validate({"model": "m", "tools": [{"type": "corral_utility"}]})
+    assert [t["name"] for t in build_tools(agent)] == ["get_time", "calculate"]
+    with pytest.raises(ValidationError, match="repeated: calculate"):
+        AgentConfig.model_validate(
+            {"model": "m", "tools": [{"type": "corral_utility"}, {"type": "custom", "name": "calculate"}]}
+        )
+
+
+def test_session_input_needs_only_a_model_and_rejects_unknown_fields() -> None:
+    assert SessionInput.model_validate({"agent": {"model": "m"}}).agent.max_tokens == 4096
+    with pytest.raises(ValidationError, match="agent.model"):
+        SessionInput.model_validate({"agent": {}})
+    with pytest.raises(ValidationError, match="Extra inputs"):
+        SessionInput.model_validate({"agent": {"model": "m"}, "mesage": "typo"})
+    with pytest.raises(ValidationError, match="not supported yet"):
+        SessionInput.model_validate({"agent": {"model": "m"}, "vault_ids": ["v"]})
+
+
+def test_event_pages_by_count_type_and_bytes() -> None:
+    log = _log()
+    for n in range(10):
+        log.append(UserMessage, content=[TextBlock(text=f"m{n}")])
+        log.append(SessionStatusRunning)
+    page = log.page(EventsQuery(after=0, limit=3))
+    assert [e.position for e in page.events] == [1, 2, 3] and page.has_more and page.next_after == 3
+    page = log.page(EventsQuery(after=3, types=["user.message"], limit=100))
+    assert [e.position for e in page.events] == [5, 7, 9, 11, 13, 15, 17, 19] and not page.has_more
+    assert [e.position for e in log.page(EventsQuery(after=2, before=5)).events] == [3, 4]
+
+
+def test_event_pages_stay_under_the_query_size_cap() -> None:
+    log = _log()
+    for _ in range(8):
+        log.append(UserMessage, content=[TextBlock(text="x" * 200_000)])
+    page = log.page(EventsQuery(limit=1000))
+    assert 0 < len(page.events) < 8 and page.has_more
+    assert sum(len(e.model_dump_json()) for e in page.events) <= 1_000_000
+
+
+def test_model_context_pages_by_bytes() -> None:
+    log = _log()
+    for _ in range(8):
+        log.add_to_conversation(log.append(UserMessage, content=[TextBlock(text="y" * 200_000)]))
+    agent = AgentConfig(model="m")
+    pages, start, seen = 0, 0, []
+    while start < 8:
+        page = log.model_context(agent, start, 8)
+        assert page.entries, "a page must make progress"
+        seen += [e.position for e in page.entries]
+        start, pages = page.next_start, pages + 1
+    assert seen == list(range(1, 9)) and pages > 1
+
+
+@pytest.mark.parametrize(
+    ("events", "message"),
+    [
+        ([{"type": "user.message", "content": [{"type": "text"}]}], "events[0].user.message.content"),
+        ([{"type": "nope"}], "does not match any of the expected tags"),
+        ([{"type": "user.message", "content": "hi"}] * 51, "at most 50 events"),
+    ],
+)
+def test_parse_user_events_explains_what_is_wrong(events: list[dict[str, Any]], message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]").replace(".", r"\.")):
+        parse_user_events(SendEventsInput(events=events))
+
+
+def _status_error(status: int, headers: dict[str, str] | None = None, body: Any = None) -> anthropic.APIStatusError:
+    request = httpx.Request("POST", "http://model/v1/messages")
+    response = httpx.Response(status, headers=headers or {}, request=request)
+    return anthropic.APIStatusError("boom", response=response, body=body)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("status", "error_type", "retryable"),
+    [
+        (429, "model_rate_limited_error", True),
+        (529, "model_overloaded_error", True),
+        (500, "model_request_failed_error", True),
+        (503, "model_request_failed_error", True),
+        (408, "model_request_failed_error", True),
+        (400, "model_request_failed_error", False),
+        (401, "model_request_failed_error", False),
+        (403, "model_request_failed_error", False),
+        (404, "model_request_failed_error", False),
+        (402, "billing_error", False),
+    ],
+)
+def test_classify_status_codes(status: int, error_type: str, retryable: bool) -> None:
+    info = classify(_status_error(status, {"retry-after": "7"}))
+    assert info is not None
+    assert (info.error_type, info.retryable) == (error_type, retryable)
+    if retryable:
+        assert info.retry_after == 7
+
+
+def test_classify_errors_inside_a_stream_by_body_type() -> None:
+    info = classify(_status_error(200, body={"type": "error", "error": {"type": "overloaded_error"}}))
+    assert info is not None and info.error_type == "model_overloaded_error" and info.retryable
+
+
+def test_retry_after_forms() -> None:
+    assert parse_retry_after(httpx.Headers({"retry-after-ms": "1500"})) == 1.5
+    assert parse_retry_after(httpx.Headers({"retry-after": "3"})) == 3
+    assert parse_retry_after(httpx.Headers({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"})) == 0
+    assert parse_retry_after(httpx.Headers({})) is None
+
+
+def test_calculate_is_safe() -> None:
+    assert calculate({"expression": "2*(3+4) - 1"}) == "2*(3+4) - 1 = 13"
+    for bad in ("__import__('os')", "a + 1", "2 ** 100000", "", "1/0"):
+        with pytest.raises((ValueError, ArithmeticError)):
+            calculate({"expression": bad})
+
+
+def test_truncate_output_says_how_much_was_cut() -> None:
+    assert truncate_output("abc", limit=5) == "abc"
+    assert truncate_output("x" * 12, limit=5) == "xxxxx\n[output truncated: 7 of 12 characters cut]"
