@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -63,7 +64,7 @@ def test_tools_expand_the_utility_toolset() -> None:
 
 def test_session_input_needs_only_a_model_and_rejects_unknown_fields() -> None:
     assert SessionInput.model_validate({"agent": {"model": "m"}}).agent.max_tokens == 4096
-    with pytest.raises(ValidationError, match="agent.model"):
+    with pytest.raises(ValidationError, match=r"agent\.model"):
         SessionInput.model_validate({"agent": {}})
     with pytest.raises(ValidationError, match="Extra inputs"):
         SessionInput.model_validate({"agent": {"model": "m"}, "mesage": "typo"})
@@ -115,7 +116,7 @@ def test_model_context_pages_by_bytes() -> None:
     ],
 )
 def test_parse_user_events_explains_what_is_wrong(events: list[dict[str, Any]], message: str) -> None:
-    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]").replace(".", r"\.")):
+    with pytest.raises(ValueError, match=re.escape(message)):
         parse_user_events(SendEventsInput(events=events))
 
 
