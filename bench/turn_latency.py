@@ -1,0 +1,113 @@
+"""How much a corral turn adds to the model's own latency, measured side by side in one run.
+
+Arms, on the same offline model server (configurable first-token latency and token rate):
+  direct   the `anthropic` SDK streams straight from the model server (the floor)
+  session  a message sent to a running session with the `send_events` update, until the
+           `agent.message` is in the log (update, workflow task, activity dispatch, streaming, event append)
+
+Prints p50/p95 per arm and the ratio session / direct. Usage: `python bench/turn_latency.py --turns 30`.
+The figures are ratios against a baseline measured in the same run: absolute times on shared machines move.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+import uuid
+
+import anthropic
+from temporalio.common import SearchAttributeKey
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from corral.contract.session import AgentConfig, SessionInput
+from corral.modelserver import ModelServerThread
+from corral.names import SEARCH_ATTRIBUTE_MODEL, SEARCH_ATTRIBUTE_STATUS
+from corral.sessions import read_events, send_text, start_session, wait_for_idle
+from corral.temporal import temporal_binary
+from corral.workers.roles import harness_worker, model_worker
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+async def direct_arm(base_url: str, model: str, turns: int) -> list[float]:
+    client = anthropic.AsyncAnthropic(base_url=base_url, api_key="bench", max_retries=0)
+    times = []
+    for turn in range(turns):
+        started = time.perf_counter()
+        messages = [{"role": "user", "content": f"turn {turn}"}]
+        async with client.messages.stream(model=model, max_tokens=256, messages=messages) as stream:  # type: ignore[arg-type]
+            await stream.get_final_message()
+        times.append(time.perf_counter() - started)
+    return times
+
+
+async def session_arm(env: WorkflowEnvironment, base_url: str, model: str, turns: int) -> list[float]:
+    suffix = uuid.uuid4().hex[:8]
+    harness_queue, model_queue = f"bench-harness-{suffix}", f"bench-model-{suffix}"
+    client = anthropic.AsyncAnthropic(base_url=base_url, api_key="bench", max_retries=0)
+    times = []
+    async with harness_worker(env.client, harness_queue), model_worker(env.client, client, model_queue):
+        input = SessionInput(agent=AgentConfig(model=model), model_task_queue=model_queue)
+        handle = await start_session(env.client, input, task_queue=harness_queue)
+        after = 0
+        for turn in range(turns):
+            started = time.perf_counter()
+            await send_text(handle, f"turn {turn}")
+            while True:
+                events = await read_events(handle, after=after, types=["agent.message"])
+                if events:
+                    break
+                await asyncio.sleep(0.005)
+            times.append(time.perf_counter() - started)
+            after = (await wait_for_idle(handle, after=after))[-1].position
+        await handle.terminate("benchmark done")
+    return times
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--turns", type=int, default=30)
+    parser.add_argument("--first-token-latency", type=float, default=0.3, help="seconds (default 0.3)")
+    parser.add_argument("--tokens-per-second", type=float, default=200.0, help="default 200")
+    args = parser.parse_args()
+    server = ModelServerThread(first_token_latency=args.first_token_latency, tokens_per_second=args.tokens_per_second)
+    base_url = server.start()
+    server.register("bench", {"steps": [{"text": "a short answer of about twelve words to stream back"}], "loop": True})
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        data_converter=pydantic_data_converter,
+        search_attributes=[
+            SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS),
+            SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_MODEL),
+        ],
+        dev_server_database_filename=None,
+    )
+    try:
+        direct = await direct_arm(base_url, "script:bench", args.turns)
+        session = await session_arm(env, base_url, "script:bench", args.turns)
+    finally:
+        await env.shutdown()
+        server.stop()
+    print(
+        f"model server: first token {args.first_token_latency}s, {args.tokens_per_second} tokens/s; "
+        f"{args.turns} turns per arm"
+    )
+    print(f"{'arm':<10}{'p50 s':>10}{'p95 s':>10}{'mean s':>10}")
+    for name, values in (("direct", direct), ("session", session)):
+        print(
+            f"{name:<10}{percentile(values, 0.5):>10.3f}{percentile(values, 0.95):>10.3f}{statistics.mean(values):>10.3f}"
+        )
+    print(
+        f"session / direct: p50 {percentile(session, 0.5) / percentile(direct, 0.5):.2f}, "
+        f"p95 {percentile(session, 0.95) / percentile(direct, 0.95):.2f}"
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
