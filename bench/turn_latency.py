@@ -100,9 +100,8 @@ async def main() -> None:
     )
     print(f"{'arm':<10}{'p50 s':>10}{'p95 s':>10}{'mean s':>10}")
     for name, values in (("direct", direct), ("session", session)):
-        print(
-            f"{name:<10}{percentile(values, 0.5):>10.3f}{percentile(values, 0.95):>10.3f}{statistics.mean(values):>10.3f}"
-        )
+        p50, p95, mean = percentile(values, 0.5), percentile(values, 0.95), statistics.mean(values)
+        print(f"{name:<10}{p50:>10.3f}{p95:>10.3f}{mean:>10.3f}")
     print(
         f"session / direct: p50 {percentile(session, 0.5) / percentile(direct, 0.5):.2f}, "
         f"p95 {percentile(session, 0.95) / percentile(direct, 0.95):.2f}"
