@@ -17,7 +17,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from corral.contract.events import SessionEvent
+from corral.contract.events import SessionEvent, SessionStatusIdle, StopReason
 from corral.contract.session import AgentConfig, SessionInput
 from corral.hands import make_execute_activity
 from corral.modelserver import ModelServerThread
@@ -112,7 +112,15 @@ async def stack(temporal_env: WorkflowEnvironment, model_server: ModelServerThre
 
 def texts(events: list[SessionEvent], type_: str = "agent.message") -> list[str]:
     """The text of every event of one type, in order."""
-    return ["".join(block.text for block in e.content) for e in events if e.type == type_]  # type: ignore[union-attr]
+    return [
+        "".join(getattr(block, "text", "") for block in getattr(e, "content", [])) for e in events if e.type == type_
+    ]
+
+
+def stop_reason(event: SessionEvent) -> StopReason:
+    """The stop reason of a `session.status_idle` event (fails the test for any other event)."""
+    assert isinstance(event, SessionStatusIdle), f"expected session.status_idle, got {event.type}"
+    return event.stop_reason
 
 
 def assert_log_is_whole(events: list[SessionEvent]) -> None:
@@ -121,4 +129,4 @@ def assert_log_is_whole(events: list[SessionEvent]) -> None:
     assert len({e.id for e in events}) == len(events)
 
 
-__all__ = ["Stack", "assert_log_is_whole", "read_events", "texts", "unique", "wait_for_idle"]
+__all__ = ["Stack", "assert_log_is_whole", "read_events", "stop_reason", "texts", "unique", "wait_for_idle"]

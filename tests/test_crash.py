@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from corral.contract.session import AgentConfig, SessionInput
@@ -30,7 +30,7 @@ def _spawn(
     return subprocess.Popen(args, cwd=ROOT, stdout=log.open("ab"), stderr=subprocess.STDOUT)
 
 
-async def _until(predicate_events: str, handle, within: float = 20) -> None:  # type: ignore[no-untyped-def]
+async def _until(predicate_events: str, handle: WorkflowHandle, within: float = 20) -> None:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         if any(e.type == predicate_events for e in await read_events(handle)):

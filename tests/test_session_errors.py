@@ -12,7 +12,7 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from corral.contract.session import SendEventsInput, SendEventsResult
 from corral.names import SIGNAL_INTERRUPT, SIGNAL_USER_MESSAGE, UPDATE_SEND_EVENTS
 from corral.sessions import send_text, session_info
-from tests.conftest import Stack, assert_log_is_whole, read_events, texts, wait_for_idle
+from tests.conftest import Stack, assert_log_is_whole, read_events, stop_reason, texts, wait_for_idle
 
 
 async def _send(handle: WorkflowHandle, events: list[dict[str, Any]]) -> SendEventsResult:
@@ -70,14 +70,14 @@ async def test_retryable_model_failure_then_success_has_no_duplicates(stack: Sta
     events = await wait_for_idle(handle)
     assert_log_is_whole(events)
     errors = [e for e in events if e.type == "session.error"]
-    assert [(e.error.type, e.error.retry_status.type) for e in errors] == [  # type: ignore[union-attr]
+    assert [(e.error.type, e.error.retry_status.type) for e in errors] == [
         ("model_overloaded_error", "retrying"),
         ("model_request_failed_error", "retrying"),
     ]
     assert [e.type for e in events].count("session.status_rescheduled") == 2
     assert texts(events) == ["made it"]
     assert len(stack.requests(model)) == 3
-    assert events[-1].stop_reason.type == "end_turn"  # type: ignore[union-attr]
+    assert stop_reason(events[-1]).type == "end_turn"
 
 
 async def test_mid_stream_model_error_is_retried(stack: Stack) -> None:
@@ -85,7 +85,7 @@ async def test_mid_stream_model_error_is_retried(stack: Stack) -> None:
     handle = await stack.start(model, message="go")
     events = await wait_for_idle(handle)
     assert texts(events) == ["one two three four five six"]
-    assert [e.error.type for e in events if e.type == "session.error"] == ["model_overloaded_error"]  # type: ignore[union-attr]
+    assert [e.error.type for e in events if e.type == "session.error"] == ["model_overloaded_error"]
 
 
 async def test_401_gives_a_session_error_and_the_next_message_works(stack: Stack) -> None:
@@ -93,10 +93,10 @@ async def test_401_gives_a_session_error_and_the_next_message_works(stack: Stack
     handle = await stack.start(model, message="first")
     events = await wait_for_idle(handle)
     error = next(e for e in events if e.type == "session.error")
-    assert error.error.type == "model_request_failed_error"  # type: ignore[union-attr]
-    assert error.error.retry_status.type == "exhausted"  # type: ignore[union-attr]
-    assert "401" in error.error.message  # type: ignore[union-attr]
-    assert events[-1].stop_reason.type == "retries_exhausted"  # type: ignore[union-attr]
+    assert error.error.type == "model_request_failed_error"
+    assert error.error.retry_status.type == "exhausted"
+    assert "401" in error.error.message
+    assert stop_reason(events[-1]).type == "retries_exhausted"
     assert len(stack.requests(model)) == 1, "a 401 must not be retried"
     await send_text(handle, "second")
     events = await wait_for_idle(handle, after=events[-1].position)
@@ -107,9 +107,9 @@ async def test_retries_exhausted_after_max_attempts(stack: Stack) -> None:
     model = stack.script([{"text": "never", "fail": [{"status": 429, "retry_after": 0}] * 5}])
     handle = await stack.start(model, message="go", model_retry={"max_attempts": 3})
     events = await wait_for_idle(handle)
-    statuses = [e.error.retry_status.type for e in events if e.type == "session.error"]  # type: ignore[union-attr]
+    statuses = [e.error.retry_status.type for e in events if e.type == "session.error"]
     assert statuses == ["retrying", "retrying", "exhausted"]
-    assert events[-1].stop_reason.type == "retries_exhausted"  # type: ignore[union-attr]
+    assert stop_reason(events[-1]).type == "retries_exhausted"
 
 
 async def test_interrupt_mid_model_turn(stack: Stack) -> None:
@@ -122,7 +122,7 @@ async def test_interrupt_mid_model_turn(stack: Stack) -> None:
     events = await wait_for_idle(handle, within_seconds=15)
     assert "agent.message" not in [e.type for e in events]
     end = next(e for e in events if e.type == "span.model_request_end")
-    assert end.is_error  # type: ignore[union-attr]
+    assert end.is_error
     assert (await session_info(handle)).status == "idle"
     for _ in range(100):  # the cancel reaches the model activity with its next heartbeat
         if _model_stats(stack)["cancelled_streams"] > cancelled_before:
@@ -151,7 +151,7 @@ async def test_interrupt_mid_tool_cancels_it_and_redirects(stack: Stack, tmp_pat
     interrupted = await wait_for_idle(handle, within_seconds=15)
     assert (tmp_path / "marker").read_text() == "cancelled", "the hand's activity was not cancelled"
     tool_result = next(e for e in interrupted if e.type == "agent.tool_result")
-    assert tool_result.is_error and "interrupted" in tool_result.content[0].text  # type: ignore[union-attr]
+    assert tool_result.is_error and "interrupted" in tool_result.content[0].text
     # The redirecting message, sent in the same batch after the interrupt, runs a new turn.
     redirected = await wait_for_idle(handle, after=interrupted[-1].position)
     assert texts(redirected) == ["after:\nCancelled: the user interrupted this tool call.\ndo this instead"]
@@ -159,7 +159,8 @@ async def test_interrupt_mid_tool_cancels_it_and_redirects(stack: Stack, tmp_pat
 
 
 def _model_stats(stack: Stack) -> dict[str, int]:
-    return httpx.get(f"{stack.model_server.base_url}/_corral/stats").json()  # type: ignore[no-any-return]
+    stats: dict[str, int] = httpx.get(f"{stack.model_server.base_url}/_corral/stats").json()
+    return stats
 
 
 async def _wait_for(handle: WorkflowHandle, event_type: str) -> None:

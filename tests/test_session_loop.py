@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+from corral.contract.events import RequiresAction
 from corral.contract.session import SendEventsInput, SendEventsResult, UserMessageSignal
 from corral.names import SIGNAL_USER_MESSAGE, UPDATE_SEND_EVENTS
 from corral.sessions import send_text, session_info
-from tests.conftest import Stack, assert_log_is_whole, read_events, texts, wait_for_idle
+from tests.conftest import Stack, assert_log_is_whole, read_events, stop_reason, texts, wait_for_idle
 
 
 async def test_multi_turn_conversation(stack: Stack) -> None:
@@ -35,13 +36,13 @@ async def test_multi_turn_conversation(stack: Stack) -> None:
     assert texts(events) == ["Hello, I am scripted.", "You said:\nsecond message"]
     assert all(e.processed_at is not None for e in events)
     ends = [e for e in events if e.type == "span.model_request_end"]
-    assert all(e.model_usage.input_tokens > 0 and e.model_usage.output_tokens > 0 for e in ends)  # type: ignore[union-attr]
+    assert all(e.model_usage.input_tokens > 0 and e.model_usage.output_tokens > 0 for e in ends)
     # The second request carried the whole conversation, in order, rebuilt from the log.
     second = stack.requests(model)[1]["body"]["messages"]
     assert [m["role"] for m in second] == ["user", "assistant", "user"]
     info = await session_info(handle)
     assert (info.status, info.turns, info.stop_reason) == ("idle", 2, "end_turn")
-    assert info.usage.output_tokens == sum(e.model_usage.output_tokens for e in ends)  # type: ignore[union-attr]
+    assert info.usage.output_tokens == sum(e.model_usage.output_tokens for e in ends)
 
 
 async def test_tool_use_loop_routes_through_execute(stack: Stack) -> None:
@@ -58,10 +59,10 @@ async def test_tool_use_loop_routes_through_execute(stack: Stack) -> None:
     assert_log_is_whole(events)
     uses = [e for e in events if e.type == "agent.tool_use"]
     results = [e for e in events if e.type == "agent.tool_result"]
-    assert [u.name for u in uses] == ["calculate", "echo", "nope"]  # type: ignore[union-attr]
-    assert [r.tool_use_id for r in results] == [u.id for u in uses]  # type: ignore[union-attr]
+    assert [u.name for u in uses] == ["calculate", "echo", "nope"]
+    assert [r.tool_use_id for r in results] == [u.id for u in uses]
     assert texts(events, "agent.tool_result")[0] == "2*(3+4) = 14"
-    assert [r.is_error for r in results] == [False, False, True]  # type: ignore[union-attr]
+    assert [r.is_error for r in results] == [False, False, True]
     assert "Unknown tool 'nope'" in texts(events, "agent.tool_result")[2]
     assert texts(events)[-1].startswith("Result:\ndone")
     # The model saw tool results keyed by the event ids of the tool uses.
@@ -104,7 +105,7 @@ async def test_user_message_signal_is_deduplicated_by_client_id(stack: Stack) ->
     )
     events = await wait_for_idle(handle)
     messages = [e for e in events if e.type == "user.message"]
-    assert len(messages) == 1 and messages[0].client_id == "client-1"  # type: ignore[union-attr]
+    assert len(messages) == 1 and messages[0].client_id == "client-1"
     assert result.event_ids == [messages[0].id]
 
 
@@ -119,8 +120,9 @@ async def test_custom_tool_waits_for_the_client(stack: Stack) -> None:
     handle = await stack.start(model, message="what color?", tools=[custom])
     events = await wait_for_idle(handle)
     use = next(e for e in events if e.type == "agent.custom_tool_use")
-    assert events[-1].stop_reason.type == "requires_action"  # type: ignore[union-attr]
-    assert events[-1].stop_reason.event_ids == [use.id]  # type: ignore[union-attr]
+    assert stop_reason(events[-1]).type == "requires_action"
+    requires = stop_reason(events[-1])
+    assert isinstance(requires, RequiresAction) and requires.event_ids == [use.id]
     await handle.execute_update(
         UPDATE_SEND_EVENTS,
         SendEventsInput(events=[{"type": "user.custom_tool_result", "custom_tool_use_id": use.id, "content": "blue"}]),
@@ -128,4 +130,4 @@ async def test_custom_tool_waits_for_the_client(stack: Stack) -> None:
     )
     events = await wait_for_idle(handle, after=events[-1].position)
     assert texts(events) == ["Client said:\nblue"]
-    assert events[-1].stop_reason.type == "end_turn"  # type: ignore[union-attr]
+    assert stop_reason(events[-1]).type == "end_turn"

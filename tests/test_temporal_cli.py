@@ -24,7 +24,8 @@ async def _events(stack: Stack, session_id: str, after: int = 0) -> list[dict[st
         _temporal, stack, "workflow", "query", "--workflow-id", session_id, "--name", "events",
         "--input", json.dumps({"after": after}),
     )  # fmt: skip
-    return answer["queryResult"][0]["events"]  # type: ignore[no-any-return]
+    events: list[dict[str, Any]] = answer["queryResult"][0]["events"]
+    return events
 
 
 async def _until_idle(stack: Stack, session_id: str, count: int) -> list[dict[str, Any]]:
