@@ -88,7 +88,8 @@ class Stack:
         self, model: str, message: str | None = None, tools: list[dict[str, Any]] | None = None, **extra: Any
     ) -> WorkflowHandle:
         agent = AgentConfig.model_validate({"model": model, "tools": tools or []})
-        input = SessionInput(agent=agent, message=message, model_task_queue=self.model_queue, **extra)
+        extra.setdefault("model_task_queue", self.model_queue)
+        input = SessionInput(agent=agent, message=message, **extra)
         handle = await start_session(self.client, input, task_queue=self.harness_queue)
         self.started.append(handle)
         return handle

@@ -101,6 +101,10 @@ async def test_sigkill_mid_turn_then_a_fresh_worker_finishes(
         assert texts(all_events) == ["first answer", "second answer, slowly", "after the tool"]
         assert texts(all_events, "user.message") == ["one", "two", "three"]
         assert [e.type for e in all_events].count("agent.tool_use") == 1
+
+        # Graceful shutdown: SIGTERM stops the worker cleanly.
+        third.send_signal(signal.SIGTERM)
+        assert third.wait(timeout=20) == 0
     finally:
         for process in (first, second, third):
             if process is not None and process.poll() is None:

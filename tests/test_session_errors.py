@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import anthropic
 import httpx
 import pytest
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 
+from corral.contract.events import SessionError
 from corral.contract.session import SendEventsInput, SendEventsResult
 from corral.names import SIGNAL_INTERRUPT, SIGNAL_USER_MESSAGE, UPDATE_SEND_EVENTS
 from corral.sessions import send_text, session_info
+from corral.workers.roles import model_worker
 from tests.conftest import Stack, assert_log_is_whole, read_events, stop_reason, texts, wait_for_idle
 
 
@@ -169,3 +172,23 @@ async def _wait_for(handle: WorkflowHandle, event_type: str) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"no {event_type} event")
+
+
+async def test_unreachable_model_endpoint_is_retried_then_exhausted(stack: Stack) -> None:
+    dead = anthropic.AsyncAnthropic(base_url="http://127.0.0.1:9", api_key="test-key", max_retries=0)
+    queue = f"{stack.model_queue}-dead"
+    async with model_worker(stack.client, dead, queue):
+        handle = await stack.start(
+            "any-model",
+            message="hello?",
+            model_task_queue=queue,
+            model_retry={"max_attempts": 2, "initial_delay_seconds": 0.1},
+        )
+        events = await wait_for_idle(handle)
+    errors = [e for e in events if isinstance(e, SessionError)]
+    assert [(e.error.type, e.error.retry_status.type) for e in errors] == [
+        ("model_request_failed_error", "retrying"),
+        ("model_request_failed_error", "exhausted"),
+    ]
+    assert "connection error" in errors[0].error.message
+    assert stop_reason(events[-1]).type == "retries_exhausted"

@@ -8,6 +8,7 @@ from corral.contract.events import RequiresAction
 from corral.contract.session import SendEventsInput, SendEventsResult, UserMessageSignal
 from corral.names import SIGNAL_USER_MESSAGE, UPDATE_SEND_EVENTS
 from corral.sessions import send_text, session_info
+from corral.workflows.session import MODEL_KEY, STATUS_KEY
 from tests.conftest import Stack, assert_log_is_whole, read_events, stop_reason, texts, wait_for_idle
 
 
@@ -131,3 +132,28 @@ async def test_custom_tool_waits_for_the_client(stack: Stack) -> None:
     events = await wait_for_idle(handle, after=events[-1].position)
     assert texts(events) == ["Client said:\nblue"]
     assert stop_reason(events[-1]).type == "end_turn"
+
+
+async def test_web_ui_summary_details_and_search_attributes(stack: Stack) -> None:
+    model = stack.script([{"text": "ok"}])
+    handle = await stack.start(model, message="hi", title="UI check", metadata={"team": "search"})
+    await wait_for_idle(handle)
+    description = await handle.describe()
+    assert await description.static_summary() == f"UI check · {model}"
+    details = await description.static_details()
+    assert details is not None and "**team** search" in details
+    current = await handle.query("__temporal_workflow_metadata")
+    assert "**idle** (end_turn)" in current.current_details
+    for _ in range(50):  # visibility is eventually consistent
+        attributes = (await handle.describe()).typed_search_attributes
+        if attributes.get(STATUS_KEY) == "idle":
+            break
+        await asyncio.sleep(0.1)
+    assert attributes.get(STATUS_KEY) == "idle" and attributes.get(MODEL_KEY) == model
+    history = await handle.fetch_history()
+    summaries = [
+        event.user_metadata.summary.data.decode()
+        for event in history.events
+        if event.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert summaries == ['"model turn 1"']

@@ -1,0 +1,160 @@
+"""The `corral` CLI: argument and error handling in-process, and one real end-to-end run of the local stack.
+
+No mocks: the quick tests hit real validation and a real (refused) connection; the end-to-end test starts the
+Temporal dev server, the offline model server and the workers as real detached processes, then stops them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from corral.cli.main import app
+from corral.cli.session_ops import build_session_input
+
+runner = CliRunner()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def invoke(state_dir: Path, *args: str) -> tuple[int, str]:
+    result = runner.invoke(app, ["--state-dir", str(state_dir), *args])
+    return result.exit_code, result.output
+
+
+# ---- quick, in-process -------------------------------------------------------------------------------------------
+
+
+def test_bad_input_file_exits_2_naming_the_fields(tmp_path: Path) -> None:
+    bad = tmp_path / "session.json"
+    bad.write_text(json.dumps({"agent": {"model": "m", "max_tokens": 0}, "titel": "typo"}))
+    code, output = invoke(tmp_path, "start", "--input", str(bad))
+    assert code == 2, output
+    assert "agent.max_tokens" in output
+    assert "titel" in output
+    assert "Traceback" not in output
+
+
+def test_input_file_that_is_not_json_exits_2(tmp_path: Path) -> None:
+    bad = tmp_path / "session.json"
+    bad.write_text("{not json")
+    code, output = invoke(tmp_path, "start", "--input", str(bad))
+    assert code == 2, output
+    assert "not valid JSON" in output
+
+
+def test_send_to_a_stopped_stack_says_run_corral_up(tmp_path: Path) -> None:
+    address = f"127.0.0.1:{free_port()}"  # Nothing listens here.
+    code, output = invoke(tmp_path, "--address", address, "send", "sesn_nothing", "hello")
+    assert code == 1, output
+    assert f"cannot reach Temporal at {address}" in output
+    assert "corral up" in output
+    assert "Traceback" not in output
+
+
+def test_unknown_event_type_is_a_usage_error(tmp_path: Path) -> None:
+    code, output = invoke(tmp_path, "events", "sesn_x", "--type", "agent.nonsense")
+    assert code == 2
+    assert "agent.nonsense" in output
+
+
+def test_down_and_status_with_nothing_running(tmp_path: Path) -> None:
+    code, output = invoke(tmp_path, "down")
+    assert code == 0 and "nothing was running" in output
+    code, output = invoke(tmp_path, "status")
+    assert code == 0 and "no corral processes" in output
+
+
+def test_options_override_the_input_file() -> None:
+    base = {"agent": {"model": "from-file", "tools": [{"type": "corral_utility"}]}, "title": "t"}
+    merged = build_session_input(base, default_model="d", model="m", message="hi", tool_utility=False)
+    assert merged.agent.model == "m" and merged.agent.tools == [] and merged.message == "hi"
+    assert build_session_input({"agent": {}}, default_model="d").agent.model == "d"
+    assert [tool.type for tool in build_session_input(None, default_model="d").agent.tools] == ["corral_utility"]
+
+
+# ---- end to end, real processes -------------------------------------------------------------------------------
+
+
+def corral(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run the CLI as a user would, in its own process with stdout captured (not a terminal)."""
+    return subprocess.run(
+        [sys.executable, "-m", "corral.cli.main", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def pids_in(state_dir: Path) -> dict[str, int]:
+    return {path.stem: int(path.read_text()) for path in (state_dir / "pids").glob("*.pid")}
+
+
+def is_gone(pid: int) -> bool:
+    """`os.kill(pid, 0)` fails, or only a zombie waiting for its reaper (init) is left."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "\nState:\tZ" in status.read_text()
+
+
+@pytest.mark.timeout(240)
+def test_up_start_tail_events_ls_down(tmp_path: Path) -> None:
+    state_dir = tmp_path / "state"
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("ANTHROPIC_", "CORRAL_"))}
+    env["CORRAL_STATE_DIR"] = str(state_dir)  # Offline mode: no ANTHROPIC_API_KEY in this environment.
+    ports = ["--temporal-port", str(free_port()), "--ui-port", str(free_port()), "--model-port", str(free_port())]
+    started: dict[str, int] = {}
+    try:
+        up = corral(env, "up", *ports)
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "offline stand-in" in up.stdout
+        started = pids_in(state_dir)
+        assert set(started) == {"temporal", "model-server", "all-in-one"}
+
+        start = corral(env, "start", "please calculate 2+2")
+        assert start.returncode == 0, start.stderr
+        session_id = start.stdout.strip()
+        assert re.fullmatch(r"sesn_[0-9a-f]+", session_id), start.stdout
+
+        tail = corral(env, "tail", session_id, timeout=90)
+        assert tail.returncode == 0, tail.stderr
+        assert "calculate" in tail.stdout
+        assert "2+2 = 4" in tail.stdout
+        assert "session.status_idle" in tail.stdout
+
+        events = corral(env, "events", session_id, "--type", "agent.tool_result", "--json")
+        assert events.returncode == 0, events.stderr
+        results = [json.loads(line) for line in events.stdout.splitlines()]
+        assert [result["type"] for result in results] == ["agent.tool_result"]
+        assert results[0]["content"][0]["text"] == "2+2 = 4" and not results[0]["is_error"]
+
+        listing = corral(env, "ls")
+        assert listing.returncode == 0, listing.stderr
+        assert session_id in listing.stdout
+
+        again = corral(env, "up", *ports)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert again.stdout.count("already running") == 3
+        assert pids_in(state_dir) == started
+    finally:
+        down = corral(env, "down")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "stopped" in down.stdout
+    assert not list((state_dir / "pids").glob("*.pid"))
+    assert all(is_gone(pid) for pid in started.values()), started
