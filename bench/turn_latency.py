@@ -18,15 +18,12 @@ import time
 import uuid
 
 import anthropic
-from temporalio.common import SearchAttributeKey
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from corral.contract.session import AgentConfig, SessionInput
 from corral.modelserver import ModelServerThread
-from corral.names import SEARCH_ATTRIBUTE_MODEL, SEARCH_ATTRIBUTE_STATUS
 from corral.sessions import read_events, send_text, start_session, wait_for_idle
-from corral.temporal import temporal_binary
+from corral.temporal import start_local_temporal
 from corral.workers.roles import harness_worker, model_worker
 
 
@@ -79,15 +76,7 @@ async def main() -> None:
     server = ModelServerThread(first_token_latency=args.first_token_latency, tokens_per_second=args.tokens_per_second)
     base_url = server.start()
     server.register("bench", {"steps": [{"text": "a short answer of about twelve words to stream back"}], "loop": True})
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(),
-        data_converter=pydantic_data_converter,
-        search_attributes=[
-            SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS),
-            SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_MODEL),
-        ],
-        dev_server_database_filename=None,
-    )
+    env = await start_local_temporal()
     try:
         direct = await direct_arm(base_url, "script:bench", args.turns)
         session = await session_arm(env, base_url, "script:bench", args.turns)

