@@ -537,3 +537,19 @@ def test_step_index_and_splitting() -> None:
     assert split_text_tokens("a b") == ["a ", "b"]
     value = {"k": [1, 2, 3], "s": "x" * 40}
     assert json.loads("".join(split_json_pieces(value))) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "tool", "argument"),
+    [
+        ("Hello! Please calculate 6*7 and then tell me the time with get_time.", "calculate", "6*7"),
+        ("calculate 2*(3+4).", "calculate", "2*(3+4)"),
+        ("what is 2**10? use calculate", "calculate", "what is 2**10"),
+        ("now please use get_time", "get_time", ""),
+    ],
+)
+def test_demo_takes_the_clause_next_to_the_tool_name(text: str, tool: str, argument: str) -> None:
+    from corral.modelserver.demo import _mentioned_tool
+
+    found = _mentioned_tool(text, [{"name": "calculate"}, {"name": "get_time"}])
+    assert found is not None and (found[0]["name"], found[1]) == (tool, argument)

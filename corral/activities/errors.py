@@ -6,8 +6,9 @@
     ├── type=ModelFatalError                     session.error(exhausted), the session goes idle
     └── type=ToolError                           an `is_error` tool result the model sees
 
-All are raised with `non_retryable=True`: the session workflow owns the retry of a model error (so each retry
-is a visible event), while Temporal's own retry policy still covers lost workers and timeouts.
+All are raised with `non_retryable=True` and the BENIGN category (an expected outcome, not a worker fault, so no
+traceback in the worker log): the session workflow owns the retry of a model error (so each retry is a visible
+event), while Temporal's own retry policy still covers lost workers and timeouts.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Literal
 
 import anthropic
 from pydantic import BaseModel
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 MODEL_RETRYABLE = "ModelRetryableError"
 MODEL_FATAL = "ModelFatalError"
@@ -107,6 +108,7 @@ def model_error(exc: Exception, info: ModelErrorInfo) -> ApplicationError:
         info,
         type=MODEL_RETRYABLE if info.retryable else MODEL_FATAL,
         non_retryable=True,
+        category=ApplicationErrorCategory.BENIGN,  # expected; the activity logs one line of its own
     )
 
 
@@ -118,4 +120,4 @@ def _safe_message(exc: Exception) -> str:
 
 def tool_error(message: str) -> ApplicationError:
     """A tool failure the model should see as an `is_error` result."""
-    return ApplicationError(message, type=TOOL_ERROR, non_retryable=True)
+    return ApplicationError(message, type=TOOL_ERROR, non_retryable=True, category=ApplicationErrorCategory.BENIGN)

@@ -22,7 +22,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from corral.cli.stack import StackConfig, StatePaths, read_stack
-from corral.names import DEFAULT_TEMPORAL_ADDRESS
+from corral.names import DEFAULT_TEMPORAL_ADDRESS, DEFAULT_TEMPORAL_NAMESPACE
 
 T = TypeVar("T")
 
@@ -41,15 +41,26 @@ class CliError(Exception):
         self.exit_code = exit_code
 
 
+CAPTURED_WIDTH = 160
+"""Output that is not a terminal has no width; rich would assume 80 and squeeze tables that scripts grep."""
+
+
+def make_console(*, stderr: bool) -> Console:
+    console = Console(stderr=stderr)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(stderr=stderr, width=CAPTURED_WIDTH)
+    return console
+
+
 @dataclass
 class Settings:
     """The global options, resolved once in the typer callback and handed to every command via `ctx.obj`."""
 
     address_option: str | None
-    namespace: str
+    namespace_option: str | None
     state_dir: Path
-    out: Console = field(default_factory=Console)
-    err: Console = field(default_factory=lambda: Console(stderr=True))
+    out: Console = field(default_factory=lambda: make_console(stderr=False))
+    err: Console = field(default_factory=lambda: make_console(stderr=True))
 
     @property
     def paths(self) -> StatePaths:
@@ -65,6 +76,14 @@ class Settings:
             return self.address_option
         stack = self.stack()
         return stack.temporal_address if stack is not None else DEFAULT_TEMPORAL_ADDRESS
+
+    @property
+    def namespace(self) -> str:
+        """--namespace / CORRAL_TEMPORAL_NAMESPACE if given, else the local stack's, else `default`."""
+        if self.namespace_option:
+            return self.namespace_option
+        stack = self.stack()
+        return stack.namespace if stack is not None else DEFAULT_TEMPORAL_NAMESPACE
 
     @property
     def ui_url(self) -> str:
@@ -124,17 +143,31 @@ def translate(error: BaseException, address: str, session_id: str | None = None)
             return CliError(f"no session {session_id}", hint="`corral ls` lists the sessions")
         if error.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
             return unreachable(address)
+        if error.status == RPCStatusCode.FAILED_PRECONDITION and "no poller" in error.message:
+            return CliError(
+                "no worker is serving this session: the harness worker is not running",
+                hint="`corral status` shows which process is down; `corral up` starts it again",
+            )
         return CliError(f"Temporal refused the request ({error.status.name}): {error.message}")
     return None
 
 
-def run(settings: Settings, coroutine: Coroutine[Any, Any, T], *, session_id: str | None = None) -> T:
-    """`asyncio.run(coroutine)` with every expected failure turned into a message and an exit code."""
+def run(
+    settings: Settings,
+    coroutine: Coroutine[Any, Any, T],
+    *,
+    session_id: str | None = None,
+    interrupted: str | None = None,
+) -> T:
+    """`asyncio.run(coroutine)` with every expected failure turned into a message and an exit code.
+
+    Ctrl-C exits 130, or 0 with the `interrupted` message for commands where stopping is the normal way out.
+    """
     try:
         return asyncio.run(coroutine)
     except KeyboardInterrupt:
-        settings.err.print("interrupted", style="dim")
-        raise typer.Exit(130) from None
+        settings.err.print(interrupted or "interrupted", style="dim")
+        raise typer.Exit(0 if interrupted else 130) from None
     except Exception as exc:
         error = translate(exc, settings.address, session_id)
         if error is None:

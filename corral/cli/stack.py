@@ -49,6 +49,7 @@ _CMDLINE_MARKERS: dict[str, str] = {TEMPORAL: "temporal", MODEL_SERVER: "corral.
 
 OFFLINE_API_KEY = "offline-stand-in"
 """A dummy key for the offline model server, which accepts any non-empty key; never a real secret."""
+_LOG_HEADER = "--- corral up "
 _MODEL_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN")
 
 
@@ -190,7 +191,8 @@ def spawn(paths: StatePaths, name: str, argv: list[str], env: Mapping[str, str])
     paths.ensure()
     log_path = paths.log_file(name)
     with log_path.open("ab") as log:
-        log.write(f"\n--- {datetime.now(UTC).isoformat(timespec='seconds')} corral up: {' '.join(argv)}\n".encode())
+        started = datetime.now(UTC).isoformat(timespec="seconds")
+        log.write(f"\n{_LOG_HEADER}{started}: {' '.join(argv)}\n".encode())
         log.flush()
         process = subprocess.Popen(
             argv,
@@ -238,15 +240,22 @@ def stop(paths: StatePaths, name: str, timeout: float = 10.0) -> tuple[int | Non
 
 
 def log_tail(path: Path, lines: int = 20) -> str:
+    """The last `lines` lines the latest run wrote (logs are appended to across runs, each after a header)."""
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        text = path.read_text(errors="replace").splitlines()
     except OSError:
         return "(no log)"
+    starts = [index for index, line in enumerate(text) if line.startswith(_LOG_HEADER)]
+    return "\n".join(text[starts[-1] if starts else 0 :][-lines:])
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
-    """Whether something already listens on `port` (binding fails), checked before starting a server there."""
+    """Whether something already listens on `port`, checked before starting a server there.
+
+    SO_REUSEADDR as the servers themselves use it: a port left in TIME_WAIT by a server that just stopped is free.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:

@@ -81,8 +81,27 @@ def _mentioned_tool(text: str, tools: list[dict[str, Any]]) -> tuple[dict[str, A
         pattern = rf"(?<![A-Za-z0-9_]){re.escape(tool['name'])}(?![A-Za-z0-9_])"
         match = re.search(pattern, text, flags=re.IGNORECASE)
         if match and (best is None or match.start() < best[0]):
-            best = (match.start(), tool, text[match.end() :].strip(_EDGE_PUNCTUATION))
+            best = (match.start(), tool, _argument(text, match.start(), match.end()))
     return (best[1], best[2]) if best else None
+
+
+_CLAUSE_END = re.compile(r"\s+(?:and|then)\s+|[,;]\s|[.!?](?:\s|$)", flags=re.IGNORECASE)
+
+
+def _argument(text: str, start: int, end: int) -> str:
+    """The clause after the tool's name ("calculate 6*7 and then ..." -> "6*7"); when nothing follows it,
+    the sentence before it ("what is 2**10? use calculate" -> "what is 2**10")."""
+    after = _CLAUSE_END.split(text[end:].strip(), maxsplit=1)[0].strip(_EDGE_PUNCTUATION)
+    if after:
+        return after
+    for part in reversed(re.split(r"[.!?;]\s", text[:start].strip())):
+        part = _FILLER.sub("", part.strip()).strip(_EDGE_PUNCTUATION)
+        if part:
+            return part
+    return ""
+
+
+_FILLER = re.compile(r"(?:\b(?:please|use|call|run|with|the|tool|and|then|now)\b\s*)+$", flags=re.IGNORECASE)
 
 
 def _default_for(schema: Any) -> Any:

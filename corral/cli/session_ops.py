@@ -1,0 +1,209 @@
+"""What the session commands do, apart from option parsing: build a start input, read, follow, list, send.
+
+Kept free of typer so `corral demo` can chain them and tests can call them directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.common import SearchAttributeKey
+
+from corral.cli.context import CliError
+from corral.cli.render import EventRenderer
+from corral.contract.events import SessionEvent
+from corral.contract.session import EventPage, EventsQuery, SendEventsInput, SendEventsResult, SessionInput
+from corral.names import (
+    QUERY_EVENTS,
+    SEARCH_ATTRIBUTE_MODEL,
+    SEARCH_ATTRIBUTE_STATUS,
+    SESSION_WORKFLOW,
+    UPDATE_SEND_EVENTS,
+)
+from corral.sessions import read_events
+
+STATUS_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS)
+MODEL_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_MODEL)
+UTILITY_TOOLSET = {"type": "corral_utility"}
+POLL_SECONDS = 0.2
+CLOSED_CHECK_SECONDS = 5.0
+"""While no event arrives, check this often whether the workflow closed (a terminate writes no event)."""
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """One line per problem, `field.path: message`, as a person fixing a JSON file needs it."""
+    lines = []
+    for problem in error.errors():
+        where = ".".join(str(part) for part in problem["loc"]) or "(top level)"
+        lines.append(f"  {where}: {problem['msg']}")
+    return "\n".join(lines)
+
+
+def load_input_file(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror}", exit_code=2) from None
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{path} is not valid JSON: {exc}", exit_code=2) from None
+    if not isinstance(data, dict):
+        raise CliError(f"{path} must hold one JSON object (a SessionInput), not {type(data).__name__}", exit_code=2)
+    return data
+
+
+def build_session_input(
+    base: dict[str, Any] | None,
+    *,
+    default_model: str,
+    message: str | None = None,
+    model: str | None = None,
+    system: str | None = None,
+    title: str | None = None,
+    tool_utility: bool | None = None,
+) -> SessionInput:
+    """Merge command-line options over an --input file and validate the result as `SessionInput`.
+
+    Without a file the utility toolset is on unless --no-tool-utility; with a file, tools come from the file and
+    --tool-utility/--no-tool-utility only changes them when given. A missing agent.model gets the default.
+    """
+    data: dict[str, Any] = dict(base or {})
+    agent = data.get("agent")
+    agent = dict(agent) if isinstance(agent, dict) else ({} if agent is None else agent)
+    if isinstance(agent, dict):
+        if model:
+            agent["model"] = model
+        agent.setdefault("model", default_model)
+        if system is not None:
+            agent["system"] = system
+        if tool_utility is None:
+            tool_utility = base is None
+        tools = agent.get("tools") or []
+        if isinstance(tools, list):
+            has_utility = any(isinstance(t, dict) and t.get("type") == "corral_utility" for t in tools)
+            if tool_utility and not has_utility:
+                tools = [*tools, UTILITY_TOOLSET]
+            elif not tool_utility:
+                tools = [t for t in tools if not (isinstance(t, dict) and t.get("type") == "corral_utility")]
+            agent["tools"] = tools
+    data["agent"] = agent
+    if message is not None:
+        data["message"] = message
+    if title is not None:
+        data["title"] = title
+    try:
+        return SessionInput.model_validate(data)
+    except ValidationError as exc:
+        raise CliError(
+            f"invalid session input ({exc.error_count()} problem{'s' if exc.error_count() != 1 else ''}):\n"
+            + describe_validation_error(exc),
+            exit_code=2,
+        ) from None
+
+
+async def read_some(
+    handle: WorkflowHandle, after: int = 0, types: list[str] | None = None, limit: int | None = None
+) -> list[SessionEvent]:
+    """Events after `after` (filtered by type), at most `limit`, paging through the `events` query."""
+    if limit is None:
+        return await read_events(handle, after=after, types=types)
+    events: list[SessionEvent] = []
+    while len(events) < limit:
+        query = EventsQuery(after=after, types=types, limit=min(limit - len(events), 1000))
+        page = await handle.query(QUERY_EVENTS, query, result_type=EventPage)
+        events.extend(page.events)
+        if not page.has_more:
+            break
+        after = page.next_after
+    return events[:limit]
+
+
+async def send_events(handle: WorkflowHandle, events: list[dict[str, Any]]) -> list[str]:
+    """The `send_events` update: the ids come back only once the events are in history."""
+    result = await handle.execute_update(
+        UPDATE_SEND_EVENTS, SendEventsInput(events=events), result_type=SendEventsResult
+    )
+    return result.event_ids
+
+
+async def is_closed(handle: WorkflowHandle) -> WorkflowExecutionStatus | None:
+    """The workflow's final status if it closed (nothing more will be written), else None."""
+    status = (await handle.describe()).status
+    return None if status in (None, WorkflowExecutionStatus.RUNNING) else status
+
+
+@dataclass
+class TailResult:
+    """What a tail saw, and why it stopped."""
+
+    events: list[SessionEvent]
+    reason: str
+
+
+async def tail(handle: WorkflowHandle, renderer: EventRenderer, *, after: int = 0, forever: bool = False) -> TailResult:
+    """Print the events after `after`, then follow new ones.
+
+    Stops at the first `session.status_idle` positioned after the last `user.message` (the reply to the latest
+    input is complete — already, or once it arrives), at `session.status_terminated`, or when the workflow
+    closes. With `forever`, only a closed workflow (or Ctrl-C) stops it.
+    """
+    seen: list[SessionEvent] = []
+    messages = await read_events(handle, types=["user.message"])
+    last_user = messages[-1].position if messages else 0
+    last_check = 0.0  # The first quiet poll checks at once: a closed workflow has nothing more to show.
+    while True:
+        events = await read_events(handle, after=after)
+        for event in events:
+            after = event.position
+            seen.append(event)
+            renderer.print(event)
+            if event.type == "user.message":
+                last_user = max(last_user, event.position)
+            if event.type == "session.status_terminated":
+                return TailResult(seen, "terminated")
+            if not forever and event.type == "session.status_idle" and event.position > last_user:
+                return TailResult(seen, "idle")
+        if events:
+            last_check = time.monotonic()
+        elif time.monotonic() - last_check >= CLOSED_CHECK_SECONDS:
+            last_check = time.monotonic()
+            closed = await is_closed(handle)
+            if closed is not None:
+                return TailResult(seen, f"workflow {workflow_status_name(closed)}")
+        if not events:
+            await asyncio.sleep(POLL_SECONDS)
+
+
+def workflow_status_name(status: WorkflowExecutionStatus | None) -> str:
+    return status.name.replace("_", " ").capitalize() if status is not None else "Unknown"
+
+
+def sessions_query(status: str | None) -> str:
+    """The visibility query `corral ls` runs; the same text works in the Web UI and `temporal workflow list`."""
+    query = f"WorkflowType='{SESSION_WORKFLOW}'"
+    if status:
+        query += f" AND {SEARCH_ATTRIBUTE_STATUS}='{status}'"
+    return query
+
+
+async def list_sessions(client: Client, query: str, limit: int) -> list[tuple[str, str, str, datetime | None, str]]:
+    rows: list[tuple[str, str, str, datetime | None, str]] = []
+    async for execution in client.list_workflows(query, limit=limit):
+        attributes = execution.typed_search_attributes
+        rows.append(
+            (
+                execution.id,
+                attributes.get(STATUS_KEY) or "—",
+                attributes.get(MODEL_KEY) or "—",
+                execution.start_time,
+                workflow_status_name(execution.status),
+            )
+        )
+    return rows

@@ -1,0 +1,247 @@
+"""`corral up` and `corral down`: bring the local stack up idempotently and down in reverse order, out loud.
+
+The mechanism is in `stack.py`; this module decides what to start, waits with a spinner saying what it waits for,
+and turns a process that did not come up into a message that points at its log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Literal
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from corral.cli import stack
+from corral.cli.context import CliError
+from corral.cli.stack import StackConfig, StackError, StatePaths
+
+TEMPORAL_TIMEOUT = 60.0
+MODEL_SERVER_TIMEOUT = 30.0
+WORKER_SETTLE_SECONDS = 2.0
+"""Workers that cannot connect or lack configuration exit within this time; after it they are taken as up."""
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    temporal_port: int = 7233
+    ui_port: int = 8233
+    model_port: int = 8765
+    split: bool = False
+
+
+@dataclass
+class UpReport:
+    """What `bring_up` found and did: the stack's config and, per process, its pid and whether it was new."""
+
+    config: StackConfig
+    processes: dict[str, tuple[int, bool]] = field(default_factory=dict)
+
+
+def _say(console: Console, name: str, pid: int, started: bool) -> None:
+    if started:
+        console.print(Text("✓ ", style="green") + Text(f"{name} started (pid {pid})"))
+    else:
+        console.print(Text("• ", style="cyan") + Text(f"{name} already running (pid {pid})"))
+
+
+def _failure(paths: StatePaths, name: str, what: str) -> CliError:
+    log = paths.log_file(name)
+    return CliError(f"{what}\n--- last lines of {log} ---\n{stack.log_tail(log)}", hint=f"full log: {log}")
+
+
+def _check_free(port: int, what: str, option: str) -> None:
+    if stack.port_in_use(port):
+        raise CliError(
+            f"port {port} ({what}) is already in use by another program",
+            hint=f"stop that program, or choose another port with {option}",
+        )
+
+
+async def _up_temporal(
+    console: Console, paths: StatePaths, options: UpOptions, namespace: str, previous: StackConfig | None
+) -> tuple[int, bool, int, int]:
+    """Start the dev server unless it runs, and wait until it accepts connections: (pid, started, port, ui port)."""
+    pid = stack.running_pid(paths, stack.TEMPORAL)
+    if pid is not None and previous is not None:
+        port, ui_port = previous.temporal_port, previous.ui_port  # Already up: its ports are the ones recorded.
+    else:
+        port, ui_port = options.temporal_port, options.ui_port
+    process = None
+    if pid is None:
+        _check_free(port, "Temporal gRPC", "--temporal-port")
+        _check_free(ui_port, "Temporal Web UI", "--ui-port")
+        try:
+            argv = stack.temporal_command(paths, port, ui_port, namespace)
+        except FileNotFoundError as exc:
+            raise CliError(str(exc)) from None
+        process = stack.spawn(paths, stack.TEMPORAL, argv, stack.base_environment())
+        pid = process.pid
+    address = f"127.0.0.1:{port}"
+    with console.status(f"waiting for the Temporal dev server to accept connections at {address} …"):
+        try:
+            await stack.wait_for_temporal(address, namespace, TEMPORAL_TIMEOUT, process)
+        except StackError as exc:
+            raise _failure(paths, stack.TEMPORAL, f"the Temporal dev server did not come up: {exc}") from None
+    return pid, process is not None, port, ui_port
+
+
+async def _up_model_server(console: Console, paths: StatePaths, port: int) -> tuple[int, bool]:
+    pid = stack.running_pid(paths, stack.MODEL_SERVER)
+    if pid is not None:
+        return pid, False
+    _check_free(port, "offline model server", "--model-port")
+    process = stack.spawn(paths, stack.MODEL_SERVER, stack.model_server_command(port), stack.base_environment())
+    url = f"http://127.0.0.1:{port}/healthz"
+    with console.status(f"waiting for the offline model server at {url} …"):
+        try:
+            await stack.wait_for_http(url, MODEL_SERVER_TIMEOUT, process)
+        except StackError as exc:
+            raise _failure(paths, stack.MODEL_SERVER, f"the offline model server did not come up: {exc}") from None
+    return process.pid, True
+
+
+def _model_port(paths: StatePaths, previous: StackConfig | None, requested: int) -> int:
+    """The running model server keeps its recorded port; a new one gets the requested port."""
+    if stack.running_pid(paths, stack.MODEL_SERVER) is not None and previous is not None and previous.model_url:
+        return int(previous.model_url.rsplit(":", 1)[1])
+    return requested
+
+
+def _note(console: Console, text: str) -> None:
+    console.print(Text(f"note: {text}", style="yellow"))
+
+
+async def bring_up(console: Console, paths: StatePaths, options: UpOptions, namespace: str) -> UpReport:
+    """Start whatever part of the stack is not running; leave running parts alone. Raises CliError."""
+    paths.ensure()
+    previous = stack.read_stack(paths)
+    processes: dict[str, tuple[int, bool]] = {}
+
+    pid, started, port, ui_port = await _up_temporal(console, paths, options, namespace, previous)
+    processes[stack.TEMPORAL] = (pid, started)
+    _say(console, stack.TEMPORAL, pid, started)
+    address = f"127.0.0.1:{port}"
+
+    # Running workers keep the model mode they were started with; a changed environment takes a restart.
+    running: dict[str, int] = {}
+    for name in (stack.ALL_IN_ONE, *stack.SPLIT_WORKERS):
+        worker_pid = stack.running_pid(paths, name)
+        if worker_pid is not None:
+            running[name] = worker_pid
+    wants_offline = not os.environ.get("ANTHROPIC_API_KEY")
+    offline = previous.offline if running and previous is not None else wants_offline
+    if offline != wants_offline:
+        key_now = "is not set" if wants_offline else "is set"
+        _note(
+            console,
+            f"ANTHROPIC_API_KEY {key_now} now, but the running workers were started otherwise; "
+            "run `corral down && corral up` to switch.",
+        )
+
+    model_url: str | None = None
+    if offline:
+        model_port = _model_port(paths, previous, options.model_port)
+        pid, started = await _up_model_server(console, paths, model_port)
+        processes[stack.MODEL_SERVER] = (pid, started)
+        _say(console, stack.MODEL_SERVER, pid, started)
+        model_url = f"http://127.0.0.1:{model_port}"
+
+    wanted: tuple[str, ...] = stack.SPLIT_WORKERS if options.split else (stack.ALL_IN_ONE,)
+    other = tuple(name for name in running if name not in wanted)
+    if other:
+        _note(
+            console,
+            f"other workers are already running ({', '.join(other)}); "
+            "run `corral down` first to switch between --split and --all-in-one.",
+        )
+        wanted = other
+    mode: Literal["all-in-one", "split"] = "all-in-one" if stack.ALL_IN_ONE in wanted else "split"
+    spawned: dict[str, subprocess.Popen[bytes]] = {}
+    for name in wanted:
+        if name in running:
+            processes[name] = (running[name], False)
+        else:
+            env = stack.worker_environment(name, address, namespace, model_url)
+            spawned[name] = stack.spawn(paths, name, stack.worker_command(name), env)
+            processes[name] = (spawned[name].pid, True)
+
+    config = StackConfig(
+        temporal_address=address,
+        namespace=namespace,
+        temporal_port=port,
+        ui_port=ui_port,
+        offline=offline,
+        model_url=model_url,
+        mode=mode,
+        started_at=previous.started_at if previous and not any(s for _, s in processes.values()) else _now(),
+    )
+    stack.write_stack(paths, config)
+
+    if spawned:
+        with console.status(f"checking that the worker{'s' if len(spawned) > 1 else ''} stay up …"):
+            await asyncio.sleep(WORKER_SETTLE_SECONDS)
+        for name, process in spawned.items():
+            if process.poll() is not None:
+                stack.running_pid(paths, name)  # Cleans its pid file.
+                raise _failure(paths, name, f"the {name} worker exited with code {process.returncode}")
+    for name in wanted:
+        _say(console, name, *processes[name])
+    return UpReport(config, processes)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def stack_panel(report: UpReport, paths: StatePaths) -> Panel:
+    """Where everything is and what to type next."""
+    config = report.config
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    grid.add_row("Temporal", f"{config.temporal_address}  (namespace {config.namespace})")
+    grid.add_row("Web UI", f"{config.ui_url}/namespaces/{config.namespace}/workflows")
+    if config.offline:
+        model = Text(f"offline stand-in at {config.model_url}", style="yellow")
+        model.append(" — deterministic scripts, NOT a real model", style="bold yellow")
+    else:
+        base_url = os.environ.get("ANTHROPIC_BASE_URL")
+        model = Text(f"Messages API at {base_url}" if base_url else "Anthropic API (ANTHROPIC_API_KEY)")
+    grid.add_row("Model", model)
+    workers = [f"{name} pid {pid}" for name, (pid, _) in report.processes.items() if name in stack.WORKER_MODULES]
+    grid.add_row("Workers", ", ".join(workers))
+    grid.add_row("Logs", str(paths.logs))
+    grid.add_row("Next", 'corral start "hello"')
+    grid.add_row("", "corral tail ID")
+    grid.add_row("", "corral down")
+    parts: list[Table | Text] = [grid]
+    if config.offline:
+        parts.append(
+            Text(
+                "\nANTHROPIC_API_KEY is not set, so replies come from corral's offline stand-in model. "
+                "To use Claude: export ANTHROPIC_API_KEY=… and run `corral down && corral up`.",
+                style="yellow",
+            )
+        )
+    return Panel(Group(*parts), title="corral is up", title_align="left", border_style="green", expand=False)
+
+
+def bring_down(console: Console, paths: StatePaths) -> list[tuple[str, int | None, stack.StopOutcome]]:
+    """Stop every recorded process, workers first, Temporal last; what happened to each."""
+    outcomes = []
+    for name in reversed(stack.known_processes(paths)):
+        with console.status(f"stopping {name} …"):
+            pid, outcome = stack.stop(paths, name)
+        outcomes.append((name, pid, outcome))
+        if outcome == "stopped":
+            console.print(Text("✓ ", style="green") + Text(f"{name} stopped (pid {pid})"))
+        elif outcome == "killed":
+            console.print(Text("✓ ", style="yellow") + Text(f"{name} did not stop in time; killed (pid {pid})"))
+    return outcomes
