@@ -22,7 +22,9 @@ from corral.contract.session import (
     EventPage,
     EventsQuery,
     SendEventsInput,
+    UserCustomToolResultParams,
     UserEventParams,
+    UserToolConfirmationParams,
 )
 
 EventT = TypeVar("EventT", bound=SessionEvent)
@@ -127,6 +129,22 @@ def parse_user_events(input: SendEventsInput) -> list[UserEventParams]:
         if size > MAX_MESSAGE_BYTES:
             raise ValueError(f"events[{index}]: {size} bytes is over the limit of {MAX_MESSAGE_BYTES} bytes")
     return params
+
+
+def check_answers(params: list[UserEventParams], waiting: set[str]) -> None:
+    """Answers must match calls that wait for them: each open custom tool call once, no confirmations yet."""
+    answered: set[str] = set()
+    for index, event in enumerate(params):
+        if isinstance(event, UserCustomToolResultParams):
+            use_id = event.custom_tool_use_id
+            if use_id not in waiting or use_id in answered:
+                raise ValueError(
+                    f"events[{index}]: no custom tool call {use_id!r} is waiting for a result "
+                    f"(waiting: {', '.join(sorted(waiting)) or 'none'})"
+                )
+            answered.add(use_id)
+        elif isinstance(event, UserToolConfirmationParams):
+            raise ValueError(f"events[{index}]: tool call {event.tool_use_id!r} is not waiting for confirmation")
 
 
 def readable_validation_error(exc: ValidationError, prefix: str) -> str:

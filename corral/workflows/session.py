@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Literal
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from corral.activities.errors import MODEL_FATAL, MODEL_RETRYABLE, TOOL_ERROR, ModelErrorInfo
@@ -68,7 +68,6 @@ with workflow.unsafe.imports_passed_through():
         UserInterruptParams,
         UserMessageParams,
         UserMessageSignal,
-        UserToolConfirmationParams,
         normalize_content,
     )
     from corral.names import (
@@ -85,7 +84,8 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_USER_MESSAGE,
         UPDATE_SEND_EVENTS,
     )
-    from corral.workflows._log import SessionLog, parse_user_events
+    from corral.workflows._log import SessionLog, check_answers, parse_user_events
+    from corral.workflows._outcomes import add_usage, model_error_info, tool_failure
 
 STATUS_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS)
 MODEL_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_MODEL)
@@ -215,7 +215,7 @@ class SessionWorkflow:
                 )
                 if isinstance(err.cause, CancelledError) and self._interrupts:
                     raise
-                error = _model_error_info(err)
+                error = model_error_info(err)
                 if error.retryable and attempt < retry.max_attempts:
                     delay = error.retry_after
                     if delay is None:
@@ -231,7 +231,7 @@ class SessionWorkflow:
                 self._go_idle(RetriesExhausted())
                 return None
             self._delta_start = length
-            self._usage = _add_usage(self._usage, result.usage)
+            self._usage = add_usage(self._usage, result.usage)
             self._log.append(SpanModelRequestEnd, model_request_start_id=span.id, model_usage=result.usage)
             return result
         raise AssertionError("unreachable: the last attempt returns or reports")
@@ -307,7 +307,7 @@ class SessionWorkflow:
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
                 raise
-            return _tool_failure(use.name, tool.task_queue, err), True
+            return tool_failure(use.name, tool.task_queue, err), True
         return output, False
 
     def _add_tool_result(self, tool_use_id: str, text: str, is_error: bool) -> None:
@@ -399,19 +399,7 @@ class SessionWorkflow:
 
     @send_events.validator
     def _validate_send_events(self, input: SendEventsInput) -> None:
-        params = parse_user_events(input)
-        answered: set[str] = set()
-        for index, event in enumerate(params):
-            if isinstance(event, UserCustomToolResultParams):
-                use_id = event.custom_tool_use_id
-                if use_id not in self._awaiting_custom or use_id in self._custom_results or use_id in answered:
-                    waiting = ", ".join(sorted(set(self._awaiting_custom) - set(self._custom_results))) or "none"
-                    raise ValueError(
-                        f"events[{index}]: no custom tool call {use_id!r} is waiting for a result (waiting: {waiting})"
-                    )
-                answered.add(use_id)
-            elif isinstance(event, UserToolConfirmationParams):
-                raise ValueError(f"events[{index}]: tool call {event.tool_use_id!r} is not waiting for confirmation")
+        check_answers(parse_user_events(input), waiting=set(self._awaiting_custom) - set(self._custom_results))
 
     def _accept(self, params: UserEventParams) -> str:
         """Append one validated user event (or return the id it already has) and act on it."""
@@ -489,33 +477,3 @@ class SessionWorkflow:
     @workflow.query(name=QUERY_MODEL_CONTEXT)
     def model_context(self, query: ModelContextQuery) -> ModelContext:
         return self._log.model_context(self._input.agent, query.start, query.end)
-
-
-def _model_error_info(err: ActivityError) -> ModelErrorInfo:
-    """What a failed model activity means; lost workers and timeouts that outlived retries count as retryable."""
-    cause = err.cause
-    if isinstance(cause, ApplicationError) and cause.type in (MODEL_RETRYABLE, MODEL_FATAL) and cause.details:
-        detail: Any = cause.details[0]
-        return detail if isinstance(detail, ModelErrorInfo) else ModelErrorInfo.model_validate(detail)
-    retryable = isinstance(cause, TimeoutError) or not (isinstance(cause, ApplicationError) and cause.non_retryable)
-    return ModelErrorInfo(error_type="model_request_failed_error", status=None, retryable=retryable)
-
-
-def _tool_failure(name: str, task_queue: str, err: ActivityError) -> str:
-    cause = err.cause
-    if isinstance(cause, ApplicationError) and cause.type == TOOL_ERROR:
-        return cause.message
-    if isinstance(cause, TimeoutError):
-        if cause.type is not None and cause.type.name == "SCHEDULE_TO_START":
-            return f"Tool {name!r} is unavailable: no hand is serving task queue {task_queue!r}."
-        return f"Tool {name!r} timed out ({cause.type.name.lower() if cause.type else 'timeout'})."
-    return f"Tool {name!r} failed: {cause.message if cause is not None and hasattr(cause, 'message') else err}"
-
-
-def _add_usage(total: ModelUsage, usage: ModelUsage) -> ModelUsage:
-    return ModelUsage(
-        input_tokens=total.input_tokens + usage.input_tokens,
-        output_tokens=total.output_tokens + usage.output_tokens,
-        cache_creation_input_tokens=total.cache_creation_input_tokens + usage.cache_creation_input_tokens,
-        cache_read_input_tokens=total.cache_read_input_tokens + usage.cache_read_input_tokens,
-    )
