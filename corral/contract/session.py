@@ -13,6 +13,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from corral.contract.events import ContentBlock, ModelUsage, SessionEvent, TextBlock
+from corral.contract.sandbox import (
+    SANDBOX_TOOL_DESCRIPTIONS,
+    AgentToolset20260401,
+    Environment,
+    sandbox_tool_schema,
+)
 from corral.names import MODEL_TASK_QUEUE, UTILITY_HAND_TASK_QUEUE
 
 TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
@@ -50,7 +56,17 @@ class UtilityToolset(BaseModel):
     type: Literal["corral_utility"] = "corral_utility"
 
 
-AgentTool = Annotated[CustomTool | HandTool | UtilityToolset, Field(discriminator="type")]
+class SandboxTool(BaseModel):
+    """A built-in tool of `agent_toolset_20260401`, run in the session's sandbox (resolved, never sent by users)."""
+
+    type: Literal["sandbox"] = "sandbox"
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+AgentTool = Annotated[CustomTool | HandTool | UtilityToolset | AgentToolset20260401, Field(discriminator="type")]
+ResolvedTool = CustomTool | HandTool | SandboxTool
 
 UTILITY_TOOLS: tuple[HandTool, ...] = (
     HandTool(
@@ -92,15 +108,25 @@ class AgentConfig(BaseModel):
             raise ValueError(f"agent.tools: tool names must be unique; repeated: {', '.join(duplicates)}")
         return self
 
-    def resolved_tools(self) -> list[CustomTool | HandTool]:
+    def resolved_tools(self) -> list[ResolvedTool]:
         """The tools with toolsets expanded, in declaration order (pure: safe in workflow code)."""
-        tools: list[CustomTool | HandTool] = []
+        tools: list[ResolvedTool] = []
         for tool in self.tools:
             if isinstance(tool, UtilityToolset):
                 tools.extend(UTILITY_TOOLS)
+            elif isinstance(tool, AgentToolset20260401):
+                tools.extend(
+                    SandboxTool(
+                        name=name, description=SANDBOX_TOOL_DESCRIPTIONS[name], input_schema=sandbox_tool_schema(name)
+                    )
+                    for name in tool.enabled_names()
+                )
             else:
                 tools.append(tool)
         return tools
+
+    def uses_sandbox(self) -> bool:
+        return any(isinstance(tool, SandboxTool) for tool in self.resolved_tools())
 
 
 class ModelRetryConfig(BaseModel):
@@ -130,7 +156,8 @@ class SessionInput(BaseModel):
     agent: AgentConfig
     title: str | None = None
     metadata: dict[str, str] = Field(default_factory=dict)
-    environment: dict[str, Any] | None = None
+    environment: Environment | None = None
+    """The sandbox recipe; the default recipe applies when the agent has the built-in toolset and this is empty."""
     resources: list[dict[str, Any]] = Field(default_factory=list)
     vault_ids: list[str] = Field(default_factory=list)
     message: MessageContent | None = None
@@ -145,12 +172,15 @@ class SessionInput(BaseModel):
             normalize_content(value)
         return value
 
-    @field_validator("environment", "resources", "vault_ids")
+    @field_validator("resources", "vault_ids")
     @classmethod
     def _not_yet_supported(cls, value: Any) -> Any:
         if value:
-            raise ValueError("is not supported yet by this corral version (sandboxes and vaults come later)")
+            raise ValueError("is not supported yet by this corral version (vaults and repositories come later)")
         return value
+
+    def sandbox_environment(self) -> Environment:
+        return self.environment or Environment()
 
 
 # ---- inputs of signals and the send_events update ------------------------------------------------------

@@ -58,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
         EventsQuery,
         HandTool,
         InterruptSignal,
+        ResolvedTool,
         SendEventsInput,
         SendEventsResult,
         SessionInfo,
@@ -113,7 +114,7 @@ class SessionWorkflow:
     @workflow.init
     def __init__(self, input: SessionInput) -> None:
         self._input = input
-        self._tools: dict[str, CustomTool | HandTool] = {t.name: t for t in input.agent.resolved_tools()}
+        self._tools: dict[str, ResolvedTool] = {t.name: t for t in input.agent.resolved_tools()}
         self._log = SessionLog(new_id=lambda: EVENT_ID_PREFIX + workflow.uuid4().hex, now=workflow.now)
         self._created_at = workflow.now()
         self._pending: list[UserMessage] = []

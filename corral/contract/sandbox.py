@@ -1,0 +1,226 @@
+"""The sandbox: the environment recipe, the built-in toolset, and the handle the workflow keeps as data.
+
+Persisted schemas: add optional fields, never repurpose one.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+SANDBOX_TOOL_NAMES = ("bash", "read", "write", "edit", "glob", "grep")
+UNAVAILABLE_TOOL_NAMES = ("web_fetch", "web_search")
+_PACKAGE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+:=<>~@/-]{0,127}$")
+
+
+class ToolConfig(BaseModel):
+    """Per-tool settings inside `agent_toolset_20260401`."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: Literal["bash", "read", "write", "edit", "glob", "grep", "web_fetch", "web_search"]
+    enabled: bool | None = None
+    permission_policy: dict[str, Any] | None = None
+
+
+class ToolsetDefaultConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool | None = None
+    permission_policy: dict[str, Any] | None = None
+
+
+def _check_policy(policy: dict[str, Any] | None, where: str) -> None:
+    if policy is not None and policy.get("type") not in (None, "always_allow"):
+        raise ValueError(f"{where}: permission_policy {policy.get('type')!r} is not supported yet (use always_allow)")
+
+
+class AgentToolset20260401(BaseModel):
+    """The built-in toolset, named as in the Managed Agents API; its tools run in the session's sandbox."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["agent_toolset_20260401"] = "agent_toolset_20260401"
+    configs: list[ToolConfig] = Field(default_factory=list)
+    default_config: ToolsetDefaultConfig | None = None
+
+    @model_validator(mode="after")
+    def _supported(self) -> AgentToolset20260401:
+        _check_policy(self.default_config.permission_policy if self.default_config else None, "default_config")
+        for config in self.configs:
+            _check_policy(config.permission_policy, f"configs[{config.name}]")
+            if config.name in UNAVAILABLE_TOOL_NAMES and config.enabled:
+                raise ValueError(f"{config.name} is not available in corral yet; the sandbox has no web tools")
+        return self
+
+    def enabled_names(self) -> list[str]:
+        """Enabled sandbox tools: the default applies unless a config says otherwise (web tools stay off)."""
+        default = self.default_config is None or self.default_config.enabled is not False
+        explicit: dict[str, bool] = {c.name: c.enabled for c in self.configs if c.enabled is not None}
+        return [name for name in SANDBOX_TOOL_NAMES if explicit.get(name, default)]
+
+
+class Networking(BaseModel):
+    """`none` (default): no network at all; `unrestricted`: the engine's default bridge network."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["none", "limited", "unrestricted"] = "none"
+    allowed_hosts: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _limited_not_yet(self) -> Networking:
+        if self.type == "limited":
+            raise ValueError("networking type 'limited' (an allow list) is not supported yet; use none or unrestricted")
+        if self.allowed_hosts:
+            raise ValueError("allowed_hosts applies only to networking type 'limited'")
+        return self
+
+
+class Packages(BaseModel):
+    """Packages installed on top of the sandbox image, once per distinct list (the derived image is cached)."""
+
+    model_config = ConfigDict(extra="forbid")
+    apt: list[str] = Field(default_factory=list)
+    pip: list[str] = Field(default_factory=list)
+
+    @field_validator("apt", "pip")
+    @classmethod
+    def _names(cls, names: list[str]) -> list[str]:
+        bad = [name for name in names if not _PACKAGE_NAME.match(name)]
+        if bad:
+            raise ValueError(f"invalid package name(s): {', '.join(repr(name) for name in bad)}")
+        return sorted(set(names))
+
+    def empty(self) -> bool:
+        return not (self.apt or self.pip)
+
+
+class ResourceLimits(BaseModel):
+    """Limits applied to the sandbox container."""
+
+    model_config = ConfigDict(extra="forbid")
+    cpus: float = Field(default=1.0, gt=0, le=64)
+    memory_mb: int = Field(default=1024, ge=64, le=262_144)
+    pids: int = Field(default=256, ge=16, le=65_536)
+    tmp_mb: int = Field(default=256, ge=16, le=65_536)
+
+
+class Environment(BaseModel):
+    """The provision recipe of a session's sandbox. Validated before the session starts."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["docker"] = "docker"
+    image: str | None = Field(default=None, description="default: the corral sandbox image built on this machine")
+    packages: Packages = Field(default_factory=Packages)
+    working_dir: str = "/workspace"
+    limits: ResourceLimits = Field(default_factory=ResourceLimits)
+    networking: Networking = Field(default_factory=Networking)
+    idle_stop_seconds: float = Field(default=600, ge=5, le=7 * 24 * 3600)
+    bash_timeout_seconds: float = Field(default=120, gt=0, le=24 * 3600)
+    bash_max_timeout_seconds: float = Field(default=600, gt=0, le=24 * 3600)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Environment:
+        if self.bash_timeout_seconds > self.bash_max_timeout_seconds:
+            raise ValueError("bash_timeout_seconds must not exceed bash_max_timeout_seconds")
+        if self.working_dir != "/workspace" and not self.working_dir.startswith("/workspace/"):
+            raise ValueError("working_dir must be /workspace or below it (the persistent, writable volume)")
+        return self
+
+
+class SandboxHandle(BaseModel):
+    """What the workflow keeps about its sandbox: plain data, so replay never touches Docker."""
+
+    session_id: str
+    container_id: str
+    container_name: str
+    volume: str
+    image: str
+    task_queue: str
+    """The queue of the workers attached to the engine that holds this container."""
+    generation: int
+
+
+class ProvisionInput(BaseModel):
+    """Input of `provision_sandbox`: make (or restart) this session's container from the recipe."""
+
+    session_id: str
+    environment: Environment
+    generation: int
+
+
+class SandboxRef(BaseModel):
+    """Input of `stop_sandbox` and `release_sandbox`."""
+
+    handle: SandboxHandle
+    remove_volume: bool = False
+
+
+# ---- the built-in tools' inputs (validated in the sandbox activity) ---------------------------------------
+
+
+class BashInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    command: str | None = None
+    restart: bool | None = None
+    timeout_ms: int | None = Field(default=None, ge=0)
+
+
+class ReadInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    file_path: str = Field(min_length=1)
+    view_range: list[int] | None = Field(default=None, min_length=1, max_length=2)
+
+
+class WriteInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    file_path: str = Field(min_length=1)
+    content: str = Field(max_length=512_000)
+
+
+class EditInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    file_path: str = Field(min_length=1)
+    old_string: str
+    new_string: str
+    replace_all: bool | None = None
+
+
+class GlobInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    pattern: str = Field(min_length=1)
+    path: str | None = None
+
+
+class GrepInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    pattern: str = Field(min_length=1)
+    path: str | None = None
+
+
+SANDBOX_TOOL_INPUTS: dict[str, type[BaseModel]] = {
+    "bash": BashInput,
+    "read": ReadInput,
+    "write": WriteInput,
+    "edit": EditInput,
+    "glob": GlobInput,
+    "grep": GrepInput,
+}
+
+SANDBOX_TOOL_DESCRIPTIONS: dict[str, str] = {
+    "bash": "Run a bash command in the sandbox (working directory and exported variables persist between calls; "
+    "timeout_ms sets a per-call timeout). Output is stdout and stderr combined.",
+    "read": "Read a text file (relative paths are under /workspace); view_range [start, end] selects lines.",
+    "write": "Write (overwrite) a whole file, creating parent directories.",
+    "edit": "Replace old_string by new_string in a file; old_string must occur exactly once unless replace_all.",
+    "glob": "List paths matching a glob pattern such as **/*.py, newest first.",
+    "grep": "Search file contents for a regular expression (ripgrep), returning matching lines with numbers.",
+}
+
+
+def sandbox_tool_schema(name: str) -> dict[str, Any]:
+    """The JSON schema the model sees for a built-in tool."""
+    schema = SANDBOX_TOOL_INPUTS[name].model_json_schema()
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+    return schema

@@ -1,0 +1,31 @@
+"""The sandbox hand's groundwork: a Docker engine that answers and the sandbox image, both made on demand.
+
+`ensure_docker_engine` finds or starts an engine; `ensure_sandbox_image` builds `corral-sandbox:<hash>` with no
+registry (debootstrap, `docker import`, a Dockerfile layer). `python -m corral.sandbox.prepare` runs both.
+`prepare_workspace_volume` and `hardened_run_options` are how a sandbox container is meant to be run.
+"""
+
+from corral.sandbox.engine import ensure_docker_engine, stop_docker_engine
+from corral.sandbox.errors import (
+    DockerEngineError,
+    PackageInstallError,
+    SandboxError,
+    SandboxImageError,
+    SandboxSetupError,
+)
+from corral.sandbox.image import ensure_sandbox_image, sandbox_image_tag
+from corral.sandbox.workspace import hardened_run_options, prepare_workspace_volume
+
+__all__ = [
+    "DockerEngineError",
+    "PackageInstallError",
+    "SandboxError",
+    "SandboxImageError",
+    "SandboxSetupError",
+    "ensure_docker_engine",
+    "ensure_sandbox_image",
+    "hardened_run_options",
+    "prepare_workspace_volume",
+    "sandbox_image_tag",
+    "stop_docker_engine",
+]
