@@ -24,6 +24,9 @@ QUERY_MODEL_CONTEXT: Final = "model_context"
 # Activities. Every hand serves the same activity name on its own task queue.
 ACTIVITY_MODEL_TURN: Final = "model_turn"
 ACTIVITY_EXECUTE: Final = "execute"
+ACTIVITY_PROVISION_SANDBOX: Final = "provision_sandbox"
+ACTIVITY_STOP_SANDBOX: Final = "stop_sandbox"
+ACTIVITY_RELEASE_SANDBOX: Final = "release_sandbox"
 
 # Search attributes registered on the namespace so sessions can be listed by status and model.
 SEARCH_ATTRIBUTE_STATUS: Final = "CorralStatus"

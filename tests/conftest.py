@@ -3,25 +3,31 @@ workers per test on fresh task queues, so tests never see each other's sessions.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anthropic
+import docker
 import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from corral.activities.sandbox import SandboxActivities
 from corral.contract.events import SessionEvent, SessionStatusIdle, StopReason
 from corral.contract.session import AgentConfig, SessionInput
 from corral.hands import make_execute_activity
 from corral.modelserver import ModelServerThread
+from corral.sandbox import ensure_docker_engine, ensure_sandbox_image
+from corral.sandbox.containers import remove_session
 from corral.sessions import read_events, start_session, wait_for_idle
 from corral.temporal import start_local_temporal
-from corral.workers.roles import harness_worker, model_worker
+from corral.workers.roles import harness_worker, model_worker, sandbox_workers
 from tests.hand_tools import TEST_TOOLS
 
 
@@ -30,6 +36,21 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     env = await start_local_temporal(dev_server_log_level="error")
     yield env
     await env.shutdown()
+
+
+STATE_DIR = Path(__file__).resolve().parents[1] / ".corral"
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> docker.DockerClient:
+    """The real Docker engine: started here (Debian's docker.io) when none answers."""
+    return ensure_docker_engine(STATE_DIR)
+
+
+@pytest.fixture(scope="session")
+def sandbox_image(docker_client: docker.DockerClient) -> str:
+    """The sandbox image, built locally with no registry (cached by content across runs)."""
+    return ensure_sandbox_image(docker_client, STATE_DIR)
 
 
 @pytest.fixture(scope="session")
@@ -85,6 +106,20 @@ class Stack:
 
 
 @pytest.fixture
+async def sandbox_stack(stack: Stack, docker_client: docker.DockerClient, sandbox_image: str) -> AsyncIterator[Stack]:
+    """`stack` plus the sandbox hand, in process, on the real engine."""
+    activities = SandboxActivities(docker_client, sandbox_image)
+    async with AsyncExitStack() as workers:
+        for worker in sandbox_workers(stack.client, activities):
+            await workers.enter_async_context(worker)
+        yield stack
+        for handle in stack.started:
+            with contextlib.suppress(Exception):
+                await handle.terminate("test finished")
+            remove_session(docker_client, handle.id, remove_volume=True)
+
+
+@pytest.fixture
 async def stack(temporal_env: WorkflowEnvironment, model_server: ModelServerThread) -> AsyncIterator[Stack]:
     client = temporal_env.client
     stack = Stack(client, model_server, unique("harness"), unique("model"), unique("hand"))
@@ -97,7 +132,8 @@ async def stack(temporal_env: WorkflowEnvironment, model_server: ModelServerThre
         )
         yield stack
         for handle in stack.started:
-            await handle.terminate("test finished")
+            with contextlib.suppress(Exception):  # already terminated by a test or by sandbox_stack
+                await handle.terminate("test finished")
 
 
 def texts(events: list[SessionEvent], type_: str = "agent.message") -> list[str]:

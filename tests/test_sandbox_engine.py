@@ -25,16 +25,6 @@ STATE_DIR = Path(__file__).resolve().parents[1] / ".corral"
 """The repo's git-ignored state dir, so the engine and the image build are shared with `corral up` and reused."""
 
 
-@pytest.fixture(scope="session")
-def docker_client() -> docker.DockerClient:
-    return ensure_docker_engine(STATE_DIR)
-
-
-@pytest.fixture(scope="session")
-def sandbox_image(docker_client: docker.DockerClient) -> str:
-    return ensure_sandbox_image(docker_client, STATE_DIR)
-
-
 @dataclass
 class Ran:
     exit_code: int

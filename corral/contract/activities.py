@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field
 
 from corral.contract.events import ModelUsage, SessionEvent
+from corral.contract.sandbox import SandboxHandle
 from corral.contract.session import AgentConfig
 
 
@@ -79,3 +80,5 @@ class ExecuteInput(BaseModel):
     tool_use_id: str
     name: str
     input: dict[str, Any]
+    sandbox: SandboxHandle | None = None
+    """Set for the built-in tools: which container runs the call."""

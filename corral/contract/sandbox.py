@@ -138,6 +138,9 @@ class SandboxHandle(BaseModel):
     task_queue: str
     """The queue of the workers attached to the engine that holds this container."""
     generation: int
+    working_dir: str = "/workspace"
+    bash_timeout_seconds: float = 120
+    bash_max_timeout_seconds: float = 600
 
 
 class ProvisionInput(BaseModel):
@@ -146,6 +149,8 @@ class ProvisionInput(BaseModel):
     session_id: str
     environment: Environment
     generation: int
+    namespace: str = "default"
+    """Labels the container, so a reaper only judges the sessions of its own namespace."""
 
 
 class SandboxRef(BaseModel):

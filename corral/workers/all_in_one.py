@@ -6,12 +6,14 @@ from corral.temporal import connect, ensure_search_attributes
 from corral.workers._run import run_until_stopped, setup_logging
 from corral.workers.model import check_model_environment
 from corral.workers.roles import harness_worker, model_worker, utility_hand_worker
+from corral.workers.sandbox import sandbox_role
 
 
 async def _main() -> None:
     client = await connect()
     await ensure_search_attributes(client)
-    await run_until_stopped([harness_worker(client), model_worker(client), utility_hand_worker(client)])
+    async with sandbox_role(client) as sandbox:
+        await run_until_stopped([harness_worker(client), model_worker(client), utility_hand_worker(client), *sandbox])
 
 
 def main() -> None:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import anthropic
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from corral.activities.model import ModelActivities
+from corral.activities.sandbox import SandboxActivities
 from corral.hands import make_execute_activity
 from corral.hands.utility import UTILITY_TOOLS
-from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE, UTILITY_HAND_TASK_QUEUE
+from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE, SANDBOX_TASK_QUEUE, UTILITY_HAND_TASK_QUEUE
 from corral.workers._run import GRACEFUL_SHUTDOWN, STICKY_TIMEOUT
 from corral.workflows import SessionWorkflow
 
@@ -46,3 +50,29 @@ def utility_hand_worker(client: Client, task_queue: str = UTILITY_HAND_TASK_QUEU
         activities=[make_execute_activity(UTILITY_TOOLS)],
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
     )
+
+
+def sandbox_workers(
+    client: Client, activities: SandboxActivities, shared_queue: str = SANDBOX_TASK_QUEUE
+) -> list[Worker]:
+    """The sandbox hand: provisioning on the shared queue, container calls on the engine's own queue."""
+    engine_activities: list[Callable[..., Any]] = [
+        activities.provision_sandbox,
+        activities.execute,
+        activities.stop_sandbox,
+        activities.release_sandbox,
+    ]
+    return [
+        Worker(
+            client,
+            task_queue=shared_queue,
+            activities=[activities.provision_sandbox],
+            graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
+        ),
+        Worker(
+            client,
+            task_queue=activities.task_queue,
+            activities=engine_activities,
+            graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
+        ),
+    ]

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
 
 from corral.activities.errors import MODEL_FATAL, MODEL_RETRYABLE, TOOL_ERROR, ModelErrorInfo
 from corral.contract.events import ModelUsage
+
+INFRASTRUCTURE_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200),
+    maximum_interval=timedelta(seconds=5),
+    maximum_attempts=5,
+    non_retryable_error_types=[MODEL_RETRYABLE, MODEL_FATAL, TOOL_ERROR],
+)
+"""Temporal's own retries cover lost workers and timeouts; errors the session must see are non-retryable."""
 
 
 def model_error_info(err: ActivityError) -> ModelErrorInfo:

@@ -11,11 +11,11 @@ from datetime import timedelta
 from typing import Literal
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from corral.activities.errors import MODEL_FATAL, MODEL_RETRYABLE, TOOL_ERROR, ModelErrorInfo
+    from corral.activities.errors import ModelErrorInfo
     from corral.contract.activities import (
         ExecuteInput,
         ModelContext,
@@ -59,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         HandTool,
         InterruptSignal,
         ResolvedTool,
+        SandboxTool,
         SendEventsInput,
         SendEventsResult,
         SessionInfo,
@@ -86,7 +87,8 @@ with workflow.unsafe.imports_passed_through():
         UPDATE_SEND_EVENTS,
     )
     from corral.workflows._log import SessionLog, check_answers, parse_user_events
-    from corral.workflows._outcomes import add_usage, model_error_info, tool_failure
+    from corral.workflows._outcomes import INFRASTRUCTURE_RETRY, add_usage, model_error_info, tool_failure
+    from corral.workflows._sandbox import SessionSandbox
 
 STATUS_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS)
 MODEL_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_MODEL)
@@ -99,12 +101,6 @@ HAND_HEARTBEAT_TIMEOUT = timedelta(seconds=3)
 activity only in the answer to a heartbeat. Hands must heartbeat; `make_execute_activity` does it every second."""
 HAND_SCHEDULE_TO_START = timedelta(seconds=60)
 """A tool call no hand picks up within this time is an error the model sees, not a stuck session."""
-INFRASTRUCTURE_RETRY = RetryPolicy(
-    initial_interval=timedelta(milliseconds=200),
-    maximum_interval=timedelta(seconds=5),
-    maximum_attempts=5,
-    non_retryable_error_types=[MODEL_RETRYABLE, MODEL_FATAL, TOOL_ERROR],
-)
 
 
 @workflow.defn(name=SESSION_WORKFLOW)
@@ -128,6 +124,7 @@ class SessionWorkflow:
         self._interrupts: list[UserInterrupt] = []
         self._awaiting_custom: dict[str, AgentCustomToolUse] = {}
         self._custom_results: dict[str, UserCustomToolResult] = {}
+        self._sandbox = SessionSandbox(workflow.info().workflow_id, input.sandbox_environment())
         if input.message is not None:
             self._accept_message(UserMessageParams(type="user.message", content=input.message))
 
@@ -139,15 +136,29 @@ class SessionWorkflow:
         self._describe()
         try:
             while True:
-                await workflow.wait_condition(lambda: bool(self._pending))
+                if not await self._wait_for_work():
+                    continue
                 self._turn_task = asyncio.create_task(self._run_turn())
                 await self._turn_task
                 self._turn_task = None
         except asyncio.CancelledError:
-            # The workflow itself was cancelled (e.g. `temporal workflow cancel`): record the end, then stop.
+            # The workflow itself was cancelled (e.g. `temporal workflow cancel`): clean up, record the end, stop.
+            await self._sandbox.release()
             self._set_status("terminated")
             self._log.append(SessionStatusTerminated)
             raise
+
+    async def _wait_for_work(self) -> bool:
+        """Zero compute while idle: wait for a message; stop a running sandbox once idle long enough."""
+        if not self._sandbox.running:
+            await workflow.wait_condition(lambda: bool(self._pending))
+            return True
+        try:
+            await workflow.wait_condition(lambda: bool(self._pending), timeout=self._sandbox.idle_stop_after)
+        except asyncio.TimeoutError:  # noqa: UP041 - the builtin, not temporalio.exceptions.TimeoutError
+            await self._sandbox.stop()
+            return False
+        return True
 
     async def _run_turn(self) -> None:
         """Run model calls and tool calls until the model ends its turn, an error ends it, or an interrupt."""
@@ -288,6 +299,8 @@ class SessionWorkflow:
     async def _execute(self, use: AgentToolUse) -> tuple[str, bool]:
         """`execute(name, input) -> string` on the hand that serves the tool; errors become error results."""
         tool = self._tools.get(use.name)
+        if isinstance(tool, SandboxTool):
+            return await self._sandbox.execute(use)
         if not isinstance(tool, HandTool):
             return f"Unknown tool {use.name!r}. Available tools: {', '.join(sorted(self._tools))}.", True
         try:

@@ -1,0 +1,247 @@
+"""Session containers on a Docker engine: create or restart from a recipe, run the in-container tools, remove.
+
+No Temporal here: the sandbox activities call these functions (in a thread, the Docker SDK is synchronous) and
+translate `SandboxGone` into what the session shows the model.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import docker
+import docker.errors
+from docker.models.containers import Container
+
+from corral.contract.sandbox import Environment
+from corral.sandbox.errors import SandboxError, SandboxSetupError
+from corral.sandbox.workspace import SANDBOX_GID, SANDBOX_UID, hardened_run_options, prepare_workspace_volume
+
+log = logging.getLogger(__name__)
+
+SESSION_LABEL = "corral.session"
+NAMESPACE_LABEL = "corral.namespace"
+GENERATION_LABEL = "corral.generation"
+TOOL_RUNNER = "/opt/corral/bin/corral-tool"
+BASH_RUNNER = "/opt/corral/bin/corral-run"
+ALREADY_STARTED_EXIT = 97
+STATE_DIR = "/run/corral"
+
+
+class SandboxGone(SandboxError):
+    """The session's container is gone or stopped underneath us (killed, OOM, engine restarted, removed)."""
+
+
+def container_name(session_id: str, generation: int) -> str:
+    return f"corral-{session_id}-g{generation}"
+
+
+def volume_name(session_id: str) -> str:
+    return f"corral-ws-{session_id}"
+
+
+def engine_id(client: docker.DockerClient) -> str:
+    """A short, stable id of the engine: workers attached to the same engine serve the same task queue."""
+    return str(client.info().get("ID", "local")).replace(":", "")[:12].lower()
+
+
+def packages_image(client: docker.DockerClient, base: str, environment: Environment) -> str:
+    """The base image plus the recipe's packages, built once per (base, package list) and cached by tag."""
+    packages = environment.packages
+    if packages.empty():
+        return base
+    digest = hashlib.sha256(json.dumps([base, packages.apt, packages.pip]).encode()).hexdigest()[:12]
+    tag = f"corral-sandbox-packages:{digest}"
+    try:
+        client.images.get(tag)
+        return tag
+    except docker.errors.ImageNotFound:
+        pass
+    apt = sorted(set(packages.apt) | ({"python3-pip"} if packages.pip else set()))
+    lines = [f"FROM {base}", "USER root"]
+    if apt:
+        lines.append(
+            "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
+            + " ".join(apt)
+            + " && rm -rf /var/lib/apt/lists/*"
+        )
+    if packages.pip:
+        lines.append("RUN pip install --no-cache-dir --break-system-packages " + " ".join(packages.pip))
+    lines.append(f"USER {SANDBOX_UID}:{SANDBOX_GID}")
+    log.info("building %s with packages apt=%s pip=%s", tag, packages.apt, packages.pip)
+    try:
+        client.images.build(fileobj=io.BytesIO("\n".join(lines).encode()), tag=tag, rm=True, forcerm=True)
+    except docker.errors.BuildError as exc:
+        detail = "".join(str(chunk.get("stream", "")) for chunk in exc.build_log)[-2000:]
+        raise SandboxSetupError(f"installing the environment's packages failed: {exc.msg}\n{detail}") from exc
+    return tag
+
+
+@dataclass(frozen=True)
+class Provisioned:
+    container_id: str
+    container_name: str
+    volume: str
+    image: str
+
+
+def ensure_container(
+    client: docker.DockerClient,
+    session_id: str,
+    environment: Environment,
+    generation: int,
+    base_image: str,
+    namespace: str = "default",
+) -> Provisioned:
+    """This session's container for `generation`, running: reused if running, started if stopped, else created."""
+    name = container_name(session_id, generation)
+    volume = volume_name(session_id)
+    image = environment.image or packages_image(client, base_image, environment)
+    try:
+        container = client.containers.get(name)
+    except docker.errors.NotFound:
+        container = None
+    if container is not None and container.status not in ("running", "created", "exited"):
+        container.remove(force=True)  # dead or being removed: make a fresh one
+        container = None
+    if container is None:
+        labels = {SESSION_LABEL: session_id, GENERATION_LABEL: str(generation), NAMESPACE_LABEL: namespace}
+        try:
+            client.volumes.get(volume)
+        except docker.errors.NotFound:
+            prepare_workspace_volume(client, volume, image, labels={SESSION_LABEL: session_id})
+        container = client.containers.create(
+            image, ["sleep", "infinity"], name=name, labels=labels, **_run_options(environment, volume)
+        )
+    if container.status != "running":
+        container.start()
+    if environment.working_dir != "/workspace":
+        container.exec_run(["mkdir", "-p", environment.working_dir])
+    return Provisioned(container_id=container.id or name, container_name=name, volume=volume, image=image)
+
+
+def _run_options(environment: Environment, volume: str) -> dict[str, Any]:
+    """The hardened defaults, with the recipe's limits and networking."""
+    limits = environment.limits
+    options = hardened_run_options(volume)
+    options.update(
+        mem_limit=f"{limits.memory_mb}m",
+        memswap_limit=f"{limits.memory_mb}m",
+        nano_cpus=int(limits.cpus * 1e9),
+        pids_limit=limits.pids,
+        network_mode="none" if environment.networking.type == "none" else "bridge",
+        working_dir=environment.working_dir,
+        environment={},  # nothing from the host: the image's PATH, LANG and HOME only
+        tmpfs={
+            "/tmp": f"rw,nosuid,nodev,size={limits.tmp_mb}m",
+            STATE_DIR: f"rw,nosuid,nodev,noexec,size=64m,uid={SANDBOX_UID},gid={SANDBOX_GID},mode=0700",
+            "/home/sandbox": f"rw,nosuid,nodev,size=16m,uid={SANDBOX_UID},gid={SANDBOX_GID},mode=0755",
+        },
+    )
+    return options
+
+
+def get_running(client: docker.DockerClient, container_id: str) -> Container:
+    """The container, or SandboxGone saying what happened to it."""
+    try:
+        container = client.containers.get(container_id)
+    except docker.errors.NotFound:
+        raise SandboxGone("the sandbox container no longer exists (it was removed)") from None
+    if container.status != "running":
+        raise SandboxGone(describe_death(container))
+    return container
+
+
+def describe_death(container: Container) -> str:
+    state = container.attrs.get("State", {})
+    if state.get("OOMKilled"):
+        return "the sandbox container was killed because it ran out of memory"
+    code = state.get("ExitCode")
+    reason = " (killed)" if code == 137 else ""
+    return f"the sandbox container stopped: it is {container.status}, exit code {code}{reason}"
+
+
+def run_tool(container: Container, call_id: str, request: dict[str, Any], workdir: str) -> dict[str, Any]:
+    """Run `corral-tool` for one request and return its JSON answer; SandboxGone if the container died."""
+    encoded = base64.b64encode(json.dumps(request).encode()).decode()
+    try:
+        result = container.exec_run(
+            [TOOL_RUNNER, call_id, encoded],
+            user=f"{SANDBOX_UID}:{SANDBOX_GID}",
+            environment={"CORRAL_WORKDIR": workdir},
+        )
+    except docker.errors.APIError as exc:
+        raise _gone_or_raise(container, exc) from exc
+    output = result.output.decode(errors="replace") if isinstance(result.output, bytes) else str(result.output)
+    if result.exit_code != 0:
+        container.reload()
+        if container.status != "running":
+            raise SandboxGone(describe_death(container))
+        raise SandboxError(f"corral-tool failed (exit {result.exit_code}): {output[-500:]}")
+    answer: dict[str, Any] = json.loads(output)
+    return answer
+
+
+def start_bash(client: docker.DockerClient, container: Container, call_id: str, command: str, workdir: str) -> str:
+    """Create the exec of one bash call (in its own session, so its whole process group can be killed)."""
+    encoded = base64.b64encode(command.encode()).decode()
+    try:
+        created = client.api.exec_create(
+            container.id,
+            ["setsid", "--wait", BASH_RUNNER, call_id, encoded],
+            stdout=True,
+            stderr=True,
+            user=f"{SANDBOX_UID}:{SANDBOX_GID}",
+            environment={"CORRAL_WORKDIR": workdir},
+        )
+    except docker.errors.APIError as exc:
+        raise _gone_or_raise(container, exc) from exc
+    return str(created["Id"])
+
+
+def wait_bash(client: docker.DockerClient, exec_id: str) -> int | None:
+    """Block until the bash call's exec ends; its exit code (None if the engine lost it)."""
+    client.api.exec_start(exec_id)
+    code = client.api.exec_inspect(exec_id).get("ExitCode")
+    return None if code is None else int(code)
+
+
+def _gone_or_raise(container: Container, exc: docker.errors.APIError) -> Exception:
+    try:
+        container.reload()
+    except docker.errors.NotFound:
+        return SandboxGone("the sandbox container no longer exists (it was removed)")
+    if container.status != "running":
+        return SandboxGone(describe_death(container))
+    return exc
+
+
+def stop_container(client: docker.DockerClient, container_id: str) -> None:
+    try:
+        client.containers.get(container_id).stop(timeout=2)
+    except docker.errors.NotFound:
+        pass
+
+
+def remove_session(client: docker.DockerClient, session_id: str, remove_volume: bool) -> int:
+    """Remove every container of a session (and its workspace volume); returns how many containers."""
+    containers = client.containers.list(all=True, filters={"label": f"{SESSION_LABEL}={session_id}"})
+    for container in containers:
+        container.remove(force=True)
+    if remove_volume:
+        try:
+            client.volumes.get(volume_name(session_id)).remove(force=True)
+        except docker.errors.NotFound:
+            pass
+    return len(containers)
+
+
+def session_ids_with_containers(client: docker.DockerClient, namespace: str) -> set[str]:
+    """Sessions of `namespace` that have a container (running or stopped) on this engine."""
+    containers = client.containers.list(all=True, filters={"label": f"{NAMESPACE_LABEL}={namespace}"})
+    return {str(container.labels[SESSION_LABEL]) for container in containers}

@@ -1,0 +1,30 @@
+"""A real sandbox worker process (for the SIGKILL test): the sandbox hand alone, on the real engine."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+import docker
+
+from corral.activities.sandbox import SandboxActivities
+from corral.temporal import connect
+from corral.workers._run import run_until_stopped, setup_logging
+from corral.workers.roles import sandbox_workers
+
+
+async def _main(args: argparse.Namespace) -> None:
+    client = await connect(args.address)
+    await run_until_stopped(sandbox_workers(client, SandboxActivities(docker.from_env(), args.image)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--address", required=True)
+    parser.add_argument("--image", required=True)
+    setup_logging()
+    asyncio.run(_main(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,312 @@
+"""The Docker sandbox behind `execute`, end to end: real engine, real dev server, real HTTP to the model."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+from temporalio.client import WorkflowHandle
+
+from corral.names import SIGNAL_INTERRUPT
+from corral.sandbox.containers import SESSION_LABEL, remove_session, run_tool, volume_name
+from corral.sessions import send_text
+from corral.workers.sandbox import reap_closed_sessions
+from tests.conftest import Stack, assert_log_is_whole, read_events, texts, wait_for_idle
+
+TOOLSET = [{"type": "agent_toolset_20260401"}]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def bash(command: str, **extra: Any) -> dict[str, Any]:
+    return {"tool_uses": [{"name": "bash", "input": {"command": command, **extra}}]}
+
+
+def use(name: str, **input: Any) -> dict[str, Any]:
+    return {"tool_uses": [{"name": name, "input": input}]}
+
+
+def session_containers(client: docker.DockerClient, session_id: str) -> list[Any]:
+    return client.containers.list(all=True, filters={"label": f"{SESSION_LABEL}={session_id}"})
+
+
+def processes(client: docker.DockerClient, session_id: str) -> str:
+    """The command lines running in the session's container ("" while it has none)."""
+    running = [c for c in session_containers(client, session_id) if c.status == "running"]
+    return "".join(c.exec_run(["ps", "-eo", "args"]).output.decode() for c in running)
+
+
+async def until_event(handle: WorkflowHandle, event_type: str, count: int = 1) -> None:
+    for _ in range(400):
+        if [e.type for e in await read_events(handle)].count(event_type) >= count:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"fewer than {count} {event_type} events")
+
+
+async def test_a_session_that_never_calls_a_tool_creates_no_container(
+    sandbox_stack: Stack, docker_client: docker.DockerClient
+) -> None:
+    model = sandbox_stack.script([{"text": "no tools needed"}])
+    handle = await sandbox_stack.start(model, message="hi", tools=TOOLSET)
+    await wait_for_idle(handle)
+    assert session_containers(docker_client, handle.id) == []
+
+
+async def test_bash_keeps_cwd_and_exports_and_file_tools_work(
+    sandbox_stack: Stack, docker_client: docker.DockerClient
+) -> None:
+    model = sandbox_stack.script(
+        [
+            bash("mkdir -p /workspace/src/app && cd /workspace/src && export GREETING=hello"),
+            bash('pwd; echo "$GREETING"'),
+            use("write", file_path="src/app/main.py", content="def main():\n    return 'hi'\n\nmain()\nmain()\n"),
+            use("edit", file_path="src/app/main.py", old_string="nothing like this", new_string="x"),
+            use("edit", file_path="src/app/main.py", old_string="main()", new_string="run()"),
+            use("edit", file_path="src/app/main.py", old_string="return 'hi'", new_string="return 'hello'"),
+            use("read", file_path="src/app/main.py", view_range=[1, 2]),
+            use("glob", pattern="**/*.py"),
+            use("grep", pattern="hello", path="src"),
+            bash("exit 3"),
+            {"text": "done"},
+        ]
+    )
+    handle = await sandbox_stack.start(model, message="work", tools=TOOLSET)
+    events = await wait_for_idle(handle, within_seconds=120)
+    assert_log_is_whole(events)
+    results = texts(events, "agent.tool_result")
+    errors = [e.is_error for e in events if e.type == "agent.tool_result"]  # type: ignore[union-attr]
+    assert results[0] == "(no output)"
+    assert results[1] == "/workspace/src\nhello", "cd and export must persist between bash calls"
+    assert results[2].startswith("wrote ") and results[2].endswith("/workspace/src/app/main.py")
+    assert "was not found" in results[3] and errors[3]
+    assert "occurs 3 times" in results[4] and errors[4]  # def main(), main(), main()
+    assert results[5] == "replaced 1 occurrence(s) in /workspace/src/app/main.py" and not errors[5]
+    assert results[6] == "1\tdef main():\n2\t    return 'hello'"
+    assert results[7] == "/workspace/src/app/main.py"
+    assert results[8].strip() == "/workspace/src/app/main.py:2:    return 'hello'"
+    assert results[9] == "[exit code 3]"
+    assert errors[:3] == [False, False, False]
+
+
+async def test_timeout_kills_the_command_inside_the_container(
+    sandbox_stack: Stack, docker_client: docker.DockerClient
+) -> None:
+    model = sandbox_stack.script([bash("echo started; sleep 777", timeout_ms=1500), {"text": "ok"}])
+    handle = await sandbox_stack.start(model, message="go", tools=TOOLSET)
+    events = await wait_for_idle(handle, within_seconds=60)
+    [result] = texts(events, "agent.tool_result")
+    assert result.startswith("started\n") and "[timed out after 1.5s: the command" in result
+    assert "sleep 777" not in processes(docker_client, handle.id)
+
+
+async def test_interrupt_kills_the_command_inside_the_container(
+    sandbox_stack: Stack, docker_client: docker.DockerClient
+) -> None:
+    model = sandbox_stack.script([bash("sleep 778"), {"text": "after"}])
+    handle = await sandbox_stack.start(model, message="go", tools=TOOLSET)
+    await until_event(handle, "agent.tool_use")
+    for _ in range(100):  # wait until the command runs in the container
+        if "sleep 778" in processes(docker_client, handle.id):
+            break
+        await asyncio.sleep(0.1)
+    await handle.signal(SIGNAL_INTERRUPT)
+    events = await wait_for_idle(handle, within_seconds=30)
+    assert "interrupted" in texts(events, "agent.tool_result")[0]
+    assert "sleep 778" not in processes(docker_client, handle.id)
+    await send_text(handle, "next")
+    assert texts(await wait_for_idle(handle, after=events[-1].position)) == ["after"]
+
+
+async def test_a_dead_container_is_a_tool_error_and_the_next_call_gets_a_new_one(
+    sandbox_stack: Stack, docker_client: docker.DockerClient
+) -> None:
+    model = sandbox_stack.script(
+        [
+            bash("echo kept > /workspace/keep.txt; echo tmp > /tmp/lost.txt; export LOST=1"),
+            bash("sleep 60"),  # killed during the call
+            bash('cat /workspace/keep.txt; ls /tmp; echo "LOST=${LOST:-unset}"'),
+            bash("echo unreachable"),  # killed between calls, before this one
+            bash("cat /workspace/keep.txt"),
+            {"text": "done"},
+        ]
+    )
+    handle = await sandbox_stack.start(model, message="go", tools=TOOLSET)
+    await until_event(handle, "agent.tool_use", 2)
+    for _ in range(100):
+        if "sleep 60" in processes(docker_client, handle.id):
+            break
+        await asyncio.sleep(0.1)
+    [first] = session_containers(docker_client, handle.id)
+    first.kill()
+    await until_event(handle, "agent.tool_result", 3)
+    [second] = [c for c in session_containers(docker_client, handle.id) if c.status == "running"]
+    assert second.id != first.id
+    second.kill()
+    events = await wait_for_idle(handle, within_seconds=120)
+    results = texts(events, "agent.tool_result")
+    errors = [e.is_error for e in events if e.type == "agent.tool_result"]  # type: ignore[union-attr]
+    assert errors == [False, True, False, True, False]
+    assert "the sandbox container stopped" in results[1] and "Files under /workspace survive" in results[1]
+    assert results[2] == "kept\nLOST=unset", "workspace files survive; /tmp and exported variables do not"
+    assert "exit code 137 (killed)" in results[3]
+    assert results[4] == "kept"
+    assert len({c.id for c in session_containers(docker_client, handle.id)}) == 3
+
+
+def _spawn_sandbox_worker(stack: Stack, image: str, log: Path) -> subprocess.Popen[bytes]:
+    address = stack.client.service_client.config.target_host
+    command = [sys.executable, "-m", "tests.sandbox_worker_process", "--address", address, "--image", image]
+    return subprocess.Popen(command, cwd=ROOT, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+
+
+async def test_sandbox_worker_killed_mid_command_does_not_run_it_twice(
+    stack: Stack, docker_client: docker.DockerClient, sandbox_image: str, tmp_path: Path
+) -> None:
+    model = stack.script(
+        [
+            bash("echo ran >> /workspace/count; sleep 4; echo finished"),
+            bash("wc -l < /workspace/count"),
+            {"text": "done"},
+        ]
+    )
+    log = tmp_path / "sandbox-worker.log"
+    first = _spawn_sandbox_worker(stack, sandbox_image, log)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        handle = await stack.start(model, message="go", tools=TOOLSET)
+        await until_event(handle, "agent.tool_use")
+        for _ in range(200):
+            if "sleep 4" in processes(docker_client, handle.id):
+                break
+            await asyncio.sleep(0.05)
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        second = _spawn_sandbox_worker(stack, sandbox_image, log)
+        events = await wait_for_idle(handle, within_seconds=90)
+        results = texts(events, "agent.tool_result")
+        assert results[0].startswith("finished") and "[recovered: this command had already run" in results[0]
+        assert results[1] == "1", "the command ran twice"
+        assert_log_is_whole(events)
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                process.wait(timeout=20)
+        with contextlib.suppress(Exception):
+            remove_session(docker_client, handle.id, remove_volume=True)
+
+
+def test_a_started_call_that_left_no_exit_code_is_reported_lost(
+    docker_client: docker.DockerClient, sandbox_image: str
+) -> None:
+    container = docker_client.containers.run(
+        sandbox_image, ["sleep", "60"], detach=True, remove=True, tmpfs={"/run/corral": "rw,uid=1000,gid=1000"}
+    )
+    try:
+        # A call whose process is gone without recording an exit code: its outcome is unknown.
+        container.exec_run(["bash", "-c", "mkdir -p /run/corral/calls/c1 && echo 999999 > /run/corral/calls/c1/pid"])
+        status = run_tool(container, "c1", {"tool": "call_status"}, "/workspace")
+        assert status == {"ok": True, "status": "lost"}
+        assert run_tool(container, "c2", {"tool": "call_status"}, "/workspace")["status"] == "none"
+    finally:
+        container.kill()
+
+
+async def test_security_probes_inside_the_sandbox(
+    sandbox_stack: Stack, docker_client: docker.DockerClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    canary = f"canary-{uuid.uuid4().hex}"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", canary)  # the worker process's environment must not leak in
+    monkeypatch.setenv("CORRAL_TEST_SECRET_TOKEN", canary)
+    probes = {
+        "env": "env; cat /proc/1/environ | tr '\\0' '\\n'",
+        "docker socket": "ls -la /var/run/docker.sock /run/docker.sock 2>&1; echo end",
+        "network": "ls /sys/class/net; cat /proc/net/route | wc -l",
+        "writes": "for p in /etc/x /usr/x /root/x /x /workspace/ok /tmp/ok; do touch $p 2>/dev/null && echo $p; done",
+        "user": "id -u; id -g; grep CapEff /proc/self/status; grep NoNewPrivs /proc/self/status",
+        "secrets on disk": f"grep -rs {canary} / --exclude-dir=proc --exclude-dir=sys | head -3; echo end",
+    }
+    model = sandbox_stack.script([bash(command) for command in probes.values()] + [{"text": "probed"}])
+    handle = await sandbox_stack.start(model, message="probe", tools=TOOLSET)
+    events = await wait_for_idle(handle, within_seconds=120)
+    results = dict(zip(probes, texts(events, "agent.tool_result"), strict=True))
+    assert canary not in results["env"]
+    suspicious = [
+        line.split("=", 1)[0]
+        for line in results["env"].splitlines()
+        if any(word in line.split("=", 1)[0].upper() for word in ("KEY", "TOKEN", "SECRET", "PASSWORD", "DOCKER"))
+    ]
+    assert suspicious == [], f"credential-looking variables in the sandbox: {suspicious}"
+    assert "No such file or directory" in results["docker socket"] and "srw" not in results["docker socket"]
+    assert results["network"].split() == ["lo", "1"], "networking none: only loopback, no route"
+    assert results["writes"].split() == ["/workspace/ok", "/tmp/ok"]
+    user = results["user"].splitlines()
+    assert user[:2] == ["1000", "1000"]
+    assert user[2].split()[1] == "0000000000000000" and user[3].split()[1] == "1"
+    assert results["secrets on disk"] == "end"
+    history = (await handle.fetch_history()).to_json()
+    assert canary not in history
+
+
+async def test_idle_sandbox_is_stopped_and_started_again_on_the_next_call(
+    sandbox_stack: Stack, docker_client: docker.DockerClient
+) -> None:
+    model = sandbox_stack.script(
+        [bash("echo persisted > /workspace/f"), {"text": "first"}, bash("cat /workspace/f"), {"text": "second"}]
+    )
+    environment = {"idle_stop_seconds": 5}
+    handle = await sandbox_stack.start(model, message="one", tools=TOOLSET, environment=environment)
+    events = await wait_for_idle(handle, within_seconds=60)
+    [container] = session_containers(docker_client, handle.id)
+    assert container.status == "running"
+    for _ in range(200):  # the workflow's idle timer stops it after 5 s
+        container.reload()
+        if container.status == "exited":
+            break
+        await asyncio.sleep(0.1)
+    assert container.status == "exited", "an idle session's container must be stopped"
+    await send_text(handle, "two")
+    events = await wait_for_idle(handle, after=events[-1].position, within_seconds=60)
+    assert texts(events, "agent.tool_result") == ["persisted"]
+    container.reload()
+    assert container.status == "running" and len(session_containers(docker_client, handle.id)) == 1
+
+
+async def test_cancelling_a_session_removes_its_container_and_volume(
+    sandbox_stack: Stack, docker_client: docker.DockerClient
+) -> None:
+    model = sandbox_stack.script([bash("echo x > /workspace/x"), {"text": "done"}])
+    handle = await sandbox_stack.start(model, message="go", tools=TOOLSET)
+    await wait_for_idle(handle, within_seconds=60)
+    assert len(session_containers(docker_client, handle.id)) == 1
+    await handle.cancel()
+    for _ in range(200):
+        if not session_containers(docker_client, handle.id):
+            break
+        await asyncio.sleep(0.1)
+    assert session_containers(docker_client, handle.id) == []
+    assert not docker_client.volumes.list(filters={"name": volume_name(handle.id)})
+    assert (await read_events(handle))[-1].type == "session.status_terminated"
+
+
+async def test_the_reaper_removes_sandboxes_of_terminated_sessions(
+    sandbox_stack: Stack, docker_client: docker.DockerClient
+) -> None:
+    model = sandbox_stack.script([bash("true"), {"text": "done"}])
+    kept = await sandbox_stack.start(model, message="go", tools=TOOLSET)
+    ended = await sandbox_stack.start(model, message="go", tools=TOOLSET)
+    for handle in (kept, ended):
+        await wait_for_idle(handle, within_seconds=60)
+    await ended.terminate("no code runs on terminate: the reaper cleans up")
+    reaped = await reap_closed_sessions(sandbox_stack.client, docker_client)
+    assert ended.id in reaped and kept.id not in reaped
+    assert session_containers(docker_client, ended.id) == []
+    assert len(session_containers(docker_client, kept.id)) == 1
