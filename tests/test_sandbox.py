@@ -45,7 +45,8 @@ def processes(client: docker.DockerClient, session_id: str) -> str:
 
 async def until_event(handle: WorkflowHandle, event_type: str, count: int = 1) -> None:
     for _ in range(400):
-        if [e.type for e in await read_events(handle)].count(event_type) >= count:
+        types: list[str] = [e.type for e in await read_events(handle)]
+        if types.count(event_type) >= count:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"fewer than {count} {event_type} events")
@@ -82,7 +83,7 @@ async def test_bash_keeps_cwd_and_exports_and_file_tools_work(
     events = await wait_for_idle(handle, within_seconds=120)
     assert_log_is_whole(events)
     results = texts(events, "agent.tool_result")
-    errors = [e.is_error for e in events if e.type == "agent.tool_result"]  # type: ignore[union-attr]
+    errors = [e.is_error for e in events if e.type == "agent.tool_result"]
     assert results[0] == "(no output)"
     assert results[1] == "/workspace/src\nhello", "cd and export must persist between bash calls"
     assert results[2].startswith("wrote ") and results[2].endswith("/workspace/src/app/main.py")
@@ -152,7 +153,7 @@ async def test_a_dead_container_is_a_tool_error_and_the_next_call_gets_a_new_one
     second.kill()
     events = await wait_for_idle(handle, within_seconds=120)
     results = texts(events, "agent.tool_result")
-    errors = [e.is_error for e in events if e.type == "agent.tool_result"]  # type: ignore[union-attr]
+    errors = [e.is_error for e in events if e.type == "agent.tool_result"]
     assert errors == [False, True, False, True, False]
     assert "the sandbox container stopped" in results[1] and "Files under /workspace survive" in results[1]
     assert results[2] == "kept\nLOST=unset", "workspace files survive; /tmp and exported variables do not"
