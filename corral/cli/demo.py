@@ -23,7 +23,11 @@ from corral.temporal import connect
 DEMO_MESSAGE = "Hello! Please calculate 6*7 and then tell me the time with get_time."
 """The offline stand-in calls the first tool it sees named (`calculate`, with the clause after it: `6*7`); a real
 model may call both tools."""
-FOLLOW_UP_MESSAGE = "please use get_time"
+FOLLOW_UP_MESSAGES = (
+    "please use get_time",
+    # The first call of a sandbox tool is what provisions the container (lazily, never before).
+    "now run bash uname -sr && id -un && pwd",
+)
 IDLE_TIMEOUT = 60.0
 
 
@@ -77,7 +81,7 @@ def _summary(settings: Settings, session_id: str, address: str, events: list[Ses
 
 
 async def run_demo(settings: Settings, options: up.UpOptions) -> None:
-    """Bring the stack up, run two exchanges that call tools, and summarise them."""
+    """Bring the stack up, run three exchanges that call tools (the last one in the sandbox), and summarise."""
     report = await up.bring_up(settings.out, settings.paths, options, settings.namespace)
     settings.out.print(up.stack_panel(report, settings.paths))
     config = report.config
@@ -91,9 +95,11 @@ async def run_demo(settings: Settings, options: up.UpOptions) -> None:
     renderer = EventRenderer(settings.out)
     first = await _until_idle(settings, handle, renderer, after=0)
 
-    settings.out.print()
-    await send_text(handle, FOLLOW_UP_MESSAGE)
-    await _until_idle(settings, handle, renderer, after=first[-1].position)
+    last = first[-1].position
+    for message in FOLLOW_UP_MESSAGES:
+        settings.out.print()
+        await send_text(handle, message)
+        last = (await _until_idle(settings, handle, renderer, after=last))[-1].position
 
     events = await read_events(handle)
     settings.out.print()

@@ -199,6 +199,15 @@ def start_command(
             show_default=False,
         ),
     ] = None,
+    toolset: Annotated[
+        bool | None,
+        typer.Option(
+            "--toolset/--no-toolset",
+            help="Offer the sandbox tools (bash, read, write, edit, glob, grep); the container starts only when "
+            "a tool call needs it. Default: on, or as the --input file says.",
+            show_default=False,
+        ),
+    ] = None,
     input_file: Annotated[
         Path | None,
         typer.Option(
@@ -219,6 +228,7 @@ def start_command(
             system=system,
             title=title,
             tool_utility=tool_utility,
+            toolset=toolset,
         )
     except CliError as error:
         fail(settings, error)

@@ -33,6 +33,19 @@ from corral.sessions import read_events
 STATUS_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS)
 MODEL_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_MODEL)
 UTILITY_TOOLSET = {"type": "corral_utility"}
+SANDBOX_TOOLSET = {"type": "agent_toolset_20260401"}
+
+
+def _toggle(tools: list[Any], entry: dict[str, str], on: bool) -> list[Any]:
+    """Add or remove one toolset entry (matched by its type), leaving the other tools alone."""
+    present = any(isinstance(t, dict) and t.get("type") == entry["type"] for t in tools)
+    if on and not present:
+        return [*tools, entry]
+    if not on:
+        return [t for t in tools if not (isinstance(t, dict) and t.get("type") == entry["type"])]
+    return tools
+
+
 POLL_SECONDS = 0.2
 CLOSED_CHECK_SECONDS = 5.0
 """While no event arrives, check this often whether the workflow closed (a terminate writes no event)."""
@@ -68,11 +81,13 @@ def build_session_input(
     system: str | None = None,
     title: str | None = None,
     tool_utility: bool | None = None,
+    toolset: bool | None = None,
 ) -> SessionInput:
     """Merge command-line options over an --input file and validate the result as `SessionInput`.
 
-    Without a file the utility toolset is on unless --no-tool-utility; with a file, tools come from the file and
-    --tool-utility/--no-tool-utility only changes them when given. A missing agent.model gets the default.
+    Without a file the utility tools and the sandbox toolset are on unless --no-tool-utility / --no-toolset; with
+    a file, tools come from the file and those options only change them when given. A missing agent.model gets
+    the default.
     """
     data: dict[str, Any] = dict(base or {})
     agent = data.get("agent")
@@ -83,15 +98,10 @@ def build_session_input(
         agent.setdefault("model", default_model)
         if system is not None:
             agent["system"] = system
-        if tool_utility is None:
-            tool_utility = base is None
         tools = agent.get("tools") or []
         if isinstance(tools, list):
-            has_utility = any(isinstance(t, dict) and t.get("type") == "corral_utility" for t in tools)
-            if tool_utility and not has_utility:
-                tools = [*tools, UTILITY_TOOLSET]
-            elif not tool_utility:
-                tools = [t for t in tools if not (isinstance(t, dict) and t.get("type") == "corral_utility")]
+            for entry, on in ((UTILITY_TOOLSET, tool_utility), (SANDBOX_TOOLSET, toolset)):
+                tools = _toggle(tools, entry, base is None if on is None else on)
             agent["tools"] = tools
     data["agent"] = agent
     if message is not None:

@@ -34,15 +34,25 @@ ALL_IN_ONE = "all-in-one"
 HARNESS = "harness"
 MODEL_WORKER = "model-worker"
 UTILITY_HAND = "utility-hand"
+SANDBOX_WORKER = "sandbox-worker"
 
-PROCESS_ORDER: tuple[str, ...] = (TEMPORAL, MODEL_SERVER, HARNESS, MODEL_WORKER, UTILITY_HAND, ALL_IN_ONE)
+PROCESS_ORDER: tuple[str, ...] = (
+    TEMPORAL,
+    MODEL_SERVER,
+    HARNESS,
+    MODEL_WORKER,
+    UTILITY_HAND,
+    SANDBOX_WORKER,
+    ALL_IN_ONE,
+)
 """Start order; `down` stops in reverse so workers never outlive the server they talk to."""
-SPLIT_WORKERS: tuple[str, ...] = (HARNESS, MODEL_WORKER, UTILITY_HAND)
+SPLIT_WORKERS: tuple[str, ...] = (HARNESS, MODEL_WORKER, UTILITY_HAND, SANDBOX_WORKER)
 WORKER_MODULES: dict[str, str] = {
     ALL_IN_ONE: "corral.workers.all_in_one",
     HARNESS: "corral.workers.harness",
     MODEL_WORKER: "corral.workers.model",
     UTILITY_HAND: "corral.workers.utility_hand",
+    SANDBOX_WORKER: "corral.workers.sandbox",
 }
 _CMDLINE_MARKERS: dict[str, str] = {TEMPORAL: "temporal", MODEL_SERVER: "corral.modelserver", **WORKER_MODULES}
 """A word each process's command line contains: a pid file whose pid was reused by another program is stale."""
@@ -306,7 +316,9 @@ def base_environment() -> dict[str, str]:
     return env
 
 
-def worker_environment(name: str, address: str, namespace: str, model_url: str | None) -> dict[str, str]:
+def worker_environment(
+    name: str, address: str, namespace: str, model_url: str | None, sandbox_image: str | None = None
+) -> dict[str, str]:
     """A worker's environment: where Temporal is, and model credentials only for roles that run model turns.
 
     With `model_url` (offline mode) the model role talks to the stand-in with a dummy key; otherwise it gets the
@@ -315,6 +327,8 @@ def worker_environment(name: str, address: str, namespace: str, model_url: str |
     env = base_environment()
     env[ENV_TEMPORAL_ADDRESS] = address
     env[ENV_TEMPORAL_NAMESPACE] = namespace
+    if sandbox_image is not None and name in (ALL_IN_ONE, SANDBOX_WORKER):
+        env["CORRAL_SANDBOX_IMAGE"] = sandbox_image
     if name in (ALL_IN_ONE, MODEL_WORKER):
         if model_url is not None:
             env["ANTHROPIC_BASE_URL"] = model_url

@@ -21,6 +21,7 @@ from rich.text import Text
 from corral.cli import stack
 from corral.cli.context import CliError
 from corral.cli.stack import StackConfig, StackError, StatePaths
+from corral.sandbox import SandboxSetupError, ensure_docker_engine, ensure_sandbox_image
 
 TEMPORAL_TIMEOUT = 60.0
 MODEL_SERVER_TIMEOUT = 30.0
@@ -163,12 +164,13 @@ async def bring_up(console: Console, paths: StatePaths, options: UpOptions, name
         )
         wanted = other
     mode: Literal["all-in-one", "split"] = "all-in-one" if stack.ALL_IN_ONE in wanted else "split"
+    image = await _up_sandbox(console, paths) if any(name not in running for name in wanted) else None
     spawned: dict[str, subprocess.Popen[bytes]] = {}
     for name in wanted:
         if name in running:
             processes[name] = (running[name], False)
         else:
-            env = stack.worker_environment(name, address, namespace, model_url)
+            env = stack.worker_environment(name, address, namespace, model_url, image)
             spawned[name] = stack.spawn(paths, name, stack.worker_command(name), env)
             processes[name] = (spawned[name].pid, True)
 
@@ -194,6 +196,26 @@ async def bring_up(console: Console, paths: StatePaths, options: UpOptions, name
     for name in wanted:
         _say(console, name, *processes[name])
     return UpReport(config, processes)
+
+
+async def _up_sandbox(console: Console, paths: StatePaths) -> str:
+    """A Docker engine (started here when none answers) and the sandbox image (built here once, no registry)."""
+    with console.status("checking the Docker engine and the sandbox image …") as status:
+
+        def progress(message: str) -> None:
+            status.update(message)
+            console.print(f"[dim]{message}[/dim]")
+
+        try:
+            engine = await asyncio.to_thread(ensure_docker_engine, paths.root, progress=progress)
+            image = await asyncio.to_thread(ensure_sandbox_image, engine, paths.root, progress=progress)
+        except SandboxSetupError as exc:
+            raise CliError(
+                f"the sandbox is not available: {exc}",
+                hint="set DOCKER_HOST to a reachable engine, or run as root so corral can start Debian's docker.io",
+            ) from exc
+    console.print(f"[green]✓[/green] sandbox image {image} on the Docker engine")
+    return image
 
 
 def _now() -> datetime:

@@ -226,6 +226,11 @@ def sandbox_tool_schema(name: str) -> dict[str, Any]:
     """The JSON schema the model sees for a built-in tool."""
     schema = SANDBOX_TOOL_INPUTS[name].model_json_schema()
     schema.pop("title", None)
-    for prop in schema.get("properties", {}).values():
+    for key, prop in list(schema.get("properties", {}).items()):
         prop.pop("title", None)
+        options = [option for option in prop.pop("anyOf", []) if option.get("type") != "null"]
+        if len(options) == 1:  # `X | None` reads as an optional X to the model, not as "X or null"
+            prop.update(options[0])
+            prop.pop("default", None)
+        schema["properties"][key] = prop
     return schema
