@@ -82,7 +82,10 @@ def test_options_override_the_input_file() -> None:
     merged = build_session_input(base, default_model="d", model="m", message="hi", tool_utility=False)
     assert merged.agent.model == "m" and merged.agent.tools == [] and merged.message == "hi"
     assert build_session_input({"agent": {}}, default_model="d").agent.model == "d"
-    assert [tool.type for tool in build_session_input(None, default_model="d").agent.tools] == ["corral_utility"]
+    defaults = build_session_input(None, default_model="d").agent.tools
+    assert [tool.type for tool in defaults] == ["corral_utility", "agent_toolset_20260401"]
+    without = build_session_input(None, default_model="d", toolset=False).agent.tools
+    assert [tool.type for tool in without] == ["corral_utility"]
 
 
 # ---- end to end, real processes -------------------------------------------------------------------------------
