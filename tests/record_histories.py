@@ -1,12 +1,15 @@
 """Record the histories in `tests/histories/` that the replay test replays: `python -m tests.record_histories`.
 
-Run it when the workflow's behaviour changes on purpose, and keep the old files that running sessions still
-have (a history recorded with old code must keep replaying with new code, or the change needs `workflow.patched`).
+Run it (`python -m tests.record_histories NAME ...` for some scenarios) when the workflow's behaviour changes on
+purpose. Keep the old files: running sessions still have such histories, so a history recorded with old code must
+keep replaying with new code (or the change needs `workflow.patched`).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import uuid
@@ -15,19 +18,23 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 
+from corral.activities.sandbox import SandboxActivities
 from corral.contract.session import AgentConfig, SendEventsInput, SessionInput
 from corral.hands import make_execute_activity
 from corral.modelserver import ModelServerThread
 from corral.names import SIGNAL_INTERRUPT, UPDATE_SEND_EVENTS
+from corral.sandbox import ensure_docker_engine, ensure_sandbox_image
 from corral.sessions import read_events, send_text, start_session, wait_for_idle
 from corral.temporal import start_local_temporal
-from corral.workers.roles import harness_worker, model_worker
+from corral.workers.roles import harness_worker, model_worker, sandbox_workers
 from tests.hand_tools import TEST_TOOLS
 
 HISTORIES = Path(__file__).parent / "histories"
+STATE_DIR = Path(__file__).resolve().parents[1] / ".corral"
 HAND_QUEUE = "record-hand"
 MODEL_QUEUE = "record-model"
 HARNESS_QUEUE = "record-harness"
@@ -66,6 +73,13 @@ async def model_errors(handle: WorkflowHandle) -> None:
     await wait_for_idle(handle, after=events[-1].position)
 
 
+async def sandbox_tools(handle: WorkflowHandle) -> None:
+    await wait_for_idle(handle, within_seconds=120)
+    await handle.cancel()  # releases the sandbox: container and volume removed
+    with contextlib.suppress(WorkflowFailureError):
+        await handle.result()
+
+
 SCENARIOS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], Scenario]] = {
     "conversation_with_tools": (
         [
@@ -85,6 +99,16 @@ SCENARIOS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], Scenario]
         [{"type": "custom", "name": "lookup"}],
         custom_tool_and_interrupt,
     ),
+    "sandbox_tools": (
+        [
+            {"tool_uses": [{"name": "bash", "input": {"command": "cd /workspace && export X=1 && echo hi > f"}}]},
+            {"tool_uses": [{"name": "edit", "input": {"file_path": "f", "old_string": "nope", "new_string": "x"}}]},
+            {"tool_uses": [{"name": "read", "input": {"file_path": "f"}}]},
+            {"text": "done"},
+        ],
+        [{"type": "agent_toolset_20260401"}],
+        sandbox_tools,
+    ),
     "model_errors": (
         [
             {"text": "after a retry", "fail": [{"status": 529, "retry_after": 0.2}]},
@@ -96,9 +120,10 @@ SCENARIOS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], Scenario]
 }
 
 
-async def record(client: Client, server: ModelServerThread) -> None:
+async def record(client: Client, server: ModelServerThread, names: list[str]) -> None:
     HISTORIES.mkdir(exist_ok=True)
-    for name, (steps, tools, scenario) in SCENARIOS.items():
+    for name in names:
+        steps, tools, scenario = SCENARIOS[name]
         server.register(name, {"steps": steps})
         agent = AgentConfig.model_validate({"model": f"script:{name}", "tools": tools, "system": "Be brief."})
         input = SessionInput(agent=agent, message="hello", model_task_queue=MODEL_QUEUE, title=name)
@@ -108,27 +133,37 @@ async def record(client: Client, server: ModelServerThread) -> None:
         await scenario(handle)
         history = await handle.fetch_history()
         (HISTORIES / f"{name}.json").write_text(json.dumps(json.loads(history.to_json()), indent=1) + "\n")
-        await handle.terminate("recorded")
+        with contextlib.suppress(RPCError):  # a scenario may have ended the session itself
+            await handle.terminate("recorded")
         print(f"recorded {name}: {len(history.events)} history events")
 
 
-async def main() -> None:
+async def main(names: list[str]) -> None:
     env = await start_local_temporal()
+    engine = ensure_docker_engine(STATE_DIR)
+    sandbox = SandboxActivities(engine, ensure_sandbox_image(engine, STATE_DIR))
     server = ModelServerThread()
     server.start()
     model = anthropic.AsyncAnthropic(base_url=server.base_url, api_key="test-key", max_retries=0)
     try:
-        async with (
-            harness_worker(env.client, HARNESS_QUEUE),
-            model_worker(env.client, model, MODEL_QUEUE),
-            Worker(env.client, task_queue=HAND_QUEUE, activities=[make_execute_activity(TEST_TOOLS)]),
-        ):
-            await record(env.client, server)
+        async with contextlib.AsyncExitStack() as workers:
+            for worker in [
+                harness_worker(env.client, HARNESS_QUEUE),
+                model_worker(env.client, model, MODEL_QUEUE),
+                Worker(env.client, task_queue=HAND_QUEUE, activities=[make_execute_activity(TEST_TOOLS)]),
+                *sandbox_workers(env.client, sandbox),
+            ]:
+                await workers.enter_async_context(worker)
+            await record(env.client, server, names)
     finally:
         server.stop()
         await env.shutdown()
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    parser = argparse.ArgumentParser(description=__doc__)
+    # argparse checks an empty `nargs="*"` against the choices too, hence the [] among them.
+    parser.add_argument("names", nargs="*", choices=[*SCENARIOS, []], help="scenarios to record (default: all)")
+    chosen = parser.parse_args().names or list(SCENARIOS)
+    asyncio.run(main(chosen))
     sys.exit(0)

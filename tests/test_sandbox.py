@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from typing import Any
 
 import docker
 import pytest
+from pydantic import ValidationError
 from temporalio.client import WorkflowHandle
 
 from corral.names import SIGNAL_INTERRUPT
@@ -311,3 +313,41 @@ async def test_the_reaper_removes_sandboxes_of_terminated_sessions(
     assert ended.id in reaped and kept.id not in reaped
     assert session_containers(docker_client, ended.id) == []
     assert len(session_containers(docker_client, kept.id)) == 1
+
+
+async def test_environment_packages_limits_and_networking_are_applied(
+    sandbox_stack: Stack, docker_client: docker.DockerClient
+) -> None:
+    probe = "jq --version; echo $(ls /sys/class/net); cat /sys/fs/cgroup/pids/pids.max"
+    model = sandbox_stack.script([bash(probe), {"text": "ok"}])
+    environment = {
+        "packages": {"apt": ["jq"]},
+        "limits": {"memory_mb": 256, "pids": 64, "cpus": 0.5},
+        "networking": {"type": "unrestricted"},
+        "working_dir": "/workspace/project",
+    }
+    handle = await sandbox_stack.start(model, message="go", tools=TOOLSET, environment=environment)
+    events = await wait_for_idle(handle, within_seconds=300)
+    [result] = texts(events, "agent.tool_result")
+    lines = result.splitlines()
+    assert len(lines) == 3, result
+    assert lines[0] == "jq-1.6", "the apt package must be installed in the derived image"
+    assert "eth0" in lines[1].split(), "unrestricted networking attaches the engine's bridge"
+    assert lines[2] == "64"
+    [container] = session_containers(docker_client, handle.id)
+    config = container.attrs["HostConfig"]
+    assert config["Memory"] == 256 * 1024 * 1024 and config["NanoCpus"] == 500_000_000
+    assert container.attrs["Config"]["Image"].startswith("corral-sandbox-packages:")
+    assert container.attrs["Config"]["WorkingDir"] == "/workspace/project"
+
+
+async def test_an_invalid_environment_is_rejected_before_the_session_starts(sandbox_stack: Stack) -> None:
+    for environment, message in [
+        ({"networking": {"type": "limited", "allowed_hosts": ["example.com"]}}, "'limited'"),
+        ({"working_dir": "/etc"}, "working_dir must be /workspace"),
+        ({"packages": {"apt": ["jq; rm -rf /"]}}, "invalid package name"),
+        ({"limits": {"memory_mb": 1}}, "memory_mb"),
+        ({"bash_timeout_seconds": 900}, "must not exceed"),
+    ]:
+        with pytest.raises(ValidationError, match=re.escape(message)):
+            await sandbox_stack.start("any", tools=TOOLSET, environment=environment)
