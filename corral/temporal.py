@@ -7,6 +7,7 @@ from typing import Any
 
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
+from temporalio.api.workflowservice.v1 import GetClusterInfoRequest
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -42,6 +43,12 @@ async def connect(address: str | None = None, namespace: str | None = None) -> C
         namespace=namespace or temporal_namespace(),
         data_converter=pydantic_data_converter,
     )
+
+
+async def cluster_id(client: Client) -> str:
+    """The Temporal cluster's id: with the namespace, it tells apart sessions of different servers on one engine."""
+    info = await client.workflow_service.get_cluster_info(GetClusterInfoRequest())
+    return str(info.cluster_id)
 
 
 async def ensure_search_attributes(client: Client) -> None:

@@ -26,7 +26,7 @@ from corral.modelserver import ModelServerThread
 from corral.sandbox import ensure_docker_engine, ensure_sandbox_image
 from corral.sandbox.containers import remove_session
 from corral.sessions import read_events, start_session, wait_for_idle
-from corral.temporal import start_local_temporal
+from corral.temporal import cluster_id, start_local_temporal
 from corral.workers.roles import harness_worker, model_worker, sandbox_workers
 from tests.hand_tools import TEST_TOOLS
 
@@ -108,7 +108,7 @@ class Stack:
 @pytest.fixture
 async def sandbox_stack(stack: Stack, docker_client: docker.DockerClient, sandbox_image: str) -> AsyncIterator[Stack]:
     """`stack` plus the sandbox hand, in process, on the real engine."""
-    activities = SandboxActivities(docker_client, sandbox_image)
+    activities = SandboxActivities(docker_client, sandbox_image, await cluster_id(stack.client))
     async with AsyncExitStack() as workers:
         for worker in sandbox_workers(stack.client, activities):
             await workers.enter_async_context(worker)

@@ -29,7 +29,7 @@ from corral.modelserver import ModelServerThread
 from corral.names import SIGNAL_INTERRUPT, UPDATE_SEND_EVENTS
 from corral.sandbox import ensure_docker_engine, ensure_sandbox_image
 from corral.sessions import read_events, send_text, start_session, wait_for_idle
-from corral.temporal import start_local_temporal
+from corral.temporal import cluster_id, start_local_temporal
 from corral.workers.roles import harness_worker, model_worker, sandbox_workers
 from tests.hand_tools import TEST_TOOLS
 
@@ -141,7 +141,7 @@ async def record(client: Client, server: ModelServerThread, names: list[str]) ->
 async def main(names: list[str]) -> None:
     env = await start_local_temporal()
     engine = ensure_docker_engine(STATE_DIR)
-    sandbox = SandboxActivities(engine, ensure_sandbox_image(engine, STATE_DIR))
+    sandbox = SandboxActivities(engine, ensure_sandbox_image(engine, STATE_DIR), await cluster_id(env.client))
     server = ModelServerThread()
     server.start()
     model = anthropic.AsyncAnthropic(base_url=server.base_url, api_key="test-key", max_retries=0)

@@ -8,14 +8,15 @@ import asyncio
 import docker
 
 from corral.activities.sandbox import SandboxActivities
-from corral.temporal import connect
+from corral.temporal import cluster_id, connect
 from corral.workers._run import run_until_stopped, setup_logging
 from corral.workers.roles import sandbox_workers
 
 
 async def _main(args: argparse.Namespace) -> None:
     client = await connect(args.address)
-    await run_until_stopped(sandbox_workers(client, SandboxActivities(docker.from_env(), args.image)))
+    activities = SandboxActivities(docker.from_env(), args.image, await cluster_id(client))
+    await run_until_stopped(sandbox_workers(client, activities))
 
 
 def main() -> None:

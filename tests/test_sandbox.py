@@ -15,13 +15,14 @@ from typing import Any
 import docker
 import pytest
 from pydantic import ValidationError
-from temporalio.client import WorkflowHandle
+from temporalio.client import WorkflowFailureError, WorkflowHandle
 
 from corral.names import SIGNAL_INTERRUPT
 from corral.sandbox.containers import SESSION_LABEL, remove_session, run_tool, volume_name
+from corral.sandbox.egress import EGRESS_NETWORK, ensure_egress
 from corral.sessions import send_text
 from corral.workers.sandbox import reap_closed_sessions
-from tests.conftest import Stack, assert_log_is_whole, read_events, texts, wait_for_idle
+from tests.conftest import Stack, assert_log_is_whole, read_events, texts, unique, wait_for_idle
 
 TOOLSET = [{"type": "agent_toolset_20260401"}]
 ROOT = Path(__file__).resolve().parent.parent
@@ -291,8 +292,11 @@ async def test_cancelling_a_session_removes_its_container_and_volume(
     await wait_for_idle(handle, within_seconds=60)
     assert len(session_containers(docker_client, handle.id)) == 1
     await handle.cancel()
+    with pytest.raises(WorkflowFailureError):  # the session ends as cancelled, after its clean-up
+        await handle.result()
     for _ in range(200):
-        if not session_containers(docker_client, handle.id):
+        volumes = docker_client.volumes.list(filters={"name": volume_name(handle.id)})
+        if not session_containers(docker_client, handle.id) and not volumes:
             break
         await asyncio.sleep(0.1)
     assert session_containers(docker_client, handle.id) == []
@@ -343,7 +347,9 @@ async def test_environment_packages_limits_and_networking_are_applied(
 
 async def test_an_invalid_environment_is_rejected_before_the_session_starts(sandbox_stack: Stack) -> None:
     for environment, message in [
-        ({"networking": {"type": "limited", "allowed_hosts": ["example.com"]}}, "'limited'"),
+        ({"networking": {"type": "limited"}}, "needs allowed_hosts"),
+        ({"networking": {"type": "limited", "allowed_hosts": ["exa mple.com"]}}, "not a host name"),
+        ({"networking": {"allowed_hosts": ["example.com"]}}, "only to networking type 'limited'"),
         ({"working_dir": "/etc"}, "working_dir must be /workspace"),
         ({"packages": {"apt": ["jq; rm -rf /"]}}, "invalid package name"),
         ({"limits": {"memory_mb": 1}}, "memory_mb"),
@@ -351,3 +357,41 @@ async def test_an_invalid_environment_is_rejected_before_the_session_starts(sand
     ]:
         with pytest.raises(ValidationError, match=re.escape(message)):
             await sandbox_stack.start("any", tools=TOOLSET, environment=environment)
+
+
+async def test_limited_networking_reaches_only_allowed_hosts(
+    sandbox_stack: Stack, docker_client: docker.DockerClient, sandbox_image: str
+) -> None:
+    # Two web servers on the egress proxy's routed network, both on this machine: one allowed, one not.
+    names = {kind: unique(f"corral-test-{kind}") for kind in ("allowed", "denied")}
+    servers = []
+    for name in names.values():
+        ensure_egress(docker_client, sandbox_image)
+        servers.append(
+            docker_client.containers.run(
+                sandbox_image,
+                ["python3", "-m", "http.server", "8000"],
+                name=name,
+                network=EGRESS_NETWORK,
+                detach=True,
+                remove=True,
+            )
+        )
+    try:
+        probe = (
+            f"curl -s -o /dev/null -w '%{{http_code}} ' http://{names['allowed']}:8000/; "
+            f"curl -s -o /dev/null -w '%{{http_code}} ' --proxytunnel http://{names['allowed']}:8000/; "
+            f"curl -s -o /dev/null -w '%{{http_code}} ' http://{names['denied']}:8000/; "
+            f"curl -s --noproxy '*' --max-time 3 http://{names['allowed']}:8000/ >/dev/null"
+            " && echo direct || echo blocked"
+        )
+        model = sandbox_stack.script([bash(probe), {"text": "ok"}])
+        environment = {"networking": {"type": "limited", "allowed_hosts": [names["allowed"]]}}
+        handle = await sandbox_stack.start(model, message="go", tools=TOOLSET, environment=environment)
+        events = await wait_for_idle(handle, within_seconds=120)
+        [result] = texts(events, "agent.tool_result")
+        assert result.split() == ["200", "200", "403", "blocked"], result
+    finally:
+        for server in servers:
+            with contextlib.suppress(docker.errors.APIError):
+                server.kill()

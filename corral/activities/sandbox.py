@@ -58,9 +58,10 @@ def _gone(exc: SandboxGone) -> ApplicationError:
 class SandboxActivities:
     """Holds the Docker client and the default image; one instance per sandbox worker."""
 
-    def __init__(self, client: docker.DockerClient, image: str) -> None:
+    def __init__(self, client: docker.DockerClient, image: str, cluster_id: str = "") -> None:
         self._docker = client
         self._image = image
+        self._cluster_id = cluster_id
         self.task_queue = engine_task_queue(client)
 
     # ---- lifecycle --------------------------------------------------------------------------------------------
@@ -77,7 +78,7 @@ class SandboxActivities:
                     input.environment,
                     input.generation,
                     self._image,
-                    input.namespace,
+                    f"{self._cluster_id}/{input.namespace}",
                 )
             except SandboxSetupError as exc:
                 raise ApplicationError(str(exc), type=SANDBOX_UNAVAILABLE, non_retryable=True) from exc

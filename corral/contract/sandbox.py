@@ -59,18 +59,31 @@ class AgentToolset20260401(BaseModel):
         return [name for name in SANDBOX_TOOL_NAMES if explicit.get(name, default)]
 
 
+_HOST_PATTERN = re.compile(r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$")
+
+
 class Networking(BaseModel):
-    """`none` (default): no network at all; `unrestricted`: the engine's default bridge network."""
+    """`none` (default): no network at all; `limited`: HTTP(S) through an allow-list proxy to `allowed_hosts`
+    only (exact names, or `*.example.com`); `unrestricted`: the engine's bridge network."""
 
     model_config = ConfigDict(extra="forbid")
     type: Literal["none", "limited", "unrestricted"] = "none"
-    allowed_hosts: list[str] = Field(default_factory=list)
+    allowed_hosts: list[str] = Field(default_factory=list, max_length=200)
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts(cls, hosts: list[str]) -> list[str]:
+        cleaned = [host.strip().lower().rstrip(".") for host in hosts]
+        bad = [host for host in cleaned if not _HOST_PATTERN.match(host)]
+        if bad:
+            raise ValueError(f"not a host name or *.domain pattern: {', '.join(repr(host) for host in bad)}")
+        return sorted(set(cleaned))
 
     @model_validator(mode="after")
-    def _limited_not_yet(self) -> Networking:
-        if self.type == "limited":
-            raise ValueError("networking type 'limited' (an allow list) is not supported yet; use none or unrestricted")
-        if self.allowed_hosts:
+    def _hosts_only_when_limited(self) -> Networking:
+        if self.type == "limited" and not self.allowed_hosts:
+            raise ValueError("networking type 'limited' needs allowed_hosts (use 'none' for no network at all)")
+        if self.type != "limited" and self.allowed_hosts:
             raise ValueError("allowed_hosts applies only to networking type 'limited'")
         return self
 

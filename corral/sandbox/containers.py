@@ -19,13 +19,15 @@ import docker.errors
 from docker.models.containers import Container
 
 from corral.contract.sandbox import Environment
+from corral.sandbox import egress
 from corral.sandbox.errors import SandboxError, SandboxSetupError
 from corral.sandbox.workspace import SANDBOX_GID, SANDBOX_UID, hardened_run_options, prepare_workspace_volume
 
 log = logging.getLogger(__name__)
 
 SESSION_LABEL = "corral.session"
-NAMESPACE_LABEL = "corral.namespace"
+SCOPE_LABEL = "corral.scope"
+"""`<temporal cluster id>/<namespace>`: a reaper judges only the sessions of its own server and namespace."""
 GENERATION_LABEL = "corral.generation"
 TOOL_RUNNER = "/opt/corral/bin/corral-tool"
 BASH_RUNNER = "/opt/corral/bin/corral-run"
@@ -96,7 +98,7 @@ def ensure_container(
     environment: Environment,
     generation: int,
     base_image: str,
-    namespace: str = "default",
+    scope: str = "",
 ) -> Provisioned:
     """This session's container for `generation`, running: reused if running, started if stopped, else created."""
     name = container_name(session_id, generation)
@@ -110,7 +112,10 @@ def ensure_container(
         container.remove(force=True)  # dead or being removed: make a fresh one
         container = None
     if container is None:
-        labels = {SESSION_LABEL: session_id, GENERATION_LABEL: str(generation), NAMESPACE_LABEL: namespace}
+        labels = {SESSION_LABEL: session_id, GENERATION_LABEL: str(generation), SCOPE_LABEL: scope}
+        if environment.networking.type == "limited":
+            egress.ensure_egress(client, base_image)
+            labels[egress.ALLOWED_HOSTS_LABEL] = json.dumps(environment.networking.allowed_hosts)
         try:
             client.volumes.get(volume)
         except docker.errors.NotFound:
@@ -120,6 +125,9 @@ def ensure_container(
         )
     if container.status != "running":
         container.start()
+    if environment.networking.type == "limited":
+        egress.ensure_egress(client, base_image)  # the proxy may have been removed since
+        egress.refresh_policy(client)
     if environment.working_dir != "/workspace":
         container.exec_run(["mkdir", "-p", environment.working_dir])
     return Provisioned(container_id=container.id or name, container_name=name, volume=volume, image=image)
@@ -129,14 +137,16 @@ def _run_options(environment: Environment, volume: str) -> dict[str, Any]:
     """The hardened defaults, with the recipe's limits and networking."""
     limits = environment.limits
     options = hardened_run_options(volume)
+    networking = environment.networking.type
     options.update(
         mem_limit=f"{limits.memory_mb}m",
         memswap_limit=f"{limits.memory_mb}m",
         nano_cpus=int(limits.cpus * 1e9),
         pids_limit=limits.pids,
-        network_mode="none" if environment.networking.type == "none" else "bridge",
+        network_mode={"none": "none", "limited": egress.LIMITED_NETWORK, "unrestricted": "bridge"}[networking],
         working_dir=environment.working_dir,
-        environment={},  # nothing from the host: the image's PATH, LANG and HOME only
+        # Nothing from the host: the image's PATH, LANG and HOME, plus the egress proxy for limited networking.
+        environment=egress.proxy_environment() if networking == "limited" else {},
         tmpfs={
             "/tmp": f"rw,nosuid,nodev,size={limits.tmp_mb}m",
             STATE_DIR: f"rw,nosuid,nodev,noexec,size=64m,uid={SANDBOX_UID},gid={SANDBOX_GID},mode=0700",
@@ -226,6 +236,7 @@ def stop_container(client: docker.DockerClient, container_id: str) -> None:
         client.containers.get(container_id).stop(timeout=2)
     except docker.errors.NotFound:
         pass
+    egress.refresh_policy(client)
 
 
 def remove_session(client: docker.DockerClient, session_id: str, remove_volume: bool) -> int:
@@ -238,10 +249,12 @@ def remove_session(client: docker.DockerClient, session_id: str, remove_volume: 
             client.volumes.get(volume_name(session_id)).remove(force=True)
         except docker.errors.NotFound:
             pass
+    if containers:
+        egress.refresh_policy(client)
     return len(containers)
 
 
-def session_ids_with_containers(client: docker.DockerClient, namespace: str) -> set[str]:
-    """Sessions of `namespace` that have a container (running or stopped) on this engine."""
-    containers = client.containers.list(all=True, filters={"label": f"{NAMESPACE_LABEL}={namespace}"})
+def session_ids_with_containers(client: docker.DockerClient, scope: str) -> set[str]:
+    """Sessions of `scope` (cluster and namespace) that have a container (running or stopped) on this engine."""
+    containers = client.containers.list(all=True, filters={"label": f"{SCOPE_LABEL}={scope}"})
     return {str(container.labels[SESSION_LABEL]) for container in containers}

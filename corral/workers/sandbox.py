@@ -21,7 +21,7 @@ from temporalio.worker import Worker
 from corral.activities.sandbox import SandboxActivities
 from corral.sandbox import containers
 from corral.sandbox.image import ensure_sandbox_image
-from corral.temporal import connect
+from corral.temporal import cluster_id, connect
 from corral.workers._run import run_until_stopped, setup_logging
 from corral.workers.roles import sandbox_workers
 
@@ -30,9 +30,10 @@ REAP_INTERVAL_SECONDS = float(os.environ.get("CORRAL_REAP_INTERVAL_SECONDS", "60
 
 
 async def reap_closed_sessions(temporal: Client, engine: docker.DockerClient) -> list[str]:
-    """Remove the containers and volumes of this namespace's sessions whose workflow is no longer running."""
+    """Remove the containers and volumes of this server's and namespace's sessions whose workflow is closed."""
     reaped = []
-    for session_id in await asyncio.to_thread(containers.session_ids_with_containers, engine, temporal.namespace):
+    scope = f"{await cluster_id(temporal)}/{temporal.namespace}"
+    for session_id in await asyncio.to_thread(containers.session_ids_with_containers, engine, scope):
         try:
             description = await temporal.get_workflow_handle(session_id).describe()
             closed = description.status != WorkflowExecutionStatus.RUNNING
@@ -70,7 +71,8 @@ async def sandbox_role(temporal: Client) -> AsyncIterator[list[Worker]]:
     """The sandbox workers, with the reaper running beside them; used by this entrypoint and the all-in-one."""
     engine = docker.from_env()
     engine.ping()
-    activities = SandboxActivities(engine, await asyncio.to_thread(sandbox_image, engine))
+    image = await asyncio.to_thread(sandbox_image, engine)
+    activities = SandboxActivities(engine, image, await cluster_id(temporal))
     log.info("sandbox hand on corral-sandbox and %s", activities.task_queue)
     reaper = asyncio.create_task(_reap_forever(temporal, engine))
     try:
