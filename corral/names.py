@@ -27,6 +27,10 @@ ACTIVITY_EXECUTE: Final = "execute"
 ACTIVITY_PROVISION_SANDBOX: Final = "provision_sandbox"
 ACTIVITY_STOP_SANDBOX: Final = "stop_sandbox"
 ACTIVITY_RELEASE_SANDBOX: Final = "release_sandbox"
+ACTIVITY_PROXY_BIND_SESSION: Final = "proxy_bind_session"
+ACTIVITY_PROXY_RELEASE_SESSION: Final = "proxy_release_session"
+ACTIVITY_MCP_LIST_TOOLS: Final = "mcp_list_tools"
+ACTIVITY_MCP_CALL_TOOL: Final = "mcp_call_tool"
 
 # Search attributes registered on the namespace so sessions can be listed by status and model.
 SEARCH_ATTRIBUTE_STATUS: Final = "CorralStatus"

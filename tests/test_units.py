@@ -69,7 +69,11 @@ def test_session_input_needs_only_a_model_and_rejects_unknown_fields() -> None:
     with pytest.raises(ValidationError, match="Extra inputs"):
         SessionInput.model_validate({"agent": {"model": "m"}, "mesage": "typo"})
     with pytest.raises(ValidationError, match="not supported yet"):
-        SessionInput.model_validate({"agent": {"model": "m"}, "vault_ids": ["v"]})
+        SessionInput.model_validate({"agent": {"model": "m"}, "resources": [{"type": "github_repository"}]})
+    with pytest.raises(ValidationError, match="not in agent.mcp_servers"):
+        AgentConfig.model_validate({"model": "m", "tools": [{"type": "mcp_toolset", "mcp_server_name": "docs"}]})
+    with pytest.raises(ValidationError, match="credentials in a vault"):
+        AgentConfig.model_validate({"model": "m", "mcp_servers": [{"name": "d", "url": "https://u:p@h/mcp"}]})
 
 
 def test_event_pages_by_count_type_and_bytes() -> None:

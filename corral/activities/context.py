@@ -20,6 +20,7 @@ from corral.contract.events import (
     UserCustomToolResult,
     UserMessage,
 )
+from corral.contract.proxy import McpToolSpec
 from corral.contract.session import AgentConfig
 
 MessageParam = dict[str, Any]
@@ -82,9 +83,14 @@ def build_messages(entries: list[SessionEvent]) -> list[MessageParam]:
     return messages
 
 
-def build_tools(agent: AgentConfig) -> list[dict[str, Any]]:
-    """Tool definitions for the Messages API."""
-    return [
+def build_tools(agent: AgentConfig, mcp_tools: list[McpToolSpec] | None = None) -> list[dict[str, Any]]:
+    """Tool definitions for the Messages API: the agent's own, then the MCP tools discovered for the session."""
+    tools = [
         {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}
         for tool in agent.resolved_tools()
     ]
+    tools += [
+        {"name": spec.model_name, "description": spec.description, "input_schema": spec.input_schema}
+        for spec in mcp_tools or []
+    ]
+    return tools

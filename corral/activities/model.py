@@ -29,6 +29,7 @@ from corral.contract.activities import (
     ModelTurnResult,
 )
 from corral.contract.events import ModelUsage, SessionEvent
+from corral.contract.proxy import McpToolSpec
 from corral.contract.session import AgentConfig
 from corral.names import ACTIVITY_MODEL_TURN, QUERY_MODEL_CONTEXT
 
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 class _CachedSession:
     agent: AgentConfig
     entries: list[SessionEvent] = field(default_factory=list)
+    mcp_tools: list[McpToolSpec] = field(default_factory=list)
 
 
 class ConversationCache:
@@ -69,42 +71,44 @@ class ModelActivities:
         self._model = model or anthropic.AsyncAnthropic(max_retries=0)
         self._cache = ConversationCache()
 
-    async def _context(self, input: ModelTurnInput) -> tuple[AgentConfig, list[SessionEvent]]:
+    async def _context(self, input: ModelTurnInput) -> tuple[_CachedSession, list[SessionEvent]]:
         """The agent and the full conversation for this turn: cached entries + the input's delta."""
         key = (input.session_id, input.run_id)
         cached = self._cache.get(key)
         if cached is None and input.agent is not None and input.delta_start == 0:
-            cached = _CachedSession(agent=input.agent)
+            cached = _CachedSession(agent=input.agent, mcp_tools=list(input.mcp_tools))
         if cached is None or len(cached.entries) < input.delta_start:
             cached = await self._read_log(input, cached)
         entries = cached.entries[: input.delta_start] + list(input.delta)
         if len(entries) != input.conversation_length:
             raise RuntimeError(f"conversation has {len(entries)} entries, the turn expects {input.conversation_length}")
-        self._cache.put(key, _CachedSession(agent=cached.agent, entries=entries))
-        return cached.agent, entries
+        self._cache.put(key, _CachedSession(agent=cached.agent, entries=entries, mcp_tools=cached.mcp_tools))
+        return cached, entries
 
     async def _read_log(self, input: ModelTurnInput, cached: _CachedSession | None) -> _CachedSession:
         """Page the entries this worker lacks out of the session through the `model_context` query."""
         handle = self._temporal.get_workflow_handle(input.session_id, run_id=input.run_id)
         entries = list(cached.entries) if cached else []
         agent = cached.agent if cached else None
+        mcp_tools = cached.mcp_tools if cached else []
         while True:
             page = await handle.query(
                 QUERY_MODEL_CONTEXT,
                 ModelContextQuery(start=len(entries), end=input.delta_start),
                 result_type=ModelContext,
             )
-            agent = page.agent
+            agent, mcp_tools = page.agent, page.mcp_tools
             entries.extend(page.entries)
             if page.next_start >= input.delta_start:
                 break
-        return _CachedSession(agent=agent, entries=entries)
+        return _CachedSession(agent=agent, entries=entries, mcp_tools=mcp_tools)
 
     @activity.defn(name=ACTIVITY_MODEL_TURN)
     async def model_turn(self, input: ModelTurnInput) -> ModelTurnResult:
         """Stream one model response and return its blocks, stop reason and usage."""
         async with heartbeating():
-            agent, entries = await self._context(input)
+            session, entries = await self._context(input)
+            agent = session.agent
             request: dict[str, Any] = {
                 "model": agent.model,
                 "max_tokens": agent.max_tokens,
@@ -112,7 +116,7 @@ class ModelActivities:
             }
             if agent.system:
                 request["system"] = agent.system
-            tools = build_tools(agent)
+            tools = build_tools(agent, session.mcp_tools)
             if tools:
                 request["tools"] = tools
             try:

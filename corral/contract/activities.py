@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field
 
 from corral.contract.events import ModelUsage, SessionEvent
+from corral.contract.proxy import McpToolSpec
 from corral.contract.sandbox import SandboxHandle
 from corral.contract.session import AgentConfig
 
@@ -28,6 +29,8 @@ class ModelTurnInput(BaseModel):
     delta: list[SessionEvent]
     agent: AgentConfig | None = None
     """Inlined on a session's first turn only, so that turn needs no extra round trip."""
+    mcp_tools: list[McpToolSpec] = Field(default_factory=list)
+    """The MCP tools discovered at session start; inlined with `agent`."""
 
 
 class ModelTextOutput(BaseModel):
@@ -71,6 +74,7 @@ class ModelContext(BaseModel):
     agent: AgentConfig
     entries: list[SessionEvent]
     next_start: int
+    mcp_tools: list[McpToolSpec] = Field(default_factory=list)
 
 
 class ExecuteInput(BaseModel):

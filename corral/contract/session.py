@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from corral.contract.events import ContentBlock, ModelUsage, SessionEvent, TextBlock
+from corral.contract.proxy import McpServerUrl, McpToolset
 from corral.contract.sandbox import (
     SANDBOX_TOOL_DESCRIPTIONS,
     AgentToolset20260401,
@@ -65,7 +66,9 @@ class SandboxTool(BaseModel):
     input_schema: dict[str, Any]
 
 
-AgentTool = Annotated[CustomTool | HandTool | UtilityToolset | AgentToolset20260401, Field(discriminator="type")]
+AgentTool = Annotated[
+    CustomTool | HandTool | UtilityToolset | AgentToolset20260401 | McpToolset, Field(discriminator="type")
+]
 ResolvedTool = CustomTool | HandTool | SandboxTool
 
 UTILITY_TOOLS: tuple[HandTool, ...] = (
@@ -99,6 +102,24 @@ class AgentConfig(BaseModel):
     system: str | None = None
     tools: list[AgentTool] = Field(default_factory=list)
     max_tokens: int = Field(default=4096, ge=1, le=128_000)
+    mcp_servers: list[McpServerUrl] = Field(default_factory=list, max_length=20)
+
+    @model_validator(mode="after")
+    def _mcp_servers_declared(self) -> AgentConfig:
+        names = [server.name for server in self.mcp_servers]
+        if len(set(names)) != len(names):
+            raise ValueError("agent.mcp_servers: server names must be unique")
+        for tool in self.tools:
+            if isinstance(tool, McpToolset) and tool.mcp_server_name not in names:
+                raise ValueError(
+                    f"agent.tools: mcp_toolset names server {tool.mcp_server_name!r}, which is not in agent.mcp_servers"
+                )
+        return self
+
+    def mcp_toolsets(self) -> list[tuple[McpServerUrl, McpToolset]]:
+        """Each MCP server whose tools the model may use, with its toolset settings."""
+        servers = {server.name: server for server in self.mcp_servers}
+        return [(servers[t.mcp_server_name], t) for t in self.tools if isinstance(t, McpToolset)]
 
     @model_validator(mode="after")
     def _tool_names_unique(self) -> AgentConfig:
@@ -114,6 +135,8 @@ class AgentConfig(BaseModel):
         for tool in self.tools:
             if isinstance(tool, UtilityToolset):
                 tools.extend(UTILITY_TOOLS)
+            elif isinstance(tool, McpToolset):
+                continue  # discovered from the server at session start (see workflows/_mcp.py)
             elif isinstance(tool, AgentToolset20260401):
                 tools.extend(
                     SandboxTool(
@@ -172,11 +195,11 @@ class SessionInput(BaseModel):
             normalize_content(value)
         return value
 
-    @field_validator("resources", "vault_ids")
+    @field_validator("resources")
     @classmethod
     def _not_yet_supported(cls, value: Any) -> Any:
         if value:
-            raise ValueError("is not supported yet by this corral version (vaults and repositories come later)")
+            raise ValueError("is not supported yet by this corral version (git repositories come later)")
         return value
 
     def sandbox_environment(self) -> Environment:

@@ -28,11 +28,14 @@ with workflow.unsafe.imports_passed_through():
     )
     from corral.contract.events import (
         AgentCustomToolUse,
+        AgentMcpToolResult,
+        AgentMcpToolUse,
         AgentMessage,
         AgentThinking,
         AgentToolResult,
         AgentToolUse,
         EndTurn,
+        ErrorType,
         ModelUsage,
         RequiresAction,
         RetriesExhausted,
@@ -87,8 +90,11 @@ with workflow.unsafe.imports_passed_through():
         UPDATE_SEND_EVENTS,
     )
     from corral.workflows._log import SessionLog, check_answers, parse_user_events
+    from corral.workflows._mcp import SessionMcp
     from corral.workflows._outcomes import INFRASTRUCTURE_RETRY, add_usage, model_error_info, tool_failure
     from corral.workflows._sandbox import SessionSandbox
+
+ToolUseEvent = AgentToolUse | AgentCustomToolUse | AgentMcpToolUse
 
 STATUS_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS)
 MODEL_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_MODEL)
@@ -125,6 +131,7 @@ class SessionWorkflow:
         self._awaiting_custom: dict[str, AgentCustomToolUse] = {}
         self._custom_results: dict[str, UserCustomToolResult] = {}
         self._sandbox = SessionSandbox(workflow.info().workflow_id, input.sandbox_environment())
+        self._mcp = SessionMcp(workflow.info().workflow_id, input.agent, input.vault_ids)
         if input.message is not None:
             self._accept_message(UserMessageParams(type="user.message", content=input.message))
 
@@ -144,6 +151,7 @@ class SessionWorkflow:
         except asyncio.CancelledError:
             # The workflow itself was cancelled (e.g. `temporal workflow cancel`): clean up, record the end, stop.
             await self._sandbox.release()
+            await self._mcp.release()
             self._set_status("terminated")
             self._log.append(SessionStatusTerminated)
             raise
@@ -165,6 +173,7 @@ class SessionWorkflow:
         self._set_status("running")
         self._log.append(SessionStatusRunning)
         try:
+            await self._mcp.prepare(self._report)
             while True:
                 self._take_pending()
                 result = await self._call_model()
@@ -201,6 +210,7 @@ class SessionWorkflow:
             delta_start=self._delta_start,
             delta=self._log.conversation_entries(self._delta_start, length),
             agent=self._input.agent if self._delta_start == 0 else None,
+            mcp_tools=list(self._mcp.tools.values()) if self._delta_start == 0 else [],
         )
         retry = self._input.model_retry
         for attempt in range(1, retry.max_attempts + 1):
@@ -248,7 +258,7 @@ class SessionWorkflow:
             return result
         raise AssertionError("unreachable: the last attempt returns or reports")
 
-    def _record_response(self, result: ModelTurnResult) -> list[AgentToolUse | AgentCustomToolUse]:
+    def _record_response(self, result: ModelTurnResult) -> list[ToolUseEvent]:
         """Append the response's events to the log and the conversation; return the tool calls to run."""
         texts = [block.text for block in result.content if isinstance(block, ModelTextOutput) and block.text]
         if any(isinstance(block, ModelThinkingOutput) for block in result.content):
@@ -256,12 +266,15 @@ class SessionWorkflow:
         if texts:
             message = self._log.append(AgentMessage, content=[TextBlock(text=text) for text in texts])
             self._log.add_to_conversation(message)
-        uses: list[AgentToolUse | AgentCustomToolUse] = []
+        uses: list[ToolUseEvent] = []
         for block in result.content:
             if not isinstance(block, ModelToolUseOutput):
                 continue
-            use: AgentToolUse | AgentCustomToolUse
-            if isinstance(self._tools.get(block.name), CustomTool):
+            use: ToolUseEvent
+            mcp = self._mcp.spec(block.name)
+            if mcp is not None:
+                use = self._log.append(AgentMcpToolUse, mcp_server_name=mcp.server, name=mcp.name, input=block.input)
+            elif isinstance(self._tools.get(block.name), CustomTool):
                 use = self._log.append(AgentCustomToolUse, name=block.name, input=block.input)
             else:
                 use = self._log.append(AgentToolUse, name=block.name, input=block.input)
@@ -269,12 +282,17 @@ class SessionWorkflow:
             uses.append(use)
         return uses
 
-    async def _run_tools(self, uses: list[AgentToolUse | AgentCustomToolUse]) -> None:
-        """Run hand calls concurrently, then wait for the client's custom tool results, if any."""
+    async def _run_tools(self, uses: list[ToolUseEvent]) -> None:
+        """Run hand and MCP calls concurrently, then wait for the client's custom tool results, if any."""
         hand_uses = [use for use in uses if isinstance(use, AgentToolUse)]
-        outputs = await asyncio.gather(*(self._execute(use) for use in hand_uses))
-        for hand_use, (text, is_error) in zip(hand_uses, outputs, strict=True):
+        mcp_uses = [use for use in uses if isinstance(use, AgentMcpToolUse)]
+        outputs = await asyncio.gather(
+            *(self._execute(use) for use in hand_uses), *(self._mcp.call(use, self._report) for use in mcp_uses)
+        )
+        for hand_use, (text, is_error) in zip(hand_uses, outputs[: len(hand_uses)], strict=True):
             self._add_tool_result(hand_use.id, text, is_error)
+        for mcp_use, (text, is_error) in zip(mcp_uses, outputs[len(hand_uses) :], strict=True):
+            self._add_mcp_result(mcp_use.id, text, is_error)
         custom_uses = [use for use in uses if isinstance(use, AgentCustomToolUse)]
         if not custom_uses:
             return
@@ -333,14 +351,30 @@ class SessionWorkflow:
         )
         self._log.add_to_conversation(result)
 
+    def _add_mcp_result(self, tool_use_id: str, text: str, is_error: bool) -> None:
+        result = self._log.append(
+            AgentMcpToolResult,
+            mcp_tool_use_id=tool_use_id,
+            content=[TextBlock(text=text or "(no output)")],
+            is_error=is_error,
+        )
+        self._log.add_to_conversation(result)
+
     def _finish_interrupt(self) -> None:
         """Close what the interrupt cut short so the conversation stays valid, then go idle."""
+        entries = self._log.conversation_entries(0, len(self._log.conversation))
         answered = {
-            getattr(event, "tool_use_id", None) or getattr(event, "custom_tool_use_id", None)
-            for event in self._log.conversation_entries(0, len(self._log.conversation))
+            getattr(event, "tool_use_id", None)
+            or getattr(event, "custom_tool_use_id", None)
+            or getattr(event, "mcp_tool_use_id", None)
+            for event in entries
         }
-        for event in self._log.conversation_entries(0, len(self._log.conversation)):
-            if isinstance(event, AgentToolUse | AgentCustomToolUse) and event.id not in answered:
+        for event in entries:
+            if event.id in answered:
+                continue
+            if isinstance(event, AgentMcpToolUse):
+                self._add_mcp_result(event.id, "Cancelled: the user interrupted this tool call.", True)
+            elif isinstance(event, AgentToolUse | AgentCustomToolUse):
                 self._add_tool_result(event.id, "Cancelled: the user interrupted this tool call.", True)
         self._awaiting_custom.clear()
         self._custom_results.clear()
@@ -376,6 +410,13 @@ class SessionWorkflow:
             f"**{self._status}**{reason} · model `{self._input.agent.model}` · {self._turns} model turns · "
             f"{self._log.last_position} events · {len(self._pending)} queued · "
             f"{self._usage.input_tokens} in / {self._usage.output_tokens} out tokens"
+        )
+
+    def _report(self, error_type: ErrorType, message: str, retry_status: Literal["retrying", "exhausted"]) -> None:
+        """A typed `session.error` the client sees; the session itself goes on."""
+        self._log.append(
+            SessionError,
+            error=SessionErrorDetail(type=error_type, message=message, retry_status=RetryStatus(type=retry_status)),
         )
 
     def _report_error(
@@ -490,4 +531,6 @@ class SessionWorkflow:
 
     @workflow.query(name=QUERY_MODEL_CONTEXT)
     def model_context(self, query: ModelContextQuery) -> ModelContext:
-        return self._log.model_context(self._input.agent, query.start, query.end)
+        context = self._log.model_context(self._input.agent, query.start, query.end)
+        context.mcp_tools = list(self._mcp.tools.values())
+        return context

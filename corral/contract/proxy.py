@@ -1,0 +1,111 @@
+"""MCP servers and what crosses to the proxy: references and names, never a credential.
+
+Persisted schemas: add optional fields, never repurpose one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from corral.contract.sandbox import ToolsetDefaultConfig
+
+MCP_SERVER_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,32}$"
+"""Short enough that `mcp__<server>__<tool>` stays within the Messages API's 64-character tool names."""
+
+
+class McpServerUrl(BaseModel):
+    """An MCP server reached over Streamable HTTP (`agent.mcp_servers`, up to 20)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["url"] = "url"
+    name: str = Field(pattern=MCP_SERVER_NAME_PATTERN)
+    url: str
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, url: str) -> str:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError("an MCP server url must start with http:// or https://")
+        if "@" in url.split("/")[2]:
+            raise ValueError("put credentials in a vault, not in the MCP server url")
+        return url
+
+
+class McpToolConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    enabled: bool | None = None
+    permission_policy: dict[str, Any] | None = None
+
+
+class McpToolset(BaseModel):
+    """Expose the tools of one MCP server to the model (all of them unless configured otherwise)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["mcp_toolset"] = "mcp_toolset"
+    mcp_server_name: str
+    default_config: ToolsetDefaultConfig | None = None
+    configs: list[McpToolConfig] = Field(default_factory=list)
+
+    @field_validator("configs")
+    @classmethod
+    def _policies(cls, configs: list[McpToolConfig]) -> list[McpToolConfig]:
+        for config in configs:
+            policy = config.permission_policy or {}
+            if policy.get("type") not in (None, "always_allow"):
+                raise ValueError(f"{config.name}: permission_policy {policy.get('type')!r} is not supported yet")
+        return configs
+
+    def enabled(self, tool: str) -> bool:
+        explicit = {config.name: config.enabled for config in self.configs if config.enabled is not None}
+        default = self.default_config is None or self.default_config.enabled is not False
+        return explicit.get(tool, default)
+
+
+class McpToolSpec(BaseModel):
+    """A tool an MCP server offers, as discovered through the proxy (recorded in history as data)."""
+
+    server: str
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+    @property
+    def model_name(self) -> str:
+        return f"mcp__{self.server}__{self.name}"
+
+
+class BindSessionInput(BaseModel):
+    session_id: str
+    vault_ids: list[str]
+
+
+class BindSessionResult(BaseModel):
+    reference: str
+    """Opaque; useless outside the proxy and for any other session."""
+
+
+class McpListToolsInput(BaseModel):
+    session_id: str
+    reference: str
+    server: McpServerUrl
+
+
+class McpCallToolInput(BaseModel):
+    session_id: str
+    reference: str
+    server: McpServerUrl
+    tool: str
+    arguments: dict[str, Any]
+    tool_use_id: str
+
+
+class McpCallToolResult(BaseModel):
+    text: str
+    is_error: bool = False
+
+
+class ReleaseSessionInput(BaseModel):
+    session_id: str
