@@ -3,7 +3,9 @@ workers per test on fresh task queues, so tests never see each other's sessions.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import re
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
@@ -26,6 +28,7 @@ from corral.modelserver import ModelServerThread
 from corral.sandbox import ensure_docker_engine, ensure_sandbox_image
 from corral.sandbox.containers import remove_session
 from corral.sessions import read_events, start_session, wait_for_idle
+from corral.streaming import StreamPublisher, StreamRelayThread
 from corral.temporal import cluster_id, start_local_temporal
 from corral.workers.roles import harness_worker, model_worker, sandbox_workers
 from tests.hand_tools import TEST_TOOLS
@@ -54,6 +57,15 @@ def sandbox_image(docker_client: docker.DockerClient) -> str:
 
 
 @pytest.fixture(scope="session")
+def stream_relay() -> Iterator[StreamRelayThread]:
+    """The live-delta relay (real HTTP + SSE) that model workers publish to and clients subscribe to."""
+    relay = StreamRelayThread()
+    relay.start()
+    yield relay
+    relay.stop()
+
+
+@pytest.fixture(scope="session")
 def model_server() -> Iterator[ModelServerThread]:
     server = ModelServerThread()
     server.start()
@@ -74,6 +86,7 @@ class Stack:
     harness_queue: str
     model_queue: str
     hand_queue: str
+    stream_relay: StreamRelayThread
     started: list[WorkflowHandle] = field(default_factory=list)
 
     def hand_tool(self, name: str, **schema: Any) -> dict[str, Any]:
@@ -120,13 +133,16 @@ async def sandbox_stack(stack: Stack, docker_client: docker.DockerClient, sandbo
 
 
 @pytest.fixture
-async def stack(temporal_env: WorkflowEnvironment, model_server: ModelServerThread) -> AsyncIterator[Stack]:
+async def stack(
+    temporal_env: WorkflowEnvironment, model_server: ModelServerThread, stream_relay: StreamRelayThread
+) -> AsyncIterator[Stack]:
     client = temporal_env.client
-    stack = Stack(client, model_server, unique("harness"), unique("model"), unique("hand"))
+    stack = Stack(client, model_server, unique("harness"), unique("model"), unique("hand"), stream_relay)
     model = anthropic.AsyncAnthropic(base_url=model_server.base_url, api_key="test-key", max_retries=0)
+    publisher = StreamPublisher(str(stream_relay.base_url))
     async with AsyncExitStack() as workers:
         await workers.enter_async_context(harness_worker(client, stack.harness_queue))
-        await workers.enter_async_context(model_worker(client, model, stack.model_queue))
+        await workers.enter_async_context(model_worker(client, model, stack.model_queue, stream=publisher))
         await workers.enter_async_context(
             Worker(client, task_queue=stack.hand_queue, activities=[make_execute_activity(TEST_TOOLS)])
         )
@@ -143,6 +159,17 @@ def texts(events: list[SessionEvent], type_: str = "agent.message") -> list[str]
     ]
 
 
+async def history_text(handle: WorkflowHandle) -> str:
+    """The whole workflow history as text, with every payload decoded (payload data is base64 in JSON), so a
+    scan for a string finds it wherever it sits."""
+    raw = (await handle.fetch_history()).to_json()
+    decoded = [base64.b64decode(data).decode("utf-8", errors="replace") for data in _PAYLOAD_DATA.findall(raw)]
+    return raw + "\n" + "\n".join(decoded)
+
+
+_PAYLOAD_DATA = re.compile(r'"data":\s*"([A-Za-z0-9+/=]+)"')
+
+
 def stop_reason(event: SessionEvent) -> StopReason:
     """The stop reason of a `session.status_idle` event (fails the test for any other event)."""
     assert isinstance(event, SessionStatusIdle), f"expected session.status_idle, got {event.type}"
@@ -155,4 +182,13 @@ def assert_log_is_whole(events: list[SessionEvent]) -> None:
     assert len({e.id for e in events}) == len(events)
 
 
-__all__ = ["Stack", "assert_log_is_whole", "read_events", "stop_reason", "texts", "unique", "wait_for_idle"]
+__all__ = [
+    "Stack",
+    "assert_log_is_whole",
+    "history_text",
+    "read_events",
+    "stop_reason",
+    "texts",
+    "unique",
+    "wait_for_idle",
+]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 
@@ -14,7 +13,7 @@ from corral.contract.session import AgentConfig, SessionInput
 from corral.modelserver import ModelServerThread
 from corral.sessions import read_events, send_text, start_session, wait_for_idle
 from corral.workers.roles import harness_worker, model_worker
-from tests.conftest import unique
+from tests.conftest import history_text, unique
 
 
 async def test_model_api_key_never_reaches_history_events_or_logs(
@@ -35,7 +34,8 @@ async def test_model_api_key_never_reaches_history_events_or_logs(
         events = await wait_for_idle(handle)
         await send_text(handle, "two")
         await wait_for_idle(handle, after=events[-1].position)
-        history = json.dumps((await handle.fetch_history()).to_json_dict())
+        history = await history_text(handle)
+        assert "fine" in history, "the history scan must see decoded payloads"
         all_events = "\n".join(e.model_dump_json() for e in await read_events(handle))
         await handle.terminate("done")
     assert "session.error" in all_events and "fine" in all_events, "the scenario did not run"

@@ -70,7 +70,7 @@ def test_session_input_needs_only_a_model_and_rejects_unknown_fields() -> None:
         SessionInput.model_validate({"agent": {"model": "m"}, "mesage": "typo"})
     with pytest.raises(ValidationError, match="not supported yet"):
         SessionInput.model_validate({"agent": {"model": "m"}, "resources": [{"type": "github_repository"}]})
-    with pytest.raises(ValidationError, match="not in agent.mcp_servers"):
+    with pytest.raises(ValidationError, match=r"not in agent\.mcp_servers"):
         AgentConfig.model_validate({"model": "m", "tools": [{"type": "mcp_toolset", "mcp_server_name": "docs"}]})
     with pytest.raises(ValidationError, match="credentials in a vault"):
         AgentConfig.model_validate({"model": "m", "mcp_servers": [{"name": "d", "url": "https://u:p@h/mcp"}]})

@@ -6,6 +6,7 @@ The SDK's own retries are off (`max_retries=0`): the session workflow owns retri
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from corral.contract.events import ModelUsage, SessionEvent
 from corral.contract.proxy import McpToolSpec
 from corral.contract.session import AgentConfig
 from corral.names import ACTIVITY_MODEL_TURN, QUERY_MODEL_CONTEXT
+from corral.streaming import AttemptStream, StreamPublisher
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +68,16 @@ class ConversationCache:
 class ModelActivities:
     """Holds the Temporal client (to read the log) and the model client; both are made once per worker."""
 
-    def __init__(self, temporal: Client, model: anthropic.AsyncAnthropic | None = None) -> None:
+    def __init__(
+        self,
+        temporal: Client,
+        model: anthropic.AsyncAnthropic | None = None,
+        stream: StreamPublisher | None = None,
+    ) -> None:
         self._temporal = temporal
         self._model = model or anthropic.AsyncAnthropic(max_retries=0)
         self._cache = ConversationCache()
+        self._stream = stream
 
     async def _context(self, input: ModelTurnInput) -> tuple[_CachedSession, list[SessionEvent]]:
         """The agent and the full conversation for this turn: cached entries + the input's delta."""
@@ -120,9 +128,13 @@ class ModelActivities:
             if tools:
                 request["tools"] = tools
             try:
-                async with self._model.messages.stream(**request) as stream:
-                    async for _ in stream:
-                        pass
+                async with self._live(input) as live, self._model.messages.stream(**request) as stream:
+                    async for event in stream:
+                        if live is not None and event.type == "content_block_delta":
+                            if event.delta.type == "text_delta":
+                                await live.delta(event.index, "text", event.delta.text)
+                            elif event.delta.type == "thinking_delta":
+                                await live.delta(event.index, "thinking", event.delta.thinking)
                     message = await stream.get_final_message()
             except (anthropic.APIStatusError, anthropic.APIConnectionError) as exc:
                 info = classify(exc)
@@ -130,6 +142,14 @@ class ModelActivities:
                 log.warning("model turn %s of %s failed: %s", input.turn, input.session_id, exc)
                 raise model_error(exc, info) from exc
         return _result(message)
+
+    def _live(self, input: ModelTurnInput) -> contextlib.AbstractAsyncContextManager[AttemptStream | None]:
+        """Live deltas for clients (ephemeral, never in history); nothing when no relay is configured."""
+        if self._stream is None or input.stream_id is None:
+            return contextlib.nullcontext(None)
+        # Attempts grow across both retry layers: the workflow's own (visible) and Temporal's (lost workers).
+        attempt = input.stream_attempt * 1000 + activity.info().attempt
+        return self._stream.attempt(input.session_id, input.stream_id, attempt)
 
 
 def _result(message: anthropic.types.Message) -> ModelTurnResult:

@@ -31,6 +31,11 @@ class ModelTurnInput(BaseModel):
     """Inlined on a session's first turn only, so that turn needs no extra round trip."""
     mcp_tools: list[McpToolSpec] = Field(default_factory=list)
     """The MCP tools discovered at session start; inlined with `agent`."""
+    stream_id: str | None = None
+    """Live deltas of this turn are published under this id: the turn's first `span.model_request_start` event.
+    One id for every attempt, so the relay can keep a retried attempt from showing the user a second copy."""
+    stream_attempt: int = 1
+    """Which of the workflow's attempts this is (Temporal's own retries count within it)."""
 
 
 class ModelTextOutput(BaseModel):

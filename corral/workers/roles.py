@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,7 @@ from corral.activities.sandbox import SandboxActivities
 from corral.hands import make_execute_activity
 from corral.hands.utility import UTILITY_TOOLS
 from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE, SANDBOX_TASK_QUEUE, UTILITY_HAND_TASK_QUEUE
+from corral.streaming import StreamPublisher
 from corral.workers._run import GRACEFUL_SHUTDOWN, STICKY_TIMEOUT
 from corral.workflows import SessionWorkflow
 
@@ -30,10 +32,16 @@ def harness_worker(client: Client, task_queue: str = HARNESS_TASK_QUEUE) -> Work
 
 
 def model_worker(
-    client: Client, model: anthropic.AsyncAnthropic | None = None, task_queue: str = MODEL_TASK_QUEUE
+    client: Client,
+    model: anthropic.AsyncAnthropic | None = None,
+    task_queue: str = MODEL_TASK_QUEUE,
+    stream: StreamPublisher | None = None,
 ) -> Worker:
-    """Model-turn activities; the only role that holds the model API key."""
-    activities = ModelActivities(client, model)
+    """Model-turn activities; the only role that holds the model API key. With a stream relay (argument, or
+    `CORRAL_STREAM_URL`), text deltas are published live to clients."""
+    if stream is None and os.environ.get("CORRAL_STREAM_URL"):
+        stream = StreamPublisher(os.environ["CORRAL_STREAM_URL"], token=os.environ.get("CORRAL_STREAM_TOKEN"))
+    activities = ModelActivities(client, model, stream)
     return Worker(
         client,
         task_queue=task_queue,

@@ -213,13 +213,15 @@ class SessionWorkflow:
             mcp_tools=list(self._mcp.tools.values()) if self._delta_start == 0 else [],
         )
         retry = self._input.model_retry
+        stream_id: str | None = None
         for attempt in range(1, retry.max_attempts + 1):
             span = self._log.append(SpanModelRequestStart)
+            stream_id = stream_id or span.id
             self._describe()
             try:
                 result = await workflow.execute_activity(
                     ACTIVITY_MODEL_TURN,
-                    turn,
+                    turn.model_copy(update={"stream_id": stream_id, "stream_attempt": attempt}),
                     task_queue=self._input.model_task_queue,
                     result_type=ModelTurnResult,
                     start_to_close_timeout=MODEL_TURN_TIMEOUT,

@@ -1,0 +1,388 @@
+"""Both ends of the relay for Python code: `StreamPublisher` for the model worker, `subscribe()` for clients.
+
+The publisher's one promise is that it never breaks or slows down a model turn: `delta()` only appends to an
+in-memory buffer, a background task streams the buffer as NDJSON over one request per attempt, and every failure
+(relay down, slow, refusing the token) turns into dropped deltas and one warning. Deltas waiting while the relay
+is slow are merged, so the buffer holds a few records however far behind it falls; past `max_pending_bytes` the
+attempt stops streaming rather than leave a hole in the text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from corral.streaming.errors import StreamAuthError, StreamRelayError
+from corral.streaming.protocol import (
+    DeltaKind,
+    DeltaRecord,
+    EndRecord,
+    PublishRecord,
+    StartRecord,
+    StreamEvent,
+    record_line,
+)
+
+logger = logging.getLogger("corral.streaming")
+
+_WARNING_INTERVAL = 30.0  # a relay that stays down warns once per interval, not once per model turn
+_MAX_TRACKED_SPANS = 256
+
+
+def _auth_headers(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+@dataclass(slots=True)
+class _Pending:
+    block: int
+    kind: DeltaKind
+    texts: list[str] = field(default_factory=list)
+
+
+class StreamPublisher:
+    """Publishes model output to a relay; one instance per worker process, shared by all model turns."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        *,
+        max_pending_bytes: int = 1024 * 1024,
+        connect_timeout: float = 2.0,
+        io_timeout: float = 10.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.max_pending_bytes = max_pending_bytes
+        self._headers = {"Content-Type": "application/x-ndjson", **_auth_headers(token)}
+        self._timeout = httpx.Timeout(io_timeout, connect=connect_timeout, pool=connect_timeout)
+        self._client: httpx.AsyncClient | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._last_warning = -_WARNING_INTERVAL
+
+    def _http(self) -> httpx.AsyncClient:
+        # Created on first use, inside the event loop that runs the model activities.
+        if self._client is None:
+            limits = httpx.Limits(max_connections=None, max_keepalive_connections=16)
+            self._client = httpx.AsyncClient(timeout=self._timeout, limits=limits)
+        return self._client
+
+    def _warn(self, message: str, *args: object) -> None:
+        now = time.monotonic()
+        if now - self._last_warning >= _WARNING_INTERVAL:
+            self._last_warning = now
+            logger.warning(message + " (live text is dropped; the durable message is unaffected)", *args)
+        else:
+            logger.debug(message, *args)
+
+    def attempt(self, session_id: str, span_id: str, attempt: int) -> AttemptStream:
+        """The live stream of one attempt of one model request; use it as `async with`."""
+        return AttemptStream(self, session_id, span_id, attempt)
+
+    async def publish_batch(self, session_id: str, records: Sequence[PublishRecord]) -> bool:
+        """Publish finished records in one JSON array request; False (and a warning) if the relay refused it."""
+        body = b"[" + b",".join(record.model_dump_json().encode() for record in records) + b"]"
+        try:
+            response = await self._http().post(
+                self._url(session_id), content=body, headers={**self._headers, "Content-Type": "application/json"}
+            )
+        except httpx.HTTPError as exc:
+            self._warn("stream relay %s unreachable: %s", self.base_url, type(exc).__name__)
+            return False
+        if response.status_code != 200:
+            self._warn("stream relay %s answered %d to a batch", self.base_url, response.status_code)
+            return False
+        return True
+
+    def _url(self, session_id: str) -> str:
+        return f"{self.base_url}/v1/streams/{session_id}/publish"
+
+    def _track(self, task: asyncio.Task[None]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def aclose(self, timeout: float = 2.0) -> None:
+        """Let attempts still sending finish (up to `timeout`), then cancel the rest and close the client."""
+        if self._tasks:
+            _, still_running = await asyncio.wait(set(self._tasks), timeout=timeout)
+            for task in still_running:
+                task.cancel()
+            await asyncio.gather(*still_running, return_exceptions=True)
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def __aenter__(self) -> StreamPublisher:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+class AttemptStream:
+    """One NDJSON request carrying `start`, the attempt's deltas as they come, and `end` when the block exits.
+
+    Nothing here raises or waits on the network: leaving the `async with` queues `end` and returns at once,
+    the request finishes in the background (the publisher's `aclose()` waits for it).
+    """
+
+    def __init__(self, publisher: StreamPublisher, session_id: str, span_id: str, attempt: int) -> None:
+        self._publisher = publisher
+        self.session_id = session_id
+        self.span_id = span_id
+        self.attempt = attempt
+        self.dropped = 0  # deltas not sent: relay unreachable, or the pending buffer overflowed
+        self._pending: list[_Pending] = []
+        self._pending_bytes = 0
+        self._ready = asyncio.Event()
+        self._closing = False
+        self._stopped = False  # no further delta will be sent
+        self._next_seq = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> AttemptStream:
+        try:
+            self._task = asyncio.get_running_loop().create_task(self._send(), name=f"corral-stream-{self.span_id}")
+            self._publisher._track(self._task)
+        except Exception as exc:  # never let the live view break the model call
+            logger.warning("cannot start live streaming for span %s: %s", self.span_id, exc)
+            self._stopped = True
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._closing = True
+        self._ready.set()
+
+    async def delta(self, block: int, kind: DeltaKind, text: str) -> None:
+        """Queue a piece of output; returns immediately whatever the relay is doing."""
+        if not text or self._closing:
+            return
+        if self._stopped or kind not in ("text", "thinking"):
+            self.dropped += 1
+            return
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if self._pending_bytes + size > self._publisher.max_pending_bytes:
+            self._publisher._warn("stream relay %s is too slow for span %s", self._publisher.base_url, self.span_id)
+            self.dropped += sum(len(p.texts) for p in self._pending) + 1
+            self._pending.clear()
+            self._pending_bytes = 0
+            self._stopped = True  # stop, rather than skip a piece and show the user a gap
+            return
+        last = self._pending[-1] if self._pending else None
+        if last is not None and last.block == block and last.kind == kind:
+            last.texts.append(text)  # the sender is behind: merge into the delta not yet sent
+        else:
+            self._pending.append(_Pending(block, kind, [text]))
+        self._pending_bytes += size
+        self._ready.set()
+
+    def _record(self, record_type: str) -> bytes:
+        record: PublishRecord
+        if record_type == "start":
+            record = StartRecord(span_id=self.span_id, attempt=self.attempt)
+        else:
+            record = EndRecord(span_id=self.span_id, attempt=self.attempt)
+        return record_line(record)
+
+    async def _body(self) -> AsyncIterator[bytes]:
+        yield self._record("start")
+        while True:
+            if self._pending:
+                lines = []
+                for pending in self._pending:
+                    text = "".join(pending.texts)
+                    record = DeltaRecord(
+                        span_id=self.span_id,
+                        attempt=self.attempt,
+                        seq=self._next_seq,
+                        block=pending.block,
+                        kind=pending.kind,
+                        text=text,
+                    )
+                    self._next_seq += 1
+                    lines.append(record_line(record))
+                self._pending.clear()
+                self._pending_bytes = 0
+                yield b"".join(lines)
+            elif self._closing:
+                break
+            else:
+                self._ready.clear()
+                await self._ready.wait()
+        yield self._record("end")
+
+    async def _send(self) -> None:
+        publisher = self._publisher
+        try:
+            response = await publisher._http().post(
+                publisher._url(self.session_id), content=self._body(), headers=publisher._headers
+            )
+            if response.status_code != 200:
+                publisher._warn("stream relay %s answered %d", publisher.base_url, response.status_code)
+        except Exception as exc:
+            publisher._warn("stream relay %s unreachable: %s", publisher.base_url, type(exc).__name__)
+        finally:
+            self._stopped = True
+            self.dropped += sum(len(p.texts) for p in self._pending)
+            self._pending.clear()
+
+
+# ---- subscribing ------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _SseMessage:
+    event: str = "message"
+    event_id: str | None = None
+    data: list[str] = field(default_factory=list)
+
+
+async def _sse_messages(response: httpx.Response) -> AsyncIterator[_SseMessage]:
+    """Parse Server-Sent Events from raw bytes (httpx's line splitting would also break on U+2028)."""
+    buffer = bytearray()
+    message = _SseMessage()
+    async for chunk in response.aiter_bytes():
+        buffer += chunk
+        while (newline := buffer.find(b"\n")) >= 0:
+            line = bytes(buffer[:newline]).rstrip(b"\r").decode("utf-8", "replace")
+            del buffer[: newline + 1]
+            if not line:
+                if message.data:
+                    yield message
+                message = _SseMessage()
+                continue
+            if line.startswith(":"):
+                continue
+            name, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if name == "event":
+                message.event = value
+            elif name == "data":
+                message.data.append(value)
+            elif name == "id" and "\x00" not in value:
+                message.event_id = value
+
+
+@dataclass(slots=True)
+class _SpanSeen:
+    lengths: dict[int, int] = field(default_factory=dict)  # block -> characters given to the caller
+    ended: bool = False
+
+
+class _TextTracker:
+    """Per span and block, how much text the caller has been given: the client half of exactly-once."""
+
+    def __init__(self) -> None:
+        self._spans: OrderedDict[str, _SpanSeen] = OrderedDict()
+
+    def _span(self, span_id: str) -> _SpanSeen:
+        seen = self._spans.get(span_id)
+        if seen is None:
+            seen = self._spans[span_id] = _SpanSeen()
+            if len(self._spans) > _MAX_TRACKED_SPANS:
+                self._spans.popitem(last=False)
+        else:
+            self._spans.move_to_end(span_id)
+        return seen
+
+    def feed(self, data: dict[str, Any]) -> StreamEvent | None:
+        """The event to hand to the caller for one relay message, or None if it brings nothing new."""
+        span_id = str(data.get("span_id", ""))
+        seen = self._span(span_id)
+        kind = data.get("type")
+        if kind == "reset":
+            seen.lengths.clear()
+            seen.ended = False
+            return StreamEvent("reset", span_id)
+        if kind == "end":
+            if seen.ended:
+                return None
+            seen.ended = True
+            return StreamEvent("end", span_id)
+        if kind != "delta":
+            return None
+        block, offset, text = int(data["block"]), int(data["offset"]), str(data["text"])
+        have = seen.lengths.get(block, 0)
+        if offset > have:
+            logger.warning("gap in live text of span %s block %d (%d > %d)", span_id, block, offset, have)
+        fresh = text[max(0, have - offset) :]
+        if not fresh:
+            return None
+        seen.lengths[block] = offset + len(text)
+        seen.ended = False
+        return StreamEvent("delta", span_id, block, data["kind"], fresh, max(offset, have))
+
+
+async def subscribe(
+    base_url: str,
+    session_id: str,
+    token: str | None = None,
+    reconnect: bool = True,
+    *,
+    since: str | None = None,
+    retry_delay: float = 0.1,
+    max_retry_delay: float = 5.0,
+    read_timeout: float = 60.0,
+) -> AsyncGenerator[StreamEvent, None]:
+    """Follow a session's live text: new text only, resets and ends, resuming with `since` after a drop.
+
+    With `reconnect`, a dropped connection or a 5xx is retried with backoff, forever (break out of the loop
+    to stop); 401 raises `StreamAuthError` and other 4xx `StreamRelayError` at once. The read timeout is a
+    few keep-alive periods, so a silently dead connection is noticed too. Wrap it in `contextlib.aclosing`
+    so that leaving the loop early closes the connection at once.
+    """
+    url = f"{base_url.rstrip('/')}/v1/streams/{session_id}"
+    tracker = _TextTracker()
+    last_id = since
+    delay = retry_delay
+    timeout = httpx.Timeout(10.0, read=read_timeout)
+    async with httpx.AsyncClient(timeout=timeout) as client:
+        while True:
+            params = {"since": last_id} if last_id else {}
+            try:
+                async with client.stream("GET", url, params=params, headers=_auth_headers(token)) as response:
+                    if response.status_code == 401:
+                        raise StreamAuthError(f"stream relay {base_url} refused the token (401)", 401)
+                    if response.status_code != 200:
+                        message = f"stream relay {base_url} answered {response.status_code}"
+                        if response.status_code < 500 or not reconnect:
+                            raise StreamRelayError(message, response.status_code)
+                        raise httpx.HTTPStatusError(message, request=response.request, response=response)
+                    delay = retry_delay
+                    async for sse in _sse_messages(response):
+                        event = tracker.feed(_json_object("\n".join(sse.data)))
+                        if sse.event_id:
+                            last_id = sse.event_id
+                        if event is not None:
+                            yield event
+            except httpx.HTTPError as exc:
+                if not reconnect:
+                    raise StreamRelayError(f"stream relay {base_url}: {type(exc).__name__}", 0) from exc
+                logger.debug("stream from %s dropped (%s); resuming after %s", base_url, exc, last_id)
+            else:
+                if not reconnect:
+                    return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, max_retry_delay)
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        logger.warning("ignoring a stream message that is not JSON: %.80r", text)
+        return {}
+    return value if isinstance(value, dict) else {}
