@@ -93,6 +93,14 @@ class Settings:
     def workflow_url(self, session_id: str) -> str:
         return f"{self.ui_url}/namespaces/{self.namespace}/workflows/{session_id}"
 
+    def stream_url(self) -> str | None:
+        """The stream relay of live deltas: `CORRAL_STREAM_URL`, else the one `corral up` started."""
+        configured = os.environ.get("CORRAL_STREAM_URL")
+        if configured:
+            return configured
+        stack = self.stack()
+        return stack.stream_url if stack is not None else None
+
     def default_model(self) -> str:
         """The stand-in when the stack runs offline (or, with no stack recorded, when no API key is set)."""
         stack = self.stack()

@@ -36,7 +36,8 @@ async def _until_idle(
 ) -> list[SessionEvent]:
     """Follow until the reply is complete; a session that stays busy for a minute is a failed demo."""
     try:
-        result = await asyncio.wait_for(session_ops.tail(handle, renderer, after=after), IDLE_TIMEOUT)
+        following = session_ops.tail(handle, renderer, after=after, stream_url=settings.stream_url())
+        result = await asyncio.wait_for(following, IDLE_TIMEOUT)
     except TimeoutError:
         raise CliError(
             f"session {handle.id} did not reach idle within {IDLE_TIMEOUT:.0f} s",

@@ -115,6 +115,7 @@ def up_command(
     temporal_port: Annotated[int, typer.Option(help="gRPC port of the Temporal dev server.")] = 7233,
     ui_port: Annotated[int, typer.Option(help="Port of the Temporal Web UI.")] = 8233,
     model_port: Annotated[int, typer.Option(help="Port of the offline model server (no ANTHROPIC_API_KEY).")] = 8765,
+    stream_port: Annotated[int, typer.Option(help="Port of the stream relay (live text deltas).")] = 8766,
     split: Annotated[
         bool, typer.Option("--split/--all-in-one", help="One worker process per role, or all roles in one.")
     ] = False,
@@ -124,7 +125,9 @@ def up_command(
     Idempotent: parts already running are left alone. State lives in --state-dir.
     """
     settings = settings_of(ctx)
-    options = up.UpOptions(temporal_port=temporal_port, ui_port=ui_port, model_port=model_port, split=split)
+    options = up.UpOptions(
+        temporal_port=temporal_port, ui_port=ui_port, model_port=model_port, stream_port=stream_port, split=split
+    )
     report = run(settings, up.bring_up(settings.out, settings.paths, options, settings.namespace))
     settings.out.print(up.stack_panel(report, settings.paths))
 
@@ -168,11 +171,14 @@ def demo_command(
     temporal_port: Annotated[int, typer.Option(help="gRPC port of the Temporal dev server.")] = 7233,
     ui_port: Annotated[int, typer.Option(help="Port of the Temporal Web UI.")] = 8233,
     model_port: Annotated[int, typer.Option(help="Port of the offline model server.")] = 8765,
+    stream_port: Annotated[int, typer.Option(help="Port of the stream relay (live text deltas).")] = 8766,
     split: Annotated[bool, typer.Option("--split/--all-in-one", help="Worker processes per role, or one.")] = False,
 ) -> None:
     """Bring the stack up, run a session that uses tools, follow it live, and show where to look next."""
     settings = settings_of(ctx)
-    options = up.UpOptions(temporal_port=temporal_port, ui_port=ui_port, model_port=model_port, split=split)
+    options = up.UpOptions(
+        temporal_port=temporal_port, ui_port=ui_port, model_port=model_port, stream_port=stream_port, split=split
+    )
     run(settings, run_demo(settings, options))
 
 
@@ -243,7 +249,7 @@ def start_command(
             print(session_id, flush=True)
         settings.human.print(Text(settings.workflow_url(session_id), style="blue"))
         if follow:
-            await session_ops.tail(handle, EventRenderer(settings.human))
+            await session_ops.tail(handle, EventRenderer(settings.human), stream_url=settings.stream_url())
 
     run(settings, go(), interrupted="stopped following")
 
@@ -264,7 +270,7 @@ def send_command(
         event_id = await send_text(handle, text)
         settings.out.print(event_id, highlight=False)
         if follow:
-            await session_ops.tail(handle, EventRenderer(settings.human), after=last)
+            await session_ops.tail(handle, EventRenderer(settings.human), after=last, stream_url=settings.stream_url())
 
     run(settings, go(), session_id=session, interrupted="stopped following")
 
@@ -336,7 +342,9 @@ def tail_command(
 
     async def go() -> None:
         handle = (await _client(settings)).get_workflow_handle(session)
-        result = await session_ops.tail(handle, EventRenderer(settings.out), after=after, forever=forever)
+        result = await session_ops.tail(
+            handle, EventRenderer(settings.out), after=after, forever=forever, stream_url=settings.stream_url()
+        )
         if result.reason.startswith("workflow"):
             settings.err.print(f"the session's {result.reason}: nothing more will happen", style="dim")
 

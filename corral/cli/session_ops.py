@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from rich.text import Text
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import SearchAttributeKey
 
 from corral.cli.context import CliError
+from corral.cli.live import LiveText, following
 from corral.cli.render import EventRenderer
 from corral.contract.events import SessionEvent
 from corral.contract.session import EventPage, EventsQuery, SendEventsInput, SendEventsResult, SessionInput
@@ -157,13 +159,32 @@ class TailResult:
     reason: str
 
 
-async def tail(handle: WorkflowHandle, renderer: EventRenderer, *, after: int = 0, forever: bool = False) -> TailResult:
+async def tail(
+    handle: WorkflowHandle,
+    renderer: EventRenderer,
+    *,
+    after: int = 0,
+    forever: bool = False,
+    stream_url: str | None = None,
+) -> TailResult:
     """Print the events after `after`, then follow new ones.
 
     Stops at the first `session.status_idle` positioned after the last `user.message` (the reply to the latest
     input is complete — already, or once it arrives), at `session.status_terminated`, or when the workflow
-    closes. With `forever`, only a closed workflow (or Ctrl-C) stops it.
+    closes. With `forever`, only a closed workflow (or Ctrl-C) stops it. With `stream_url` (the stack's stream
+    relay), the model's text is printed live as it is produced.
     """
+    live = None
+    if stream_url:
+        before = await read_events(handle, before=after + 1, types=["span.model_request_start"])
+        live = LiveText(renderer.console, ignore={event.id for event in before})
+    async with following(live, stream_url, handle.id):
+        return await _tail(handle, renderer, after, forever, live)
+
+
+async def _tail(
+    handle: WorkflowHandle, renderer: EventRenderer, after: int, forever: bool, live: LiveText | None
+) -> TailResult:
     seen: list[SessionEvent] = []
     messages = await read_events(handle, types=["user.message"])
     last_user = messages[-1].position if messages else 0
@@ -173,6 +194,11 @@ async def tail(handle: WorkflowHandle, renderer: EventRenderer, *, after: int = 
         for event in events:
             after = event.position
             seen.append(event)
+            if live is not None:
+                live.close_line()
+                if live.already_shown(event):
+                    renderer.console.print(Text(f"{event.position:>4}  agent.message  (streamed above)", style="dim"))
+                    continue
             renderer.print(event)
             if event.type == "user.message":
                 last_user = max(last_user, event.position)

@@ -30,6 +30,7 @@ from corral.temporal import connect, temporal_binary
 
 TEMPORAL = "temporal"
 MODEL_SERVER = "model-server"
+STREAM_RELAY = "stream-relay"
 ALL_IN_ONE = "all-in-one"
 HARNESS = "harness"
 MODEL_WORKER = "model-worker"
@@ -39,6 +40,7 @@ SANDBOX_WORKER = "sandbox-worker"
 PROCESS_ORDER: tuple[str, ...] = (
     TEMPORAL,
     MODEL_SERVER,
+    STREAM_RELAY,
     HARNESS,
     MODEL_WORKER,
     UTILITY_HAND,
@@ -54,7 +56,12 @@ WORKER_MODULES: dict[str, str] = {
     UTILITY_HAND: "corral.workers.utility_hand",
     SANDBOX_WORKER: "corral.workers.sandbox",
 }
-_CMDLINE_MARKERS: dict[str, str] = {TEMPORAL: "temporal", MODEL_SERVER: "corral.modelserver", **WORKER_MODULES}
+_CMDLINE_MARKERS: dict[str, str] = {
+    TEMPORAL: "temporal",
+    MODEL_SERVER: "corral.modelserver",
+    STREAM_RELAY: "corral.streaming",
+    **WORKER_MODULES,
+}
 """A word each process's command line contains: a pid file whose pid was reused by another program is stale."""
 
 OFFLINE_API_KEY = "offline-stand-in"
@@ -109,6 +116,7 @@ class StackConfig(BaseModel):
     ui_port: int
     offline: bool
     model_url: str | None = None
+    stream_url: str | None = None
     mode: Literal["all-in-one", "split"] = "all-in-one"
     started_at: datetime
 
@@ -305,6 +313,10 @@ def model_server_command(port: int) -> list[str]:
     return [sys.executable, "-m", "corral.modelserver", "--host", "127.0.0.1", "--port", str(port)]
 
 
+def stream_relay_command(port: int) -> list[str]:
+    return [sys.executable, "-m", "corral.streaming", "--host", "127.0.0.1", "--port", str(port)]
+
+
 def worker_command(name: str) -> list[str]:
     return [sys.executable, "-m", WORKER_MODULES[name]]
 
@@ -317,7 +329,12 @@ def base_environment() -> dict[str, str]:
 
 
 def worker_environment(
-    name: str, address: str, namespace: str, model_url: str | None, sandbox_image: str | None = None
+    name: str,
+    address: str,
+    namespace: str,
+    model_url: str | None,
+    sandbox_image: str | None = None,
+    stream_url: str | None = None,
 ) -> dict[str, str]:
     """A worker's environment: where Temporal is, and model credentials only for roles that run model turns.
 
@@ -329,6 +346,8 @@ def worker_environment(
     env[ENV_TEMPORAL_NAMESPACE] = namespace
     if sandbox_image is not None and name in (ALL_IN_ONE, SANDBOX_WORKER):
         env["CORRAL_SANDBOX_IMAGE"] = sandbox_image
+    if stream_url is not None and name in (ALL_IN_ONE, MODEL_WORKER):
+        env["CORRAL_STREAM_URL"] = stream_url
     if name in (ALL_IN_ONE, MODEL_WORKER):
         if model_url is not None:
             env["ANTHROPIC_BASE_URL"] = model_url

@@ -34,6 +34,7 @@ class UpOptions:
     temporal_port: int = 7233
     ui_port: int = 8233
     model_port: int = 8765
+    stream_port: int = 8766
     split: bool = False
 
 
@@ -94,18 +95,35 @@ async def _up_temporal(
 
 
 async def _up_model_server(console: Console, paths: StatePaths, port: int) -> tuple[int, bool]:
-    pid = stack.running_pid(paths, stack.MODEL_SERVER)
+    command = stack.model_server_command(port)
+    return await _up_http_service(
+        console, paths, stack.MODEL_SERVER, command, port, "offline model server", "--model-port"
+    )
+
+
+async def _up_http_service(
+    console: Console, paths: StatePaths, name: str, command: list[str], port: int, what: str, option: str
+) -> tuple[int, bool]:
+    """Start a small HTTP service of the stack (unless it runs) and wait for its /healthz."""
+    pid = stack.running_pid(paths, name)
     if pid is not None:
         return pid, False
-    _check_free(port, "offline model server", "--model-port")
-    process = stack.spawn(paths, stack.MODEL_SERVER, stack.model_server_command(port), stack.base_environment())
+    _check_free(port, what, option)
+    process = stack.spawn(paths, name, command, stack.base_environment())
     url = f"http://127.0.0.1:{port}/healthz"
-    with console.status(f"waiting for the offline model server at {url} …"):
+    with console.status(f"waiting for the {what} at {url} …"):
         try:
             await stack.wait_for_http(url, MODEL_SERVER_TIMEOUT, process)
         except StackError as exc:
-            raise _failure(paths, stack.MODEL_SERVER, f"the offline model server did not come up: {exc}") from None
+            raise _failure(paths, name, f"the {what} did not come up: {exc}") from None
     return process.pid, True
+
+
+def _recorded_port(paths: StatePaths, name: str, recorded_url: str | None, requested: int) -> int:
+    """A running service keeps its recorded port; a new one gets the requested port."""
+    if stack.running_pid(paths, name) is not None and recorded_url:
+        return int(recorded_url.rsplit(":", 1)[1])
+    return requested
 
 
 def _model_port(paths: StatePaths, previous: StackConfig | None, requested: int) -> int:
@@ -154,6 +172,18 @@ async def bring_up(console: Console, paths: StatePaths, options: UpOptions, name
         _say(console, stack.MODEL_SERVER, pid, started)
         model_url = f"http://127.0.0.1:{model_port}"
 
+    # The live-delta relay: model workers publish to it, `corral tail` subscribes (see corral/streaming).
+    stream_port = _recorded_port(
+        paths, stack.STREAM_RELAY, previous.stream_url if previous else None, options.stream_port
+    )
+    pid, started = await _up_http_service(
+        console, paths, stack.STREAM_RELAY, stack.stream_relay_command(stream_port), stream_port,
+        "stream relay", "--stream-port",
+    )  # fmt: skip
+    processes[stack.STREAM_RELAY] = (pid, started)
+    _say(console, stack.STREAM_RELAY, pid, started)
+    stream_url = f"http://127.0.0.1:{stream_port}"
+
     wanted: tuple[str, ...] = stack.SPLIT_WORKERS if options.split else (stack.ALL_IN_ONE,)
     other = tuple(name for name in running if name not in wanted)
     if other:
@@ -170,7 +200,7 @@ async def bring_up(console: Console, paths: StatePaths, options: UpOptions, name
         if name in running:
             processes[name] = (running[name], False)
         else:
-            env = stack.worker_environment(name, address, namespace, model_url, image)
+            env = stack.worker_environment(name, address, namespace, model_url, image, stream_url)
             spawned[name] = stack.spawn(paths, name, stack.worker_command(name), env)
             processes[name] = (spawned[name].pid, True)
 
@@ -181,6 +211,7 @@ async def bring_up(console: Console, paths: StatePaths, options: UpOptions, name
         ui_port=ui_port,
         offline=offline,
         model_url=model_url,
+        stream_url=stream_url,
         mode=mode,
         started_at=previous.started_at if previous and not any(s for _, s in processes.values()) else _now(),
     )
