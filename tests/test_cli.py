@@ -122,13 +122,14 @@ def test_up_start_tail_events_ls_down(tmp_path: Path) -> None:
     env = {key: value for key, value in os.environ.items() if not key.startswith(("ANTHROPIC_", "CORRAL_"))}
     env["CORRAL_STATE_DIR"] = str(state_dir)  # Offline mode: no ANTHROPIC_API_KEY in this environment.
     ports = ["--temporal-port", str(free_port()), "--ui-port", str(free_port()), "--model-port", str(free_port())]
+    ports += ["--stream-port", str(free_port())]
     started: dict[str, int] = {}
     try:
         up = corral(env, "up", *ports)
         assert up.returncode == 0, up.stdout + up.stderr
         assert "offline stand-in" in up.stdout
         started = pids_in(state_dir)
-        assert set(started) == {"temporal", "model-server", "all-in-one"}
+        assert set(started) == {"temporal", "model-server", "stream-relay", "all-in-one"}
 
         start = corral(env, "start", "please calculate 2+2")
         assert start.returncode == 0, start.stderr
@@ -153,7 +154,7 @@ def test_up_start_tail_events_ls_down(tmp_path: Path) -> None:
 
         again = corral(env, "up", *ports)
         assert again.returncode == 0, again.stdout + again.stderr
-        assert again.stdout.count("already running") == 3
+        assert again.stdout.count("already running") == 4
         assert pids_in(state_dir) == started
     finally:
         down = corral(env, "down")
