@@ -110,7 +110,7 @@ class Stack:
     async def start(
         self, model: str, message: str | None = None, tools: list[dict[str, Any]] | None = None, **extra: Any
     ) -> WorkflowHandle:
-        agent = AgentConfig.model_validate({"model": model, "tools": tools or []})
+        agent = AgentConfig.model_validate(extra.pop("agent", None) or {"model": model, "tools": tools or []})
         extra.setdefault("model_task_queue", self.model_queue)
         input = SessionInput(agent=agent, message=message, **extra)
         handle = await start_session(self.client, input, task_queue=self.harness_queue)

@@ -11,6 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from corral.contract.sandbox import ToolsetDefaultConfig
 
+# Error types the proxy activities raise (ApplicationError.type), as the workflow reads them.
+MCP_CONNECTION_FAILED = "McpConnectionFailed"
+MCP_AUTHENTICATION_FAILED = "McpAuthenticationFailed"
+PROXY_REJECTED = "ProxyRejected"
+
 MCP_SERVER_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,32}$"
 """Short enough that `mcp__<server>__<tool>` stays within the Messages API's 64-character tool names."""
 

@@ -16,6 +16,8 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 with workflow.unsafe.imports_passed_through():
     from corral.contract.events import AgentMcpToolUse, ErrorType
     from corral.contract.proxy import (
+        MCP_AUTHENTICATION_FAILED,
+        PROXY_REJECTED,
         BindSessionInput,
         BindSessionResult,
         McpCallToolInput,
@@ -34,9 +36,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from corral.workflows._outcomes import INFRASTRUCTURE_RETRY
 
-MCP_CONNECTION_FAILED = "McpConnectionFailed"
-MCP_AUTHENTICATION_FAILED = "McpAuthenticationFailed"
-PROXY_REJECTED = "ProxyRejected"
 MCP_CALL_TIMEOUT = timedelta(minutes=5)
 PROXY_SCHEDULE_TO_START = timedelta(seconds=60)
 DISCOVERY_ATTEMPTS = 3

@@ -1,0 +1,71 @@
+"""`corral-proxy`: the only process with Vault access (and no Docker access). Serves the proxy activities on
+`corral-proxy`: session bindings and MCP calls made with credentials that never leave this process.
+
+Vault login, from this process's environment only: `VAULT_ADDR` (or `BAO_ADDR`) and either `VAULT_TOKEN` (or
+`BAO_TOKEN`) or AppRole (`VAULT_ROLE_ID` + `VAULT_SECRET_ID`). `CORRAL_VAULT_MOUNT` names the KV v2 mount
+(default `corral`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+import hvac
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from corral.activities.proxy import ProxyActivities
+from corral.names import PROXY_TASK_QUEUE
+from corral.proxy import VaultStore, ensure_kv_v2_mount
+from corral.temporal import connect
+from corral.workers._run import GRACEFUL_SHUTDOWN, run_until_stopped, setup_logging
+
+
+def vault_from_environment() -> tuple[hvac.Client, str]:
+    """An authenticated Vault client and the mount, or exit with a message that says what is missing."""
+    address = os.environ.get("VAULT_ADDR") or os.environ.get("BAO_ADDR")
+    if not address:
+        sys.exit("corral-proxy: set VAULT_ADDR (or BAO_ADDR) to the Vault/OpenBao server, or run `corral up`")
+    client = hvac.Client(url=address)
+    token = os.environ.get("VAULT_TOKEN") or os.environ.get("BAO_TOKEN")
+    if token:
+        client.token = token
+    elif os.environ.get("VAULT_ROLE_ID") and os.environ.get("VAULT_SECRET_ID"):
+        client.auth.approle.login(role_id=os.environ["VAULT_ROLE_ID"], secret_id=os.environ["VAULT_SECRET_ID"])
+    else:
+        sys.exit("corral-proxy: set VAULT_TOKEN, or VAULT_ROLE_ID and VAULT_SECRET_ID (AppRole)")
+    if not client.is_authenticated():
+        sys.exit(f"corral-proxy: Vault at {address} rejected this process's credentials")
+    return client, os.environ.get("CORRAL_VAULT_MOUNT", "corral")
+
+
+def proxy_worker(client: Client, activities: ProxyActivities, task_queue: str = PROXY_TASK_QUEUE) -> Worker:
+    return Worker(
+        client,
+        task_queue=task_queue,
+        activities=[
+            activities.bind_session,
+            activities.mcp_list_tools,
+            activities.mcp_call_tool,
+            activities.release_session,
+        ],
+        graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
+    )
+
+
+async def _main() -> None:
+    vault, mount = vault_from_environment()
+    ensure_kv_v2_mount(vault, mount)
+    temporal = await connect()
+    await run_until_stopped([proxy_worker(temporal, ProxyActivities(VaultStore(vault, mount)))])
+
+
+def main() -> None:
+    setup_logging()
+    asyncio.run(_main())
+
+
+if __name__ == "__main__":
+    main()
