@@ -91,7 +91,9 @@ def test_options_override_the_input_file() -> None:
 # ---- end to end, real processes -------------------------------------------------------------------------------
 
 
-def corral(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def corral(
+    env: dict[str, str], *args: str, timeout: float = 120, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run the CLI as a user would, in its own process with stdout captured (not a terminal)."""
     return subprocess.run(
         [sys.executable, "-m", "corral.cli.main", *args],
@@ -99,6 +101,7 @@ def corral(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.
         capture_output=True,
         text=True,
         timeout=timeout,
+        input=stdin,
     )
 
 
@@ -129,7 +132,7 @@ def test_up_start_tail_events_ls_down(tmp_path: Path) -> None:
         assert up.returncode == 0, up.stdout + up.stderr
         assert "offline stand-in" in up.stdout
         started = pids_in(state_dir)
-        assert set(started) == {"temporal", "model-server", "stream-relay", "all-in-one"}
+        assert set(started) == {"temporal", "vault", "proxy-worker", "model-server", "stream-relay", "all-in-one"}
 
         start = corral(env, "start", "please calculate 2+2")
         assert start.returncode == 0, start.stderr
@@ -152,9 +155,30 @@ def test_up_start_tail_events_ls_down(tmp_path: Path) -> None:
         assert listing.returncode == 0, listing.stderr
         assert session_id in listing.stdout
 
+        # Vaults: the secret goes in on stdin and never comes back out.
+        canary = "canary-secret-" + os.urandom(8).hex()
+        created = corral(env, "vault", "create", "team")
+        assert created.returncode == 0, created.stderr
+        vault_id = created.stdout.strip()
+        added = corral(
+            env, "vault", "add-credential", vault_id, "--mcp-server-url", "https://mcp.example/mcp", stdin=canary
+        )
+        assert added.returncode == 0, added.stderr
+        again_added = corral(
+            env, "vault", "add-credential", vault_id, "--mcp-server-url", "https://mcp.example/mcp", stdin="x"
+        )
+        assert again_added.returncode == 1 and "already" in again_added.stderr.lower()
+        listed = corral(env, "vault", "ls", vault_id)
+        assert listed.returncode == 0 and added.stdout.strip() in listed.stdout and "static_bearer" in listed.stdout
+        outputs = [out for result in (created, added, again_added, listed) for out in (result.stdout, result.stderr)]
+        assert not [text for text in outputs if canary in text]
+        assert "proxy-worker" in pids_in(state_dir) and "vault" in pids_in(state_dir)
+        environ = {name: Path(f"/proc/{pid}/environ").read_bytes() for name, pid in started.items() if name != "vault"}
+        assert [name for name, text in environ.items() if b"VAULT_TOKEN=" in text] == ["proxy-worker"]
+
         again = corral(env, "up", *ports)
         assert again.returncode == 0, again.stdout + again.stderr
-        assert again.stdout.count("already running") == 4
+        assert again.stdout.count("already running") == 6
         assert pids_in(state_dir) == started
     finally:
         down = corral(env, "down")

@@ -23,6 +23,7 @@ from corral.cli.context import CliError, Settings, fail, run, settings_of
 from corral.cli.demo import run_demo
 from corral.cli.render import EventRenderer, processes_table, sessions_table
 from corral.cli.stack import known_processes, process_state
+from corral.cli.vault import vault_app
 from corral.contract.events import EVENT_TYPES
 from corral.names import ENV_TEMPORAL_ADDRESS, ENV_TEMPORAL_NAMESPACE
 from corral.sessions import send_text, session_info, start_session
@@ -107,6 +108,9 @@ async def _client(settings: Settings) -> Client:
 
 
 # ---- the local stack ------------------------------------------------------------------------------------------
+
+
+app.add_typer(vault_app)
 
 
 @app.command("up")

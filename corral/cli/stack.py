@@ -31,6 +31,8 @@ from corral.temporal import connect, temporal_binary
 TEMPORAL = "temporal"
 MODEL_SERVER = "model-server"
 STREAM_RELAY = "stream-relay"
+VAULT = "vault"
+PROXY_WORKER = "proxy-worker"
 ALL_IN_ONE = "all-in-one"
 HARNESS = "harness"
 MODEL_WORKER = "model-worker"
@@ -39,8 +41,10 @@ SANDBOX_WORKER = "sandbox-worker"
 
 PROCESS_ORDER: tuple[str, ...] = (
     TEMPORAL,
+    VAULT,
     MODEL_SERVER,
     STREAM_RELAY,
+    PROXY_WORKER,
     HARNESS,
     MODEL_WORKER,
     UTILITY_HAND,
@@ -60,6 +64,8 @@ _CMDLINE_MARKERS: dict[str, str] = {
     TEMPORAL: "temporal",
     MODEL_SERVER: "corral.modelserver",
     STREAM_RELAY: "corral.streaming",
+    VAULT: "bao",
+    PROXY_WORKER: "corral.workers.proxy",
     **WORKER_MODULES,
 }
 """A word each process's command line contains: a pid file whose pid was reused by another program is stale."""
@@ -68,6 +74,8 @@ OFFLINE_API_KEY = "offline-stand-in"
 """A dummy key for the offline model server, which accepts any non-empty key; never a real secret."""
 _LOG_HEADER = "--- corral up "
 _MODEL_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN")
+VAULT_ENV = ("VAULT_ADDR", "VAULT_TOKEN", "BAO_ADDR", "BAO_TOKEN", "VAULT_ROLE_ID", "VAULT_SECRET_ID")
+"""Only the proxy worker gets these: it is the one process with Vault access."""
 
 
 class StackError(Exception):
@@ -313,6 +321,10 @@ def model_server_command(port: int) -> list[str]:
     return [sys.executable, "-m", "corral.modelserver", "--host", "127.0.0.1", "--port", str(port)]
 
 
+def proxy_worker_command() -> list[str]:
+    return [sys.executable, "-m", "corral.workers.proxy"]
+
+
 def stream_relay_command(port: int) -> list[str]:
     return [sys.executable, "-m", "corral.streaming", "--host", "127.0.0.1", "--port", str(port)]
 
@@ -322,8 +334,8 @@ def worker_command(name: str) -> list[str]:
 
 
 def base_environment() -> dict[str, str]:
-    """The user's environment without model credentials: only the model role gets those."""
-    env = {key: value for key, value in os.environ.items() if key not in _MODEL_ENV}
+    """The user's environment without model or Vault credentials: only the model and proxy roles get those."""
+    env = {key: value for key, value in os.environ.items() if key not in _MODEL_ENV and key not in VAULT_ENV}
     env["PYTHONUNBUFFERED"] = "1"
     return env
 

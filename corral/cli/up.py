@@ -21,6 +21,7 @@ from rich.text import Text
 from corral.cli import stack
 from corral.cli.context import CliError
 from corral.cli.stack import StackConfig, StackError, StatePaths
+from corral.proxy import ProxyError, ensure_dev_vault
 from corral.sandbox import SandboxSetupError, ensure_docker_engine, ensure_sandbox_image
 
 TEMPORAL_TIMEOUT = 60.0
@@ -172,6 +173,11 @@ async def bring_up(console: Console, paths: StatePaths, options: UpOptions, name
         _say(console, stack.MODEL_SERVER, pid, started)
         model_url = f"http://127.0.0.1:{model_port}"
 
+    # Vault and the proxy: the one process with Vault access, never part of the all-in-one.
+    for name, (proxy_pid, proxy_started) in (await _up_proxy(console, paths, address, namespace)).items():
+        processes[name] = (proxy_pid, proxy_started)
+        _say(console, name, proxy_pid, proxy_started)
+
     # The live-delta relay: model workers publish to it, `corral tail` subscribes (see corral/streaming).
     stream_port = _recorded_port(
         paths, stack.STREAM_RELAY, previous.stream_url if previous else None, options.stream_port
@@ -227,6 +233,31 @@ async def bring_up(console: Console, paths: StatePaths, options: UpOptions, name
     for name in wanted:
         _say(console, name, *processes[name])
     return UpReport(config, processes)
+
+
+async def _up_proxy(console: Console, paths: StatePaths, address: str, namespace: str) -> dict[str, tuple[int, bool]]:
+    """Vault (the user's `VAULT_ADDR`, else an OpenBao dev server here) and the proxy worker that alone uses it."""
+    started: dict[str, tuple[int, bool]] = {}
+    vault_env = {key: os.environ[key] for key in stack.VAULT_ENV if key in os.environ}
+    if not vault_env.get("VAULT_ADDR") and not vault_env.get("BAO_ADDR"):
+        running = stack.running_pid(paths, stack.VAULT)
+        with console.status("starting the OpenBao dev server (Vault API) …"):
+            try:
+                vault = await asyncio.to_thread(ensure_dev_vault, paths.root)
+            except ProxyError as exc:
+                raise CliError(f"Vault is not available: {exc}", hint="or set VAULT_ADDR and VAULT_TOKEN") from exc
+        if vault.pid is not None:
+            paths.pid_file(stack.VAULT).write_text(f"{vault.pid}\n")
+            started[stack.VAULT] = (vault.pid, running != vault.pid)
+        vault_env = {"VAULT_ADDR": vault.address, "VAULT_TOKEN": vault.root_token.get_secret_value()}
+    pid = stack.running_pid(paths, stack.PROXY_WORKER)
+    if pid is not None:
+        started[stack.PROXY_WORKER] = (pid, False)
+        return started
+    env = stack.worker_environment(stack.PROXY_WORKER, address, namespace, None) | vault_env
+    process = stack.spawn(paths, stack.PROXY_WORKER, stack.proxy_worker_command(), env)
+    started[stack.PROXY_WORKER] = (process.pid, True)
+    return started
 
 
 async def _up_sandbox(console: Console, paths: StatePaths) -> str:
