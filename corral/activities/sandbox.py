@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from typing import Any
 
 import docker
@@ -58,10 +59,13 @@ def _gone(exc: SandboxGone) -> ApplicationError:
 class SandboxActivities:
     """Holds the Docker client and the default image; one instance per sandbox worker."""
 
-    def __init__(self, client: docker.DockerClient, image: str, cluster_id: str = "") -> None:
+    def __init__(
+        self, client: docker.DockerClient, image: str, cluster_id: str = "", git_proxy_port: int | None = None
+    ) -> None:
         self._docker = client
         self._image = image
         self._cluster_id = cluster_id
+        self._git_proxy_port = git_proxy_port or int(os.environ.get("CORRAL_GIT_PROXY_PORT", "8767"))
         self.task_queue = engine_task_queue(client)
 
     # ---- lifecycle --------------------------------------------------------------------------------------------
@@ -79,6 +83,8 @@ class SandboxActivities:
                     input.generation,
                     self._image,
                     f"{self._cluster_id}/{input.namespace}",
+                    input.repositories,
+                    self._git_proxy_port,
                 )
             except SandboxSetupError as exc:
                 raise ApplicationError(str(exc), type=SANDBOX_UNAVAILABLE, non_retryable=True) from exc

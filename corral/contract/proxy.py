@@ -82,6 +82,53 @@ class McpToolSpec(BaseModel):
         return f"mcp__{self.server}__{self.name}"
 
 
+class GitCheckout(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["branch", "commit"]
+    name: str | None = None
+    sha: str | None = None
+
+    @field_validator("sha")
+    @classmethod
+    def _sha(cls, sha: str | None) -> str | None:
+        if sha is not None and not (7 <= len(sha) <= 40 and all(c in "0123456789abcdef" for c in sha.lower())):
+            raise ValueError("a commit sha is 7 to 40 hex digits")
+        return sha
+
+    def ref(self) -> str | None:
+        return self.name if self.type == "branch" else self.sha
+
+
+class GitRepositoryResource(BaseModel):
+    """A git repository cloned into the sandbox. Its token never appears here: the client stores it in Vault
+    under `repository_id` before the session starts (`corral start --repo … --repo-token-file …`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["github_repository", "git_repository"] = "github_repository"
+    url: str
+    repository_id: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    mount_path: str | None = None
+    checkout: GitCheckout | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, url: str) -> str:
+        if not url.startswith(("https://", "http://")) or "@" in url.split("/")[2]:
+            raise ValueError("a repository url is http(s):// with no credentials in it")
+        return url
+
+    @field_validator("mount_path")
+    @classmethod
+    def _mount(cls, path: str | None) -> str | None:
+        if path is not None and not (path.startswith("/workspace/") and ".." not in path.split("/")):
+            raise ValueError("mount_path must be under /workspace/")
+        return path
+
+    def mount(self) -> str:
+        name = self.url.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git") or self.repository_id
+        return self.mount_path or f"/workspace/{name}"
+
+
 class BindSessionInput(BaseModel):
     session_id: str
     vault_ids: list[str]

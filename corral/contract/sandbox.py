@@ -164,6 +164,17 @@ class ProvisionInput(BaseModel):
     generation: int
     namespace: str = "default"
     """Labels the container, so a reaper only judges the sessions of its own namespace."""
+    repositories: list[RepositoryClone] = Field(default_factory=list)
+    """Cloned into the workspace through the git proxy (no token enters the container)."""
+
+
+class RepositoryClone(BaseModel):
+    """What the sandbox worker needs to clone one repository: a proxy path, never a token."""
+
+    repository_id: str
+    reference: str
+    mount_path: str
+    checkout: str | None = None
 
 
 class SandboxRef(BaseModel):
@@ -247,3 +258,6 @@ def sandbox_tool_schema(name: str) -> dict[str, Any]:
             prop.pop("default", None)
         schema["properties"][key] = prop
     return schema
+
+
+ProvisionInput.model_rebuild()

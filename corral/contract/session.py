@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from corral.contract.events import ContentBlock, ModelUsage, SessionEvent, TextBlock
-from corral.contract.proxy import McpServerUrl, McpToolset
+from corral.contract.proxy import GitRepositoryResource, McpServerUrl, McpToolset
 from corral.contract.sandbox import (
     SANDBOX_TOOL_DESCRIPTIONS,
     AgentToolset20260401,
@@ -181,7 +181,7 @@ class SessionInput(BaseModel):
     metadata: dict[str, str] = Field(default_factory=dict)
     environment: Environment | None = None
     """The sandbox recipe; the default recipe applies when the agent has the built-in toolset and this is empty."""
-    resources: list[dict[str, Any]] = Field(default_factory=list)
+    resources: list[GitRepositoryResource] = Field(default_factory=list, max_length=20)
     vault_ids: list[str] = Field(default_factory=list)
     message: MessageContent | None = None
     model_retry: ModelRetryConfig = Field(default_factory=ModelRetryConfig)
@@ -195,11 +195,15 @@ class SessionInput(BaseModel):
             normalize_content(value)
         return value
 
-    @field_validator("resources")
+    @field_validator("resources", mode="before")
     @classmethod
-    def _not_yet_supported(cls, value: Any) -> Any:
-        if value:
-            raise ValueError("is not supported yet by this corral version (git repositories come later)")
+    def _no_token_in_workflow_input(cls, value: Any) -> Any:
+        for resource in value if isinstance(value, list) else []:
+            if isinstance(resource, dict) and "authorization_token" in resource:
+                raise ValueError(
+                    "authorization_token must never be in workflow input: give it to `corral start --repo-token-file` "
+                    "or the HTTP API, which store it in Vault and pass only repository_id"
+                )
         return value
 
     def sandbox_environment(self) -> Environment:

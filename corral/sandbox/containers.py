@@ -18,7 +18,7 @@ import docker
 import docker.errors
 from docker.models.containers import Container
 
-from corral.contract.sandbox import Environment
+from corral.contract.sandbox import Environment, RepositoryClone
 from corral.sandbox import egress
 from corral.sandbox.errors import SandboxError, SandboxSetupError
 from corral.sandbox.workspace import SANDBOX_GID, SANDBOX_UID, hardened_run_options, prepare_workspace_volume
@@ -99,11 +99,22 @@ def ensure_container(
     generation: int,
     base_image: str,
     scope: str = "",
+    repositories: list[RepositoryClone] | None = None,
+    git_proxy_port: int = 8767,
 ) -> Provisioned:
     """This session's container for `generation`, running: reused if running, started if stopped, else created."""
     name = container_name(session_id, generation)
     volume = volume_name(session_id)
     image = environment.image or packages_image(client, base_image, environment)
+    git_host = _git_host(client, environment, base_image) if repositories else None
+    if git_host is not None and environment.networking.type != "unrestricted":
+        # The git proxy must be reachable even with networking `none`: through the egress proxy, and nothing else.
+        allowed = sorted({*environment.networking.allowed_hosts, git_host})
+        environment = environment.model_copy(
+            update={
+                "networking": environment.networking.model_copy(update={"type": "limited", "allowed_hosts": allowed})
+            }
+        )
     try:
         container = client.containers.get(name)
     except docker.errors.NotFound:
@@ -130,7 +141,36 @@ def ensure_container(
         egress.refresh_policy(client)
     if environment.working_dir != "/workspace":
         container.exec_run(["mkdir", "-p", environment.working_dir])
+    for repository in repositories or []:
+        _clone(container, repository, f"http://{git_host}:{git_proxy_port}")
     return Provisioned(container_id=container.id or name, container_name=name, volume=volume, image=image)
+
+
+def _git_host(client: docker.DockerClient, environment: Environment, base_image: str) -> str:
+    """The host address a sandbox of this recipe reaches the git proxy at."""
+    if environment.networking.type == "unrestricted":
+        return egress.gateway(client, "bridge")
+    egress.ensure_egress(client, base_image)
+    return egress.gateway(client, egress.EGRESS_NETWORK)
+
+
+def _clone(container: Container, repository: RepositoryClone, proxy: str) -> None:
+    """Clone through the git proxy (it adds the token outside the sandbox); a workspace that survived a dead
+    container already has the clone, and keeps it."""
+    origin = f"{proxy}/{repository.reference}/{repository.repository_id}"
+    mount = repository.mount_path
+    script = (
+        f'if [ ! -d "{mount}/.git" ]; then git clone --quiet "$1" "{mount}" && '
+        f'{{ [ -z "$2" ] || git -C "{mount}" checkout --quiet "$2"; }}; fi'
+    )
+    result = container.exec_run(
+        ["bash", "-c", script, "clone", origin, repository.checkout or ""],
+        user=f"{SANDBOX_UID}:{SANDBOX_GID}",
+        environment={"GIT_TERMINAL_PROMPT": "0"},
+    )
+    if result.exit_code != 0:
+        output = result.output.decode(errors="replace")[-800:]
+        raise SandboxSetupError(f"could not clone repository {repository.repository_id} into {mount}: {output}")
 
 
 def _run_options(environment: Environment, volume: str) -> dict[str, Any]:

@@ -85,6 +85,15 @@ def ensure_egress(client: docker.DockerClient, image: str) -> None:
         raise SandboxSetupError(f"could not set up the egress proxy for limited networking: {exc}") from exc
 
 
+def gateway(client: docker.DockerClient, network: str) -> str:
+    """The host's address on a Docker network: where a sandbox reaches services of the host (the git proxy)."""
+    config = client.networks.get(network).attrs.get("IPAM", {}).get("Config") or [{}]
+    address = config[0].get("Gateway")
+    if not address:
+        raise SandboxSetupError(f"the Docker network {network} has no gateway address")
+    return str(address)
+
+
 def refresh_policy(client: docker.DockerClient) -> dict[str, list[str]]:
     """Rewrite the proxy's allow lists from the running limited sandboxes; returns the policy written."""
     try:

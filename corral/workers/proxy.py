@@ -1,6 +1,9 @@
 """`corral-proxy`: the only process with Vault access (and no Docker access). Serves the proxy activities on
 `corral-proxy`: session bindings and MCP calls made with credentials that never leave this process.
 
+It also serves the git smart-HTTP proxy (`CORRAL_GIT_PROXY_HOST`, default 0.0.0.0, and `CORRAL_GIT_PROXY_PORT`,
+default 8767) that adds a session's repository token to `git pull`/`git push` made inside its sandbox.
+
 Vault login, from this process's environment only: `VAULT_ADDR` (or `BAO_ADDR`) and either `VAULT_TOKEN` (or
 `BAO_TOKEN`) or AppRole (`VAULT_ROLE_ID` + `VAULT_SECRET_ID`). `CORRAL_VAULT_MOUNT` names the KV v2 mount
 (default `corral`).
@@ -18,7 +21,7 @@ from temporalio.worker import Worker
 
 from corral.activities.proxy import ProxyActivities
 from corral.names import PROXY_TASK_QUEUE
-from corral.proxy import VaultStore, ensure_kv_v2_mount
+from corral.proxy import GitProxyServer, VaultStore, ensure_kv_v2_mount
 from corral.temporal import connect
 from corral.workers._run import GRACEFUL_SHUTDOWN, run_until_stopped, setup_logging
 
@@ -58,8 +61,19 @@ def proxy_worker(client: Client, activities: ProxyActivities, task_queue: str = 
 async def _main() -> None:
     vault, mount = vault_from_environment()
     ensure_kv_v2_mount(vault, mount)
+    store = VaultStore(vault, mount)
     temporal = await connect()
-    await run_until_stopped([proxy_worker(temporal, ProxyActivities(VaultStore(vault, mount)))])
+    # The git proxy: sandboxes reach it (through the egress proxy, or the bridge) at the host's Docker gateway.
+    git = GitProxyServer(
+        store,
+        host=os.environ.get("CORRAL_GIT_PROXY_HOST", "0.0.0.0"),
+        port=int(os.environ.get("CORRAL_GIT_PROXY_PORT", "8767")),
+    )
+    git.start()
+    try:
+        await run_until_stopped([proxy_worker(temporal, ProxyActivities(store))])
+    finally:
+        git.stop()
 
 
 def main() -> None:

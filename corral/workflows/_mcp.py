@@ -48,14 +48,14 @@ ReportError = Callable[[ErrorType, str, RetryState], None]
 class SessionMcp:
     """Discovered MCP tools by the name the model sees (`mcp__<server>__<tool>`), and the proxy reference."""
 
-    def __init__(self, session_id: str, agent: AgentConfig, vault_ids: list[str]) -> None:
+    def __init__(self, session_id: str, agent: AgentConfig, vault_ids: list[str], needs_binding: bool = False) -> None:
         self._session_id = session_id
         self._vault_ids = vault_ids
         self._toolsets = agent.mcp_toolsets()
         self._servers = {server.name: server for server, _ in self._toolsets}
         self.reference: str | None = None
         self.tools: dict[str, McpToolSpec] = {}
-        self.ready = not self._toolsets
+        self.ready = not self._toolsets and not needs_binding
 
     async def prepare(self, report: ReportError) -> None:
         """Bind the session at the proxy and list each server's tools; a server that fails is reported and

@@ -4,6 +4,7 @@ stopped when the session idles, released when it ends. Workflow code: every effe
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
@@ -13,7 +14,7 @@ with workflow.unsafe.imports_passed_through():
     from corral.activities.sandbox import SANDBOX_GONE, SANDBOX_UNAVAILABLE
     from corral.contract.activities import ExecuteInput
     from corral.contract.events import AgentToolUse
-    from corral.contract.sandbox import Environment, ProvisionInput, SandboxHandle, SandboxRef
+    from corral.contract.sandbox import Environment, ProvisionInput, RepositoryClone, SandboxHandle, SandboxRef
     from corral.names import (
         ACTIVITY_EXECUTE,
         ACTIVITY_PROVISION_SANDBOX,
@@ -35,9 +36,15 @@ NOT_PICKED_UP = ("SCHEDULE_TO_START",)
 class SessionSandbox:
     """One session's sandbox. Calls run one at a time (they share a shell state and a workspace)."""
 
-    def __init__(self, session_id: str, environment: Environment) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        environment: Environment,
+        repositories: Callable[[], list[RepositoryClone]] = list,
+    ) -> None:
         self._session_id = session_id
         self._environment = environment
+        self._repositories = repositories
         self.handle: SandboxHandle | None = None
         self.stopped = False
         self.generation = 0
@@ -119,6 +126,7 @@ class SessionSandbox:
                 environment=self._environment,
                 generation=self.generation,
                 namespace=workflow.info().namespace,
+                repositories=self._repositories(),
             ),
             task_queue=task_queue,
             result_type=SandboxHandle,

@@ -55,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         UserMessage,
         UserToolConfirmation,
     )
+    from corral.contract.sandbox import RepositoryClone
     from corral.contract.session import (
         CustomTool,
         EventPage,
@@ -130,8 +131,10 @@ class SessionWorkflow:
         self._interrupts: list[UserInterrupt] = []
         self._awaiting_custom: dict[str, AgentCustomToolUse] = {}
         self._custom_results: dict[str, UserCustomToolResult] = {}
-        self._sandbox = SessionSandbox(workflow.info().workflow_id, input.sandbox_environment())
-        self._mcp = SessionMcp(workflow.info().workflow_id, input.agent, input.vault_ids)
+        self._mcp = SessionMcp(
+            workflow.info().workflow_id, input.agent, input.vault_ids, needs_binding=bool(input.resources)
+        )
+        self._sandbox = SessionSandbox(workflow.info().workflow_id, input.sandbox_environment(), self._clones)
         if input.message is not None:
             self._accept_message(UserMessageParams(type="user.message", content=input.message))
 
@@ -390,6 +393,20 @@ class SessionWorkflow:
             interrupt.processed_at = workflow.now()
         self._interrupts.clear()
         self._go_idle(EndTurn())
+
+    def _clones(self) -> list[RepositoryClone]:
+        """The session's repositories as the sandbox clones them: through the proxy, by reference."""
+        if self._mcp.reference is None:
+            return []
+        return [
+            RepositoryClone(
+                repository_id=resource.repository_id,
+                reference=self._mcp.reference,
+                mount_path=resource.mount(),
+                checkout=resource.checkout.ref() if resource.checkout else None,
+            )
+            for resource in self._input.resources
+        ]
 
     # ---- status -------------------------------------------------------------------------------------------
 
