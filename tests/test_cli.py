@@ -125,7 +125,7 @@ def test_up_start_tail_events_ls_down(tmp_path: Path) -> None:
     env = {key: value for key, value in os.environ.items() if not key.startswith(("ANTHROPIC_", "CORRAL_"))}
     env["CORRAL_STATE_DIR"] = str(state_dir)  # Offline mode: no ANTHROPIC_API_KEY in this environment.
     ports = ["--temporal-port", str(free_port()), "--ui-port", str(free_port()), "--model-port", str(free_port())]
-    ports += ["--stream-port", str(free_port())]
+    ports += ["--stream-port", str(free_port()), "--git-proxy-port", str(free_port())]
     started: dict[str, int] = {}
     try:
         up = corral(env, "up", *ports)

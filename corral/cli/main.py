@@ -23,10 +23,10 @@ from corral.cli.context import CliError, Settings, fail, run, settings_of
 from corral.cli.demo import run_demo
 from corral.cli.render import EventRenderer, processes_table, sessions_table
 from corral.cli.stack import known_processes, process_state
-from corral.cli.vault import vault_app
+from corral.cli.vault import store_repository, vault_app
 from corral.contract.events import EVENT_TYPES
 from corral.names import ENV_TEMPORAL_ADDRESS, ENV_TEMPORAL_NAMESPACE
-from corral.sessions import send_text, session_info, start_session
+from corral.sessions import new_session_id, send_text, session_info, start_session
 from corral.temporal import connect
 
 
@@ -120,6 +120,7 @@ def up_command(
     ui_port: Annotated[int, typer.Option(help="Port of the Temporal Web UI.")] = 8233,
     model_port: Annotated[int, typer.Option(help="Port of the offline model server (no ANTHROPIC_API_KEY).")] = 8765,
     stream_port: Annotated[int, typer.Option(help="Port of the stream relay (live text deltas).")] = 8766,
+    git_proxy_port: Annotated[int, typer.Option(help="Port of the git proxy (in the proxy worker).")] = 8767,
     split: Annotated[
         bool, typer.Option("--split/--all-in-one", help="One worker process per role, or all roles in one.")
     ] = False,
@@ -130,7 +131,12 @@ def up_command(
     """
     settings = settings_of(ctx)
     options = up.UpOptions(
-        temporal_port=temporal_port, ui_port=ui_port, model_port=model_port, stream_port=stream_port, split=split
+        temporal_port=temporal_port,
+        ui_port=ui_port,
+        model_port=model_port,
+        stream_port=stream_port,
+        git_proxy_port=git_proxy_port,
+        split=split,
     )
     report = run(settings, up.bring_up(settings.out, settings.paths, options, settings.namespace))
     settings.out.print(up.stack_panel(report, settings.paths))
@@ -176,12 +182,18 @@ def demo_command(
     ui_port: Annotated[int, typer.Option(help="Port of the Temporal Web UI.")] = 8233,
     model_port: Annotated[int, typer.Option(help="Port of the offline model server.")] = 8765,
     stream_port: Annotated[int, typer.Option(help="Port of the stream relay (live text deltas).")] = 8766,
+    git_proxy_port: Annotated[int, typer.Option(help="Port of the git proxy (in the proxy worker).")] = 8767,
     split: Annotated[bool, typer.Option("--split/--all-in-one", help="Worker processes per role, or one.")] = False,
 ) -> None:
     """Bring the stack up, run a session that uses tools, follow it live, and show where to look next."""
     settings = settings_of(ctx)
     options = up.UpOptions(
-        temporal_port=temporal_port, ui_port=ui_port, model_port=model_port, stream_port=stream_port, split=split
+        temporal_port=temporal_port,
+        ui_port=ui_port,
+        model_port=model_port,
+        stream_port=stream_port,
+        git_proxy_port=git_proxy_port,
+        split=split,
     )
     run(settings, run_demo(settings, options))
 
@@ -225,11 +237,30 @@ def start_command(
         ),
     ] = None,
     follow: Annotated[bool, typer.Option("--follow", help="Then follow the session until it is idle.")] = False,
+    repo: Annotated[
+        str | None, typer.Option(help="A git repository (https URL) to clone into the sandbox.", show_default=False)
+    ] = None,
+    repo_token_file: Annotated[
+        Path | None,
+        typer.Option(help="File with the repository's token ('-' for stdin); it goes straight to Vault."),
+    ] = None,
+    repo_branch: Annotated[str | None, typer.Option(help="Branch to check out.")] = None,
+    vault: Annotated[
+        list[str] | None, typer.Option("--vault", help="Vault id for MCP credentials (repeatable).")
+    ] = None,
 ) -> None:
     """Start a session. Prints its id (only the id on stdout when stdout is not a terminal) and Web UI link."""
     settings = settings_of(ctx)
+    session_id = new_session_id()
     try:
         base = session_ops.load_input_file(input_file) if input_file is not None else None
+        if repo is not None or vault:
+            base = dict(base or {})
+            if vault:
+                base["vault_ids"] = [*base.get("vault_ids", []), *vault]
+            if repo is not None:
+                resource = store_repository(settings, session_id, repo, repo_token_file, repo_branch)
+                base["resources"] = [*base.get("resources", []), resource]
         session_input = session_ops.build_session_input(
             base,
             default_model=settings.default_model(),
@@ -239,14 +270,14 @@ def start_command(
             title=title,
             tool_utility=tool_utility,
             toolset=toolset,
+            from_file=input_file is not None,
         )
     except CliError as error:
         fail(settings, error)
 
     async def go() -> None:
         client = await _client(settings)
-        handle = await start_session(client, session_input)
-        session_id = handle.id
+        handle = await start_session(client, session_input, session_id=session_id)
         if settings.stdout_is_terminal:
             settings.out.print(Text("started ", style="green") + Text(session_id, style="bold"))
         else:

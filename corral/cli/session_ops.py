@@ -84,6 +84,7 @@ def build_session_input(
     title: str | None = None,
     tool_utility: bool | None = None,
     toolset: bool | None = None,
+    from_file: bool | None = None,
 ) -> SessionInput:
     """Merge command-line options over an --input file and validate the result as `SessionInput`.
 
@@ -91,6 +92,8 @@ def build_session_input(
     a file, tools come from the file and those options only change them when given. A missing agent.model gets
     the default.
     """
+    if from_file is None:
+        from_file = base is not None
     data: dict[str, Any] = dict(base or {})
     agent = data.get("agent")
     agent = dict(agent) if isinstance(agent, dict) else ({} if agent is None else agent)
@@ -103,7 +106,7 @@ def build_session_input(
         tools = agent.get("tools") or []
         if isinstance(tools, list):
             for entry, on in ((UTILITY_TOOLSET, tool_utility), (SANDBOX_TOOLSET, toolset)):
-                tools = _toggle(tools, entry, base is None if on is None else on)
+                tools = _toggle(tools, entry, not from_file if on is None else on)
             agent["tools"] = tools
     data["agent"] = agent
     if message is not None:

@@ -36,6 +36,7 @@ class UpOptions:
     ui_port: int = 8233
     model_port: int = 8765
     stream_port: int = 8766
+    git_proxy_port: int = 8767
     split: bool = False
 
 
@@ -174,6 +175,7 @@ async def bring_up(console: Console, paths: StatePaths, options: UpOptions, name
         model_url = f"http://127.0.0.1:{model_port}"
 
     # Vault and the proxy: the one process with Vault access, never part of the all-in-one.
+    os.environ["CORRAL_GIT_PROXY_PORT"] = str(options.git_proxy_port)  # the proxy and sandbox workers inherit it
     for name, (proxy_pid, proxy_started) in (await _up_proxy(console, paths, address, namespace)).items():
         processes[name] = (proxy_pid, proxy_started)
         _say(console, name, proxy_pid, proxy_started)

@@ -19,6 +19,7 @@ from pydantic import SecretStr, ValidationError
 from rich.table import Table
 
 from corral.cli.context import CliError, Settings, fail, settings_of
+from corral.contract.proxy import GitRepositoryResource
 from corral.proxy import (
     McpOAuthParams,
     McpOAuthRefreshParams,
@@ -155,3 +156,23 @@ def list_vaults(
     except (CliError, ProxyError) as exc:
         fail(settings, exc if isinstance(exc, CliError) else CliError(str(exc)))
     settings.out.print(table)
+
+
+def store_repository(
+    settings: Settings, session_id: str, url: str, token_file: Path | None, branch: str | None
+) -> dict[str, object]:
+    """Put a repository's token in Vault for this session (before it starts) and return the resource the
+    workflow gets instead: the URL and an id, never the token."""
+    resource: dict[str, object] = {"type": "github_repository", "url": url, "repository_id": "repo1"}
+    if branch:
+        resource["checkout"] = {"type": "branch", "name": branch}
+    try:
+        GitRepositoryResource.model_validate(resource)
+    except ValidationError as exc:
+        raise CliError(f"--repo: {exc.errors()[0]['msg']}", exit_code=2) from None
+    token = _read_secret(token_file, "repository token")
+    try:
+        _store(settings).store_repository_token(session_id, "repo1", url, token.get_secret_value())
+    except ProxyError as exc:
+        raise CliError(f"could not store the repository token: {exc}") from exc
+    return resource
