@@ -16,7 +16,7 @@ from corral.activities.proxy import ProxyActivities
 from corral.activities.sandbox import SandboxActivities
 from corral.contract.session import SessionInput
 from corral.proxy import GitProxyServer, VaultStore
-from corral.proxy.serving import ServerThread
+from corral.serving import ServerThread
 from corral.sessions import start_session
 from corral.temporal import cluster_id
 from corral.workers.proxy import proxy_worker

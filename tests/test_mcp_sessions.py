@@ -23,7 +23,7 @@ from corral.contract.events import AgentMcpToolResult, AgentMcpToolUse, SessionE
 from corral.contract.session import SessionInput
 from corral.proxy import McpOAuthParams, McpOAuthRefreshParams, StaticBearerParams, Vault, VaultStore
 from corral.proxy.devvault import DevVault
-from corral.proxy.serving import ServerThread
+from corral.serving import ServerThread
 from corral.sessions import start_session
 from corral.workers.proxy import proxy_worker
 from corral.workers.roles import model_worker

@@ -16,7 +16,7 @@ import pytest
 
 from corral.proxy import GitProxyServer, VaultStore
 from corral.proxy.devvault import DevVault
-from corral.proxy.serving import ServerThread
+from corral.serving import ServerThread
 from tests.proxy_servers.devvault import scan_for, shared_dev_vault
 from tests.proxy_servers.git_server import (
     GIT_USER,

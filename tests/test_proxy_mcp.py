@@ -35,7 +35,7 @@ from corral.proxy import (
 )
 from corral.proxy.devvault import DevVault
 from corral.proxy.models import TokenEndpointAuth
-from corral.proxy.serving import ServerThread
+from corral.serving import ServerThread
 from tests.proxy_servers.devvault import scan_for, shared_dev_vault
 from tests.proxy_servers.mcp_server import create_mcp_app
 from tests.proxy_servers.oauth_server import TOKEN_PATH, create_token_app

@@ -30,9 +30,9 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from corral.proxy.serving import ServerThread
 from corral.proxy.sessions import ResolvedRepository
 from corral.proxy.vault import VaultStore
+from corral.serving import ServerThread
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,8 @@
 """Serve an ASGI app with uvicorn in a daemon thread, on a socket bound before the app starts.
 
 Binding first (port 0 = any free port) means the port is known before the app is built, with no window in which
-another process could take it; the git proxy and the test servers all start this way.
+another process could take it. The git proxy, the offline model server, the stream relay and the test servers all
+start this way.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import uvicorn
 
@@ -45,6 +46,7 @@ class ServerThread:
         lifespan: str = "auto",
         startup_timeout: float = 10.0,
         app_takes_url: bool = False,
+        before_stop: Callable[[], None] | None = None,
     ) -> None:
         self._app = app
         self._app_takes_url = app_takes_url
@@ -58,6 +60,9 @@ class ServerThread:
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._before_stop = before_stop
+        """Run on the server's loop when stopping (e.g. end streams that never end by themselves)."""
 
     def start(self) -> str:
         """Start serving; returns the base URL (`http://host:port`). Idempotent."""
@@ -79,9 +84,13 @@ class ServerThread:
         server = uvicorn.Server(config)
         self._server = server
 
+        async def serve() -> None:
+            self._loop = asyncio.get_running_loop()
+            await server.serve(sockets=[sock])
+
         def run() -> None:
             try:
-                asyncio.run(server.serve(sockets=[sock]))
+                asyncio.run(serve())
             except BaseException as exc:  # a failure to start must not vanish silently
                 self._error = exc
             finally:
@@ -106,15 +115,22 @@ class ServerThread:
         server, thread = self._server, self._thread
         if server is None or thread is None:
             return
+        loop = self._loop
+        if self._before_stop is not None and loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(self._before_stop)
+            except RuntimeError:
+                pass  # the loop closed in between
         server.should_exit = True
         thread.join(timeout=5)
         if thread.is_alive():
             server.force_exit = True
             thread.join(timeout=5)
         self._server = self._thread = None
+        self._loop = None
         self.base_url = None
 
-    def __enter__(self) -> ServerThread:
+    def __enter__(self) -> Self:
         self.start()
         return self
 
