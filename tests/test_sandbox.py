@@ -236,7 +236,8 @@ async def test_security_probes_inside_the_sandbox(
         "network": "ls /sys/class/net; cat /proc/net/route | wc -l",
         "writes": "for p in /etc/x /usr/x /root/x /x /workspace/ok /tmp/ok; do touch $p 2>/dev/null && echo $p; done",
         "user": "id -u; id -g; grep CapEff /proc/self/status; grep NoNewPrivs /proc/self/status",
-        "secrets on disk": f"grep -rs {canary} / --exclude-dir=proc --exclude-dir=sys | head -3; echo end",
+        # A pattern, not the canary itself: the probe's own command is in history too.
+        "secrets on disk": "grep -rsoE 'canary-[0-9a-f]{32}' / --exclude-dir=proc --exclude-dir=sys | head -3; echo end",  # noqa: E501
     }
     model = sandbox_stack.script([bash(command) for command in probes.values()] + [{"text": "probed"}])
     handle = await sandbox_stack.start(model, message="probe", tools=TOOLSET)

@@ -68,8 +68,9 @@ def test_session_input_needs_only_a_model_and_rejects_unknown_fields() -> None:
         SessionInput.model_validate({"agent": {}})
     with pytest.raises(ValidationError, match="Extra inputs"):
         SessionInput.model_validate({"agent": {"model": "m"}, "mesage": "typo"})
-    with pytest.raises(ValidationError, match="not supported yet"):
-        SessionInput.model_validate({"agent": {"model": "m"}, "resources": [{"type": "github_repository"}]})
+    with pytest.raises(ValidationError, match="authorization_token must never be in workflow input"):
+        repository = {"type": "github_repository", "url": "https://git.example/a.git", "authorization_token": "t"}
+        SessionInput.model_validate({"agent": {"model": "m"}, "resources": [repository]})
     with pytest.raises(ValidationError, match=r"not in agent\.mcp_servers"):
         AgentConfig.model_validate({"model": "m", "tools": [{"type": "mcp_toolset", "mcp_server_name": "docs"}]})
     with pytest.raises(ValidationError, match="credentials in a vault"):
