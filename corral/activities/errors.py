@@ -16,28 +16,23 @@ from __future__ import annotations
 import email.utils
 import time
 from collections.abc import Mapping
-from typing import Literal
 
 import anthropic
-from pydantic import BaseModel
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-MODEL_RETRYABLE = "ModelRetryableError"
-MODEL_FATAL = "ModelFatalError"
-TOOL_ERROR = "ToolError"
+from corral.contract.errors import MODEL_FATAL, MODEL_RETRYABLE, TOOL_ERROR, ModelErrorInfo, ModelErrorType
 
-ModelErrorType = Literal[
-    "model_overloaded_error", "model_rate_limited_error", "model_request_failed_error", "billing_error"
+__all__ = [
+    "MODEL_FATAL",
+    "MODEL_RETRYABLE",
+    "TOOL_ERROR",
+    "ModelErrorInfo",
+    "ModelErrorType",
+    "classify",
+    "model_error",
+    "parse_retry_after",
+    "tool_error",
 ]
-
-
-class ModelErrorInfo(BaseModel):
-    """Details of a model error, carried in the ApplicationError's details (no secret in them)."""
-
-    error_type: ModelErrorType
-    status: int | None
-    retryable: bool
-    retry_after: float | None = None
 
 
 def parse_retry_after(headers: Mapping[str, str]) -> float | None:

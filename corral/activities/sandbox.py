@@ -21,6 +21,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from corral.activities.errors import tool_error
 from corral.activities.heartbeat import heartbeating
 from corral.contract.activities import ExecuteInput
+from corral.contract.errors import SANDBOX_GONE, SANDBOX_UNAVAILABLE
 from corral.contract.sandbox import SANDBOX_TOOL_INPUTS, BashInput, ProvisionInput, SandboxHandle, SandboxRef
 from corral.names import (
     ACTIVITY_EXECUTE,
@@ -35,8 +36,6 @@ from corral.sandbox.errors import SandboxError, SandboxSetupError
 
 log = logging.getLogger(__name__)
 
-SANDBOX_GONE = "SandboxGone"
-SANDBOX_UNAVAILABLE = "SandboxUnavailable"
 OUTPUT_HEAD = 50_000
 OUTPUT_TAIL = 50_000
 POLL_SECONDS = 0.5

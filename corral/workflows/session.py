@@ -15,7 +15,6 @@ from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from corral.activities.errors import ModelErrorInfo
     from corral.contract.activities import (
         ExecuteInput,
         ModelContext,
@@ -26,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         ModelTurnInput,
         ModelTurnResult,
     )
+    from corral.contract.errors import ModelErrorInfo
     from corral.contract.events import (
         AgentCustomToolUse,
         AgentMcpToolResult,
