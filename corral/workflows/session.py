@@ -101,8 +101,9 @@ STATUS_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS)
 MODEL_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_MODEL)
 
 MODEL_TURN_TIMEOUT = timedelta(minutes=10)
-MODEL_HEARTBEAT_TIMEOUT = timedelta(seconds=5)
-"""A lost model worker is noticed within this time; the activity heartbeats every second while it waits."""
+MODEL_HEARTBEAT_TIMEOUT = timedelta(seconds=3)
+"""A lost model worker is noticed within this time; the activity heartbeats every second while it waits (the SDK
+sends at most every 0.8 x this). 3 s keeps recovery after SIGKILL under the 5 s target (bench/recovery.py)."""
 HAND_HEARTBEAT_TIMEOUT = timedelta(seconds=3)
 """Short on purpose: the SDK sends heartbeats at most every 0.8 x this, and a cancel (interrupt) reaches a running
 activity only in the answer to a heartbeat. Hands must heartbeat; `make_execute_activity` does it every second."""
