@@ -1,0 +1,228 @@
+"""The TTFT benchmark's results: the samples it collects, the tables it prints and the plot it draws."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench._report import markdown_table, mean, median, percentile
+
+ARMS = ("direct", "coupled", "decoupled")
+GOALS = {"reduction_p50": 60.0, "reduction_p95": 90.0, "ratio_p50": 1.10, "ratio_p95": 1.25}
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    index: int
+    uses_tool: bool
+
+
+@dataclass
+class Sample:
+    arm: str
+    spec: SessionSpec
+    ttft: float
+    script: str = ""
+    stamps: dict[str, float] = field(default_factory=dict)
+    """Wall-clock times (time.time()) of the steps to the first text, for the breakdown."""
+    session_id: str | None = None
+    problem: str | None = None
+
+
+# ---- reporting -------------------------------------------------------------------------------------------------
+
+Segment = tuple[str, str, str]
+SESSION_SEGMENTS: list[Segment] = [
+    ("client sends -> workflow task starts (RPC, start, matching)", "sent", "workflow_task_started"),
+    ("workflow task on the harness worker", "workflow_task_started", "activity_scheduled"),
+    ("model activity dispatch (matching)", "activity_scheduled", "activity_started"),
+    ("model worker: activity start -> model request arrives", "activity_started", "model_request"),
+    ("model: first-token latency (server, configured)", "model_request", "model_first_token"),
+    ("model worker -> relay (SDK stream, publish)", "model_first_token", "relay"),
+    ("relay -> client (SSE)", "relay", "client"),
+]
+COUPLED_SEGMENTS: list[Segment] = [
+    ("sandbox set-up: provision + clone (pet workflow)", "sent", "sandbox_ready"),
+    ("client sends -> workflow task starts (RPC, start, matching)", "sandbox_ready", "workflow_task_started"),
+    *SESSION_SEGMENTS[1:],
+]
+DIRECT_SEGMENTS: list[Segment] = [
+    ("client -> model request arrives (HTTP)", "sent", "model_request"),
+    ("model: first-token latency (server, configured)", "model_request", "model_first_token"),
+    ("model -> client (SSE, SDK parse)", "model_first_token", "client"),
+]
+
+
+def segments_for(arm: str) -> list[Segment]:
+    return {"direct": DIRECT_SEGMENTS, "coupled": COUPLED_SEGMENTS}.get(arm, SESSION_SEGMENTS)
+
+
+def breakdown(samples: list[Sample], arm: str, ftl: float, preamble: bool) -> list[tuple[str, float, float, float]]:
+    """(segment, p50 ms, p95 ms, mean ms) over the samples whose first text came from the first model call."""
+    usable = []
+    for sample in samples:
+        if sample.problem is not None or (sample.spec.uses_tool and not preamble):
+            continue
+        stamps = dict(sample.stamps)
+        if "model_request" in stamps:
+            stamps["model_first_token"] = stamps["model_request"] + ftl
+        if all(start in stamps and end in stamps for _, start, end in segments_for(arm)):
+            usable.append(stamps)
+    rows = []
+    for label, start, end in segments_for(arm):
+        spans = [(stamps[end] - stamps[start]) * 1000 for stamps in usable]
+        rows.append((label, median(spans), percentile(spans, 0.95), mean(spans)))
+    return rows
+
+
+def ttft_row(arm: str, samples: list[Sample], sandboxes: int) -> list[str]:
+    good = [s.ttft for s in samples if s.problem is None]
+    plain = [s.ttft for s in samples if s.problem is None and not s.spec.uses_tool]
+    tools = [s.ttft for s in samples if s.problem is None and s.spec.uses_tool]
+    failed = len(samples) - len(good)
+    return [
+        arm,
+        f"{len(good)}" + (f" ({failed} failed)" if failed else ""),
+        f"{percentile(good, 0.5):.3f}",
+        f"{percentile(good, 0.95):.3f}",
+        f"{percentile(good, 0.99):.3f}",
+        f"{mean(good):.3f}",
+        f"{median(plain):.3f}",
+        f"{median(tools):.3f}",
+        "n/a" if arm == "direct" else str(sandboxes),
+    ]
+
+
+def report(args: argparse.Namespace, samples: dict[str, list[Sample]], sandboxes: dict[str, int]) -> str:
+    def good(arm: str) -> list[float]:
+        return [s.ttft for s in samples[arm] if s.problem is None]
+
+    direct, coupled, decoupled = good("direct"), good("coupled"), good("decoupled")
+    p = {
+        arm: (percentile(values, 0.5), percentile(values, 0.95))
+        for arm, values in zip(ARMS, (direct, coupled, decoupled), strict=True)
+    }
+    reduction = [100 * (1 - p["decoupled"][i] / p["coupled"][i]) for i in (0, 1)]
+    ratio = [p["decoupled"][i] / p["direct"][i] for i in (0, 1)]
+    met = [
+        reduction[0] >= GOALS["reduction_p50"],
+        reduction[1] >= GOALS["reduction_p95"],
+        ratio[0] <= GOALS["ratio_p50"],
+        ratio[1] <= GOALS["ratio_p95"],
+    ]
+    tool_sessions = sum(1 for s in samples["direct"] if s.spec.uses_tool)
+    how = "after a one-line preamble" if args.preamble else "as a bare tool call: their first text follows the tool"
+    lines = [
+        f"Model server: first token after {args.first_token_latency} s, then {args.tokens_per_second:g} tokens/s. "
+        f"{args.sessions} sessions per arm, {args.concurrency} at a time (a random 0-{args.max_pause:g} s pause "
+        f"before each), in {args.rounds} round(s) that alternate "
+        f"the arms; {tool_sessions} of them call `bash` in their first turn "
+        f"({how}). "
+        f"First message: {args.first_message}. Temporal: in-memory dev server; workers: "
+        + (
+            "one process (harness + model + sandbox)."
+            if args.one_process
+            else "one process per role (harness, model, sandbox)."
+        ),
+        "",
+        "TTFT in seconds (client sends the first message -> first text delta at the client):",
+        "",
+        markdown_table(
+            ["arm", "sessions", "p50", "p95", "p99", "mean", "p50 no tool", "p50 tool", "sandboxes made"],
+            [ttft_row(arm, samples[arm], sandboxes.get(arm, 0)) for arm in ARMS],
+        ),
+        "",
+        markdown_table(
+            ["comparison", "p50", "p95", "goal p50", "goal p95", "met (p50 / p95)"],
+            [
+                [
+                    "decoupled vs coupled: TTFT reduction",
+                    f"{reduction[0]:.1f}%",
+                    f"{reduction[1]:.1f}%",
+                    f">= {GOALS['reduction_p50']:.0f}%",
+                    f">= {GOALS['reduction_p95']:.0f}%",
+                    f"{_yes(met[0])} / {_yes(met[1])}",
+                ],
+                [
+                    "decoupled / direct: TTFT ratio",
+                    f"{ratio[0]:.2f}",
+                    f"{ratio[1]:.2f}",
+                    f"<= {GOALS['ratio_p50']:.2f}",
+                    f"<= {GOALS['ratio_p95']:.2f}",
+                    f"{_yes(met[2])} / {_yes(met[3])}",
+                ],
+            ],
+        ),
+        "",
+        f"The harness adds {1000 * (p['decoupled'][0] - p['direct'][0]):.0f} ms at p50 and "
+        f"{1000 * (p['decoupled'][1] - p['direct'][1]):.0f} ms at p95 to the model's own first token.",
+    ]
+    for arm in ("decoupled", "direct", "coupled"):
+        rows = breakdown(samples[arm], arm, args.first_token_latency, args.preamble)
+        total = sum(row[3] for row in rows)
+        lines += [
+            "",
+            f"Where the time goes, {arm} arm (ms; sessions whose first text comes from the first model call):",
+            "",
+            markdown_table(
+                ["step", "p50 ms", "p95 ms", "mean ms", "share of mean"],
+                [
+                    [label, f"{p50:.1f}", f"{p95:.1f}", f"{avg:.1f}", f"{100 * avg / total:.0f}%"]
+                    for label, p50, p95, avg in rows
+                ],
+            ),
+        ]
+    problems = [s for arm in ARMS for s in samples[arm] if s.problem]
+    if problems:
+        lines += ["", f"{len(problems)} sessions had problems (left out of the figures):"]
+        lines += [f"- {s.arm} #{s.spec.index}: {s.problem}" for s in problems[:10]]
+    return "\n".join(lines)
+
+
+def _yes(ok: bool) -> str:
+    return "yes" if ok else "no"
+
+
+def figure(args: argparse.Namespace, samples: dict[str, list[Sample]]) -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    fig, (cdf, bars) = plt.subplots(1, 2, figsize=(14, 5.5), gridspec_kw={"width_ratios": [1, 1.2]})
+    colors = {"direct": "tab:green", "decoupled": "tab:blue", "coupled": "tab:red"}
+    for arm in ARMS:
+        values = sorted(s.ttft for s in samples[arm] if s.problem is None)
+        if values:
+            cdf.step(
+                values, [(i + 1) / len(values) for i in range(len(values))], where="post", label=arm, color=colors[arm]
+            )
+    cdf.set_xscale("log")
+    seconds = FuncFormatter(lambda value, _: f"{value:g}")
+    cdf.xaxis.set_major_formatter(seconds)
+    cdf.xaxis.set_minor_formatter(seconds)
+    cdf.tick_params(axis="x", which="minor", labelsize=7)
+    cdf.set_xlabel("TTFT (s, log scale)")
+    cdf.set_ylabel("share of sessions")
+    cdf.set_title(f"TTFT per arm ({args.sessions} sessions each)")
+    cdf.grid(True, which="both", alpha=0.3)
+    cdf.legend()
+    # Direct and decoupled only: beside the coupled arm's sandbox set-up the harness's steps would not show.
+    palette = plt.get_cmap("tab10")
+    colors_by_step: dict[str, Any] = {}
+    for position, arm in enumerate(("direct", "decoupled")):
+        left = 0.0
+        for label, _, _, avg in breakdown(samples[arm], arm, args.first_token_latency, args.preamble):
+            new = label not in colors_by_step
+            color = colors_by_step.setdefault(label, palette(len(colors_by_step) % 10))
+            bars.barh(position, avg, left=left, color=color, edgecolor="white", label=label if new else None)
+            left += avg
+        bars.text(left + 5, position, f"{left:.0f} ms", va="center", fontsize=8)
+    bars.set_yticks([0, 1], ["direct", "decoupled"])
+    bars.set_xlabel("mean ms to the first text delta (sessions whose first text is the first model call's)")
+    bars.set_title("where the time goes")
+    bars.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2)
+    fig.tight_layout()
+    return fig

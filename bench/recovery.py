@@ -1,0 +1,489 @@
+"""Recovery after SIGKILL: for each worker role, kill the process doing a session's work mid-turn while a standby
+process of the same role runs, and measure how long until the session's next event, and whether anything was
+lost or doubled.
+
+For each role (harness, model, sandbox hand), `--kills` times (default 5):
+  1. a control turn, not killed: time from the kill point to the next event (what the turn costs anyway);
+  2. a killed turn: at the same point, SIGKILL the process that holds the work, found by its Temporal identity
+     (`pid@host`: the last workflow task's worker for the harness, the running activity's worker otherwise);
+     time from the kill to the next event;
+  3. a fresh standby replaces the killed process before the next trial.
+Kill points: harness, 0.3 s after the model call started (the workflow sits in the dead worker's cache); model,
+0.3 s into the model call (the stream is open, waiting for the first token); sandbox, 0.5 s into a `bash` command
+that runs 2 s in the container. The next event's time is its `created_at` (workflow time, the start of the
+workflow task that wrote it), read from the log once the turn is over: the client never queries a workflow
+whose worker is dead while the clock runs.
+
+What governs the times (corral's settings, read from its code when the report is printed): a lost model worker
+is noticed when the model activity's heartbeat timeout (`MODEL_HEARTBEAT_TIMEOUT`) passes, a lost sandbox worker
+when the hand's (`SANDBOX_HEARTBEAT_TIMEOUT`) does; Temporal then retries after `INFRASTRUCTURE_RETRY`'s first
+interval on the standby, which makes the model call again or resumes the command without running it again. A
+lost harness is noticed when its sticky queue's schedule-to-start timeout (`STICKY_TIMEOUT` in
+corral/workers/_run.py) passes; the standby then replays the history. The report sets beside each role when the
+standby would resume if every timer fired exactly when due.
+
+After all trials each session's log is checked: positions 1..N with no gap and no duplicate, unique ids, one
+`agent.message` per user message, and (sandbox) each command ran exactly once (a line per run in the workspace).
+
+    python -m bench.recovery            # 5 kills per role (about 4 minutes)
+    python -m bench.recovery --quick    # 2 kills per role
+
+Goal (issue 5; printed, never asserted): the next event within 5 s at p50 and 10 s at p95; 0 lost, 0 duplicated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import docker
+from temporalio.api.enums.v1 import EventType, PendingActivityState
+from temporalio.client import Client, WorkflowHandle
+
+from bench._report import ROOT, markdown_table, percentile, write_results
+from bench._workers import WorkerConfig, WorkerProcess, spawn_worker, wait_until_polling
+from corral.activities.sandbox import engine_task_queue
+from corral.contract.events import SessionEvent
+from corral.contract.session import AgentConfig, SessionInput
+from corral.modelserver import ModelServerThread
+from corral.names import ACTIVITY_EXECUTE, ACTIVITY_MODEL_TURN
+from corral.sandbox import ensure_docker_engine, ensure_sandbox_image
+from corral.sandbox.containers import SESSION_LABEL, remove_session
+from corral.sessions import read_events, send_text, start_session, wait_for_idle
+from corral.temporal import start_local_temporal
+from corral.workers._run import STICKY_TIMEOUT
+from corral.workflows._outcomes import INFRASTRUCTURE_RETRY
+from corral.workflows._sandbox import SANDBOX_HEARTBEAT_TIMEOUT
+from corral.workflows.session import MODEL_HEARTBEAT_TIMEOUT
+
+ROLES = ("harness", "model", "sandbox")
+GOAL_P50, GOAL_P95 = 5.0, 10.0
+COMMAND_SECONDS = 2
+COMMAND = f"echo run >> /workspace/runs; sleep {COMMAND_SECONDS}; echo done"
+KILL_AFTER = {"harness": 0.3, "model": 0.3, "sandbox": 0.5}
+"""Seconds after the model call (harness, model) or the command (sandbox) started that the kill comes."""
+HEARTBEAT = {"model": MODEL_HEARTBEAT_TIMEOUT.total_seconds(), "sandbox": SANDBOX_HEARTBEAT_TIMEOUT.total_seconds()}
+STICKY = STICKY_TIMEOUT.total_seconds()
+RETRY = (INFRASTRUCTURE_RETRY.initial_interval or timedelta(0)).total_seconds()
+GOVERNED_BY = {
+    "harness": f"sticky schedule-to-start {STICKY:g} s (STICKY_TIMEOUT), then replay on the standby",
+    "model": f"model heartbeat timeout {HEARTBEAT['model']:g} s (MODEL_HEARTBEAT_TIMEOUT), retry after "
+    f"{RETRY:g} s, the model call made again",
+    "sandbox": f"hand heartbeat timeout {HEARTBEAT['sandbox']:g} s (SANDBOX_HEARTBEAT_TIMEOUT), retry after "
+    f"{RETRY:g} s, the command resumed (not re-run)",
+}
+
+
+def resume_due(role: str, control: float) -> float:
+    """When the standby would start the lost work if Temporal fired each timer exactly when due, in seconds
+    after the kill. An activity heartbeats once as it starts and the SDK holds back the next one for 0.8 x the
+    timeout, so none reaches the server between the start and the kill: the timeout counts from the start. A
+    harness's workflow task is scheduled (to the dead worker's sticky queue) when the model call ends, which is
+    when the next event comes in a turn that is not killed."""
+    if role == "harness":
+        return control + STICKY
+    return HEARTBEAT[role] - KILL_AFTER[role] + RETRY
+
+
+@dataclass
+class Trial:
+    control: float
+    """Seconds from the kill point to the next event in a turn that was not killed."""
+    killed: float
+    """Seconds from the SIGKILL to the next event."""
+    resumed: float
+    """Seconds from the SIGKILL to the standby starting the lost work (workflow task or activity attempt)."""
+
+
+@dataclass
+class RoleResult:
+    role: str
+    trials: list[Trial] = field(default_factory=list)
+    turns: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Rig:
+    """The processes serving one role's trials: two of the role under test, one with the roles it needs."""
+
+    client: Client
+    config: WorkerConfig
+    role: str
+    pair: list[WorkerProcess]
+    rest: WorkerProcess | None
+    spawned: int = 0
+
+    async def add_standby(self) -> None:
+        self.spawned += 1
+        worker = spawn_worker(self.config, (self.role,), f"{self.role}-{self.spawned}")
+        self.pair.append(worker)
+        await wait_until_polling(self.client, self.config, worker)
+
+    def by_identity(self, identity: str) -> WorkerProcess:
+        for worker in self.pair:
+            if worker.identity == identity:
+                return worker
+        raise LookupError(f"no {self.role} process of this rig has identity {identity!r}")
+
+    def stop(self) -> None:
+        for worker in [*self.pair, *([self.rest] if self.rest else [])]:
+            worker.stop()
+
+
+# ---- finding the process that holds the work ------------------------------------------------------------------
+
+
+async def running_activity(handle: WorkflowHandle, activity: str, within: float = 30) -> str:
+    """The identity of the worker running the session's `activity` (waits until one has started it)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        description = await handle.describe()
+        for pending in description.raw_description.pending_activities:
+            started = pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+            if pending.activity_type.name == activity and started and pending.last_worker_identity:
+                return pending.last_worker_identity
+        await asyncio.sleep(0.02)
+    raise TimeoutError(f"no {activity} activity started within {within}s")
+
+
+async def last_workflow_task_worker(handle: WorkflowHandle) -> str:
+    """The identity of the harness that completed the latest workflow task: it holds the workflow (sticky)."""
+    identity = ""
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            identity = event.workflow_task_completed_event_attributes.identity
+    return identity
+
+
+async def until_event(handle: WorkflowHandle, event_type: str, after: int, within: float = 30) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if any(event.type == event_type for event in await read_events(handle, after=after)):
+            return
+        await asyncio.sleep(0.02)
+    raise TimeoutError(f"no {event_type} after position {after} within {within}s")
+
+
+async def kill_point(rig: Rig, handle: WorkflowHandle, after: int) -> str:
+    """Wait for this role's kill point in the turn just sent; returns the identity holding the work."""
+    if rig.role == "harness":
+        await until_event(handle, "span.model_request_start", after)
+        await asyncio.sleep(KILL_AFTER["harness"])
+        return await last_workflow_task_worker(handle)
+    activity = ACTIVITY_MODEL_TURN if rig.role == "model" else ACTIVITY_EXECUTE
+    identity = await running_activity(handle, activity)
+    await asyncio.sleep(KILL_AFTER[rig.role])
+    return identity
+
+
+async def history_length(handle: WorkflowHandle) -> int:
+    """How many events the workflow's history has (read from the server, no worker involved)."""
+    return len([event async for event in handle.fetch_history_events()])
+
+
+async def until_workflow_task_completed(handle: WorkflowHandle, after_event: int, within: float = 120) -> None:
+    """Wait, reading history only, until a workflow task completes after history event `after_event`: a worker
+    has written the session's next events. Queries would wait on a dead worker's sticky queue meanwhile."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        async for event in handle.fetch_history_events():
+            if event.event_id > after_event and event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+                return
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"no workflow task completed within {within}s")
+
+
+async def turn(rig: Rig, handle: WorkflowHandle, number: int, kill: bool) -> tuple[float, float]:
+    """One user message; returns seconds from the kill point (killing or not) to the session's next event, and
+    to the standby resuming the lost work (NaN when nothing was lost)."""
+    before = (await read_events(handle))[-1].position
+    await send_text(handle, f"turn {number}")
+    identity = await kill_point(rig, handle, before)
+    last = (await read_events(handle))[-1].position  # nothing is written between here and the next event
+    mark = await history_length(handle)
+    if kill:
+        victim = rig.by_identity(identity)
+        rig.pair.remove(victim)
+        victim.kill()
+    point = time.time()
+    await until_workflow_task_completed(handle, mark)
+    events = await wait_for_idle(handle, after=last, within_seconds=120)
+    return events[0].created_at.timestamp() - point, await resumed_at(handle, mark) - point
+
+
+async def resumed_at(handle: WorkflowHandle, after_event: int) -> float:
+    """When a worker started the work in flight at history event `after_event` anew: the first workflow task
+    started after a timed-out one, or a retried attempt of an activity (its started event carries the attempt).
+    Without either (no kill), when the work's next step started."""
+    timed_out = False
+    for event in [event async for event in handle.fetch_history_events()]:
+        if event.event_id <= after_event:
+            continue
+        at = event.event_time.ToMicroseconds() / 1e6
+        kind = event.event_type
+        if kind == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+            timed_out = True
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED and timed_out:
+            return at
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            if event.activity_task_started_event_attributes.attempt > 1:
+                return at
+    return float("nan")
+
+
+# ---- checking the log ---------------------------------------------------------------------------------------
+
+
+def check_log(result: RoleResult, events: list[SessionEvent], runs: int | None) -> None:
+    """Lost and duplicated events: positions, ids, one agent.message per user message, commands run once."""
+    positions = [event.position for event in events]
+    expected = set(range(1, (max(positions) if positions else 0) + 1))
+    result.lost += len(expected - set(positions))
+    result.duplicated += len(positions) - len(set(positions))
+    result.duplicated += len(events) - len({event.id for event in events})
+    kinds = Counter(event.type for event in events)
+    users, answers = kinds["user.message"], kinds["agent.message"]
+    result.turns = users
+    result.lost += max(0, users - answers)
+    result.duplicated += max(0, answers - users)
+    if runs is not None:
+        calls = kinds["agent.tool_use"]
+        result.lost += max(0, calls - runs) + max(0, calls - kinds["agent.tool_result"])
+        result.duplicated += max(0, runs - calls) + max(0, kinds["agent.tool_result"] - calls)
+        result.notes.append(f"{calls} bash calls, the command ran {runs} times")
+
+
+def command_runs(engine: docker.DockerClient, session_id: str) -> int:
+    """How many times the benchmark's command ran in the session's container (one line per run)."""
+    containers = engine.containers.list(filters={"label": f"{SESSION_LABEL}={session_id}"})
+    if not containers:
+        return -1
+    output = containers[0].exec_run(["sh", "-c", "cat /workspace/runs 2>/dev/null | wc -l"]).output
+    return int(output.decode().strip() or 0)
+
+
+# ---- running -------------------------------------------------------------------------------------------------
+
+
+async def run_role(
+    client: Client,
+    base: WorkerConfig,
+    model_server: ModelServerThread,
+    engine: docker.DockerClient,
+    role: str,
+    args: argparse.Namespace,
+) -> RoleResult:
+    suffix = uuid.uuid4().hex[:8]
+    config = dataclasses.replace(base, harness_queue=f"bench-harness-{suffix}", model_queue=f"bench-model-{suffix}")
+    needs = {"harness": ("model",), "model": ("harness",), "sandbox": ("harness", "model")}[role]
+    rest = spawn_worker(config, needs, f"rest-{role}")
+    rig = Rig(client, config, role, [], rest)
+    result = RoleResult(role)
+    script = f"recovery-{role}-{suffix}"
+    if role == "sandbox":
+        steps: list[dict[str, Any]] = [
+            {"tool_uses": [{"name": "bash", "input": {"command": COMMAND}}]},
+            {"text": "The command finished."},
+        ]
+    else:
+        steps = [{"text": "An answer of a dozen words or so, streamed token by token to the client."}]
+    model_server.register(script, {"steps": steps, "loop": True})
+    agent = AgentConfig.model_validate(
+        {"model": f"script:{script}", "tools": [{"type": "agent_toolset_20260401"}] if role == "sandbox" else []}
+    )
+    handle: WorkflowHandle | None = None
+    try:
+        await wait_until_polling(client, config, rest)
+        for _ in range(2):
+            await rig.add_standby()
+        input = SessionInput(agent=agent, model_task_queue=config.model_queue)
+        handle = await start_session(client, input, task_queue=config.harness_queue)
+        number = 1
+        await send_text(handle, "warm-up")  # provisions the sandbox, fills caches
+        await wait_for_idle(handle, within_seconds=120)
+        for trial in range(args.kills):
+            number += 1
+            control, _ = await turn(rig, handle, number, kill=False)
+            number += 1
+            killed, resumed = await turn(rig, handle, number, kill=True)
+            result.trials.append(Trial(control, killed, resumed))
+            print(
+                f"{role:<8} kill {trial + 1}/{args.kills}: standby resumed after {resumed:5.2f}s, next event "
+                f"after {killed:5.2f}s (without a kill {control:4.2f}s)",
+                flush=True,
+            )
+            await rig.add_standby()
+        events = await read_events(handle)
+        runs = command_runs(engine, handle.id) if role == "sandbox" else None
+        check_log(result, events, runs)
+    finally:
+        rig.stop()
+        if handle is not None:
+            with contextlib.suppress(Exception):
+                await handle.terminate("benchmark done")
+            if role == "sandbox":
+                await asyncio.to_thread(remove_session, engine, handle.id, True)
+    return result
+
+
+def late(result: RoleResult) -> float:
+    """How much later than due (p50) the standby started the lost work."""
+    control = percentile([t.control for t in result.trials], 0.5)
+    return percentile([t.resumed for t in result.trials], 0.5) - resume_due(result.role, control)
+
+
+def report(args: argparse.Namespace, results: list[RoleResult]) -> str:
+    rows = []
+    for result in results:
+        killed = [t.killed for t in result.trials]
+        control = [t.control for t in result.trials]
+        added = [t.killed - t.control for t in result.trials]
+        resumed = [t.resumed for t in result.trials]
+        p50, p95 = percentile(killed, 0.5), percentile(killed, 0.95)
+        met = p50 <= GOAL_P50 and p95 <= GOAL_P95 and result.lost == 0 and result.duplicated == 0
+        rows.append(
+            [
+                result.role,
+                str(len(killed)),
+                f"{resume_due(result.role, percentile(control, 0.5)):.2f}",
+                f"{percentile(resumed, 0.5):.2f}",
+                f"{p50:.2f}",
+                f"{p95:.2f}",
+                f"{percentile(control, 0.5):.2f}",
+                f"{percentile(added, 0.5):.2f}",
+                str(result.lost),
+                str(result.duplicated),
+                "yes" if met else "no",
+                GOVERNED_BY[result.role],
+            ]
+        )
+    lines = [
+        f"Each role: {args.kills} SIGKILLs mid-turn with a standby process of the role running; model server first "
+        f"token {args.first_token_latency} s, {args.tokens_per_second:g} tokens/s; the sandbox command runs "
+        f"{COMMAND_SECONDS} s. Seconds from the kill to the session's next event (its `created_at`), beside the "
+        "same moment of a turn that was not killed:",
+        "",
+        markdown_table(
+            [
+                "role killed",
+                "kills",
+                "resume due s",
+                "standby resumes p50 s",
+                "next event p50 s",
+                "p95 s",
+                "not killed p50 s",
+                "added by the kill p50 s",
+                "lost",
+                "duplicated",
+                f"goal (<= {GOAL_P50:g} s p50, <= {GOAL_P95:g} s p95, 0 lost, 0 dup) met",
+                "governed by",
+            ],
+            rows,
+        ),
+    ]
+    lines += [
+        "",
+        "`resume due`: when the standby would start the lost work if Temporal fired every timer exactly when due "
+        "(activity: heartbeat timeout - kill offset + retry back-off, the last heartbeat being the one sent as it "
+        "started; harness: end of the model call + sticky timeout). `standby resumes`: when it did (the retried "
+        "activity attempt's start, or the workflow task after the timed-out one). Late by, p50: "
+        + ", ".join(f"{r.role} {late(r):.2f} s" for r in results)
+        + ".",
+    ]
+    notes = [f"- {r.role}: {note}" for r in results for note in r.notes]
+    notes += [
+        f"- {r.role}: {r.turns} user messages, every one answered once"
+        for r in results
+        if not r.lost and not r.duplicated
+    ]
+    if notes:
+        lines += ["", *notes]
+    return "\n".join(lines)
+
+
+def figure(results: list[RoleResult]) -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axis = plt.subplots(figsize=(8, 4.5))
+    for index, result in enumerate(results):
+        killed = [t.killed for t in result.trials]
+        control = [t.control for t in result.trials]
+        axis.scatter(
+            [index - 0.12] * len(control), control, color="tab:gray", label="not killed" if not index else None
+        )
+        axis.scatter([index + 0.12] * len(killed), killed, color="tab:red", label="SIGKILL" if not index else None)
+    axis.axhline(GOAL_P50, color="tab:orange", linestyle="--", linewidth=1, label=f"goal p50 {GOAL_P50:g} s")
+    axis.axhline(GOAL_P95, color="tab:red", linestyle=":", linewidth=1, label=f"goal p95 {GOAL_P95:g} s")
+    axis.set_xticks(range(len(results)), [f"{r.role} worker" for r in results])
+    axis.set_ylabel("seconds to the session's next event")
+    axis.set_ylim(bottom=0)
+    axis.set_title("Recovery after SIGKILL mid-turn, standby running")
+    axis.grid(True, axis="y", alpha=0.3)
+    axis.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+async def measure(args: argparse.Namespace) -> list[RoleResult]:
+    state_dir = ROOT / ".corral"
+    engine = ensure_docker_engine(state_dir)
+    image = ensure_sandbox_image(engine, state_dir)
+    server = ModelServerThread(first_token_latency=args.first_token_latency, tokens_per_second=args.tokens_per_second)
+    model_url = server.start()
+    env = await start_local_temporal(dev_server_log_level="error")
+    base = WorkerConfig(
+        address=env.client.service_client.config.target_host,
+        harness_queue="",
+        model_queue="",
+        model_url=model_url,
+        image=image,
+        engine_queue=engine_task_queue(engine),
+        log_dir=Path(tempfile.mkdtemp(prefix="corral-bench-recovery-")),
+    )
+    print(f"worker logs in {base.log_dir}", flush=True)
+    try:
+        return [await run_role(env.client, base, server, engine, role, args) for role in args.roles]
+    finally:
+        await env.shutdown()
+        server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kills", type=int, default=5, help="SIGKILLs per role (default 5)")
+    parser.add_argument("--roles", default=",".join(ROLES), help="comma-separated (default all three)")
+    parser.add_argument("--first-token-latency", type=float, default=1.0, help="seconds (default 1.0)")
+    parser.add_argument("--tokens-per-second", type=float, default=50.0, help="default 50")
+    parser.add_argument("--output", default="recovery", help="results file name in bench/results/")
+    parser.add_argument("--quick", action="store_true", help="2 kills per role, results in recovery-quick.md")
+    args = parser.parse_args()
+    args.roles = [role for role in args.roles.split(",") if role]
+    if args.quick:
+        args.kills = 2
+        args.output = "recovery-quick" if args.output == "recovery" else args.output  # keep the full run's results
+    results = asyncio.run(measure(args))
+    body = report(args, results)
+    print()
+    print(body)
+    path = write_results(args.output, "Recovery after SIGKILL of each worker role", body, figure(results))
+    print(f"\nwritten to {path.relative_to(ROOT)} and {path.with_suffix('.png').relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
