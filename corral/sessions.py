@@ -7,6 +7,7 @@ import uuid
 from collections.abc import AsyncIterator
 
 from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
 
 from corral.contract.events import SessionEvent
 from corral.contract.session import (
@@ -94,9 +95,18 @@ async def read_events(
 async def follow_events(
     handle: WorkflowHandle, after: int = 0, poll_interval: float = 0.2
 ) -> AsyncIterator[SessionEvent]:
-    """Yield events as they are written, forever; the caller decides when to stop."""
+    """Yield events as they are written, forever; the caller decides when to stop.
+
+    A query that times out is asked again: while a harness worker that died is being replaced, a query can wait
+    for it (queries go to the worker that has the session cached) and expire; the log itself is never at risk."""
     while True:
-        events = await read_events(handle, after=after)
+        try:
+            events = await read_events(handle, after=after)
+        except RPCError as exc:
+            if exc.status not in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE, RPCStatusCode.CANCELLED):
+                raise
+            await asyncio.sleep(poll_interval)
+            continue
         for event in events:
             after = event.position
             yield event
