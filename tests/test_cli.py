@@ -186,3 +186,21 @@ def test_up_start_tail_events_ls_down(tmp_path: Path) -> None:
     assert "stopped" in down.stdout
     assert not list((state_dir / "pids").glob("*.pid"))
     assert all(is_gone(pid) for pid in started.values()), started
+
+
+@pytest.mark.timeout(300)
+def test_demo_runs_end_to_end_with_mcp_and_a_git_push(tmp_path: Path) -> None:
+    """The README's main command: tools, the sandbox, an MCP call through the proxy and a git push, offline."""
+    state_dir = tmp_path / "state"
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("ANTHROPIC_", "CORRAL_", "VAULT_"))}
+    env["CORRAL_STATE_DIR"] = str(state_dir)
+    ports = ["--temporal-port", str(free_port()), "--ui-port", str(free_port()), "--model-port", str(free_port())]
+    ports += ["--stream-port", str(free_port()), "--git-proxy-port", str(free_port())]
+    try:
+        demo = corral(env, "demo", *ports, timeout=280)
+        assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
+        assert "6*7 = 42" in demo.stdout
+        assert "8 words" in demo.stdout, "the MCP call through the proxy"
+        assert "branch demo-change arrived at the demo git server" in demo.stdout
+    finally:
+        corral(env, "down")

@@ -7,17 +7,24 @@ evidence that the commands work.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import secrets
+from pathlib import Path
+from typing import Any
 
+from pydantic import SecretStr
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 from temporalio.client import WorkflowHandle
 
-from corral.cli import session_ops, up
+from corral.cli import demo_services, session_ops, up
 from corral.cli.context import CliError, Settings
 from corral.cli.render import EventRenderer, blocks_text, compact_json, one_line
-from corral.contract.events import AgentToolResult, AgentToolUse, SessionEvent
-from corral.sessions import read_events, send_text, start_session
+from corral.cli.vault import vault_store
+from corral.contract.events import AgentMcpToolResult, AgentToolResult, AgentToolUse, SessionEvent
+from corral.proxy import StaticBearerParams
+from corral.sessions import new_session_id, read_events, send_text, start_session
 from corral.temporal import connect
 
 DEMO_MESSAGE = "Hello! Please calculate 6*7 and then tell me the time with get_time."
@@ -27,7 +34,14 @@ FOLLOW_UP_MESSAGES = (
     "please use get_time",
     # The first call of a sandbox tool is what provisions the container (lazily, never before).
     "now run bash uname -sr && id -un && pwd",
+    # An MCP call through the proxy, with a bearer token only the proxy worker reads from Vault.
+    "count words with mcp__demo__word_count corral keeps the brain apart from the hands",
+    # A git push from the sandbox: its origin is the git proxy, which adds the token outside the sandbox.
+    "bash cd /workspace/demo && git checkout -q -b demo-change && date > CHANGES && git add CHANGES && "
+    "git -c user.name=corral -c user.email=demo@corral.invalid commit -qm demo && git push -q origin demo-change "
+    "&& git log --oneline -1",
 )
+DEMO_BRANCH = "demo-change"
 IDLE_TIMEOUT = 60.0
 
 
@@ -53,7 +67,7 @@ def _tool_calls(events: list[SessionEvent]) -> list[tuple[AgentToolUse, AgentToo
     return [(event, results.get(event.id)) for event in events if isinstance(event, AgentToolUse)]
 
 
-def _summary(settings: Settings, session_id: str, address: str, events: list[SessionEvent]) -> Panel:
+def _summary(settings: Settings, session_id: str, address: str, events: list[SessionEvent], pushed: bool) -> Panel:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
@@ -69,6 +83,12 @@ def _summary(settings: Settings, session_id: str, address: str, events: list[Ses
         grid.add_row("Tool calls" if index == 0 else "", line)
     if not calls:
         grid.add_row("Tool calls", "none")
+    mcp_results = [event for event in events if isinstance(event, AgentMcpToolResult)]
+    for event in mcp_results:
+        grid.add_row("MCP via the proxy", Text(one_line(blocks_text(event.content), 80), style="green"))
+    git_state = f"branch {DEMO_BRANCH} arrived at the demo git server" if pushed else "the push did not arrive"
+    grid.add_row("git push", Text(git_state, style="green" if pushed else "red"))
+    grid.add_row("Credentials", "MCP and git tokens: in Vault and the proxy worker only, never in the session")
     grid.add_row("Web UI", Text(settings.workflow_url(session_id), style="blue"))
     grid.add_row("Read it", f"corral events {session_id}")
     grid.add_row("", f'corral send {session_id} "please calculate 2**10" --follow')
@@ -87,11 +107,46 @@ async def run_demo(settings: Settings, options: up.UpOptions) -> None:
     settings.out.print(up.stack_panel(report, settings.paths))
     config = report.config
     client = await connect(config.temporal_address, settings.namespace)
-    session_input = session_ops.build_session_input(
-        None, default_model=settings.default_model(), message=DEMO_MESSAGE, title="corral demo"
-    )
-    handle = await start_session(client, session_input)
-    settings.out.rule(Text(f"session {handle.id} · model {session_input.agent.model}"))
+    session_id = new_session_id()
+    with contextlib.ExitStack() as services:
+        base, bare = _credentialed_services(settings, session_id, services)
+        session_input = session_ops.build_session_input(
+            base, default_model=settings.default_model(), message=DEMO_MESSAGE, title="corral demo", from_file=False
+        )
+        handle = await start_session(client, session_input, session_id=session_id)
+        await _converse(settings, handle, session_input.agent.model, config.temporal_address, bare)
+
+
+def _credentialed_services(
+    settings: Settings, session_id: str, services: contextlib.ExitStack
+) -> tuple[dict[str, Any], Path]:
+    """A local MCP server and git server with random tokens put in Vault; the session only names them."""
+    root = settings.paths.root / "demo"
+    mcp_token, git_token = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+    mcp = services.enter_context(demo_services.demo_mcp_server(mcp_token))
+    bare = demo_services.make_demo_repository(root / "git")
+    git = services.enter_context(demo_services.demo_git_server(root / "git", git_token))
+    mcp_url, git_url = f"{mcp.base_url}/mcp", f"{git.base_url}/demo.git"
+    store = vault_store(settings)
+    vault = store.create_vault("corral demo")
+    store.add_credential(vault.id, StaticBearerParams(mcp_server_url=mcp_url, token=SecretStr(mcp_token)))
+    store.store_repository_token(session_id, "demo", git_url, git_token)
+    base: dict[str, Any] = {
+        "agent": {
+            "mcp_servers": [{"type": "url", "name": "demo", "url": mcp_url}],
+            "tools": [{"type": "mcp_toolset", "mcp_server_name": "demo"}],
+        },
+        "vault_ids": [vault.id],
+        "resources": [
+            {"type": "github_repository", "url": git_url, "repository_id": "demo",
+             "checkout": {"type": "branch", "name": "main"}},
+        ],
+    }  # fmt: skip
+    return base, bare
+
+
+async def _converse(settings: Settings, handle: WorkflowHandle, model: str, address: str, bare: Path) -> None:
+    settings.out.rule(Text(f"session {handle.id} · model {model}"))
     settings.out.print(Text(settings.workflow_url(handle.id), style="blue"))
     renderer = EventRenderer(settings.out)
     first = await _until_idle(settings, handle, renderer, after=0)
@@ -104,4 +159,7 @@ async def run_demo(settings: Settings, options: up.UpOptions) -> None:
 
     events = await read_events(handle)
     settings.out.print()
-    settings.out.print(_summary(settings, handle.id, config.temporal_address, events))
+    pushed = DEMO_BRANCH in demo_services.branches(bare)
+    settings.out.print(_summary(settings, handle.id, address, events, pushed))
+    if not pushed:
+        raise CliError(f"the demo's git push did not arrive (branch {DEMO_BRANCH} is missing)")

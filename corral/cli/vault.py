@@ -36,7 +36,8 @@ from corral.proxy.models import TokenEndpointAuth
 vault_app = typer.Typer(name="vault", help="Vaults of credentials for MCP servers (secrets are write-only).")
 
 
-def _store(settings: Settings) -> VaultStore:
+def vault_store(settings: Settings) -> VaultStore:
+    """The Vault this CLI user may write to: `VAULT_ADDR`/`VAULT_TOKEN`, else `corral up`'s dev server."""
     address = os.environ.get("VAULT_ADDR") or os.environ.get("BAO_ADDR")
     token = os.environ.get("VAULT_TOKEN") or os.environ.get("BAO_TOKEN")
     if address and token:
@@ -71,7 +72,7 @@ def create(ctx: typer.Context, name: Annotated[str, typer.Argument(help="A displ
     """Create a vault; prints its id (`vlt_…`)."""
     settings = settings_of(ctx)
     try:
-        vault = _store(settings).create_vault(name)
+        vault = vault_store(settings).create_vault(name)
     except (CliError, ProxyError) as exc:
         fail(settings, exc if isinstance(exc, CliError) else CliError(str(exc)))
     print(vault.id)
@@ -124,7 +125,7 @@ def add_credential(
             params = McpOAuthParams(
                 mcp_server_url=mcp_server_url, access_token=token, expires_at=expires_at, refresh=refresh
             )
-        credential = _store(settings).add_credential(vault_id, params)
+        credential = vault_store(settings).add_credential(vault_id, params)
     except ValidationError as exc:
         fail(settings, CliError(f"invalid credential: {exc.errors()[0]['msg']}", exit_code=2))
     except (CliError, ProxyError) as exc:
@@ -140,7 +141,7 @@ def list_vaults(
     """List vaults, or the credentials of one vault (metadata only; secrets are never shown)."""
     settings = settings_of(ctx)
     try:
-        store = _store(settings)
+        store = vault_store(settings)
         table = Table()
         if vault_id is None:
             for column in ("id", "name", "created"):
@@ -172,7 +173,7 @@ def store_repository(
         raise CliError(f"--repo: {exc.errors()[0]['msg']}", exit_code=2) from None
     token = _read_secret(token_file, "repository token")
     try:
-        _store(settings).store_repository_token(session_id, "repo1", url, token.get_secret_value())
+        vault_store(settings).store_repository_token(session_id, "repo1", url, token.get_secret_value())
     except ProxyError as exc:
         raise CliError(f"could not store the repository token: {exc}") from exc
     return resource
