@@ -14,11 +14,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import docker
 import pytest
 from typer.testing import CliRunner
 
 from corral.cli.main import app
 from corral.cli.session_ops import build_session_input
+from corral.sandbox.containers import remove_session
 
 runner = CliRunner()
 
@@ -204,3 +206,6 @@ def test_demo_runs_end_to_end_with_mcp_and_a_git_push(tmp_path: Path) -> None:
         assert "branch demo-change arrived at the demo git server" in demo.stdout
     finally:
         corral(env, "down")
+        # `corral down` keeps sessions (and their sandboxes) for the next `corral up`; this test's are done.
+        for session_id in set(re.findall(r"sesn_[0-9a-f]{26}", demo.stdout if "demo" in locals() else "")):
+            remove_session(docker.from_env(), session_id, remove_volume=True)
