@@ -70,41 +70,47 @@ def demo_git_server(root: Path, token: str) -> ServerThread:
             user, given = "", ""
         if user != GIT_USER or not secrets.compare_digest(given, token):
             return PlainTextResponse("authentication required\n", 401, {"WWW-Authenticate": 'Basic realm="git"'})
-        body = await request.body()
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "GIT_PROJECT_ROOT": str(root),
-            "GIT_HTTP_EXPORT_ALL": "1",
-            "GATEWAY_INTERFACE": "CGI/1.1",
-            "REQUEST_METHOD": request.method,
-            "PATH_INFO": "/" + request.path_params["path"],
-            "QUERY_STRING": request.url.query,
-            "CONTENT_TYPE": request.headers.get("content-type", ""),
-            "CONTENT_LENGTH": str(len(body)),
-            "HTTP_CONTENT_ENCODING": request.headers.get("content-encoding", ""),
-            "GIT_PROTOCOL": request.headers.get("git-protocol", ""),
-            "REMOTE_USER": GIT_USER,
-            "REMOTE_ADDR": "127.0.0.1",
-        }
-        process = await asyncio.create_subprocess_exec(
-            "git", "http-backend", stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
-        )
-        output, _ = await process.communicate(body)
-        head, _, payload = output.partition(b"\r\n\r\n")
-        if not payload and b"\n\n" in output:
-            head, _, payload = output.partition(b"\n\n")
-        status, headers = 200, {}
-        for line in head.decode("latin-1").splitlines():
-            name, _, value = line.partition(":")
-            if name.lower() == "status":
-                status = int(value.strip().split()[0])
-            elif name:
-                headers[name.strip()] = value.strip()
-        return Response(payload, status_code=status, headers=headers)
+        return await git_http_backend(root, request, await request.body())
 
     return ServerThread(
         Starlette(routes=[Route("/{path:path}", backend, methods=["GET", "POST"])]), name="corral-demo-git"
     )
+
+
+async def git_http_backend(root: Path, request: Request, body: bytes) -> Response:
+    """Answer one smart-HTTP request with `git http-backend` (CGI) for the repositories under `root`."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(root),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_PROJECT_ROOT": str(root),
+        "GIT_HTTP_EXPORT_ALL": "1",
+        "GATEWAY_INTERFACE": "CGI/1.1",
+        "REQUEST_METHOD": request.method,
+        "PATH_INFO": "/" + request.path_params["path"],
+        "QUERY_STRING": request.url.query,
+        "CONTENT_TYPE": request.headers.get("content-type", ""),
+        "CONTENT_LENGTH": str(len(body)),
+        "HTTP_CONTENT_ENCODING": request.headers.get("content-encoding", ""),
+        "GIT_PROTOCOL": request.headers.get("git-protocol", ""),
+        "REMOTE_USER": GIT_USER,  # an authenticated user enables receive-pack (push)
+        "REMOTE_ADDR": "127.0.0.1",
+    }
+    process = await asyncio.create_subprocess_exec(
+        "git", "http-backend", stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    output, _ = await process.communicate(body)
+    head, _, payload = output.partition(b"\r\n\r\n")
+    if not payload and b"\n\n" in output:
+        head, _, payload = output.partition(b"\n\n")
+    status, headers = 200, {}
+    for line in head.decode("latin-1").splitlines():
+        name, _, value = line.partition(":")
+        if name.lower() == "status":
+            status = int(value.strip().split()[0])
+        elif name:
+            headers[name.strip()] = value.strip()
+    return Response(payload, status_code=status, headers=headers)
 
 
 def make_demo_repository(root: Path) -> Path:

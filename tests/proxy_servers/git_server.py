@@ -3,7 +3,6 @@ folder, that demands `Authorization: Basic x-access-token:<token>` (GitHub's con
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import os
@@ -15,6 +14,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
+
+from corral.cli.demo_services import git_http_backend
 
 GIT_USER = "x-access-token"
 
@@ -39,24 +40,6 @@ def _basic(request: Request) -> tuple[str, str] | None:
     return user, password
 
 
-def _split_cgi(output: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
-    for separator in (b"\r\n\r\n", b"\n\n"):
-        head, found, body = output.partition(separator)
-        if found:
-            break
-    else:
-        return 502, [], b"malformed CGI output\n"
-    status = 200
-    headers = []
-    for line in head.decode("latin-1").splitlines():
-        name, _, value = line.partition(":")
-        if name.lower() == "status":
-            status = int(value.strip().split()[0])
-        elif name:
-            headers.append((name.strip(), value.strip()))
-    return status, headers, body
-
-
 def create_git_app(project_root: Path, token: str, log: GitServerLog | None = None) -> Starlette:
     """Serve every bare repository under `project_root` at `/<name>.git/…`, for the one token given."""
     seen = log if log is not None else GitServerLog()
@@ -69,30 +52,7 @@ def create_git_app(project_root: Path, token: str, log: GitServerLog | None = No
                 "authentication required\n", status_code=401, headers={"WWW-Authenticate": 'Basic realm="git"'}
             )
         seen.body_encodings.append(request.headers.get("transfer-encoding", "length"))
-        body = await request.body()
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": str(project_root),
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_PROJECT_ROOT": str(project_root),
-            "GIT_HTTP_EXPORT_ALL": "1",
-            "GATEWAY_INTERFACE": "CGI/1.1",
-            "REQUEST_METHOD": request.method,
-            "PATH_INFO": "/" + request.path_params["path"],
-            "QUERY_STRING": request.url.query,
-            "CONTENT_TYPE": request.headers.get("content-type", ""),
-            "CONTENT_LENGTH": str(len(body)),
-            "HTTP_CONTENT_ENCODING": request.headers.get("content-encoding", ""),
-            "GIT_PROTOCOL": request.headers.get("git-protocol", ""),
-            "REMOTE_USER": GIT_USER,  # an authenticated user enables receive-pack (push)
-            "REMOTE_ADDR": "127.0.0.1",
-        }
-        process = await asyncio.create_subprocess_exec(
-            "git", "http-backend", stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
-        )
-        output, _ = await process.communicate(body)
-        status, headers, payload = _split_cgi(output)
-        return Response(payload, status_code=status, headers=dict(headers))
+        return await git_http_backend(project_root, request, await request.body())
 
     return Starlette(routes=[Route("/{path:path}", backend, methods=["GET", "POST"])])
 
