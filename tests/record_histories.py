@@ -120,6 +120,15 @@ SCENARIOS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], Scenario]
 }
 
 
+def _without_stack_traces(node: Any) -> Any:
+    """Stack traces name this machine's paths and play no part in replay: drop them before committing."""
+    if isinstance(node, dict):
+        return {key: "" if key == "stackTrace" else _without_stack_traces(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_without_stack_traces(value) for value in node]
+    return node
+
+
 async def record(client: Client, server: ModelServerThread, names: list[str]) -> None:
     HISTORIES.mkdir(exist_ok=True)
     for name in names:
@@ -132,7 +141,8 @@ async def record(client: Client, server: ModelServerThread, names: list[str]) ->
         )
         await scenario(handle)
         history = await handle.fetch_history()
-        (HISTORIES / f"{name}.json").write_text(json.dumps(json.loads(history.to_json()), indent=1) + "\n")
+        recorded = _without_stack_traces(json.loads(history.to_json()))
+        (HISTORIES / f"{name}.json").write_text(json.dumps(recorded, indent=1) + "\n")
         with contextlib.suppress(RPCError):  # a scenario may have ended the session itself
             await handle.terminate("recorded")
         print(f"recorded {name}: {len(history.events)} history events")
