@@ -112,32 +112,31 @@ async def _client(settings: Settings) -> Client:
 
 app.add_typer(vault_app)
 
+# The stack's options, shared by `up` and `demo`.
+TemporalPort = Annotated[int, typer.Option(help="gRPC port of the Temporal dev server.")]
+UiPort = Annotated[int, typer.Option(help="Port of the Temporal Web UI.")]
+ModelPort = Annotated[int, typer.Option(help="Port of the offline model server (no ANTHROPIC_API_KEY).")]
+StreamPort = Annotated[int, typer.Option(help="Port of the stream relay (live text deltas).")]
+GitProxyPort = Annotated[int, typer.Option(help="Port of the git proxy (in the proxy worker).")]
+Split = Annotated[bool, typer.Option("--split/--all-in-one", help="One worker process per role, or all in one.")]
+
 
 @app.command("up")
 def up_command(
     ctx: typer.Context,
-    temporal_port: Annotated[int, typer.Option(help="gRPC port of the Temporal dev server.")] = 7233,
-    ui_port: Annotated[int, typer.Option(help="Port of the Temporal Web UI.")] = 8233,
-    model_port: Annotated[int, typer.Option(help="Port of the offline model server (no ANTHROPIC_API_KEY).")] = 8765,
-    stream_port: Annotated[int, typer.Option(help="Port of the stream relay (live text deltas).")] = 8766,
-    git_proxy_port: Annotated[int, typer.Option(help="Port of the git proxy (in the proxy worker).")] = 8767,
-    split: Annotated[
-        bool, typer.Option("--split/--all-in-one", help="One worker process per role, or all roles in one.")
-    ] = False,
+    temporal_port: TemporalPort = 7233,
+    ui_port: UiPort = 8233,
+    model_port: ModelPort = 8765,
+    stream_port: StreamPort = 8766,
+    git_proxy_port: GitProxyPort = 8767,
+    split: Split = False,
 ) -> None:
     """Start the local stack in the background: Temporal dev server, offline model (without an API key), workers.
 
     Idempotent: parts already running are left alone. State lives in --state-dir.
     """
     settings = settings_of(ctx)
-    options = up.UpOptions(
-        temporal_port=temporal_port,
-        ui_port=ui_port,
-        model_port=model_port,
-        stream_port=stream_port,
-        git_proxy_port=git_proxy_port,
-        split=split,
-    )
+    options = up.UpOptions(temporal_port, ui_port, model_port, stream_port, git_proxy_port, split)
     report = run(settings, up.bring_up(settings.out, settings.paths, options, settings.namespace))
     settings.out.print(up.stack_panel(report, settings.paths))
 
@@ -178,23 +177,16 @@ def status_command(ctx: typer.Context) -> None:
 @app.command("demo")
 def demo_command(
     ctx: typer.Context,
-    temporal_port: Annotated[int, typer.Option(help="gRPC port of the Temporal dev server.")] = 7233,
-    ui_port: Annotated[int, typer.Option(help="Port of the Temporal Web UI.")] = 8233,
-    model_port: Annotated[int, typer.Option(help="Port of the offline model server.")] = 8765,
-    stream_port: Annotated[int, typer.Option(help="Port of the stream relay (live text deltas).")] = 8766,
-    git_proxy_port: Annotated[int, typer.Option(help="Port of the git proxy (in the proxy worker).")] = 8767,
-    split: Annotated[bool, typer.Option("--split/--all-in-one", help="Worker processes per role, or one.")] = False,
+    temporal_port: TemporalPort = 7233,
+    ui_port: UiPort = 8233,
+    model_port: ModelPort = 8765,
+    stream_port: StreamPort = 8766,
+    git_proxy_port: GitProxyPort = 8767,
+    split: Split = False,
 ) -> None:
     """Bring the stack up, run a session that uses tools, follow it live, and show where to look next."""
     settings = settings_of(ctx)
-    options = up.UpOptions(
-        temporal_port=temporal_port,
-        ui_port=ui_port,
-        model_port=model_port,
-        stream_port=stream_port,
-        git_proxy_port=git_proxy_port,
-        split=split,
-    )
+    options = up.UpOptions(temporal_port, ui_port, model_port, stream_port, git_proxy_port, split)
     run(settings, run_demo(settings, options))
 
 

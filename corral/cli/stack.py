@@ -347,6 +347,7 @@ def worker_environment(
     model_url: str | None,
     sandbox_image: str | None = None,
     stream_url: str | None = None,
+    git_proxy_port: int | None = None,
 ) -> dict[str, str]:
     """A worker's environment: where Temporal is, and model credentials only for roles that run model turns.
 
@@ -360,6 +361,8 @@ def worker_environment(
         env["CORRAL_SANDBOX_IMAGE"] = sandbox_image
     if stream_url is not None and name in (ALL_IN_ONE, MODEL_WORKER):
         env["CORRAL_STREAM_URL"] = stream_url
+    if git_proxy_port is not None and name in (ALL_IN_ONE, SANDBOX_WORKER, PROXY_WORKER):
+        env["CORRAL_GIT_PROXY_PORT"] = str(git_proxy_port)  # the proxy listens there, sandboxes' origin points there
     if name in (ALL_IN_ONE, MODEL_WORKER):
         if model_url is not None:
             env["ANTHROPIC_BASE_URL"] = model_url

@@ -175,8 +175,8 @@ async def bring_up(console: Console, paths: StatePaths, options: UpOptions, name
         model_url = f"http://127.0.0.1:{model_port}"
 
     # Vault and the proxy: the one process with Vault access, never part of the all-in-one.
-    os.environ["CORRAL_GIT_PROXY_PORT"] = str(options.git_proxy_port)  # the proxy and sandbox workers inherit it
-    for name, (proxy_pid, proxy_started) in (await _up_proxy(console, paths, address, namespace)).items():
+    proxy = await _up_proxy(console, paths, address, namespace, options.git_proxy_port)
+    for name, (proxy_pid, proxy_started) in proxy.items():
         processes[name] = (proxy_pid, proxy_started)
         _say(console, name, proxy_pid, proxy_started)
 
@@ -208,7 +208,9 @@ async def bring_up(console: Console, paths: StatePaths, options: UpOptions, name
         if name in running:
             processes[name] = (running[name], False)
         else:
-            env = stack.worker_environment(name, address, namespace, model_url, image, stream_url)
+            env = stack.worker_environment(
+                name, address, namespace, model_url, image, stream_url, git_proxy_port=options.git_proxy_port
+            )
             spawned[name] = stack.spawn(paths, name, stack.worker_command(name), env)
             processes[name] = (spawned[name].pid, True)
 
@@ -237,7 +239,9 @@ async def bring_up(console: Console, paths: StatePaths, options: UpOptions, name
     return UpReport(config, processes)
 
 
-async def _up_proxy(console: Console, paths: StatePaths, address: str, namespace: str) -> dict[str, tuple[int, bool]]:
+async def _up_proxy(
+    console: Console, paths: StatePaths, address: str, namespace: str, git_proxy_port: int
+) -> dict[str, tuple[int, bool]]:
     """Vault (the user's `VAULT_ADDR`, else an OpenBao dev server here) and the proxy worker that alone uses it."""
     started: dict[str, tuple[int, bool]] = {}
     vault_env = {key: os.environ[key] for key in stack.VAULT_ENV if key in os.environ}
@@ -256,7 +260,8 @@ async def _up_proxy(console: Console, paths: StatePaths, address: str, namespace
     if pid is not None:
         started[stack.PROXY_WORKER] = (pid, False)
         return started
-    env = stack.worker_environment(stack.PROXY_WORKER, address, namespace, None) | vault_env
+    env = stack.worker_environment(stack.PROXY_WORKER, address, namespace, None, git_proxy_port=git_proxy_port)
+    env |= vault_env
     process = stack.spawn(paths, stack.PROXY_WORKER, stack.proxy_worker_command(), env)
     started[stack.PROXY_WORKER] = (process.pid, True)
     return started
