@@ -274,8 +274,6 @@ SessionEvent = Annotated[
     Field(discriminator="type"),
 ]
 
-UserEvent = UserMessage | UserInterrupt | UserToolConfirmation | UserCustomToolResult
-
 EVENT_TYPES: frozenset[str] = frozenset(
     {
         "user.message",

@@ -148,9 +148,6 @@ class AgentConfig(BaseModel):
                 tools.append(tool)
         return tools
 
-    def uses_sandbox(self) -> bool:
-        return any(isinstance(tool, SandboxTool) for tool in self.resolved_tools())
-
 
 class ModelRetryConfig(BaseModel):
     """How a session retries transient model errors (429, 529, 5xx, connection errors)."""

@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from types import TracebackType
 
 import httpx
 from starlette.applications import Starlette
@@ -110,39 +109,17 @@ def _host(url: str) -> str:
     return httpx.URL(url).host
 
 
-class GitProxyServer:
+class GitProxyServer(ServerThread):
     """The git proxy served by uvicorn in a daemon thread.
 
     `host` defaults to loopback; pass the address the sandboxes can reach (e.g. the Docker bridge gateway) to
     serve them. `repository_url(reference, repo_id)` is the `origin` a sandbox should use."""
 
     def __init__(self, store: VaultStore, *, host: str = "127.0.0.1", port: int = 0) -> None:
-        self._thread = ServerThread(
-            create_git_proxy_app(store), host=host, port=port, name="corral-git-proxy", lifespan="on"
-        )
-
-    @property
-    def base_url(self) -> str | None:
-        return self._thread.base_url
-
-    def start(self) -> str:
-        """Start serving; returns `http://host:port`. Idempotent."""
-        return self._thread.start()
-
-    def stop(self) -> None:
-        self._thread.stop()
+        super().__init__(create_git_proxy_app(store), host=host, port=port, name="corral-git-proxy", lifespan="on")
 
     def repository_url(self, reference: str, repo_id: str) -> str:
         """The URL a sandbox clones from and pushes to for one of its session's repositories."""
-        if self._thread.base_url is None:
+        if self.base_url is None:
             raise RuntimeError("the git proxy is not running")
-        return f"{self._thread.base_url}/{reference}/{repo_id}"
-
-    def __enter__(self) -> GitProxyServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+        return f"{self.base_url}/{reference}/{repo_id}"

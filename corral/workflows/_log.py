@@ -74,9 +74,6 @@ class SessionLog:
     def conversation_entries(self, start: int, end: int) -> list[SessionEvent]:
         return [self.events[position - 1] for position in self.conversation[start:end]]
 
-    def by_id(self, event_id: str) -> SessionEvent | None:
-        return next((event for event in reversed(self.events) if event.id == event_id), None)
-
     def page(self, query: EventsQuery) -> EventPage:
         """Events after `query.after` (and before `query.before`), filtered by type, capped by count and bytes."""
         wanted = set(query.types) if query.types else None
