@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import Literal
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey
@@ -91,7 +90,7 @@ with workflow.unsafe.imports_passed_through():
         UPDATE_SEND_EVENTS,
     )
     from corral.workflows._log import SessionLog, check_answers, parse_user_events
-    from corral.workflows._mcp import SessionMcp
+    from corral.workflows._mcp import RetryState, SessionMcp
     from corral.workflows._outcomes import INFRASTRUCTURE_RETRY, add_usage, model_error_info, tool_failure
     from corral.workflows._sandbox import SessionSandbox
 
@@ -412,9 +411,8 @@ class SessionWorkflow:
     # ---- status -------------------------------------------------------------------------------------------
 
     def _go_idle(self, reason: StopReason) -> None:
-        self._set_status("idle", reason.type)
         self._log.append(SessionStatusIdle, stop_reason=reason)
-        self._describe()
+        self._set_status("idle", reason.type)
 
     def _set_status(self, status: SessionStatus, stop_reason: str | None = None) -> None:
         if status != self._status:
@@ -432,25 +430,17 @@ class SessionWorkflow:
             f"{self._usage.input_tokens} in / {self._usage.output_tokens} out tokens"
         )
 
-    def _report(self, error_type: ErrorType, message: str, retry_status: Literal["retrying", "exhausted"]) -> None:
+    def _report(self, error_type: ErrorType, message: str, retry_status: RetryState) -> None:
         """A typed `session.error` the client sees; the session itself goes on."""
         self._log.append(
             SessionError,
             error=SessionErrorDetail(type=error_type, message=message, retry_status=RetryStatus(type=retry_status)),
         )
 
-    def _report_error(
-        self, error: ModelErrorInfo, err: ActivityError, retry_status: Literal["retrying", "exhausted"]
-    ) -> None:
+    def _report_error(self, error: ModelErrorInfo, err: ActivityError, retry_status: RetryState) -> None:
+        """A model error as a `session.error`, with the activity's own message."""
         message = str(err.cause.message if isinstance(err.cause, ApplicationError) else err.cause or err)
-        self._log.append(
-            SessionError,
-            error=SessionErrorDetail(
-                type=error.error_type,
-                message=message,
-                retry_status=RetryStatus(type=retry_status),
-            ),
-        )
+        self._report(error.error_type, message, retry_status)
 
     # ---- user input ---------------------------------------------------------------------------------------
 
