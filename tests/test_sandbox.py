@@ -396,3 +396,15 @@ async def test_limited_networking_reaches_only_allowed_hosts(
         for server in servers:
             with contextlib.suppress(docker.errors.APIError):
                 server.kill()
+
+
+async def test_ten_megabytes_of_output_are_cut_with_a_marker_and_the_session_goes_on(sandbox_stack: Stack) -> None:
+    model = sandbox_stack.script(
+        [bash("head -c 10000000 /dev/zero | tr '\\0' 'x'; echo; echo tail-line"), bash("echo next"), {"text": "ok"}]
+    )
+    handle = await sandbox_stack.start(model, message="go", tools=TOOLSET)
+    events = await wait_for_idle(handle, within_seconds=120)
+    first, second = texts(events, "agent.tool_result")
+    assert "[output truncated: 9900011 of 10000011 bytes cut]" in first
+    assert first.endswith("tail-line") and len(first) < 110_000
+    assert second == "next" and texts(events) == ["ok"]

@@ -1,0 +1,58 @@
+"""The bench-only workflow of `bench/sandbox.py` (in its own module: the workflow sandbox imports it by name)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from corral.contract.activities import ExecuteInput
+    from corral.contract.sandbox import Environment, ProvisionInput, SandboxHandle
+    from corral.names import ACTIVITY_EXECUTE, ACTIVITY_PROVISION_SANDBOX, SANDBOX_TASK_QUEUE
+
+
+@workflow.defn(name="SandboxBenchWorkflow")
+class SandboxBenchWorkflow:
+    """A bench-only harness: each update is one sandbox activity, timed by the client around the update."""
+
+    def __init__(self) -> None:
+        self.done = False
+        self.handle: SandboxHandle | None = None
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: self.done)
+
+    @workflow.update
+    async def provision(self, session_id: str) -> SandboxHandle:
+        self.handle = await workflow.execute_activity(
+            ACTIVITY_PROVISION_SANDBOX,
+            ProvisionInput(session_id=session_id, environment=Environment(), generation=0),
+            task_queue=SANDBOX_TASK_QUEUE,
+            result_type=SandboxHandle,
+            start_to_close_timeout=timedelta(minutes=5),
+        )
+        return self.handle
+
+    @workflow.update
+    async def bash(self, command: str) -> str:
+        assert self.handle is not None
+        output: str = await workflow.execute_activity(
+            ACTIVITY_EXECUTE,
+            ExecuteInput(
+                session_id=self.handle.session_id,
+                tool_use_id=str(workflow.uuid4()),
+                name="bash",
+                input={"command": command},
+                sandbox=self.handle,
+            ),
+            task_queue=self.handle.task_queue,
+            result_type=str,
+            start_to_close_timeout=timedelta(minutes=1),
+        )
+        return output
+
+    @workflow.signal
+    def finish(self) -> None:
+        self.done = True
