@@ -203,6 +203,7 @@ def test_demo_runs_end_to_end_with_mcp_and_a_git_push(tmp_path: Path) -> None:
         assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
         assert "6*7 = 42" in demo.stdout
         assert "8 words" in demo.stdout, "the MCP call through the proxy"
+        assert "replaced 1 occurrence(s) in /workspace/demo/README.md" in demo.stdout, "the edit in the sandbox"
         assert "branch demo-change arrived at the demo git server" in demo.stdout
     finally:
         corral(env, "down")

@@ -553,3 +553,16 @@ def test_demo_takes_the_clause_next_to_the_tool_name(text: str, tool: str, argum
 
     found = _mentioned_tool(text, [{"name": "calculate"}, {"name": "get_time"}])
     assert found is not None and (found[0]["name"], found[1]) == (tool, argument)
+
+
+def test_demo_takes_named_arguments_when_every_word_is_one() -> None:
+    from corral.modelserver.demo import named_arguments
+
+    schema = {"properties": {"file_path": {"type": "string"}, "old_string": {"type": "string"},
+                             "new_string": {"type": "string"}, "replace_all": {"type": "boolean"}}}  # fmt: skip
+    text = 'now use edit file_path=a.md old_string="# demo" new_string="# corral" replace_all=true'
+    assert named_arguments(text, "edit", schema) == {
+        "file_path": "a.md", "old_string": "# demo", "new_string": "# corral", "replace_all": True,
+    }  # fmt: skip
+    assert named_arguments("edit the file please", "edit", schema) is None
+    assert named_arguments("edit colour=red", "edit", schema) is None

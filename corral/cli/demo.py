@@ -36,8 +36,10 @@ FOLLOW_UP_MESSAGES = (
     "now run bash uname -sr && id -un && pwd",
     # An MCP call through the proxy, with a bearer token only the proxy worker reads from Vault.
     "count words with mcp__demo__word_count corral keeps the brain apart from the hands",
+    # A file edit in the sandbox's workspace (the cloned repository).
+    'now use edit file_path=demo/README.md old_string="# demo" new_string="# corral demo"',
     # A git push from the sandbox: its origin is the git proxy, which adds the token outside the sandbox.
-    "bash cd /workspace/demo && git checkout -q -b demo-change && date > CHANGES && git add CHANGES && "
+    "bash cd /workspace/demo && git checkout -q -b demo-change && date > CHANGES && git add -A && "
     "git -c user.name=corral -c user.email=demo@corral.invalid commit -qm demo && git push -q origin demo-change "
     "&& git log --oneline -1",
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shlex
 from typing import Any
 
 from corral.modelserver.scripts import (
@@ -117,6 +118,31 @@ def _default_for(schema: Any) -> Any:
     return default.copy() if isinstance(default, list | dict) else default
 
 
+def named_arguments(text: str, tool: str, schema: Any) -> dict[str, Any] | None:
+    """`edit file_path=README.md old_string="a b" new_string=c`: every word after the tool's name is a
+    `property=value` pair of its schema (shell quoting allowed); None when the text is not of that form."""
+    match = re.search(rf"(?<![A-Za-z0-9_]){re.escape(tool)}(?![A-Za-z0-9_])", text, flags=re.IGNORECASE)
+    properties = schema.get("properties", {}) if isinstance(schema, dict) else {}
+    if match is None or not isinstance(properties, dict):
+        return None
+    try:
+        words = shlex.split(text[match.end() :])
+    except ValueError:
+        return None
+    pairs = [word.partition("=") for word in words]
+    if not pairs or any(not sep or key not in properties for key, sep, _ in pairs):
+        return None
+    result: dict[str, Any] = {}
+    for key, _, value in pairs:
+        kind = properties[key].get("type") if isinstance(properties[key], dict) else None
+        result[key] = (
+            int(value)
+            if kind == "integer" and value.lstrip("-").isdigit()
+            else (value.lower() == "true" if kind == "boolean" else value)
+        )
+    return result
+
+
 def build_tool_input(schema: Any, argument: str) -> dict[str, Any]:
     """Fill a tool's input: the user's words go to the first (required) string property; rest get defaults."""
     if not isinstance(schema, dict):
@@ -160,7 +186,8 @@ def plan_demo(body: dict[str, Any]) -> Plan:
         if mention is not None:
             tool, argument = mention
             name = tool["name"]
-            tool_input = build_tool_input(tool.get("input_schema"), argument)
+            named = named_arguments(user_text, name, tool.get("input_schema"))
+            tool_input = named if named is not None else build_tool_input(tool.get("input_schema"), argument)
             blocks = [
                 TextBlock(f"{MARKER}Calling {name}."),
                 ToolUseBlock(_demo_tool_use_id(body, name), name, tool_input),
