@@ -25,7 +25,7 @@ from corral.proxy import McpOAuthParams, McpOAuthRefreshParams, StaticBearerPara
 from corral.proxy.devvault import DevVault
 from corral.serving import ServerThread
 from corral.sessions import start_session
-from corral.workers.proxy import proxy_worker
+from corral.workers.proxy import proxy_worker, revoke_closed_sessions
 from corral.workers.roles import model_worker
 from tests.conftest import Stack, history_text, read_events, texts, unique, wait_for_idle
 from tests.proxy_servers.devvault import shared_dev_vault
@@ -268,3 +268,25 @@ async def test_exfiltration_attempts_find_no_canary_anywhere(
     leaks = [(what, where) for what, canary in canaries.items() for where, text in places.items() if canary in text]
     assert leaks == [], f"canaries found: {leaks}"
     assert len(places["container filesystem"]) > 10_000_000, "the filesystem scan must have read the container"
+
+
+async def test_a_terminated_sessions_reference_is_revoked_by_the_proxy_reaper(mcp_stack: McpStack) -> None:
+    token = mcp_stack.authority.issue_access_token()
+    mcp_stack.store.add_credential(
+        mcp_stack.vault.id, StaticBearerParams(mcp_server_url=mcp_stack.mcp_url, token=token)
+    )
+    model = mcp_stack.stack.script([{"text": "bound"}])
+    kept = await mcp_stack.stack.start(
+        model, message="hi", vault_ids=[mcp_stack.vault.id], **_agent(model, mcp_stack.agent_tools())
+    )
+    ended = await mcp_stack.stack.start(
+        model, message="hi", vault_ids=[mcp_stack.vault.id], **_agent(model, mcp_stack.agent_tools())
+    )
+    for handle in (kept, ended):
+        await wait_for_idle(handle, within_seconds=60)
+    assert {kept.id, ended.id} <= set(mcp_stack.store.bound_sessions())
+    await ended.terminate("terminate runs no workflow code: the proxy reaper revokes the reference")
+    revoked = await revoke_closed_sessions(mcp_stack.stack.client, mcp_stack.store)
+    assert ended.id in revoked and kept.id not in revoked
+    bound = set(mcp_stack.store.bound_sessions())
+    assert ended.id not in bound and kept.id in bound

@@ -118,6 +118,10 @@ class SessionScope:
         for repo_id in self._kv.list(f"sessions/{session_id}/repositories/"):
             self._kv.delete(f"sessions/{session_id}/repositories/{repo_id}")
 
+    def bound_sessions(self) -> list[str]:
+        """Sessions that hold a binding or repository tokens (for the proxy worker's reaper)."""
+        return [name.rstrip("/") for name in self._kv.list("sessions/")]
+
     def _live_binding(self, reference: str) -> dict[str, Any] | None:
         if not reference.startswith(REFERENCE_PREFIX) or len(reference) > 128:
             return None

@@ -12,11 +12,13 @@ Vault login, from this process's environment only: `VAULT_ADDR` (or `BAO_ADDR`) 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sys
 
 import hvac
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from corral.activities.proxy import ProxyActivities
@@ -24,6 +26,8 @@ from corral.names import PROXY_TASK_QUEUE
 from corral.proxy import GitProxyServer, VaultStore, ensure_kv_v2_mount
 from corral.temporal import connect
 from corral.workers._run import GRACEFUL_SHUTDOWN, run_until_stopped, setup_logging
+
+log = logging.getLogger("corral.workers.proxy")
 
 
 def vault_from_environment() -> tuple[hvac.Client, str]:
@@ -42,6 +46,37 @@ def vault_from_environment() -> tuple[hvac.Client, str]:
     if not client.is_authenticated():
         sys.exit(f"corral-proxy: Vault at {address} rejected this process's credentials")
     return client, os.environ.get("CORRAL_VAULT_MOUNT", "corral")
+
+
+REAP_INTERVAL_SECONDS = float(os.environ.get("CORRAL_REAP_INTERVAL_SECONDS", "60"))
+
+
+async def revoke_closed_sessions(temporal: Client, store: VaultStore) -> list[str]:
+    """A session that ended without cleaning up (terminated, say) loses its reference and git tokens here.
+
+    Only sessions this Temporal server knows as closed are revoked: one not found may not have started yet
+    (`corral start` stores a repository token first) or may belong to another server sharing this Vault."""
+    revoked = []
+    for session_id in await asyncio.to_thread(store.bound_sessions):
+        try:
+            description = await temporal.get_workflow_handle(session_id).describe()
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                continue
+            raise
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            await asyncio.to_thread(store.revoke_session, session_id)
+            revoked.append(session_id)
+    return revoked
+
+
+async def _revoke_forever(temporal: Client, store: VaultStore) -> None:
+    while True:
+        try:
+            await revoke_closed_sessions(temporal, store)
+        except Exception:  # outlive a passing Vault or server hiccup
+            log.exception("revoking closed sessions failed; trying again later")
+        await asyncio.sleep(REAP_INTERVAL_SECONDS)
 
 
 def proxy_worker(client: Client, activities: ProxyActivities, task_queue: str = PROXY_TASK_QUEUE) -> Worker:
@@ -70,9 +105,11 @@ async def _main() -> None:
         port=int(os.environ.get("CORRAL_GIT_PROXY_PORT", "8767")),
     )
     git.start()
+    reaper = asyncio.create_task(_revoke_forever(temporal, store))
     try:
         await run_until_stopped([proxy_worker(temporal, ProxyActivities(store))])
     finally:
+        reaper.cancel()
         git.stop()
 
 
