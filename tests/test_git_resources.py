@@ -21,7 +21,15 @@ from corral.sessions import start_session
 from corral.temporal import cluster_id
 from corral.workers.proxy import proxy_worker
 from corral.workers.roles import sandbox_workers
-from tests.conftest import Stack, history_text, read_events, texts, wait_for_idle
+from tests.conftest import (
+    Stack,
+    history_text,
+    read_events,
+    remove_sandboxes,
+    terminate_sessions,
+    texts,
+    wait_for_idle,
+)
 from tests.proxy_servers.devvault import shared_dev_vault
 from tests.proxy_servers.git_server import GitServerLog, create_git_app, git, make_bare_repository
 
@@ -53,8 +61,10 @@ async def git_world(
                 for worker in sandbox_workers(stack.client, sandbox):
                     await workers.enter_async_context(worker)
                 yield stack, store, f"{server.base_url}/app.git", bare, log, token
+                await terminate_sessions(stack.started)
     finally:
         git_proxy.stop()
+        remove_sandboxes(docker_client, stack.started)
 
 
 async def test_clone_and_push_through_the_git_proxy_with_no_token_in_the_sandbox(
@@ -108,4 +118,3 @@ async def test_clone_and_push_through_the_git_proxy_with_no_token_in_the_sandbox
         "events": "\n".join(e.model_dump_json() for e in await read_events(handle)),
     }
     assert [where for where, text in places.items() if token in text] == []
-    container.remove(force=True)

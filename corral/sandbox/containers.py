@@ -130,7 +130,8 @@ def ensure_container(
         try:
             client.volumes.get(volume)
         except docker.errors.NotFound:
-            prepare_workspace_volume(client, volume, image, labels={SESSION_LABEL: session_id})
+            volume_labels = {SESSION_LABEL: session_id, SCOPE_LABEL: scope}
+            prepare_workspace_volume(client, volume, image, labels=volume_labels)
         container = client.containers.create(
             image, ["sleep", "infinity"], name=name, labels=labels, **_run_options(environment, volume)
         )
