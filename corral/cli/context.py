@@ -7,22 +7,23 @@ into a one-line message and an exit code here, so no command prints a stack trac
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import subprocess
 import sys
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
 from rich.text import Text
-from temporalio.client import WorkflowUpdateFailedError
-from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError, RPCStatusCode
 
-from corral.cli.stack import StackConfig, StatePaths, read_stack
 from corral.names import DEFAULT_TEMPORAL_ADDRESS, DEFAULT_TEMPORAL_NAMESPACE
+
+if TYPE_CHECKING:
+    from corral.cli.stack import StackConfig, StatePaths
 
 T = TypeVar("T")
 
@@ -64,9 +65,13 @@ class Settings:
 
     @property
     def paths(self) -> StatePaths:
+        from corral.cli.stack import StatePaths
+
         return StatePaths(self.state_dir)
 
     def stack(self) -> StackConfig | None:
+        from corral.cli.stack import read_stack
+
         return read_stack(self.paths)
 
     @property
@@ -138,6 +143,10 @@ def unreachable(address: str) -> CliError:
 
 def translate(error: BaseException, address: str, session_id: str | None = None) -> CliError | None:
     """The user-facing form of an error from the Temporal client, or None when it is a bug to show as such."""
+    from temporalio.client import WorkflowUpdateFailedError
+    from temporalio.exceptions import ApplicationError
+    from temporalio.service import RPCError, RPCStatusCode
+
     if isinstance(error, CliError):
         return error
     if isinstance(error, RuntimeError) and str(error).startswith("Failed client connect"):
@@ -181,3 +190,32 @@ def run(
         if error is None:
             raise
         fail(settings, error)
+
+
+def describe_failure(error: BaseException, address: str = "the configured address") -> str:
+    """A failure in a person's words: a CliError's message, a command with the tool's own error output, or the
+    exception's type and text (never a traceback)."""
+    translated = translate(error, address)
+    if translated is not None:
+        return translated.message
+    if isinstance(error, subprocess.CalledProcessError):
+        output = error.stderr or error.output or b""
+        said = (output.decode(errors="replace") if isinstance(output, bytes) else str(output)).strip()
+        command = " ".join(str(part) for part in error.cmd) if isinstance(error.cmd, list | tuple) else str(error.cmd)
+        return f"`{command}` exited with code {error.returncode}" + (f": {said}" if said else "")
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+@contextlib.contextmanager
+def step(what: str, *, log: Path | None = None, address: str = "the configured address") -> Iterator[None]:
+    """Name the step a long command is on: whatever fails inside is reported as `<what> failed: <the tool's own
+    error>`, with the log to read, never as a traceback."""
+    try:
+        yield
+    except CliError as error:
+        if not error.message.startswith(what):
+            error.message = f"{what} failed: {error.message}"
+        raise
+    except Exception as error:
+        hint = f"the log to read: {log}" if log is not None else None
+        raise CliError(f"{what} failed: {describe_failure(error, address)}", hint=hint) from error

@@ -19,7 +19,7 @@ from rich.text import Text
 from temporalio.client import WorkflowHandle
 
 from corral.cli import demo_services, session_ops, up
-from corral.cli.context import CliError, Settings
+from corral.cli.context import CliError, Settings, step
 from corral.cli.render import EventRenderer, blocks_text, compact_json, one_line
 from corral.cli.vault import vault_store
 from corral.contract.events import AgentMcpToolResult, AgentToolResult, AgentToolUse, SessionEvent
@@ -104,19 +104,35 @@ def _summary(settings: Settings, session_id: str, address: str, events: list[Ses
 
 
 async def run_demo(settings: Settings, options: up.UpOptions) -> None:
-    """Bring the stack up, run three exchanges that call tools (the last one in the sandbox), and summarise."""
+    """Bring the stack up, run exchanges that call tools (in the sandbox, over MCP, with git), and summarise.
+
+    Each step has a name: a failure says which step failed, the tool's own error and the log to read, and that the
+    stack is still up (so it can be inspected, and stopped with `corral down`). A second run after a failed one
+    starts over cleanly: every step is idempotent.
+    """
+    try:
+        await _run_demo(settings, options)
+    except CliError as error:
+        raise up.note_running(error, settings.paths) from None
+
+
+async def _run_demo(settings: Settings, options: up.UpOptions) -> None:
     report = await up.bring_up(settings.out, settings.paths, options, settings.namespace)
     settings.out.print(up.stack_panel(report, settings.paths))
     config = report.config
-    client = await connect(config.temporal_address, settings.namespace)
+    logs = settings.paths.logs
+    with step("connecting to Temporal", address=config.temporal_address):
+        client = await connect(config.temporal_address, settings.namespace)
     session_id = new_session_id()
     with contextlib.ExitStack() as services:
         base, bare = _credentialed_services(settings, session_id, services)
         session_input = session_ops.build_session_input(
             base, default_model=settings.default_model(), message=DEMO_MESSAGE, title="corral demo", from_file=False
         )
-        handle = await start_session(client, session_input, session_id=session_id)
-        await _converse(settings, handle, session_input.agent.model, config.temporal_address, bare)
+        with step("starting the demo session", log=logs, address=config.temporal_address):
+            handle = await start_session(client, session_input, session_id=session_id)
+        with step(f"running the demo session {session_id}", log=logs, address=config.temporal_address):
+            await _converse(settings, handle, session_input.agent.model, config.temporal_address, bare)
 
 
 def _credentialed_services(
@@ -125,14 +141,18 @@ def _credentialed_services(
     """A local MCP server and git server with random tokens put in Vault; the session only names them."""
     root = settings.paths.root / "demo"
     mcp_token, git_token = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
-    mcp = services.enter_context(demo_services.demo_mcp_server(mcp_token))
-    bare = demo_services.make_demo_repository(root / "git")
-    git = services.enter_context(demo_services.demo_git_server(root / "git", git_token))
+    with step("starting the demo MCP server"):
+        mcp = services.enter_context(demo_services.demo_mcp_server(mcp_token))
+    with step("making the demo git repository"):
+        bare = demo_services.make_demo_repository(root / "git")
+    with step("starting the demo git server"):
+        git = services.enter_context(demo_services.demo_git_server(root / "git", git_token))
     mcp_url, git_url = f"{mcp.base_url}/mcp", f"{git.base_url}/demo.git"
-    store = vault_store(settings)
-    vault = store.create_vault("corral demo")
-    store.add_credential(vault.id, StaticBearerParams(mcp_server_url=mcp_url, token=SecretStr(mcp_token)))
-    store.store_repository_token(session_id, "demo", git_url, git_token)
+    with step("storing the demo tokens in Vault", log=settings.paths.log_file("vault")):
+        store = vault_store(settings)
+        vault = store.create_vault("corral demo")
+        store.add_credential(vault.id, StaticBearerParams(mcp_server_url=mcp_url, token=SecretStr(mcp_token)))
+        store.store_repository_token(session_id, "demo", git_url, git_token)
     base: dict[str, Any] = {
         "agent": {
             "mcp_servers": [{"type": "url", "name": "demo", "url": mcp_url}],

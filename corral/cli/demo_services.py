@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from corral.cli.context import CliError
 from corral.serving import ServerThread
 
 GIT_USER = "x-access-token"
@@ -113,12 +116,20 @@ async def git_http_backend(root: Path, request: Request, body: bytes) -> Respons
     return Response(payload, status_code=status, headers=headers)
 
 
+class DemoRepositoryError(CliError):
+    """git could not make the demo repository; the message carries git's own words."""
+
+
 def make_demo_repository(root: Path) -> Path:
-    """A bare repository `demo.git` with one commit on `main` (made once, kept under the state directory)."""
+    """A bare repository `demo.git` with one commit on `main` (made once, kept under the state directory).
+
+    Built in a scratch directory and moved into place only when complete, so a run that failed halfway leaves
+    nothing the next run trips over. Every path handed to git is absolute: git runs in the scratch directory.
+    """
+    root = root.absolute()
     bare = root / "demo.git"
-    if bare.exists():
+    if (bare / "HEAD").is_file():
         return bare
-    work = root / "seed"
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(root),
@@ -128,15 +139,23 @@ def make_demo_repository(root: Path) -> Path:
         "GIT_COMMITTER_NAME": "corral demo",
         "GIT_COMMITTER_EMAIL": "demo@corral.invalid",
     }
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "README.md").write_text("# demo\n\nA repository the corral demo clones and pushes to.\n")
-    for args in (
-        ["init", "-q", "-b", "main"],
-        ["add", "README.md"],
-        ["commit", "-q", "-m", "initial commit"],
-        ["clone", "-q", "--bare", str(work), str(bare)],
-    ):
-        subprocess.run(["git", *args], cwd=work, env=env, check=True, capture_output=True)
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(bare, ignore_errors=True)  # a half-made one from an interrupted run
+    with tempfile.TemporaryDirectory(prefix="seed-", dir=root) as scratch:
+        work, staged = Path(scratch) / "seed", Path(scratch) / "demo.git"
+        work.mkdir()
+        (work / "README.md").write_text("# demo\n\nA repository the corral demo clones and pushes to.\n")
+        for args in (
+            ["init", "-q", "-b", "main"],
+            ["add", "README.md"],
+            ["commit", "-q", "-m", "initial commit"],
+            ["clone", "-q", "--bare", str(work), str(staged)],
+        ):
+            done = subprocess.run(["git", *args], cwd=work, env=env, capture_output=True, text=True)
+            if done.returncode != 0:
+                said = (done.stderr or done.stdout).strip() or "(git printed nothing)"
+                raise DemoRepositoryError(f"`git {' '.join(args)}` exited with code {done.returncode}: {said}")
+        staged.rename(bare)
     return bare
 
 

@@ -2,6 +2,10 @@
 
 Commands are thin: they parse options, then call `up.py` (the stack) or `session_ops.py` (sessions), and every
 failure a user can meet goes through `context.run`, which turns it into a message and an exit code.
+
+Start-up time matters in a command people type: this module imports only typer at the top, and each command
+imports what it needs (the Temporal client, rich, the pydantic contract) when it runs. `bench/cli_startup.py`
+measures it.
 """
 
 from __future__ import annotations
@@ -11,23 +15,16 @@ import os
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
-from rich.text import Text
-from temporalio.client import Client
 
-from corral.cli import session_ops, up
 from corral.cli.context import CliError, Settings, fail, run, settings_of
-from corral.cli.demo import run_demo
-from corral.cli.render import EventRenderer, processes_table, sessions_table
-from corral.cli.stack import known_processes, process_state
-from corral.cli.vault import store_repository, vault_app
-from corral.contract.events import EVENT_TYPES
+from corral.cli.vault import vault_app
 from corral.names import ENV_TEMPORAL_ADDRESS, ENV_TEMPORAL_NAMESPACE
-from corral.sessions import new_session_id, send_text, session_info, start_session
-from corral.temporal import connect
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
 
 
 class _CorralApp(typer.Typer):
@@ -100,11 +97,28 @@ def main(
     ] = Path(".corral"),
 ) -> None:
     """Run long-lived AI agents on Temporal."""
-    ctx.obj = Settings(address_option=address, namespace_option=namespace, state_dir=state_dir)
+    # Absolute from here on: every subprocess (git, dockerd, the workers) may run in another directory.
+    ctx.obj = Settings(address_option=address, namespace_option=namespace, state_dir=state_dir.expanduser().absolute())
 
 
 async def _client(settings: Settings) -> Client:
+    from corral.temporal import connect
+
     return await connect(settings.address, settings.namespace)
+
+
+def _check_session_id(value: str) -> str:
+    """A session id is a workflow id: not empty, no whitespace (Temporal itself only says "WorkflowId is not set")."""
+    if not value.strip():
+        raise typer.BadParameter("the session id is empty; `corral ls` lists the sessions")
+    if value != value.strip() or any(char.isspace() for char in value):
+        raise typer.BadParameter(f"{value!r} is not a session id: it contains whitespace")
+    return value
+
+
+SessionId = Annotated[
+    str, typer.Argument(metavar="SESSION", help="Session id.", show_default=False, callback=_check_session_id)
+]
 
 
 # ---- the local stack ------------------------------------------------------------------------------------------
@@ -135,6 +149,8 @@ def up_command(
 
     Idempotent: parts already running are left alone. State lives in --state-dir.
     """
+    from corral.cli import up
+
     settings = settings_of(ctx)
     options = up.UpOptions(temporal_port, ui_port, model_port, stream_port, git_proxy_port, split)
     report = run(settings, up.bring_up(settings.out, settings.paths, options, settings.namespace))
@@ -142,19 +158,36 @@ def up_command(
 
 
 @app.command("down")
-def down_command(ctx: typer.Context) -> None:
-    """Stop the local stack: SIGTERM each process (workers first), SIGKILL after 10 s."""
+def down_command(
+    ctx: typer.Context,
+    sandboxes: Annotated[
+        bool,
+        typer.Option(
+            "--sandboxes",
+            help="Also remove every sandbox: session containers, their workspace volumes (files in /workspace are "
+            "lost), the corral-egress container and its networks. The sandbox images stay (a cache).",
+        ),
+    ] = False,
+) -> None:
+    """Stop the local stack: SIGTERM each process (workers first), SIGKILL after 10 s.
+
+    Says what it stopped and what it keeps: the Temporal database (sessions and their logs), the logs, and, unless
+    --sandboxes, the sandboxes on the Docker engine.
+    """
+    from corral.cli import up
+
     settings = settings_of(ctx)
-    outcomes = up.bring_down(settings.out, settings.paths)
-    if not any(outcome != "not running" for _, _, outcome in outcomes):
-        settings.out.print(f"nothing was running (state dir {settings.state_dir})")
-    else:
-        settings.out.print("corral stack stopped", style="green")
+    run(settings, up.bring_down(settings.out, settings.paths, remove_sandboxes=sandboxes))
 
 
 @app.command("status")
 def status_command(ctx: typer.Context) -> None:
     """Show the stack's processes (pid, alive) and addresses."""
+    from rich.table import Table
+
+    from corral.cli.render import processes_table
+    from corral.cli.stack import known_processes, process_state
+
     settings = settings_of(ctx)
     names = known_processes(settings.paths)
     if names:
@@ -185,6 +218,9 @@ def demo_command(
     split: Split = False,
 ) -> None:
     """Bring the stack up, run a session that uses tools, follow it live, and show where to look next."""
+    from corral.cli import up
+    from corral.cli.demo import run_demo
+
     settings = settings_of(ctx)
     options = up.UpOptions(temporal_port, ui_port, model_port, stream_port, git_proxy_port, split)
     run(settings, run_demo(settings, options))
@@ -242,6 +278,13 @@ def start_command(
     ] = None,
 ) -> None:
     """Start a session. Prints its id (only the id on stdout when stdout is not a terminal) and Web UI link."""
+    from rich.text import Text
+
+    from corral.cli import session_ops
+    from corral.cli.render import EventRenderer
+    from corral.cli.vault import store_repository
+    from corral.sessions import new_session_id, start_session
+
     settings = settings_of(ctx)
     session_id = new_session_id()
     try:
@@ -284,11 +327,15 @@ def start_command(
 @app.command("send")
 def send_command(
     ctx: typer.Context,
-    session: Annotated[str, typer.Argument(metavar="SESSION", help="Session id.", show_default=False)],
+    session: SessionId,
     text: Annotated[str, typer.Argument(metavar="TEXT", help="The message.", show_default=False)],
     follow: Annotated[bool, typer.Option("--follow", help="Then follow the session until it is idle.")] = False,
 ) -> None:
     """Send a user message (the `send_events` update); prints the accepted event id."""
+    from corral.cli import session_ops
+    from corral.cli.render import EventRenderer
+    from corral.sessions import send_text, session_info
+
     settings = settings_of(ctx)
 
     async def go() -> None:
@@ -305,9 +352,11 @@ def send_command(
 @app.command("interrupt")
 def interrupt_command(
     ctx: typer.Context,
-    session: Annotated[str, typer.Argument(metavar="SESSION", help="Session id.", show_default=False)],
+    session: SessionId,
 ) -> None:
     """Stop the session's current work (sends a `user.interrupt` event); the session goes idle and stays usable."""
+    from corral.cli import session_ops
+
     settings = settings_of(ctx)
 
     async def go() -> None:
@@ -319,6 +368,8 @@ def interrupt_command(
 
 
 def _check_types(types: list[str] | None) -> list[str] | None:
+    from corral.contract.events import EVENT_TYPES
+
     unknown = sorted(set(types or []) - EVENT_TYPES)
     if unknown:
         raise typer.BadParameter(f"unknown event type {', '.join(unknown)}; one of: {', '.join(sorted(EVENT_TYPES))}")
@@ -328,7 +379,7 @@ def _check_types(types: list[str] | None) -> list[str] | None:
 @app.command("events")
 def events_command(
     ctx: typer.Context,
-    session: Annotated[str, typer.Argument(metavar="SESSION", help="Session id.", show_default=False)],
+    session: SessionId,
     after: Annotated[int, typer.Option(help="Only events after this position.", min=0)] = 0,
     types: Annotated[
         list[str] | None,
@@ -337,15 +388,25 @@ def events_command(
     limit: Annotated[int | None, typer.Option(help="At most this many events.", min=1)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON lines, one event per line.")] = False,
 ) -> None:
-    """Print a session's events: position, time, type and a short summary (or the events as JSON lines)."""
+    """Print a session's events: position, time, type and a short summary (or the events as JSON lines).
+
+    Control characters in event content (a model or a tool can write terminal escape sequences) are shown escaped,
+    never sent to the terminal; --json output escapes them as JSON does.
+    """
+    from corral.cli import session_ops
+    from corral.cli.render import EventRenderer, safe_json_line
+
     settings = settings_of(ctx)
 
     async def go() -> None:
         handle = (await _client(settings)).get_workflow_handle(session)
-        events = await session_ops.read_some(handle, after=after, types=types, limit=limit)
+        async with session_ops.explained(handle):
+            events = await session_ops.read_some(handle, after=after, types=types, limit=limit)
+        if not events:
+            settings.err.print(f"no events{' of that type' if types else ''} after position {after}", style="dim")
         if as_json:
             for event in events:
-                print(event.model_dump_json(), flush=False)
+                print(safe_json_line(event.model_dump_json()), flush=False)
             return
         renderer = EventRenderer(settings.out)
         for event in events:
@@ -357,7 +418,7 @@ def events_command(
 @app.command("tail")
 def tail_command(
     ctx: typer.Context,
-    session: Annotated[str, typer.Argument(metavar="SESSION", help="Session id.", show_default=False)],
+    session: SessionId,
     after: Annotated[int, typer.Option(help="Start after this position.", min=0)] = 0,
     forever: Annotated[bool, typer.Option("--forever", help="Keep following after the session goes idle.")] = False,
 ) -> None:
@@ -365,13 +426,17 @@ def tail_command(
 
     Ctrl-C stops following.
     """
+    from corral.cli import session_ops
+    from corral.cli.render import EventRenderer
+
     settings = settings_of(ctx)
 
     async def go() -> None:
         handle = (await _client(settings)).get_workflow_handle(session)
-        result = await session_ops.tail(
-            handle, EventRenderer(settings.out), after=after, forever=forever, stream_url=settings.stream_url()
-        )
+        async with session_ops.explained(handle):
+            result = await session_ops.tail(
+                handle, EventRenderer(settings.out), after=after, forever=forever, stream_url=settings.stream_url()
+            )
         if result.reason.startswith("workflow"):
             settings.err.print(f"the session's {result.reason}: nothing more will happen", style="dim")
 
@@ -389,6 +454,9 @@ def ls_command(
     Runs the visibility query `WorkflowType='SessionWorkflow' [AND CorralStatus='idle']`; the same query works
     in the Temporal Web UI and with `temporal workflow list --query "…"`.
     """
+    from corral.cli import session_ops
+    from corral.cli.render import sessions_table
+
     settings = settings_of(ctx)
     query = session_ops.sessions_query(status.value if status else None)
 

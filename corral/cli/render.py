@@ -1,21 +1,22 @@
 """Rendering sessions with rich: one line per event, tables of sessions and processes.
 
-Event text comes from users and models, so it is always wrapped in `Text` (never parsed as rich markup: a
-model writing "[bold]" must print as is).
+Event text comes from users, models and tools, so it is never trusted with the terminal: it is always wrapped in
+`Text` (never parsed as rich markup: a model writing "[bold]" must print as is), and every control character in
+it is shown escaped (`\\x1b`), never sent raw (an escape sequence could rewrite the user's terminal).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from corral.cli.stack import ProcessState
 from corral.contract.events import (
     AgentCustomToolUse,
     AgentMcpToolResult,
@@ -33,6 +34,9 @@ from corral.contract.events import (
     UserToolConfirmation,
 )
 
+if TYPE_CHECKING:
+    from corral.cli.stack import ProcessState
+
 FAMILY_STYLES = {"user": "cyan", "agent": "green", "session": "yellow", "span": "magenta"}
 ERROR_STYLE = "bold red"
 PREFIX_WIDTH = 4 + 2 + 8 + 2 + 26 + 2
@@ -41,9 +45,30 @@ CAPTURED_SUMMARY_WIDTH = 240
 """When output is not a terminal there is no width to fit; keep lines long enough to be useful to grep."""
 
 
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+"""C0 controls but tab and newline, DEL, C1 controls, and the bidirectional overrides that reorder what is shown."""
+_JSON_UNESCAPED = re.compile("[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+"""What JSON leaves raw in strings: its serialiser already escapes C0 controls."""
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def safe(text: str) -> str:
+    """`text` with every control character (tab and newline kept) written as a visible escape like `\\x1b`."""
+    return _CONTROL.sub(_escape, text)
+
+
+def safe_json_line(line: str) -> str:
+    """A JSON text with the controls JSON leaves raw (DEL, C1, bidi) written as `\\u` escapes: still valid JSON."""
+    return _JSON_UNESCAPED.sub(lambda match: f"\\u{ord(match.group()):04x}", line)
+
+
 def one_line(text: str, width: int) -> str:
-    """Collapse whitespace and cut to `width` characters with an ellipsis."""
-    flat = " ".join(text.split())
+    """Collapse whitespace, escape control characters, and cut to `width` characters with an ellipsis."""
+    flat = " ".join(safe(text).split())
     return flat if len(flat) <= width else flat[: max(width - 1, 0)] + "…"
 
 
@@ -123,7 +148,7 @@ class EventRenderer:
                 return Text("")
 
     def _result(self, name: str, text: str, is_error: bool) -> Text:
-        line = Text(f"{name} → ", style="bold")
+        line = Text(f"{one_line(name, 60)} → ", style="bold")
         if is_error:
             line.append("error: ", style=ERROR_STYLE)
         line.append(one_line(text, max(self.summary_width - len(line), 10)), style="red" if is_error else "")
@@ -168,9 +193,9 @@ def sessions_table(rows: Iterable[tuple[str, str, str, datetime | None, str]]) -
     status_styles = {"idle": "green", "running": "yellow", "rescheduling": "yellow", "terminated": "dim"}
     for session_id, status, model, started, workflow_status in rows:
         table.add_row(
-            session_id,
-            Text(status, style=status_styles.get(status, "")),
-            model,
+            safe(session_id),
+            Text(safe(status), style=status_styles.get(status, "")),
+            safe(model),
             local_time(started),
             Text(workflow_status, style="" if workflow_status == "Running" else "dim"),
         )

@@ -6,20 +6,22 @@ Kept free of typer so `corral demo` can chain them and tests can call them direc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 from rich.text import Text
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import SearchAttributeKey
+from temporalio.service import RPCError, RPCStatusCode
 
 from corral.cli.context import CliError
-from corral.cli.live import LiveText, following
 from corral.cli.render import EventRenderer
 from corral.contract.events import SessionEvent
 from corral.contract.session import EventPage, EventsQuery, SendEventsInput, SendEventsResult, SessionInput
@@ -31,6 +33,9 @@ from corral.names import (
     UPDATE_SEND_EVENTS,
 )
 from corral.sessions import read_events
+
+if TYPE_CHECKING:
+    from corral.cli.live import LiveText
 
 STATUS_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS)
 MODEL_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_MODEL)
@@ -148,6 +153,36 @@ async def send_events(handle: WorkflowHandle, events: list[dict[str, Any]]) -> l
     return result.event_ids
 
 
+@contextlib.asynccontextmanager
+async def explained(handle: WorkflowHandle) -> AsyncIterator[None]:
+    """Turn a refused query or update into what is true of the session: it does not exist, or it is closed (and
+    how), rather than Temporal's wording ("WorkflowId is not set", "closed before WorkflowTaskStarted")."""
+    try:
+        yield
+    except RPCError as error:
+        if error.status not in (
+            RPCStatusCode.NOT_FOUND,
+            RPCStatusCode.FAILED_PRECONDITION,
+            RPCStatusCode.INVALID_ARGUMENT,
+        ):
+            raise
+        try:
+            description = await handle.describe()
+        except RPCError as describe_error:
+            if describe_error.status == RPCStatusCode.NOT_FOUND:
+                raise CliError(f"no session {handle.id}", hint="`corral ls` lists the sessions") from None
+            raise error from None
+        status = workflow_status_name(description.status)
+        if description.status in (None, WorkflowExecutionStatus.RUNNING):
+            raise
+        closed = f" at {description.close_time.astimezone():%Y-%m-%d %H:%M:%S}" if description.close_time else ""
+        raise CliError(
+            f"session {handle.id} is {status.lower()} (closed{closed}) and cannot answer: {error.message}",
+            hint="its workflow history is still in Temporal: "
+            f"`temporal workflow show --workflow-id {handle.id}` prints it",
+        ) from None
+
+
 async def is_closed(handle: WorkflowHandle) -> WorkflowExecutionStatus | None:
     """The workflow's final status if it closed (nothing more will be written), else None."""
     status = (await handle.describe()).status
@@ -177,6 +212,8 @@ async def tail(
     closes. With `forever`, only a closed workflow (or Ctrl-C) stops it. With `stream_url` (the stack's stream
     relay), the model's text is printed live as it is produced.
     """
+    from corral.cli.live import LiveText, following  # the stream client: only for a tail
+
     live = None
     if stream_url:
         before = await read_events(handle, before=after + 1, types=["span.model_request_start"])
@@ -203,6 +240,8 @@ async def _tail(
                     renderer.console.print(Text(f"{event.position:>4}  agent.message  (streamed above)", style="dim"))
                     continue
             renderer.print(event)
+            if live is not None and event.type == "span.model_request_start":
+                live.release(event.id)
             if event.type == "user.message":
                 last_user = max(last_user, event.position)
             if event.type == "session.status_terminated":

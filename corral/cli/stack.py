@@ -22,11 +22,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-import httpx
 from pydantic import BaseModel
 
 from corral.names import ENV_TEMPORAL_ADDRESS, ENV_TEMPORAL_NAMESPACE, SEARCH_ATTRIBUTE_MODEL, SEARCH_ATTRIBUTE_STATUS
-from corral.temporal import connect, temporal_binary
 
 TEMPORAL = "temporal"
 MODEL_SERVER = "model-server"
@@ -38,6 +36,8 @@ HARNESS = "harness"
 MODEL_WORKER = "model-worker"
 UTILITY_HAND = "utility-hand"
 SANDBOX_WORKER = "sandbox-worker"
+DOCKERD = "dockerd"
+"""Started by the sandbox set-up (corral.sandbox.engine) only when no engine answered; its pid file sits here too."""
 
 PROCESS_ORDER: tuple[str, ...] = (
     TEMPORAL,
@@ -45,6 +45,7 @@ PROCESS_ORDER: tuple[str, ...] = (
     MODEL_SERVER,
     STREAM_RELAY,
     PROXY_WORKER,
+    DOCKERD,
     HARNESS,
     MODEL_WORKER,
     UTILITY_HAND,
@@ -66,6 +67,7 @@ _CMDLINE_MARKERS: dict[str, str] = {
     STREAM_RELAY: "corral.streaming",
     VAULT: "bao",
     PROXY_WORKER: "corral.workers.proxy",
+    DOCKERD: "dockerd",
     **WORKER_MODULES,
 }
 """A word each process's command line contains: a pid file whose pid was reused by another program is stale."""
@@ -127,6 +129,13 @@ class StackConfig(BaseModel):
     stream_url: str | None = None
     mode: Literal["all-in-one", "split"] = "all-in-one"
     started_at: datetime
+    cluster_id: str | None = None
+    """The Temporal server's cluster id: sandboxes are labelled with it, so `down --sandboxes` removes only ours."""
+
+    @property
+    def sandbox_scope(self) -> str | None:
+        """The `corral.scope` label value of this stack's sandboxes (see corral.sandbox.containers)."""
+        return f"{self.cluster_id}/{self.namespace}" if self.cluster_id else None
 
     @property
     def ui_url(self) -> str:
@@ -293,6 +302,8 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def temporal_command(paths: StatePaths, port: int, ui_port: int, namespace: str) -> list[str]:
+    from corral.temporal import temporal_binary
+
     argv = [
         temporal_binary(),
         "server",
@@ -379,6 +390,8 @@ async def wait_for_temporal(
     address: str, namespace: str, timeout: float, process: subprocess.Popen[bytes] | None = None
 ) -> None:
     """Return once Temporal accepts a client connection; StackError if `process` exits or time runs out."""
+    from corral.temporal import connect
+
     deadline = time.monotonic() + timeout
     last_error = "no attempt made"
     while time.monotonic() < deadline:
@@ -393,8 +406,16 @@ async def wait_for_temporal(
     raise StackError(f"Temporal at {address} did not accept connections within {timeout:.0f} s ({last_error})")
 
 
+async def temporal_cluster_id(address: str, namespace: str) -> str:
+    from corral.temporal import cluster_id, connect
+
+    return await cluster_id(await connect(address, namespace))
+
+
 async def wait_for_http(url: str, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:
     """Return once `url` answers 200; StackError if `process` exits or time runs out."""
+    import httpx
+
     deadline = time.monotonic() + timeout
     async with httpx.AsyncClient(timeout=2) as client:
         while time.monotonic() < deadline:

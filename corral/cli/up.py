@@ -19,10 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from corral.cli import stack
-from corral.cli.context import CliError
+from corral.cli.context import CliError, describe_failure
 from corral.cli.stack import StackConfig, StackError, StatePaths
-from corral.proxy import ProxyError, ensure_dev_vault
-from corral.sandbox import SandboxSetupError, ensure_docker_engine, ensure_sandbox_image
 
 TEMPORAL_TIMEOUT = 60.0
 MODEL_SERVER_TIMEOUT = 30.0
@@ -140,7 +138,30 @@ def _note(console: Console, text: str) -> None:
 
 
 async def bring_up(console: Console, paths: StatePaths, options: UpOptions, namespace: str) -> UpReport:
-    """Start whatever part of the stack is not running; leave running parts alone. Raises CliError."""
+    """Start whatever part of the stack is not running; leave running parts alone.
+
+    Raises CliError naming the part that failed, with its log, and which parts are left running.
+    """
+    try:
+        return await _bring_up(console, paths, options, namespace)
+    except CliError as error:
+        raise note_running(error, paths) from None
+    except Exception as error:  # a bug or an unforeseen failure: still a message, with the logs to read
+        failed = CliError(f"corral up failed: {describe_failure(error)}", hint=f"the logs to read: {paths.logs}")
+        raise note_running(failed, paths) from error
+
+
+def note_running(error: CliError, paths: StatePaths) -> CliError:
+    """Add to `error` which processes of the stack are still running, and how to look at or stop them."""
+    running = running_processes(paths)
+    note = "`corral status` shows it, `corral down` stops it"
+    if running and note not in (error.hint or ""):
+        line = f"the stack is still running ({', '.join(running)}): {note}"
+        error.hint = f"{error.hint}\n{line}" if error.hint else line
+    return error
+
+
+async def _bring_up(console: Console, paths: StatePaths, options: UpOptions, namespace: str) -> UpReport:
     paths.ensure()
     previous = stack.read_stack(paths)
     processes: dict[str, tuple[int, bool]] = {}
@@ -149,6 +170,7 @@ async def bring_up(console: Console, paths: StatePaths, options: UpOptions, name
     processes[stack.TEMPORAL] = (pid, started)
     _say(console, stack.TEMPORAL, pid, started)
     address = f"127.0.0.1:{port}"
+    cluster = await stack.temporal_cluster_id(address, namespace)
 
     # Running workers keep the model mode they were started with; a changed environment takes a restart.
     running: dict[str, int] = {}
@@ -223,6 +245,7 @@ async def bring_up(console: Console, paths: StatePaths, options: UpOptions, name
         model_url=model_url,
         stream_url=stream_url,
         mode=mode,
+        cluster_id=cluster,
         started_at=previous.started_at if previous and not any(s for _, s in processes.values()) else _now(),
     )
     stack.write_stack(paths, config)
@@ -243,6 +266,8 @@ async def _up_proxy(
     console: Console, paths: StatePaths, address: str, namespace: str, git_proxy_port: int
 ) -> dict[str, tuple[int, bool]]:
     """Vault (the user's `VAULT_ADDR`, else an OpenBao dev server here) and the proxy worker that alone uses it."""
+    from corral.proxy import ProxyError, ensure_dev_vault
+
     started: dict[str, tuple[int, bool]] = {}
     vault_env = {key: os.environ[key] for key in stack.VAULT_ENV if key in os.environ}
     if not vault_env.get("VAULT_ADDR") and not vault_env.get("BAO_ADDR"):
@@ -269,6 +294,8 @@ async def _up_proxy(
 
 async def _up_sandbox(console: Console, paths: StatePaths) -> str:
     """A Docker engine (started here when none answers) and the sandbox image (built here once, no registry)."""
+    from corral.sandbox import SandboxSetupError, ensure_docker_engine, ensure_sandbox_image
+
     with console.status("checking the Docker engine and the sandbox image …") as status:
 
         def progress(message: str) -> None:
@@ -285,6 +312,11 @@ async def _up_sandbox(console: Console, paths: StatePaths) -> str:
             ) from exc
     console.print(f"[green]✓[/green] sandbox image {image} on the Docker engine")
     return image
+
+
+def running_processes(paths: StatePaths) -> list[str]:
+    """The stack's processes that are alive now, in start order."""
+    return [name for name in stack.known_processes(paths) if stack.running_pid(paths, name) is not None]
 
 
 def _now() -> datetime:
@@ -324,15 +356,70 @@ def stack_panel(report: UpReport, paths: StatePaths) -> Panel:
     return Panel(Group(*parts), title="corral is up", title_align="left", border_style="green", expand=False)
 
 
-def bring_down(console: Console, paths: StatePaths) -> list[tuple[str, int | None, stack.StopOutcome]]:
-    """Stop every recorded process, workers first, Temporal last; what happened to each."""
-    outcomes = []
+async def bring_down(console: Console, paths: StatePaths, *, remove_sandboxes: bool = False) -> None:
+    """Stop every recorded process in reverse start order (workers first, Temporal last), and say what is kept.
+
+    With `remove_sandboxes`, every sandbox on the engine goes too, after the workers (so none makes a new one) and
+    before a `dockerd` this stack started (the engine must answer to remove them).
+    """
+    stopped = 0
+    sandboxes_done = False
+    recorded = stack.read_stack(paths)
+    scope = recorded.sandbox_scope if recorded is not None else None
     for name in reversed(stack.known_processes(paths)):
+        if name == stack.DOCKERD and not sandboxes_done:
+            await _sandboxes_at_down(console, scope, remove_sandboxes)
+            sandboxes_done = True
         with console.status(f"stopping {name} …"):
-            pid, outcome = stack.stop(paths, name)
-        outcomes.append((name, pid, outcome))
+            pid, outcome = await asyncio.to_thread(stack.stop, paths, name)
         if outcome == "stopped":
+            stopped += 1
             console.print(Text("✓ ", style="green") + Text(f"{name} stopped (pid {pid})"))
         elif outcome == "killed":
+            stopped += 1
             console.print(Text("✓ ", style="yellow") + Text(f"{name} did not stop in time; killed (pid {pid})"))
-    return outcomes
+    if not sandboxes_done:
+        await _sandboxes_at_down(console, scope, remove_sandboxes)
+    if stopped:
+        console.print("corral stack stopped", style="green")
+    else:
+        console.print(f"nothing was running (state dir {paths.root})")
+    kept = Text("kept: ", style="bold")
+    kept.append(f"sessions and their logs in {paths.database}, process logs in {paths.logs}")
+    console.print(kept)
+    console.print(Text("lost: vaults and credentials of the OpenBao dev server (it keeps them in memory)", style="dim"))
+
+
+async def _sandboxes_at_down(console: Console, scope: str | None, remove: bool) -> None:
+    """Remove this stack's sandboxes (`--sandboxes`), or say which ones stay.
+
+    Only the sandboxes of this stack's Temporal server (`scope`): other stacks and test runs may share the engine.
+    A stack recorded before scopes were, or an engine that does not answer, is skipped with a note.
+    """
+    from corral.sandbox import SandboxError, connect_docker, list_sandbox_resources, remove_all_sandboxes
+
+    if scope is None:
+        if remove:
+            _note(console, "no stack is recorded here, so no sandbox is known to be this stack's; none removed")
+        return
+    client = await asyncio.to_thread(connect_docker)
+    if client is None:
+        if remove:
+            _note(console, "no Docker engine answers: no sandbox to remove")
+        return
+    try:
+        if remove:
+            with console.status("removing sandbox containers, workspace volumes and networks …"):
+                try:
+                    removed = await asyncio.to_thread(remove_all_sandboxes, client, scope)
+                except SandboxError as exc:
+                    raise CliError(f"could not remove every sandbox: {exc}") from None
+            console.print(Text("✓ ", style="green") + Text(f"removed {removed.describe()}"))
+            return
+        found = await asyncio.to_thread(list_sandbox_resources, client, scope)
+        if not found.empty:
+            note = Text(f"kept on the Docker engine: {found.describe()}; ", style="yellow")
+            note.append("`corral down --sandboxes` removes them", style="yellow")
+            console.print(note)
+    finally:
+        client.close()

@@ -11,33 +11,29 @@ import os
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
-import hvac
 import typer
-from pydantic import SecretStr, ValidationError
-from rich.table import Table
 
 from corral.cli.context import CliError, Settings, fail, settings_of
-from corral.contract.proxy import GitRepositoryResource
-from corral.proxy import (
-    McpOAuthParams,
-    McpOAuthRefreshParams,
-    ProxyError,
-    StaticBearerParams,
-    TokenEndpointAuthBasic,
-    TokenEndpointAuthNone,
-    TokenEndpointAuthPost,
-    VaultStore,
-    ensure_dev_vault,
-)
-from corral.proxy.models import TokenEndpointAuth
+
+if TYPE_CHECKING:
+    from pydantic import SecretStr
+
+    from corral.proxy import VaultStore
+
+# The Vault client, the proxy library and the contract are imported by the commands that use them: `corral --help`
+# and every other command start without them (see bench/cli_startup.py).
 
 vault_app = typer.Typer(name="vault", help="Vaults of credentials for MCP servers (secrets are write-only).")
 
 
 def vault_store(settings: Settings) -> VaultStore:
     """The Vault this CLI user may write to: `VAULT_ADDR`/`VAULT_TOKEN`, else `corral up`'s dev server."""
+    import hvac
+
+    from corral.proxy import ProxyError, VaultStore, ensure_dev_vault
+
     address = os.environ.get("VAULT_ADDR") or os.environ.get("BAO_ADDR")
     token = os.environ.get("VAULT_TOKEN") or os.environ.get("BAO_TOKEN")
     if address and token:
@@ -52,6 +48,8 @@ def vault_store(settings: Settings) -> VaultStore:
 
 def _read_secret(source: Path | None, what: str) -> SecretStr:
     """A secret from a file, or from stdin (`-` or no file); trailing newlines are dropped."""
+    from pydantic import SecretStr
+
     if source is None or str(source) == "-":
         if sys.stdin.isatty():
             raise CliError(f"give the {what} on stdin (e.g. `… < token.txt`) or with a --*-file option", exit_code=2)
@@ -70,6 +68,8 @@ def _read_secret(source: Path | None, what: str) -> SecretStr:
 @vault_app.command("create")
 def create(ctx: typer.Context, name: Annotated[str, typer.Argument(help="A display name.")]) -> None:
     """Create a vault; prints its id (`vlt_…`)."""
+    from corral.proxy import ProxyError
+
     settings = settings_of(ctx)
     try:
         vault = vault_store(settings).create_vault(name)
@@ -97,6 +97,19 @@ def add_credential(
     client_secret_file: Annotated[Path | None, typer.Option(help="mcp_oauth: file holding the client secret.")] = None,
 ) -> None:
     """Add a credential bound to one MCP server URL (one active per URL per vault); prints its id."""
+    from pydantic import ValidationError
+
+    from corral.proxy import (
+        McpOAuthParams,
+        McpOAuthRefreshParams,
+        ProxyError,
+        StaticBearerParams,
+        TokenEndpointAuthBasic,
+        TokenEndpointAuthNone,
+        TokenEndpointAuthPost,
+    )
+    from corral.proxy.models import TokenEndpointAuth
+
     settings = settings_of(ctx)
     try:
         token = _read_secret(token_file, "token")
@@ -139,6 +152,10 @@ def list_vaults(
     vault_id: Annotated[str | None, typer.Argument(help="List this vault's credentials instead.")] = None,
 ) -> None:
     """List vaults, or the credentials of one vault (metadata only; secrets are never shown)."""
+    from rich.table import Table
+
+    from corral.proxy import ProxyError
+
     settings = settings_of(ctx)
     try:
         store = vault_store(settings)
@@ -164,6 +181,11 @@ def store_repository(
 ) -> dict[str, object]:
     """Put a repository's token in Vault for this session (before it starts) and return the resource the
     workflow gets instead: the URL and an id, never the token."""
+    from pydantic import ValidationError
+
+    from corral.contract.proxy import GitRepositoryResource
+    from corral.proxy import ProxyError
+
     resource: dict[str, object] = {"type": "github_repository", "url": url, "repository_id": "repo1"}
     if branch:
         resource["checkout"] = {"type": "branch", "name": branch}

@@ -1,0 +1,164 @@
+"""What a newcomer meets first: a relative state dir, a demo that failed halfway, a fast CLI, a terminal that session
+content cannot take over, and live text printed under the event that caused it. No stack needed here; the
+end-to-end runs are in test_cli.py."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import stat
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from corral.cli.context import CliError, step
+from corral.cli.demo_services import DemoRepositoryError, branches, make_demo_repository
+from corral.cli.live import LiveText
+from corral.cli.main import app
+from corral.cli.render import EventRenderer, safe, safe_json_line
+from corral.contract.events import AgentMessage, AgentToolResult, AgentToolUse, SpanModelRequestStart, TextBlock
+from corral.streaming import StreamEvent
+
+runner = CliRunner()
+ESCAPES = "\x1b[2J\x1b]0;owned\x07\r\x9b31m\u202e"
+"""Clear screen, set the window title, carriage return, an 8-bit CSI and a bidi override."""
+
+
+def _console() -> tuple[Console, io.StringIO]:
+    buffer = io.StringIO()
+    return Console(file=buffer, width=200, force_terminal=True, color_system=None), buffer
+
+
+# ---- the demo repository ------------------------------------------------------------------------------------------
+
+
+def test_demo_repository_with_a_relative_state_dir_and_after_a_failed_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default state dir `.corral` is relative; git runs elsewhere (the issue: `git clone … exit status 128`)."""
+    monkeypatch.chdir(tmp_path)
+    root = Path(".corral/demo/git")
+    (root / "seed").mkdir(parents=True)  # what the old code left behind after failing
+    (root / "seed" / "README.md").write_text("half made\n")
+    (root / "demo.git").mkdir()  # a bare repository that never got its HEAD
+    bare = make_demo_repository(root)
+    assert bare.is_absolute() and (bare / "HEAD").is_file()
+    assert branches(bare) == ["main"]
+    assert make_demo_repository(root) == bare  # made once, then reused
+
+
+def test_a_git_failure_shows_gits_own_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "bin" / "git"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'fatal: simulated failure' >&2\nexit 128\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(DemoRepositoryError, match=r"`git init -q -b main` exited with code 128: fatal: simulated"):
+        make_demo_repository(tmp_path / "git")
+    with pytest.raises(CliError) as caught, step("making the demo git repository"):
+        make_demo_repository(tmp_path / "git")
+    assert caught.value.message.startswith("making the demo git repository failed: `git init")
+    assert not list((tmp_path / "git").glob("seed-*")), "the scratch directory is gone"
+
+
+def test_step_names_the_failing_command_and_its_output() -> None:
+    with pytest.raises(CliError) as caught, step("building", log=Path("/var/log/x.log")):
+        subprocess.run([sys.executable, "-c", "import sys; sys.exit('no disk left')"], check=True, capture_output=True)
+    assert "building failed: `" in caught.value.message
+    assert "exited with code 1: no disk left" in caught.value.message
+    assert caught.value.hint == "the log to read: /var/log/x.log"
+
+
+# ---- arguments ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("session", ["", "  ", "sesn_a b"])
+def test_a_session_id_that_is_empty_or_has_spaces_is_a_usage_error(tmp_path: Path, session: str) -> None:
+    result = runner.invoke(app, ["--state-dir", str(tmp_path), "events", session])
+    assert result.exit_code == 2, result.output
+    assert "session id" in result.output
+    assert "Traceback" not in result.output and "WorkflowId is not set" not in result.output
+
+
+def test_the_state_dir_is_made_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["--state-dir", "rel/state", "status"])
+    assert result.exit_code == 0, result.output
+    assert str(tmp_path / "rel" / "state") in " ".join(result.output.split())
+
+
+# ---- start-up -------------------------------------------------------------------------------------------------------
+
+
+def test_the_cli_imports_no_heavy_module_until_a_command_needs_it() -> None:
+    """`corral --help` must answer in a fraction of a second: the Temporal client, the contract's pydantic models,
+    the Docker SDK, the MCP SDK and the Vault client load only in the commands that use them."""
+    heavy = ["temporalio", "corral.contract", "docker", "mcp", "hvac", "httpx", "anthropic", "corral.proxy"]
+    probe = (
+        "import sys, corral.cli.main\n"
+        f"print([m for m in {heavy!r} if any(n == m or n.startswith(m + '.') for n in sys.modules)])"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
+    shown = subprocess.run(
+        [sys.executable, "-m", "corral.cli.main", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert shown.returncode == 0 and "demo" in shown.stdout
+
+
+# ---- what session content may not do to a terminal ------------------------------------------------------------------
+
+
+def test_control_characters_are_shown_escaped() -> None:
+    assert safe("a\x1b[2Jb\tc\nd") == "a\\x1b[2Jb\tc\nd"
+    assert safe("\x9b\x7f\u202e") == "\\x9b\\x7f\\u202e"
+    line = safe_json_line(json.dumps({"text": "x\x1by\x9bz"}, ensure_ascii=False))
+    assert "\x1b" not in line and "\x9b" not in line
+    assert json.loads(line) == {"text": "x\x1by\x9bz"}, "still valid JSON with the same value"
+
+
+def test_events_print_no_raw_control_character() -> None:
+    console, buffer = _console()
+    renderer = EventRenderer(console)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    renderer.print(AgentMessage(id="sevt_1", position=1, created_at=now, content=[TextBlock(text=f"hi{ESCAPES}")]))
+    renderer.print(AgentToolUse(id="sevt_2", position=2, created_at=now, name=f"bash{ESCAPES}", input={"c": ESCAPES}))
+    result = AgentToolResult(
+        id="sevt_3", position=3, created_at=now, tool_use_id="sevt_2", content=[TextBlock(text=ESCAPES)]
+    )
+    renderer.print(result)
+    printed = buffer.getvalue()
+    assert not [char for char in printed if char in "\x1b\x07\r\x9b\u202e"], repr(printed)
+    assert printed.count("\\x1b") >= 4 and "\\x9b" in printed and "\\u202e" in printed
+
+
+# ---- live text ---------------------------------------------------------------------------------------------------
+
+
+def test_live_text_waits_for_the_event_that_opened_its_request() -> None:
+    """Deltas arrive from the relay before the tail has read the request's start from the log; they are held, so
+    the live line never shows up above the message that caused it."""
+    console, buffer = _console()
+    live = LiveText(console)
+    renderer = EventRenderer(console)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    live.on_stream(StreamEvent(type="delta", span_id="sevt_3", kind="text", text="Hello\x1b[2J", block=0, offset=0))
+    assert buffer.getvalue() == ""
+    renderer.print(AgentMessage(id="sevt_1", position=1, created_at=now, content=[TextBlock(text="earlier reply")]))
+    start = SpanModelRequestStart(id="sevt_3", position=3, created_at=now)
+    renderer.print(start)
+    live.release(start.id)
+    live.on_stream(StreamEvent(type="delta", span_id="sevt_3", kind="text", text=" world", block=0, offset=10))
+    live.close_line()
+    printed = buffer.getvalue()
+    assert printed.index("span.model_request_start") < printed.index("Hello") < printed.index(" world")
+    assert "\x1b" not in printed and "Hello\\x1b[2J world" in printed
+    assert live.already_shown(
+        AgentMessage(id="sevt_4", position=4, created_at=now, content=[TextBlock(text="Hello\x1b[2J world")])
+    )
