@@ -4,6 +4,11 @@ RUN useradd --create-home --uid 10001 corral
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY corral ./corral
+COPY workflows ./workflows
+COPY activities ./activities
+COPY workers ./workers
+COPY proxy ./proxy
+COPY cli ./cli
 RUN pip install --no-cache-dir .
 USER corral
 CMD ["corral-all-in-one"]

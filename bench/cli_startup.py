@@ -46,7 +46,7 @@ async def main() -> None:
     env = await start_local_temporal(dev_server_log_level="error")
     try:
         address = env.client.service_client.config.target_host
-        corral = [sys.executable, "-m", "corral.cli.main"]
+        corral = [sys.executable, "-m", "cli.main"]
         commands = {
             "python -c pass (baseline)": [sys.executable, "-c", "pass"],
             "corral --help": [*corral, "--help"],

@@ -19,7 +19,7 @@ is noticed when the model activity's heartbeat timeout (`MODEL_HEARTBEAT_TIMEOUT
 when the hand's (`SANDBOX_HEARTBEAT_TIMEOUT`) does; Temporal then retries after `INFRASTRUCTURE_RETRY`'s first
 interval on the standby, which makes the model call again or resumes the command without running it again. A
 lost harness is noticed when its sticky queue's schedule-to-start timeout (`STICKY_TIMEOUT` in
-corral/workers/_run.py) passes; the standby then replays the history. The report sets beside each role when the
+workers/_run.py) passes; the standby then replays the history. The report sets beside each role when the
 standby would resume if every timer fired exactly when due.
 
 After all trials each session's log is checked: positions 1..N with no gap and no duplicate, unique ids, one
@@ -50,21 +50,21 @@ import docker
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client, WorkflowHandle
 
+from activities.sandbox import engine_task_queue
 from bench._report import ROOT, markdown_table, percentile, write_results
 from bench._workers import WorkerConfig, WorkerProcess, spawn_worker, wait_until_polling
-from corral.activities.sandbox import engine_task_queue
+from corral.client import read_events, send_text, start_session, wait_for_idle
 from corral.contract.events import SessionEvent
 from corral.contract.session import AgentConfig, SessionInput
 from corral.modelserver import ModelServerThread
 from corral.names import ACTIVITY_EXECUTE, ACTIVITY_MODEL_TURN
 from corral.sandbox import ensure_docker_engine, ensure_sandbox_image
 from corral.sandbox.containers import SESSION_LABEL, remove_session
-from corral.sessions import read_events, send_text, start_session, wait_for_idle
 from corral.temporal import start_local_temporal
-from corral.workers._run import STICKY_TIMEOUT
-from corral.workflows._outcomes import INFRASTRUCTURE_RETRY
-from corral.workflows._sandbox import SANDBOX_HEARTBEAT_TIMEOUT
-from corral.workflows.session import MODEL_HEARTBEAT_TIMEOUT
+from workers._run import STICKY_TIMEOUT
+from workflows._outcomes import INFRASTRUCTURE_RETRY
+from workflows._sandbox import SANDBOX_HEARTBEAT_TIMEOUT
+from workflows.session import MODEL_HEARTBEAT_TIMEOUT
 
 ROLES = ("harness", "model", "sandbox")
 GOAL_P50, GOAL_P95 = 5.0, 10.0

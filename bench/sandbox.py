@@ -20,13 +20,13 @@ from contextlib import AsyncExitStack
 
 from temporalio.worker import Worker
 
+from activities.sandbox import SandboxActivities
 from bench._report import ROOT
 from bench._sandbox_workflow import SandboxBenchWorkflow
-from corral.activities.sandbox import SandboxActivities
 from corral.sandbox import ensure_docker_engine, ensure_sandbox_image
 from corral.sandbox.containers import remove_session
 from corral.temporal import cluster_id, start_local_temporal
-from corral.workers.roles import HARNESS_WORKFLOW_RUNNER, sandbox_workers
+from workers.roles import HARNESS_WORKFLOW_RUNNER, sandbox_workers
 
 
 def percentile(values: list[float], fraction: float) -> float:

@@ -2,7 +2,7 @@
 second the workers sustain, and whether history per turn stays flat as a session grows.
 
 The harness worker and the model worker (with the utility hand) run in two separate processes, built by
-`corral.workers.roles` as shipped, so their memory (RSS) and CPU time can be read; the model server (no
+`workers.roles` as shipped, so their memory (RSS) and CPU time can be read; the model server (no
 first-token latency, no pacing) and the clients run in this process. Phases, in order:
 
   1. active, none parked: `--active` sessions (default 20) each do turns back to back for `--active-seconds`
@@ -38,10 +38,10 @@ from temporalio.client import Client, WorkflowHandle
 
 from bench._report import ROOT, cpu_seconds, markdown_table, percentile, write_results
 from bench._workers import WorkerConfig, WorkerProcess, spawn_worker, wait_until_polling
+from corral.client import read_events, send_text, start_session, wait_for_idle
 from corral.contract.session import AgentConfig, SessionInput
 from corral.modelserver import ModelServerThread
 from corral.names import ACTIVITY_MODEL_TURN
-from corral.sessions import read_events, send_text, start_session, wait_for_idle
 from corral.temporal import start_local_temporal
 
 WORKFLOW_CACHE = 1000  # temporalio's default `max_cached_workflows`, which `harness_worker` keeps

@@ -61,12 +61,13 @@ from temporalio.client import Client, WithStartWorkflowOperation, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
+from activities.context import build_tools
+from activities.sandbox import engine_task_queue
 from bench._pet import PetSetupInput, PetSetupWorkflow
 from bench._report import ROOT, percentile, write_results
 from bench._ttft_report import ARMS, Sample, SessionSpec, figure, report
 from bench._workers import WorkerConfig, spawn_worker, wait_until_polling
-from corral.activities.context import build_tools
-from corral.activities.sandbox import engine_task_queue
+from corral.client import new_session_id, read_events, send_text, start_session, wait_for_idle
 from corral.contract.events import AgentToolResult
 from corral.contract.session import AgentConfig, SendEventsInput, SendEventsResult, SessionInput
 from corral.modelserver import ModelServerThread
@@ -74,11 +75,10 @@ from corral.modelserver.scripts import ApiError, Plan, ScriptBook
 from corral.names import ACTIVITY_MODEL_TURN, UPDATE_SEND_EVENTS
 from corral.sandbox import ensure_docker_engine, ensure_sandbox_image
 from corral.sandbox.containers import SESSION_LABEL, remove_session
-from corral.sessions import new_session_id, read_events, send_text, start_session, wait_for_idle
 from corral.streaming import DeltaRecord, PublishRecord, StreamHub, StreamMessage, StreamRelayThread, subscribe
 from corral.streaming.app import create_stream_app
 from corral.temporal import start_local_temporal
-from corral.workflows import SessionWorkflow
+from workflows import SessionWorkflow
 
 TOOLSET = [{"type": "agent_toolset_20260401"}]
 FIRST_MESSAGE = "What is in this repository, and where should I start?"

@@ -20,11 +20,11 @@ import uuid
 import anthropic
 from temporalio.testing import WorkflowEnvironment
 
+from corral.client import read_events, send_text, start_session, wait_for_idle
 from corral.contract.session import AgentConfig, SessionInput
 from corral.modelserver import ModelServerThread
-from corral.sessions import read_events, send_text, start_session, wait_for_idle
 from corral.temporal import start_local_temporal
-from corral.workers.roles import harness_worker, model_worker
+from workers.roles import harness_worker, model_worker
 
 
 def percentile(values: list[float], fraction: float) -> float:

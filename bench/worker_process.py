@@ -1,4 +1,4 @@
-"""A real worker process for the benchmarks: the roles asked for, built by `corral.workers.roles` as shipped.
+"""A real worker process for the benchmarks: the roles asked for, built by `workers.roles` as shipped.
 
     python -m bench.worker_process --address HOST:PORT --roles harness,model,sandbox,utility \
         --harness-queue Q --model-queue Q --model-url URL [--stream-url URL] [--image IMAGE]
@@ -17,11 +17,11 @@ import anthropic
 import docker
 from temporalio.worker import Worker
 
-from corral.activities.sandbox import SandboxActivities
+from activities.sandbox import SandboxActivities
 from corral.streaming import StreamPublisher
 from corral.temporal import cluster_id, connect
-from corral.workers._run import run_until_stopped, setup_logging
-from corral.workers.roles import harness_worker, model_worker, sandbox_workers, utility_hand_worker
+from workers._run import run_until_stopped, setup_logging
+from workers.roles import harness_worker, model_worker, sandbox_workers, utility_hand_worker
 
 ROLES = ("harness", "model", "sandbox", "utility")
 

@@ -16,10 +16,10 @@ import uuid
 
 from temporalio.client import Client, WorkflowUpdateRPCTimeoutOrCancelledError
 
+from corral.client import read_events, send_text, start_session, wait_for_idle
 from corral.contract.events import AgentMessage
 from corral.contract.session import AgentConfig, SessionInput, UserMessageSignal, UtilityToolset
 from corral.names import SIGNAL_USER_MESSAGE
-from corral.sessions import read_events, send_text, start_session, wait_for_idle
 from corral.temporal import connect, temporal_address
 
 OFFLINE_MODEL = "corral-offline-stand-in"

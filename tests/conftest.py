@@ -27,7 +27,8 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from corral.activities.sandbox import SandboxActivities
+from activities.sandbox import SandboxActivities
+from corral.client import read_events, start_session, wait_for_idle
 from corral.contract.events import SessionEvent, SessionStatusIdle, StopReason
 from corral.contract.session import AgentConfig, SessionInput
 from corral.hands import make_execute_activity
@@ -42,11 +43,10 @@ from corral.sandbox import (
 from corral.sandbox.cleanup import EGRESS_NETWORKS
 from corral.sandbox.containers import remove_session
 from corral.sandbox.egress import EGRESS_CONTAINER
-from corral.sessions import read_events, start_session, wait_for_idle
 from corral.streaming import StreamPublisher, StreamRelayThread
 from corral.temporal import cluster_id, start_local_temporal
-from corral.workers.roles import harness_worker, model_worker, sandbox_workers
 from tests.hand_tools import TEST_TOOLS
+from workers.roles import harness_worker, model_worker, sandbox_workers
 
 
 @pytest.fixture(scope="session", autouse=True)

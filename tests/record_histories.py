@@ -22,16 +22,16 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-from corral.activities.sandbox import SandboxActivities
+from activities.sandbox import SandboxActivities
+from corral.client import read_events, send_text, start_session, wait_for_idle
 from corral.contract.session import AgentConfig, SendEventsInput, SessionInput
 from corral.hands import make_execute_activity
 from corral.modelserver import ModelServerThread
 from corral.names import SIGNAL_INTERRUPT, UPDATE_SEND_EVENTS
 from corral.sandbox import ensure_docker_engine, ensure_sandbox_image
-from corral.sessions import read_events, send_text, start_session, wait_for_idle
 from corral.temporal import cluster_id, start_local_temporal
-from corral.workers.roles import harness_worker, model_worker, sandbox_workers
 from tests.hand_tools import TEST_TOOLS
+from workers.roles import harness_worker, model_worker, sandbox_workers
 
 HISTORIES = Path(__file__).parent / "histories"
 STATE_DIR = Path(__file__).resolve().parents[1] / ".corral"

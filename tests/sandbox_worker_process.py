@@ -7,10 +7,10 @@ import asyncio
 
 import docker
 
-from corral.activities.sandbox import SandboxActivities
+from activities.sandbox import SandboxActivities
 from corral.temporal import cluster_id, connect
-from corral.workers._run import run_until_stopped, setup_logging
-from corral.workers.roles import sandbox_workers
+from workers._run import run_until_stopped, setup_logging
+from workers.roles import sandbox_workers
 
 
 async def _main(args: argparse.Namespace) -> None:

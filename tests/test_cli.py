@@ -18,8 +18,8 @@ import docker
 import pytest
 from typer.testing import CliRunner
 
-from corral.cli.main import app
-from corral.cli.session_ops import build_session_input
+from cli.main import app
+from cli.session_ops import build_session_input
 
 runner = CliRunner()
 
@@ -97,7 +97,7 @@ def corral(
 ) -> subprocess.CompletedProcess[str]:
     """Run the CLI as a user would, in its own process with stdout captured (not a terminal)."""
     return subprocess.run(
-        [sys.executable, "-m", "corral.cli.main", *args],
+        [sys.executable, "-m", "cli.main", *args],
         env=env,
         cwd=cwd,
         capture_output=True,

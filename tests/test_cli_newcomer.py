@@ -17,11 +17,11 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from corral.cli.context import CliError, step
-from corral.cli.demo_services import DemoRepositoryError, branches, make_demo_repository
-from corral.cli.live import LiveText
-from corral.cli.main import app
-from corral.cli.render import EventRenderer, safe, safe_json_line
+from cli.context import CliError, step
+from cli.demo_services import DemoRepositoryError, branches, make_demo_repository
+from cli.live import LiveText
+from cli.main import app
+from cli.render import EventRenderer, safe, safe_json_line
 from corral.contract.events import AgentMessage, AgentToolResult, AgentToolUse, SpanModelRequestStart, TextBlock
 from corral.streaming import StreamEvent
 
@@ -99,16 +99,14 @@ def test_the_state_dir_is_made_absolute(tmp_path: Path, monkeypatch: pytest.Monk
 def test_the_cli_imports_no_heavy_module_until_a_command_needs_it() -> None:
     """`corral --help` must answer in a fraction of a second: the Temporal client, the contract's pydantic models,
     the Docker SDK, the MCP SDK and the Vault client load only in the commands that use them."""
-    heavy = ["temporalio", "corral.contract", "docker", "mcp", "hvac", "httpx", "anthropic", "corral.proxy"]
+    heavy = ["temporalio", "corral.contract", "docker", "mcp", "hvac", "httpx", "anthropic", "proxy"]
     probe = (
-        "import sys, corral.cli.main\n"
+        "import sys, cli.main\n"
         f"print([m for m in {heavy!r} if any(n == m or n.startswith(m + '.') for n in sys.modules)])"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout
-    shown = subprocess.run(
-        [sys.executable, "-m", "corral.cli.main", "--help"], capture_output=True, text=True, timeout=60
-    )
+    shown = subprocess.run([sys.executable, "-m", "cli.main", "--help"], capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0 and "demo" in shown.stdout
 
 

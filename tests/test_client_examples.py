@@ -20,11 +20,11 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+from corral.client import read_events
 from corral.contract.events import UserMessage
 from corral.modelserver import ModelServerThread
-from corral.sessions import read_events
-from corral.workers.roles import harness_worker, model_worker, utility_hand_worker
 from tests.conftest import texts
+from workers.roles import harness_worker, model_worker, utility_hand_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ["examples/temporal_client.py", "examples/temporal_client_typed.py"]

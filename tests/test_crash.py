@@ -12,9 +12,9 @@ from pathlib import Path
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
+from corral.client import send_text, start_session
 from corral.contract.session import AgentConfig, SessionInput
 from corral.modelserver import ModelServerThread
-from corral.sessions import send_text, start_session
 from tests.conftest import assert_log_is_whole, read_events, texts, unique, wait_for_idle
 
 ROOT = Path(__file__).resolve().parent.parent

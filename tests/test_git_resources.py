@@ -12,15 +12,13 @@ from pathlib import Path
 import docker
 import pytest
 
-from corral.activities.proxy import ProxyActivities
-from corral.activities.sandbox import SandboxActivities
+from activities.proxy import ProxyActivities
+from activities.sandbox import SandboxActivities
+from corral.client import start_session
 from corral.contract.session import SessionInput
-from corral.proxy import GitProxyServer, VaultStore
 from corral.serving import ServerThread
-from corral.sessions import start_session
 from corral.temporal import cluster_id
-from corral.workers.proxy import proxy_worker
-from corral.workers.roles import sandbox_workers
+from proxy import GitProxyServer, VaultStore
 from tests.conftest import (
     Stack,
     history_text,
@@ -32,6 +30,8 @@ from tests.conftest import (
 )
 from tests.proxy_servers.devvault import shared_dev_vault
 from tests.proxy_servers.git_server import GitServerLog, create_git_app, git, make_bare_repository
+from workers.proxy import proxy_worker
+from workers.roles import sandbox_workers
 
 
 def _free_port() -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
-from corral.sessions import send_text
+from corral.client import send_text
 from tests.conftest import Stack, wait_for_idle
 
 TURNS = 100

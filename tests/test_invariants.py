@@ -11,16 +11,17 @@ import pytest
 from temporalio import workflow
 from temporalio.worker import Worker
 
-from corral.workers.roles import HARNESS_WORKFLOW_RUNNER
 from tests.conftest import Stack, unique
+from workers.roles import HARNESS_WORKFLOW_RUNNER
 
-WORKFLOWS = sorted((Path(__file__).resolve().parents[1] / "corral" / "workflows").glob("*.py"))
+WORKFLOWS = sorted((Path(__file__).resolve().parents[1] / "workflows").glob("*.py"))
+assert WORKFLOWS, "the workflow modules moved: this test would check nothing"
 IO_MODULES = {
     "os", "sys", "time", "random", "socket", "subprocess", "threading", "uuid", "pathlib", "io",
     "httpx", "requests", "anthropic", "docker", "hvac", "mcp", "uvicorn", "starlette",
 }  # fmt: skip
 IO_PACKAGES_OF_CORRAL = (
-    "corral.activities", "corral.sandbox", "corral.proxy", "corral.streaming", "corral.cli", "corral.modelserver",
+    "activities", "corral.sandbox", "proxy", "corral.streaming", "cli", "corral.modelserver",
 )  # fmt: skip
 
 

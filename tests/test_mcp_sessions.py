@@ -18,20 +18,20 @@ import anthropic
 import docker
 import pytest
 
-from corral.activities.proxy import ProxyActivities
+from activities.proxy import ProxyActivities
+from corral.client import start_session
 from corral.contract.events import AgentMcpToolResult, AgentMcpToolUse, SessionError
 from corral.contract.session import SessionInput
-from corral.proxy import McpOAuthParams, McpOAuthRefreshParams, StaticBearerParams, Vault, VaultStore
-from corral.proxy.devvault import DevVault
 from corral.serving import ServerThread
-from corral.sessions import start_session
-from corral.workers.proxy import proxy_worker, revoke_closed_sessions
-from corral.workers.roles import model_worker
+from proxy import McpOAuthParams, McpOAuthRefreshParams, StaticBearerParams, Vault, VaultStore
+from proxy.devvault import DevVault
 from tests.conftest import Stack, history_text, read_events, texts, unique, wait_for_idle
 from tests.proxy_servers.devvault import shared_dev_vault
 from tests.proxy_servers.mcp_server import create_mcp_app
 from tests.proxy_servers.oauth_server import TOKEN_PATH, create_token_app
 from tests.proxy_servers.tokens import TokenAuthority
+from workers.proxy import proxy_worker, revoke_closed_sessions
+from workers.roles import model_worker
 
 
 @dataclass

@@ -14,9 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from corral.proxy import GitProxyServer, VaultStore
-from corral.proxy.devvault import DevVault
 from corral.serving import ServerThread
+from proxy import GitProxyServer, VaultStore
+from proxy.devvault import DevVault
 from tests.proxy_servers.devvault import scan_for, shared_dev_vault
 from tests.proxy_servers.git_server import (
     GIT_USER,

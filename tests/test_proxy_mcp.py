@@ -16,7 +16,8 @@ from datetime import UTC, datetime, timedelta
 import hvac
 import pytest
 
-from corral.proxy import (
+from corral.serving import ServerThread
+from proxy import (
     BindingRejected,
     McpAuthenticationFailed,
     McpConnectionFailed,
@@ -33,9 +34,8 @@ from corral.proxy import (
     Vault,
     VaultStore,
 )
-from corral.proxy.devvault import DevVault
-from corral.proxy.models import TokenEndpointAuth
-from corral.serving import ServerThread
+from proxy.devvault import DevVault
+from proxy.models import TokenEndpointAuth
 from tests.proxy_servers.devvault import scan_for, shared_dev_vault
 from tests.proxy_servers.mcp_server import create_mcp_app
 from tests.proxy_servers.oauth_server import TOKEN_PATH, create_token_app

@@ -15,7 +15,7 @@ from pathlib import Path
 import hvac
 import pytest
 
-from corral.proxy import (
+from proxy import (
     BaoBinaryNotFound,
     BindingRejected,
     CredentialConflict,
@@ -35,7 +35,7 @@ from corral.proxy import (
     ensure_kv_v2_mount,
     find_bao_binary,
 )
-from corral.proxy.devvault import DevVault
+from proxy.devvault import DevVault
 from tests.proxy_servers.devvault import scan_for, shared_dev_vault
 
 ACCESS = "canary-access-7f3a9c"
@@ -344,7 +344,7 @@ def test_unreachable_or_refusing_vault_is_vault_unavailable(dev_vault: DevVault)
 
 def test_a_claim_left_by_a_crashed_add_is_taken_over_once_stale(store: VaultStore, raw: hvac.Client) -> None:
     """A crash between claiming a URL and writing the credential leaves a claim naming no credential."""
-    from corral.proxy._ids import url_key
+    from proxy._ids import url_key
 
     vault = store.create_vault("crashed add")
     url = "https://crash.example.test/mcp"

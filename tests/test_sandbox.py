@@ -17,12 +17,12 @@ import pytest
 from pydantic import ValidationError
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 
+from corral.client import send_text
 from corral.names import SIGNAL_INTERRUPT
 from corral.sandbox.containers import SESSION_LABEL, remove_session, run_tool, volume_name
 from corral.sandbox.egress import EGRESS_NETWORK, ensure_egress
-from corral.sessions import send_text
-from corral.workers.sandbox import reap_closed_sessions
 from tests.conftest import Stack, assert_log_is_whole, history_text, read_events, texts, unique, wait_for_idle
+from workers.sandbox import reap_closed_sessions
 
 TOOLSET = [{"type": "agent_toolset_20260401"}]
 ROOT = Path(__file__).resolve().parent.parent

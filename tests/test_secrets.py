@@ -9,11 +9,11 @@ import anthropic
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from corral.client import read_events, send_text, start_session, wait_for_idle
 from corral.contract.session import AgentConfig, SessionInput
 from corral.modelserver import ModelServerThread
-from corral.sessions import read_events, send_text, start_session, wait_for_idle
-from corral.workers.roles import harness_worker, model_worker
 from tests.conftest import history_text, unique
+from workers.roles import harness_worker, model_worker
 
 
 async def test_model_api_key_never_reaches_history_events_or_logs(

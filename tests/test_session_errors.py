@@ -10,12 +10,12 @@ import httpx
 import pytest
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 
+from corral.client import send_text, session_info
 from corral.contract.events import SessionError
 from corral.contract.session import SendEventsInput, SendEventsResult
 from corral.names import SIGNAL_INTERRUPT, SIGNAL_USER_MESSAGE, UPDATE_SEND_EVENTS
-from corral.sessions import send_text, session_info
-from corral.workers.roles import model_worker
 from tests.conftest import Stack, assert_log_is_whole, read_events, stop_reason, texts, wait_for_idle
+from workers.roles import model_worker
 
 
 async def _send(handle: WorkflowHandle, events: list[dict[str, Any]]) -> SendEventsResult:

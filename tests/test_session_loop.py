@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
+from corral.client import send_text, session_info
 from corral.contract.events import RequiresAction
 from corral.contract.session import SendEventsInput, SendEventsResult, UserMessageSignal
 from corral.names import SIGNAL_USER_MESSAGE, UPDATE_SEND_EVENTS
-from corral.sessions import send_text, session_info
-from corral.workflows.session import MODEL_KEY, STATUS_KEY
 from tests.conftest import Stack, assert_log_is_whole, read_events, stop_reason, texts, wait_for_idle
+from workflows.session import MODEL_KEY, STATUS_KEY
 
 
 async def test_multi_turn_conversation(stack: Stack) -> None:

@@ -12,8 +12,8 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from corral.activities.context import build_messages, build_tools
-from corral.activities.errors import classify, parse_retry_after
+from activities.context import build_messages, build_tools
+from activities.errors import classify, parse_retry_after
 from corral.contract.events import (
     AgentMessage,
     AgentToolResult,
@@ -25,7 +25,7 @@ from corral.contract.events import (
 from corral.contract.session import AgentConfig, EventsQuery, SendEventsInput, SessionInput
 from corral.hands._execute import truncate_output
 from corral.hands.utility import calculate
-from corral.workflows._log import SessionLog, parse_user_events
+from workflows._log import SessionLog, parse_user_events
 
 
 def _log() -> SessionLog:

@@ -10,9 +10,9 @@ from temporalio.worker import Worker
 
 from corral.hands import make_execute_activity
 from corral.temporal import connect
-from corral.workers._run import run_until_stopped, setup_logging
-from corral.workers.roles import harness_worker, model_worker
 from tests.hand_tools import TEST_TOOLS
+from workers._run import run_until_stopped, setup_logging
+from workers.roles import harness_worker, model_worker
 
 
 async def _main(args: argparse.Namespace) -> None:

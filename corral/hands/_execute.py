@@ -8,9 +8,9 @@ from typing import Any
 
 from temporalio import activity
 
-from corral.activities.errors import tool_error
-from corral.activities.heartbeat import heartbeating
 from corral.contract.activities import ExecuteInput
+from corral.hands.errors import tool_error
+from corral.hands.heartbeat import heartbeating
 from corral.names import ACTIVITY_EXECUTE
 
 ToolFunction = Callable[[dict[str, Any]], str | Awaitable[str]]

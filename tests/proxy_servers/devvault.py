@@ -9,7 +9,7 @@ import functools
 import tempfile
 from pathlib import Path
 
-from corral.proxy.devvault import DevVault, start_dev_vault
+from proxy.devvault import DevVault, start_dev_vault
 
 
 @functools.cache

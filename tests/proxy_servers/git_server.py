@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from corral.cli.demo_services import git_http_backend
+from cli.demo_services import git_http_backend
 
 GIT_USER = "x-access-token"
 

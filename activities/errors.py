@@ -1,0 +1,112 @@
+"""Errors raised by activities, translated from vendor errors at one boundary.
+
+    ApplicationError (temporalio)               what the workflow does
+    ├── type=ModelRetryableError                 session.error(retrying) + status_rescheduled, retries later
+    │     details: ModelErrorInfo(retry_after)   honouring the server's retry-after
+    ├── type=ModelFatalError                     session.error(exhausted), the session goes idle
+    └── type=ToolError                           an `is_error` tool result the model sees
+
+All are raised with `non_retryable=True` and the BENIGN category (an expected outcome, not a worker fault, so no
+traceback in the worker log): the session workflow owns the retry of a model error (so each retry is a visible
+event), while Temporal's own retry policy still covers lost workers and timeouts.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import Mapping
+
+import anthropic
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+
+from corral.contract.errors import MODEL_FATAL, MODEL_RETRYABLE, TOOL_ERROR, ModelErrorInfo, ModelErrorType
+
+__all__ = [
+    "MODEL_FATAL",
+    "MODEL_RETRYABLE",
+    "TOOL_ERROR",
+    "ModelErrorInfo",
+    "ModelErrorType",
+    "classify",
+    "model_error",
+    "parse_retry_after",
+]
+
+
+def parse_retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds to wait, from `retry-after-ms`, or `retry-after` as seconds or an HTTP date."""
+    millis = headers.get("retry-after-ms")
+    if millis:
+        try:
+            return max(0.0, float(millis) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        parsed = email.utils.parsedate_tz(value)
+        return None if parsed is None else max(0.0, email.utils.mktime_tz(parsed) - time.time())
+
+
+_BODY_TYPES: dict[str, tuple[ModelErrorType, bool]] = {
+    "overloaded_error": ("model_overloaded_error", True),
+    "rate_limit_error": ("model_rate_limited_error", True),
+    "api_error": ("model_request_failed_error", True),
+    "timeout_error": ("model_request_failed_error", True),
+    "billing_error": ("billing_error", False),
+}
+
+
+def classify(exc: Exception) -> ModelErrorInfo | None:
+    """Map an `anthropic` exception to what corral does with it; None if it is not a model API error."""
+    if isinstance(exc, anthropic.APIConnectionError):  # includes APITimeoutError
+        return ModelErrorInfo(error_type="model_request_failed_error", status=None, retryable=True)
+    if not isinstance(exc, anthropic.APIStatusError):
+        return None
+    status = exc.status_code
+    retry_after = parse_retry_after(exc.response.headers)
+    if status == 429:
+        return ModelErrorInfo(
+            error_type="model_rate_limited_error", status=status, retryable=True, retry_after=retry_after
+        )
+    if status == 529:
+        return ModelErrorInfo(
+            error_type="model_overloaded_error", status=status, retryable=True, retry_after=retry_after
+        )
+    if status == 402:
+        return ModelErrorInfo(error_type="billing_error", status=status, retryable=False)
+    if status in (408, 409) or status >= 500:
+        return ModelErrorInfo(
+            error_type="model_request_failed_error", status=status, retryable=True, retry_after=retry_after
+        )
+    if status < 400:
+        # An error event inside a 200 stream: the body's error type decides.
+        body = exc.body if isinstance(exc.body, dict) else {}
+        error = body.get("error", body)
+        body_type = error.get("type") if isinstance(error, dict) else None
+        error_type, retryable = _BODY_TYPES.get(str(body_type), ("model_request_failed_error", True))
+        return ModelErrorInfo(error_type=error_type, status=status, retryable=retryable)
+    return ModelErrorInfo(error_type="model_request_failed_error", status=status, retryable=False)
+
+
+def model_error(exc: Exception, info: ModelErrorInfo) -> ApplicationError:
+    """The ApplicationError the model activity raises for a classified vendor error."""
+    status = f"HTTP {info.status}" if info.status else "connection error"
+    message = f"model request failed ({status}): {_safe_message(exc)}"
+    return ApplicationError(
+        message,
+        info,
+        type=MODEL_RETRYABLE if info.retryable else MODEL_FATAL,
+        non_retryable=True,
+        category=ApplicationErrorCategory.BENIGN,  # expected; the activity logs one line of its own
+    )
+
+
+def _safe_message(exc: Exception) -> str:
+    """The vendor's message, shortened; the SDK never puts the API key in it."""
+    text = str(getattr(exc, "message", None) or exc) or type(exc).__name__
+    return text if len(text) <= 500 else text[:500] + "…"

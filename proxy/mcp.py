@@ -1,0 +1,273 @@
+"""MCP calls on a session's behalf, over Streamable HTTP, with the bearer token taken from Vault.
+
+The harness passes a `SessionBinding` (session id + opaque reference) and an `McpServer` (name + URL); the proxy
+resolves the session's vaults, finds the credential bound to that server URL, and calls the server with
+`Authorization: Bearer …` using the `mcp` SDK's `Client` (v2 API: `mode="auto"` negotiates the 2026 protocol
+with `server/discover`, falling back to the `initialize` handshake for older servers).
+
+Token life cycle, per call:
+
+1. an `mcp_oauth` token whose `expires_at` is past (or within `expiry_margin`) is refreshed before the call;
+2. on HTTP 401 the token is refreshed with the refresh token (`proxy._oauth`), the new access token (and
+   rotated refresh token, and expiry) is written back to Vault check-and-set, and the call is retried once;
+3. still 401, 403, no refresh token, or a refused refresh: `McpAuthenticationFailed`.
+
+A refresh is single-flight per credential within a process (a lock), and across processes by re-reading the
+credential first: if another proxy already replaced the rejected token, its token is used instead of refreshing
+again (a rotated refresh token can be spent only once).
+
+Connections are short-lived: one HTTP client and one MCP connection per call, closed afterwards. That is the
+simplest correct choice (no connection outlives the token it was opened with, no state to lose when a worker
+dies) and costs a `server/discover` round trip and client setup per call. Measured on loopback against the test
+server (2 cores): a proxied `call_tool` p50 ≈ 16 ms, of which ≈ 5 ms are the Vault reads (binding + credential)
+and ≈ 6 ms the SDK's connect + discover + call; a call on a connection kept open is ≈ 2 ms. A pooled connection
+per (server, token) is the optimisation to reach for if that ever matters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import httpx2
+import mcp_types
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from proxy._ids import now
+from proxy._kv import CasMismatch
+from proxy._oauth import refresh_access_token
+from proxy.errors import McpAuthenticationFailed, McpConnectionFailed, McpError
+from proxy.models import McpServer, SessionBinding, ToolOutcome, ToolSpec
+from proxy.vault import ResolvedMcpCredential, VaultStore
+
+T = TypeVar("T")
+_PAGE_CAP = 100
+
+
+@dataclass
+class _Unauthorized:
+    """The server answered 401 to the token tried."""
+
+
+class McpProxy:
+    """Lists and calls MCP tools for a session, with credentials that only this process can read."""
+
+    def __init__(
+        self,
+        store: VaultStore,
+        *,
+        timeout: float = 60.0,
+        connect_timeout: float = 10.0,
+        expiry_margin: timedelta = timedelta(seconds=30),
+    ) -> None:
+        self.store = store
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.expiry_margin = expiry_margin
+        self._refresh_locks: dict[str, asyncio.Lock] = {}
+        # Building a TLS context costs ~18 ms (it loads the trust store); one shared context keeps it off every call.
+        self._tls = httpx2.create_ssl_context()
+
+    def __repr__(self) -> str:
+        return f"McpProxy({self.store!r})"
+
+    async def list_tools(self, binding: SessionBinding, server: McpServer) -> list[ToolSpec]:
+        """Every tool the server offers (all pages), as plain data the workflow can record."""
+
+        async def operation(client: Client) -> list[ToolSpec]:
+            specs: list[ToolSpec] = []
+            cursor: str | None = None
+            for _ in range(_PAGE_CAP):
+                page = await client.list_tools(cursor=cursor)
+                specs.extend(_tool_spec(tool) for tool in page.tools)
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+            return specs
+
+        try:
+            return await self._with_credential(binding, server, operation)
+        except MCPError as exc:
+            raise McpError(
+                f"MCP server {server.name} answered tools/list with error {exc.code}: {exc.message}"
+            ) from None
+
+    async def call_tool(
+        self, binding: SessionBinding, server: McpServer, tool: str, arguments: dict[str, Any] | None = None
+    ) -> ToolOutcome:
+        """Call one tool. A tool-level failure (the tool raised, or the server refused the request with a JSON-RPC
+        error such as an unknown tool) is a `ToolOutcome` with `is_error=True`, for the model to read; transport
+        and credential failures raise `McpConnectionFailed` / `McpAuthenticationFailed`."""
+
+        async def operation(client: Client) -> ToolOutcome:
+            result = await client.call_tool(tool, arguments or {})
+            return ToolOutcome(text=_result_text(result), is_error=bool(result.is_error))
+
+        try:
+            return await self._with_credential(binding, server, operation)
+        except MCPError as exc:
+            return ToolOutcome(text=f"MCP error {exc.code}: {exc.message}", is_error=True)
+
+    # --- credential life cycle ------------------------------------------------------------------------------
+
+    async def _with_credential(
+        self, binding: SessionBinding, server: McpServer, operation: Callable[[Client], Awaitable[T]]
+    ) -> T:
+        vault_ids = await asyncio.to_thread(self.store.resolve_binding, binding.reference, binding.session_id)
+        credential = await asyncio.to_thread(self.store._resolve_mcp_credential, vault_ids, server.url)
+        if credential is None:
+            raise McpAuthenticationFailed(
+                f"no credential for MCP server {server.name} ({server.url}) in this session's vaults"
+            )
+        refreshed = False
+        if credential.refreshable and self._expired(credential):
+            credential = await self._refresh(credential)
+            refreshed = True
+        outcome = await self._attempt(server, credential, operation)
+        if isinstance(outcome, _Unauthorized) and credential.refreshable and not refreshed:
+            credential = await self._refresh(credential)
+            outcome = await self._attempt(server, credential, operation)
+        if isinstance(outcome, _Unauthorized):
+            why = "after a token refresh" if credential.refreshable else "and the credential cannot be refreshed"
+            raise McpAuthenticationFailed(
+                f"MCP server {server.name} ({server.url}) rejected credential {credential.credential_id} {why}"
+            )
+        return outcome
+
+    def _expired(self, credential: ResolvedMcpCredential) -> bool:
+        return credential.expires_at is not None and credential.expires_at <= now() + self.expiry_margin
+
+    async def _refresh(self, stale: ResolvedMcpCredential) -> ResolvedMcpCredential:
+        lock = self._refresh_locks.setdefault(stale.credential_id, asyncio.Lock())
+        async with lock:
+            current = await asyncio.to_thread(self.store._reread_mcp_credential, stale)
+            if current is None:
+                raise McpAuthenticationFailed(f"credential {stale.credential_id} was removed while in use")
+            replaced = current.token.get_secret_value() != stale.token.get_secret_value()
+            if replaced and not self._expired(current):
+                return current  # another caller refreshed it meanwhile: use that token, spend no refresh token
+            fresh = await refresh_access_token(current, timeout=self.connect_timeout + 5)
+            try:
+                return await asyncio.to_thread(
+                    self.store._store_refreshed_token,
+                    current,
+                    fresh.access_token,
+                    fresh.expires_at,
+                    fresh.refresh_token,
+                )
+            except CasMismatch:
+                # Another process wrote a refresh first; Vault's copy wins so every proxy converges on one token.
+                latest = await asyncio.to_thread(self.store._reread_mcp_credential, current)
+                if latest is None:
+                    raise McpAuthenticationFailed(
+                        f"credential {stale.credential_id} was removed while in use"
+                    ) from None
+                return latest
+
+    # --- one connection -------------------------------------------------------------------------------------
+
+    async def _attempt(
+        self, server: McpServer, credential: ResolvedMcpCredential, operation: Callable[[Client], Awaitable[T]]
+    ) -> T | _Unauthorized:
+        """Open a connection with this token, run `operation`, close. HTTP statuses are recorded as they arrive,
+        because the SDK turns an HTTP 401 or 503 into the same JSON-RPC error as any other failure."""
+        statuses: list[int] = []
+
+        async def record(response: httpx2.Response) -> None:
+            statuses.append(response.status_code)
+
+        started = False
+        http = httpx2.AsyncClient(
+            headers={"Authorization": f"Bearer {credential.token.get_secret_value()}"},
+            timeout=httpx2.Timeout(self.timeout, connect=self.connect_timeout),
+            event_hooks={"response": [record]},
+            verify=self._tls,
+        )
+        try:
+            async with (
+                http,
+                Client(
+                    streamable_http_client(server.url, http_client=http, terminate_on_close=True),
+                    read_timeout_seconds=self.timeout,
+                    cache=None,
+                ) as client,
+            ):
+                started = True
+                return await operation(client)
+        except Exception as exc:  # classified below; anything unrecognised is re-raised as it was
+            leaves = _leaves(exc)
+            if 401 in statuses:
+                return _Unauthorized()
+            if 403 in statuses:
+                raise McpAuthenticationFailed(
+                    f"MCP server {server.name} ({server.url}) refused credential {credential.credential_id} (403)"
+                ) from None
+            failure = _connection_failure(server, statuses, leaves, started)
+            if failure is not None:
+                raise failure from None
+            rpc_errors = [leaf for leaf in leaves if isinstance(leaf, MCPError)]
+            if rpc_errors:
+                raise rpc_errors[0] from None
+            raise
+
+
+def _connection_failure(
+    server: McpServer, statuses: list[int], leaves: list[BaseException], started: bool
+) -> McpConnectionFailed | None:
+    where = f"MCP server {server.name} ({server.url})"
+    server_errors = [status for status in statuses if status >= 500]
+    if server_errors:
+        return McpConnectionFailed(f"{where} answered HTTP {server_errors[0]}")
+    for leaf in leaves:
+        if isinstance(leaf, httpx2.TimeoutException | TimeoutError):
+            return McpConnectionFailed(f"{where} timed out")
+        if isinstance(leaf, httpx2.TransportError | OSError):
+            return McpConnectionFailed(f"{where} could not be reached ({type(leaf).__name__})")
+        if isinstance(leaf, MCPError) and leaf.code in (mcp_types.REQUEST_TIMEOUT, mcp_types.CONNECTION_CLOSED):
+            return McpConnectionFailed(f"{where} did not answer in time or closed the connection ({leaf.code})")
+    client_errors = [status for status in statuses if status >= 400]
+    if not started and (client_errors or any(isinstance(leaf, MCPError) for leaf in leaves)):
+        detail = f"HTTP {client_errors[0]}" if client_errors else "no MCP handshake"
+        return McpConnectionFailed(f"{where} could not be connected to ({detail}): is the URL an MCP endpoint?")
+    return None
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside (nested) exception groups: anyio task groups wrap the SDK's errors in them."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _tool_spec(tool: mcp_types.Tool) -> ToolSpec:
+    return ToolSpec(name=tool.name, description=tool.description or "", input_schema=dict(tool.input_schema))
+
+
+def _result_text(result: mcp_types.CallToolResult) -> str:
+    """Text blocks joined by newlines; other blocks summarised in brackets (the model gets text only)."""
+    parts = [_block_text(block) for block in result.content]
+    if not parts and result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content, ensure_ascii=False))
+    return "\n".join(parts)
+
+
+def _block_text(block: mcp_types.ContentBlock) -> str:
+    if isinstance(block, mcp_types.TextContent):
+        return block.text
+    if isinstance(block, mcp_types.ImageContent | mcp_types.AudioContent):
+        size = len(block.data) * 3 // 4
+        return f"[{block.type} content: {block.mime_type}, about {size} bytes, not shown]"
+    if isinstance(block, mcp_types.ResourceLink):
+        return f"[resource link: {block.name} <{block.uri}>]"
+    if isinstance(block, mcp_types.EmbeddedResource):
+        resource = block.resource
+        if isinstance(resource, mcp_types.TextResourceContents):
+            return resource.text
+        return f"[embedded resource <{resource.uri}> ({resource.mime_type or 'binary'}), not shown]"
+    return f"[{getattr(block, 'type', 'unknown')} content, not shown]"

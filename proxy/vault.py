@@ -1,0 +1,394 @@
+"""Vaults and their credentials, kept in Vault's KV v2 engine: the Managed Agents vocabulary on top of `hvac`.
+
+Secrets are write-only. The public methods take secrets in (`SecretStr` params) and hand back metadata only
+(`Vault`, `Credential`). The single way a secret leaves this module is `VaultStore._resolve_mcp_credential`, an
+internal method for `proxy.mcp`, which runs in the proxy process (the only one with Vault access).
+
+Rule for the one-active-credential-per-server-URL constraint: adding a second credential for a URL the vault
+already covers raises `CredentialConflict` naming the existing credential; replacing a secret is an explicit
+`rotate_credential`, so a typo in a URL never silently overwrites a working credential. Archiving or deleting a
+credential frees its URL. The rule is enforced with a check-and-set "claim" document per (vault, URL), so two
+processes adding at once cannot both win.
+
+KV layout under the mount (all JSON documents)::
+
+    vaults/<vlt_id>                           the vault record
+    credentials/<vlt_id>/<vcrd_id>            a credential: public part + secret part (dropped on archive)
+    server_urls/<vlt_id>/<sha256(url)>        the claim: which credential serves that URL in that vault
+    bindings/… , sessions/…                   session bindings and git tokens (see `proxy.sessions`)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import hvac
+from pydantic import SecretStr, TypeAdapter
+
+from proxy._ids import is_id, new_id, normalize_server_url, now, stamp, unstamp, url_key
+from proxy._kv import CasMismatch, KvStore
+from proxy.errors import CredentialConflict, CredentialInvalid, CredentialNotFound, VaultArchived, VaultNotFound
+from proxy.models import (
+    Credential,
+    CredentialParams,
+    McpOAuthAuth,
+    McpOAuthParams,
+    McpOAuthRefreshInfo,
+    StaticBearerAuth,
+    StaticBearerParams,
+    TokenEndpointAuthInfo,
+    TokenEndpointAuthType,
+    Vault,
+)
+from proxy.sessions import SessionScope
+
+VAULT_PREFIX = "vlt_"
+CREDENTIAL_PREFIX = "vcrd_"
+_STALE_CLAIM = timedelta(minutes=1)
+_AUTH = TypeAdapter[McpOAuthAuth | StaticBearerAuth](McpOAuthAuth | StaticBearerAuth)
+
+
+@dataclass(frozen=True)
+class ResolvedMcpCredential:
+    """INTERNAL: a credential with its secrets, for the proxy's own outbound calls. Never return it to a caller
+    outside `proxy`, never log it (its secret fields are `SecretStr`, so its repr is safe)."""
+
+    vault_id: str
+    credential_id: str
+    kind: str
+    mcp_server_url: str
+    token: SecretStr
+    expires_at: datetime | None
+    version: int
+    token_endpoint: str | None = None
+    client_id: str | None = None
+    refresh_token: SecretStr | None = None
+    token_endpoint_auth: TokenEndpointAuthType = "none"
+    client_secret: SecretStr | None = None
+    resource: str | None = None
+    scope: str | None = None
+
+    @property
+    def refreshable(self) -> bool:
+        return self.refresh_token is not None and self.token_endpoint is not None and self.client_id is not None
+
+
+def _secret_part(params: McpOAuthParams | StaticBearerParams) -> dict[str, str]:
+    if isinstance(params, StaticBearerParams):
+        return {"token": params.token.get_secret_value()}
+    secret = {"access_token": params.access_token.get_secret_value()}
+    if params.refresh is not None:
+        secret["refresh_token"] = params.refresh.refresh_token.get_secret_value()
+        if params.refresh.token_endpoint_auth.type != "none":
+            secret["client_secret"] = params.refresh.token_endpoint_auth.client_secret.get_secret_value()
+    return secret
+
+
+def _public_part(params: McpOAuthParams | StaticBearerParams) -> McpOAuthAuth | StaticBearerAuth:
+    if isinstance(params, StaticBearerParams):
+        return StaticBearerAuth(mcp_server_url=params.mcp_server_url)
+    refresh = None
+    if params.refresh is not None:
+        refresh = McpOAuthRefreshInfo(
+            token_endpoint=params.refresh.token_endpoint,
+            client_id=params.refresh.client_id,
+            token_endpoint_auth=TokenEndpointAuthInfo(type=params.refresh.token_endpoint_auth.type),
+            resource=params.refresh.resource,
+            scope=params.refresh.scope,
+        )
+    return McpOAuthAuth(mcp_server_url=params.mcp_server_url, expires_at=params.expires_at, refresh=refresh)
+
+
+class VaultStore(SessionScope):
+    """Vaults, credentials, session bindings and git tokens in one KV v2 mount (`corral/` by default)."""
+
+    def __init__(self, client: hvac.Client, mount: str = "corral") -> None:
+        self._kv = KvStore(client, mount)
+
+    def __repr__(self) -> str:
+        return f"VaultStore({self._kv!r})"
+
+    # --- vaults -------------------------------------------------------------------------------------------
+
+    def create_vault(self, display_name: str, metadata: dict[str, str] | None = None) -> Vault:
+        """Create an empty vault; its id (`vlt_…`) is what sessions name in `vault_ids`."""
+        if not 1 <= len(display_name) <= 255:
+            raise ValueError("display_name must be 1-255 characters")
+        moment = now()
+        vault = Vault(
+            id=new_id(VAULT_PREFIX),
+            display_name=display_name,
+            metadata=metadata or {},
+            created_at=moment,
+            updated_at=moment,
+        )
+        self._kv.write(f"vaults/{vault.id}", vault.model_dump(mode="json"), cas=0)
+        return vault
+
+    def get_vault(self, vault_id: str) -> Vault:
+        found = self._read_vault(vault_id)
+        if found is None:
+            raise VaultNotFound(f"no vault {vault_id!r}")
+        return found[0]
+
+    def list_vaults(self, *, include_archived: bool = False) -> list[Vault]:
+        """Every vault, oldest first; archived ones only when asked."""
+        vaults = [found[0] for key in self._kv.list("vaults/") if (found := self._read_vault(key)) is not None]
+        vaults = [vault for vault in vaults if include_archived or vault.archived_at is None]
+        return sorted(vaults, key=lambda vault: vault.created_at)
+
+    def archive_vault(self, vault_id: str) -> Vault:
+        """Archive a vault: it keeps its record, takes no new credential, binds no new session, and its
+        credentials are no longer resolved for calls. Idempotent."""
+        vault, version = self._require_vault(vault_id)
+        if vault.archived_at is not None:
+            return vault
+        moment = now()
+        archived = vault.model_copy(update={"archived_at": moment, "updated_at": moment})
+        self._kv.write(f"vaults/{vault_id}", archived.model_dump(mode="json"), cas=version)
+        return archived
+
+    def delete_vault(self, vault_id: str) -> None:
+        """Delete a vault and destroy every credential in it (all stored versions). Idempotent."""
+        if self._read_vault(vault_id) is None:
+            return
+        for credential_id in self._kv.list(f"credentials/{vault_id}/"):
+            self._kv.delete(f"credentials/{vault_id}/{credential_id}")
+        for key in self._kv.list(f"server_urls/{vault_id}/"):
+            self._kv.delete(f"server_urls/{vault_id}/{key}")
+        self._kv.delete(f"vaults/{vault_id}")
+
+    def _read_vault(self, vault_id: str) -> tuple[Vault, int] | None:
+        if not is_id(vault_id, VAULT_PREFIX):
+            return None
+        found = self._kv.read(f"vaults/{vault_id}")
+        return None if found is None else (Vault.model_validate(found[0]), found[1])
+
+    def _require_vault(self, vault_id: str) -> tuple[Vault, int]:
+        found = self._read_vault(vault_id)
+        if found is None:
+            raise VaultNotFound(f"no vault {vault_id!r}")
+        return found
+
+    # --- credentials --------------------------------------------------------------------------------------
+
+    def add_credential(
+        self,
+        vault_id: str,
+        params: CredentialParams,
+        *,
+        display_name: str | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> Credential:
+        """Store a credential for one MCP server URL; returns its metadata (never its secret).
+
+        Raises `CredentialConflict` if the vault already has an active credential for that URL."""
+        vault, _ = self._require_vault(vault_id)
+        if vault.archived_at is not None:
+            raise VaultArchived(f"vault {vault_id} is archived: it takes no new credentials")
+        moment = now()
+        credential = Credential(
+            id=new_id(CREDENTIAL_PREFIX),
+            vault_id=vault_id,
+            display_name=display_name,
+            metadata=metadata or {},
+            auth=_public_part(params),
+            created_at=moment,
+            updated_at=moment,
+        )
+        self._claim_url(vault_id, params.mcp_server_url, credential.id)
+        document = {**credential.model_dump(mode="json"), "secret": _secret_part(params)}
+        self._kv.write(f"credentials/{vault_id}/{credential.id}", document, cas=0)
+        return credential
+
+    def get_credential(self, vault_id: str, credential_id: str) -> Credential:
+        return _public(self._require_credential(vault_id, credential_id)[0])
+
+    def list_credentials(self, vault_id: str, *, include_archived: bool = False) -> list[Credential]:
+        """The vault's credentials as metadata, oldest first; archived ones only when asked."""
+        self._require_vault(vault_id)
+        credentials = []
+        for credential_id in self._kv.list(f"credentials/{vault_id}/"):
+            found = self._read_credential(vault_id, credential_id)
+            if found is not None and (include_archived or found[0].get("archived_at") is None):
+                credentials.append(_public(found[0]))
+        return sorted(credentials, key=lambda credential: credential.created_at)
+
+    def rotate_credential(self, vault_id: str, credential_id: str, params: CredentialParams) -> Credential:
+        """Replace a credential's secret (and expiry/refresh settings). Kind and server URL cannot change:
+        add a new credential for another server instead. Older secret versions are destroyed by the mount's
+        `max_versions=1` (see `devvault.ensure_kv_v2_mount`)."""
+        document, version = self._require_credential(vault_id, credential_id)
+        current = _public(document)
+        if document.get("archived_at") is not None:
+            raise CredentialInvalid(f"credential {credential_id} is archived and cannot be rotated")
+        if params.type != current.kind:
+            raise CredentialInvalid(
+                f"credential {credential_id} is {current.kind}; a rotation cannot make it {params.type}"
+            )
+        if normalize_server_url(params.mcp_server_url) != normalize_server_url(current.mcp_server_url):
+            raise CredentialInvalid(
+                f"credential {credential_id} serves {current.mcp_server_url}; its URL cannot change"
+            )
+        rotated = current.model_copy(update={"auth": _public_part(params), "updated_at": now()})
+        updated = {**rotated.model_dump(mode="json"), "secret": _secret_part(params)}
+        self._kv.write(f"credentials/{vault_id}/{credential_id}", updated, cas=version)
+        return rotated
+
+    def archive_credential(self, vault_id: str, credential_id: str) -> Credential:
+        """Archive a credential: its secret is destroyed, its metadata kept, and its server URL freed. Idempotent."""
+        document, _ = self._require_credential(vault_id, credential_id)
+        if document.get("archived_at") is not None:
+            return _public(document)
+        moment = now()
+        archived = _public(document).model_copy(update={"archived_at": moment, "updated_at": moment})
+        # Delete-then-write leaves no older version holding the secret, whatever the mount's max_versions.
+        self._kv.delete(f"credentials/{vault_id}/{credential_id}")
+        self._kv.write(f"credentials/{vault_id}/{credential_id}", archived.model_dump(mode="json"))
+        self._release_url(vault_id, archived.mcp_server_url, credential_id)
+        return archived
+
+    def delete_credential(self, vault_id: str, credential_id: str) -> None:
+        """Destroy a credential (all stored versions) and free its server URL. Idempotent."""
+        self._require_vault(vault_id)
+        found = self._read_credential(vault_id, credential_id)
+        if found is None:
+            return
+        self._kv.delete(f"credentials/{vault_id}/{credential_id}")
+        self._release_url(vault_id, found[0]["auth"]["mcp_server_url"], credential_id)
+
+    def _read_credential(self, vault_id: str, credential_id: str) -> tuple[dict[str, Any], int] | None:
+        if not (is_id(vault_id, VAULT_PREFIX) and is_id(credential_id, CREDENTIAL_PREFIX)):
+            return None
+        return self._kv.read(f"credentials/{vault_id}/{credential_id}")
+
+    def _require_credential(self, vault_id: str, credential_id: str) -> tuple[dict[str, Any], int]:
+        self._require_vault(vault_id)
+        found = self._read_credential(vault_id, credential_id)
+        if found is None:
+            raise CredentialNotFound(f"no credential {credential_id!r} in vault {vault_id}")
+        return found
+
+    def _claim_url(self, vault_id: str, url: str, credential_id: str) -> None:
+        """Make `credential_id` the holder of the vault's claim on `url`, or raise `CredentialConflict`.
+
+        Every change to a claim is a check-and-set write, so of two racing adders exactly one wins. A claim is
+        free when it names no credential, an archived one, or one that does not exist and was claimed more than
+        `_STALE_CLAIM` ago (a crash between the claim and the credential write); a younger claim whose credential
+        does not exist yet is an add in progress, and is respected."""
+        path = f"server_urls/{vault_id}/{url_key(url)}"
+        claim = {"credential_id": credential_id, "claimed_at": stamp(now())}
+        for _ in range(3):
+            found = self._kv.read(path)
+            if found is not None:
+                holder_id = found[0].get("credential_id")
+                if holder_id is not None and not self._claim_is_free(vault_id, found[0]):
+                    raise CredentialConflict(
+                        f"vault {vault_id} already has credential {holder_id} for {url}: "
+                        "rotate it, or archive or delete it first"
+                    )
+            try:
+                self._kv.write(path, claim, cas=0 if found is None else found[1])
+                return
+            except CasMismatch:
+                continue  # someone changed the claim meanwhile: look again
+        raise CredentialConflict(f"vault {vault_id} is busy with another credential for {url}: try again")
+
+    def _claim_is_free(self, vault_id: str, claim: dict[str, Any]) -> bool:
+        holder = self._read_credential(vault_id, claim["credential_id"])
+        if holder is not None:
+            return holder[0].get("archived_at") is not None
+        claimed_at = unstamp(claim.get("claimed_at"))
+        return claimed_at is None or now() - claimed_at > _STALE_CLAIM
+
+    def _release_url(self, vault_id: str, url: str, credential_id: str) -> None:
+        """Free the claim if `credential_id` still holds it (check-and-set, so a new holder is never evicted)."""
+        path = f"server_urls/{vault_id}/{url_key(url)}"
+        found = self._kv.read(path)
+        if found is not None and found[0].get("credential_id") == credential_id:
+            with contextlib.suppress(CasMismatch):
+                self._kv.write(path, {"credential_id": None, "claimed_at": None}, cas=found[1])
+
+    # --- INTERNAL: resolution for the proxy's own calls -----------------------------------------------------
+
+    def _resolve_mcp_credential(self, vault_ids: list[str], mcp_server_url: str) -> ResolvedMcpCredential | None:
+        """INTERNAL (for `proxy.mcp`): the active credential for `mcp_server_url` in the first of
+        `vault_ids` that has one, with its secrets; None if none does. Archived vaults are skipped."""
+        for vault_id in vault_ids:
+            found_vault = self._read_vault(vault_id)
+            if found_vault is None or found_vault[0].archived_at is not None:
+                continue
+            claim = self._kv.read(f"server_urls/{vault_id}/{url_key(mcp_server_url)}")
+            if claim is None or claim[0].get("credential_id") is None:
+                continue
+            found = self._read_credential(vault_id, claim[0]["credential_id"])
+            if found is not None and found[0].get("archived_at") is None and "secret" in found[0]:
+                return _resolved(found[0], found[1])
+        return None
+
+    def _reread_mcp_credential(self, resolved: ResolvedMcpCredential) -> ResolvedMcpCredential | None:
+        """INTERNAL: the current state of a credential resolved earlier (another process may have refreshed it)."""
+        found = self._read_credential(resolved.vault_id, resolved.credential_id)
+        if found is None or found[0].get("archived_at") is not None or "secret" not in found[0]:
+            return None
+        return _resolved(found[0], found[1])
+
+    def _store_refreshed_token(
+        self,
+        resolved: ResolvedMcpCredential,
+        access_token: SecretStr,
+        expires_at: datetime | None,
+        refresh_token: SecretStr | None,
+    ) -> ResolvedMcpCredential:
+        """INTERNAL: write a refreshed access token (and a rotated refresh token, if the endpoint sent one) back,
+        check-and-set against the version that was refreshed. Raises `CasMismatch` if another writer won."""
+        found = self._read_credential(resolved.vault_id, resolved.credential_id)
+        if found is None or found[1] != resolved.version:
+            raise CasMismatch(resolved.credential_id)
+        document = dict(found[0])
+        auth = dict(document["auth"], expires_at=stamp(expires_at))
+        secret = dict(document["secret"], access_token=access_token.get_secret_value())
+        if refresh_token is not None:
+            secret["refresh_token"] = refresh_token.get_secret_value()
+        document.update(auth=auth, secret=secret, updated_at=stamp(now()))
+        version = self._kv.write(f"credentials/{resolved.vault_id}/{resolved.credential_id}", document, cas=found[1])
+        return _resolved(document, version)
+
+
+def _public(document: dict[str, Any]) -> Credential:
+    return Credential.model_validate({key: value for key, value in document.items() if key != "secret"})
+
+
+def _resolved(document: dict[str, Any], version: int) -> ResolvedMcpCredential:
+    auth = _AUTH.validate_python(document["auth"])
+    secret = document["secret"]
+    if isinstance(auth, StaticBearerAuth):
+        return ResolvedMcpCredential(
+            vault_id=document["vault_id"],
+            credential_id=document["id"],
+            kind=auth.type,
+            mcp_server_url=auth.mcp_server_url,
+            token=SecretStr(secret["token"]),
+            expires_at=None,
+            version=version,
+        )
+    refresh = auth.refresh
+    return ResolvedMcpCredential(
+        vault_id=document["vault_id"],
+        credential_id=document["id"],
+        kind=auth.type,
+        mcp_server_url=auth.mcp_server_url,
+        token=SecretStr(secret["access_token"]),
+        expires_at=unstamp(document["auth"].get("expires_at")),
+        version=version,
+        token_endpoint=refresh.token_endpoint if refresh else None,
+        client_id=refresh.client_id if refresh else None,
+        refresh_token=SecretStr(secret["refresh_token"]) if "refresh_token" in secret else None,
+        token_endpoint_auth=refresh.token_endpoint_auth.type if refresh else "none",
+        client_secret=SecretStr(secret["client_secret"]) if "client_secret" in secret else None,
+        resource=refresh.resource if refresh else None,
+        scope=refresh.scope if refresh else None,
+    )

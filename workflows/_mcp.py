@@ -1,0 +1,187 @@
+"""The session's MCP servers as the workflow sees them: a proxy reference and the discovered tool list, both data.
+
+Discovery runs once, before the first model turn, through proxy activities; its result is recorded in history,
+so replay never calls a server. Calls go through the proxy too. No credential ever passes through here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, Literal
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
+
+with workflow.unsafe.imports_passed_through():
+    from corral.contract.events import AgentMcpToolUse, ErrorType
+    from corral.contract.proxy import (
+        MCP_AUTHENTICATION_FAILED,
+        PROXY_REJECTED,
+        BindSessionInput,
+        BindSessionResult,
+        McpCallToolInput,
+        McpCallToolResult,
+        McpListToolsInput,
+        McpToolSpec,
+        ReleaseSessionInput,
+    )
+    from corral.contract.session import AgentConfig
+    from corral.names import (
+        ACTIVITY_MCP_CALL_TOOL,
+        ACTIVITY_MCP_LIST_TOOLS,
+        ACTIVITY_PROXY_BIND_SESSION,
+        ACTIVITY_PROXY_RELEASE_SESSION,
+        PROXY_TASK_QUEUE,
+    )
+    from workflows._outcomes import INFRASTRUCTURE_RETRY
+
+MCP_CALL_TIMEOUT = timedelta(minutes=5)
+PROXY_SCHEDULE_TO_START = timedelta(seconds=60)
+DISCOVERY_ATTEMPTS = 3
+
+RetryState = Literal["retrying", "exhausted"]
+ReportError = Callable[[ErrorType, str, RetryState], None]
+"""(error type, message, retry status) -> appends a `session.error`."""
+
+
+class SessionMcp:
+    """Discovered MCP tools by the name the model sees (`mcp__<server>__<tool>`), and the proxy reference."""
+
+    def __init__(self, session_id: str, agent: AgentConfig, vault_ids: list[str], needs_binding: bool = False) -> None:
+        self._session_id = session_id
+        self._vault_ids = vault_ids
+        self._toolsets = agent.mcp_toolsets()
+        self._servers = {server.name: server for server, _ in self._toolsets}
+        self.reference: str | None = None
+        self.tools: dict[str, McpToolSpec] = {}
+        self.ready = not self._toolsets and not needs_binding
+
+    async def prepare(self, report: ReportError) -> None:
+        """Bind the session at the proxy and list each server's tools; a server that fails is reported and
+        left out, the session goes on with the others."""
+        if self.ready:
+            return
+        self.ready = True
+        try:
+            bound: BindSessionResult = await self._proxy(
+                ACTIVITY_PROXY_BIND_SESSION,
+                BindSessionInput(session_id=self._session_id, vault_ids=self._vault_ids),
+                BindSessionResult,
+                "bind session to its vaults",
+            )
+        except ActivityError as err:
+            report("mcp_authentication_failed_error", f"the proxy refused the session: {_message(err)}", "exhausted")
+            return
+        self.reference = bound.reference
+        for server, toolset in self._toolsets:
+            specs = await self._discover(server.name, report)
+            for spec in specs:
+                if toolset.enabled(spec.name):
+                    self.tools[spec.model_name] = spec
+
+    async def _discover(self, server_name: str, report: ReportError) -> list[McpToolSpec]:
+        assert self.reference is not None
+        server = self._servers[server_name]
+        for attempt in range(1, DISCOVERY_ATTEMPTS + 1):
+            try:
+                specs: list[McpToolSpec] = await self._proxy(
+                    ACTIVITY_MCP_LIST_TOOLS,
+                    McpListToolsInput(session_id=self._session_id, reference=self.reference, server=server),
+                    list[McpToolSpec],
+                    f"list tools of MCP server {server.name}",
+                )
+                return specs
+            except ActivityError as err:
+                error_type, retryable = _classify(err)
+                last = attempt == DISCOVERY_ATTEMPTS or not retryable
+                message = f"MCP server {server.name} ({server.url}): {_message(err)}"
+                if last:
+                    report(error_type, f"{message}; its tools are not available in this session", "exhausted")
+                    return []
+                report(error_type, message, "retrying")
+                await workflow.sleep(timedelta(seconds=2 ** (attempt - 1)), summary="retry MCP discovery")
+        return []
+
+    def spec(self, model_name: str) -> McpToolSpec | None:
+        return self.tools.get(model_name)
+
+    async def call(self, use: AgentMcpToolUse, report: ReportError) -> tuple[str, bool]:
+        """One tool call through the proxy; failures become an error result and a typed `session.error`."""
+        server = self._servers.get(use.mcp_server_name)
+        if server is None or self.reference is None:
+            return f"MCP server {use.mcp_server_name!r} is not available in this session.", True
+        try:
+            result: McpCallToolResult = await self._proxy(
+                ACTIVITY_MCP_CALL_TOOL,
+                McpCallToolInput(
+                    session_id=self._session_id,
+                    reference=self.reference,
+                    server=server,
+                    tool=use.name,
+                    arguments=use.input,
+                    tool_use_id=use.id,
+                ),
+                McpCallToolResult,
+                f"tool mcp__{server.name}__{use.name}",
+                timeout=MCP_CALL_TIMEOUT,
+            )
+        except ActivityError as err:
+            if isinstance(err.cause, CancelledError):
+                raise
+            error_type, _ = _classify(err)
+            message = f"MCP server {server.name}: {_message(err)}"
+            report(error_type, message, "exhausted")
+            return f"Tool error: {message}", True
+        return result.text, result.is_error
+
+    async def release(self) -> None:
+        if self.reference is None:
+            return
+        try:
+            await self._proxy(
+                ACTIVITY_PROXY_RELEASE_SESSION,
+                ReleaseSessionInput(session_id=self._session_id),
+                None,
+                "revoke the session's proxy reference",
+            )
+        except ActivityError:
+            workflow.logger.warning("could not revoke the proxy reference of %s", self._session_id)
+
+    async def _proxy(
+        self,
+        activity: str,
+        arg: object,
+        result_type: Any,
+        summary: str,
+        timeout: timedelta = timedelta(minutes=1),
+    ) -> Any:
+        return await workflow.execute_activity(
+            activity,
+            arg,
+            task_queue=PROXY_TASK_QUEUE,
+            result_type=result_type,
+            start_to_close_timeout=timeout,
+            schedule_to_start_timeout=PROXY_SCHEDULE_TO_START,
+            heartbeat_timeout=timedelta(seconds=10),
+            retry_policy=INFRASTRUCTURE_RETRY,
+            summary=summary,
+        )
+
+
+def _classify(err: ActivityError) -> tuple[ErrorType, bool]:
+    cause = err.cause
+    if isinstance(cause, ApplicationError) and cause.type == MCP_AUTHENTICATION_FAILED:
+        return "mcp_authentication_failed_error", False
+    if isinstance(cause, ApplicationError) and cause.type == PROXY_REJECTED:
+        return "mcp_authentication_failed_error", False
+    if isinstance(cause, TimeoutError):
+        return "mcp_connection_failed_error", True
+    return "mcp_connection_failed_error", True
+
+
+def _message(err: ActivityError) -> str:
+    cause = err.cause
+    if isinstance(cause, TimeoutError):
+        return "the proxy did not answer in time (is a corral-proxy worker running?)"
+    return str(getattr(cause, "message", None) or cause or err)

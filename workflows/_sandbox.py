@@ -1,0 +1,192 @@
+"""The session's sandbox as the workflow sees it: data (a handle), provisioned lazily, re-made after it dies,
+stopped when the session idles, released when it ends. Workflow code: every effect is an activity."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
+
+with workflow.unsafe.imports_passed_through():
+    from corral.contract.activities import ExecuteInput
+    from corral.contract.errors import SANDBOX_GONE, SANDBOX_UNAVAILABLE
+    from corral.contract.events import AgentToolUse
+    from corral.contract.sandbox import Environment, ProvisionInput, RepositoryClone, SandboxHandle, SandboxRef
+    from corral.names import (
+        ACTIVITY_EXECUTE,
+        ACTIVITY_PROVISION_SANDBOX,
+        ACTIVITY_RELEASE_SANDBOX,
+        ACTIVITY_STOP_SANDBOX,
+        SANDBOX_TASK_QUEUE,
+    )
+    from workflows._outcomes import INFRASTRUCTURE_RETRY, tool_failure
+
+PROVISION_TIMEOUT = timedelta(minutes=15)
+"""Long enough to build a derived image with the recipe's packages the first time."""
+ENGINE_SCHEDULE_TO_START = timedelta(seconds=30)
+"""No worker attached to the container's engine for this long: the engine is treated as gone."""
+SANDBOX_HEARTBEAT_TIMEOUT = timedelta(seconds=3)
+CONTROL_TIMEOUT = timedelta(minutes=1)
+NOT_PICKED_UP = ("SCHEDULE_TO_START",)
+
+
+class SessionSandbox:
+    """One session's sandbox. Calls run one at a time (they share a shell state and a workspace)."""
+
+    def __init__(
+        self,
+        session_id: str,
+        environment: Environment,
+        repositories: Callable[[], list[RepositoryClone]] = list,
+    ) -> None:
+        self._session_id = session_id
+        self._environment = environment
+        self._repositories = repositories
+        self.handle: SandboxHandle | None = None
+        self.stopped = False
+        self.generation = 0
+        self._lock = asyncio.Lock()
+
+    @property
+    def running(self) -> bool:
+        return self.handle is not None and not self.stopped
+
+    @property
+    def idle_stop_after(self) -> timedelta:
+        return timedelta(seconds=self._environment.idle_stop_seconds)
+
+    async def execute(self, use: AgentToolUse) -> tuple[str, bool]:
+        """Run a built-in tool in the container, provisioning it first if needed; errors become error results."""
+        async with self._lock:
+            try:
+                handle = await self._ensure()
+            except ActivityError as err:
+                if isinstance(err.cause, CancelledError):
+                    raise
+                return f"The sandbox could not be started: {_message(err)}", True
+            try:
+                output: str = await workflow.execute_activity(
+                    ACTIVITY_EXECUTE,
+                    ExecuteInput(
+                        session_id=self._session_id, tool_use_id=use.id, name=use.name, input=use.input, sandbox=handle
+                    ),
+                    task_queue=handle.task_queue,
+                    result_type=str,
+                    start_to_close_timeout=timedelta(seconds=handle.bash_max_timeout_seconds + 60),
+                    schedule_to_start_timeout=ENGINE_SCHEDULE_TO_START,
+                    heartbeat_timeout=SANDBOX_HEARTBEAT_TIMEOUT,
+                    retry_policy=INFRASTRUCTURE_RETRY,
+                    cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                    summary=f"tool {use.name}",
+                )
+            except ActivityError as err:
+                cause = err.cause
+                if isinstance(cause, CancelledError):
+                    raise
+                if isinstance(cause, ApplicationError) and cause.type == SANDBOX_GONE:
+                    self._forget()
+                    return f"Tool error: {cause.message}", True
+                if (
+                    isinstance(cause, TimeoutError)
+                    and cause.type is not None
+                    and cause.type.name == "SCHEDULE_TO_START"
+                ):
+                    self._forget()
+                    return (
+                        "Tool error: no sandbox worker is attached to the engine that held this session's container. "
+                        "The next tool call starts a new container (files in /workspace may not be there).",
+                        True,
+                    )
+                return tool_failure(use.name, handle.task_queue, err), True
+            return output, False
+
+    async def _ensure(self) -> SandboxHandle:
+        if self.handle is not None and not self.stopped:
+            return self.handle
+        queue = self.handle.task_queue if self.handle is not None else SANDBOX_TASK_QUEUE
+        summary = "restart sandbox" if self.handle is not None else f"provision sandbox (generation {self.generation})"
+        try:
+            handle = await self._provision(queue, summary)
+        except ActivityError as err:
+            if self.handle is None or not isinstance(err.cause, TimeoutError):
+                raise
+            self._forget()  # the engine that held the stopped container is gone: start over elsewhere
+            handle = await self._provision(SANDBOX_TASK_QUEUE, f"provision sandbox (generation {self.generation})")
+        self.handle, self.stopped = handle, False
+        return handle
+
+    async def _provision(self, task_queue: str, summary: str) -> SandboxHandle:
+        handle: SandboxHandle = await workflow.execute_activity(
+            ACTIVITY_PROVISION_SANDBOX,
+            ProvisionInput(
+                session_id=self._session_id,
+                environment=self._environment,
+                generation=self.generation,
+                namespace=workflow.info().namespace,
+                repositories=self._repositories(),
+            ),
+            task_queue=task_queue,
+            result_type=SandboxHandle,
+            start_to_close_timeout=PROVISION_TIMEOUT,
+            schedule_to_start_timeout=ENGINE_SCHEDULE_TO_START if task_queue != SANDBOX_TASK_QUEUE else None,
+            heartbeat_timeout=timedelta(seconds=10),
+            retry_policy=INFRASTRUCTURE_RETRY,
+            summary=summary,
+        )
+        return handle
+
+    def _forget(self) -> None:
+        """The container is gone: the next call makes a new one from the same recipe."""
+        self.handle, self.stopped = None, False
+        self.generation += 1
+
+    async def stop(self) -> None:
+        """Zero compute while idle: stop the container, keep the workspace."""
+        if self.handle is None or self.stopped:
+            return
+        async with self._lock:
+            try:
+                await self._control(ACTIVITY_STOP_SANDBOX, SandboxRef(handle=self.handle), "stop idle sandbox")
+            except ActivityError:
+                self._forget()
+                return
+            self.stopped = True
+
+    async def release(self) -> None:
+        """The session ended: remove its containers and its workspace volume."""
+        if self.handle is None and self.generation == 0:
+            return
+        handle = self.handle or SandboxHandle(
+            session_id=self._session_id,
+            container_id="",
+            container_name="",
+            volume="",
+            image="",
+            task_queue=SANDBOX_TASK_QUEUE,
+            generation=self.generation,
+        )
+        try:
+            await self._control(ACTIVITY_RELEASE_SANDBOX, SandboxRef(handle=handle, remove_volume=True), "release")
+        except ActivityError:
+            workflow.logger.warning("could not release the sandbox of %s; the reaper will", self._session_id)
+
+    async def _control(self, activity: str, ref: SandboxRef, summary: str) -> None:
+        await workflow.execute_activity(
+            activity,
+            ref,
+            task_queue=ref.handle.task_queue,
+            start_to_close_timeout=CONTROL_TIMEOUT,
+            schedule_to_start_timeout=ENGINE_SCHEDULE_TO_START,
+            retry_policy=INFRASTRUCTURE_RETRY,
+            summary=summary,
+        )
+
+
+def _message(err: ActivityError) -> str:
+    cause = err.cause
+    if isinstance(cause, ApplicationError) and cause.type == SANDBOX_UNAVAILABLE:
+        return cause.message
+    return str(getattr(cause, "message", None) or cause or err)
