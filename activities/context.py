@@ -20,15 +20,10 @@ from corral.contract.events import (
     UserCustomToolResult,
     UserMessage,
 )
-from corral.contract.proxy import McpToolSpec
+from corral.contract.proxy import McpToolSpec, mcp_tool_name
 from corral.contract.session import AgentConfig
 
 MessageParam = dict[str, Any]
-
-
-def mcp_tool_name(server: str, tool: str) -> str:
-    """The name the model sees for an MCP tool."""
-    return f"mcp__{server}__{tool}"
 
 
 def _block(block: ContentBlock) -> dict[str, Any]:

@@ -164,7 +164,6 @@ def _result(message: anthropic.types.Message) -> ModelTurnResult:
     usage = message.usage
     return ModelTurnResult(
         content=content,
-        stop_reason=message.stop_reason,
         usage=ModelUsage(
             input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens,

@@ -74,6 +74,17 @@ class SessionLog:
     def conversation_entries(self, start: int, end: int) -> list[SessionEvent]:
         return [self.events[position - 1] for position in self.conversation[start:end]]
 
+    def unanswered_tool_uses(self) -> list[SessionEvent]:
+        """Tool calls in the conversation that no result answers yet (what an interrupt must close)."""
+        entries = self.conversation_entries(0, len(self.conversation))
+        answered = {
+            getattr(event, "tool_use_id", None)
+            or getattr(event, "custom_tool_use_id", None)
+            or getattr(event, "mcp_tool_use_id", None)
+            for event in entries
+        }
+        return [event for event in entries if event.type.endswith("tool_use") and event.id not in answered]
+
     def page(self, query: EventsQuery) -> EventPage:
         """Events after `query.after` (and before `query.before`), filtered by type, capped by count and bytes."""
         wanted = set(query.types) if query.types else None

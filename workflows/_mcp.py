@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from corral.contract.events import AgentMcpToolUse, ErrorType
@@ -20,12 +20,15 @@ with workflow.unsafe.imports_passed_through():
         PROXY_REJECTED,
         BindSessionInput,
         BindSessionResult,
+        GitRepositoryResource,
         McpCallToolInput,
         McpCallToolResult,
         McpListToolsInput,
         McpToolSpec,
         ReleaseSessionInput,
+        mcp_tool_name,
     )
+    from corral.contract.sandbox import RepositoryClone
     from corral.contract.session import AgentConfig
     from corral.names import (
         ACTIVITY_MCP_CALL_TOOL,
@@ -34,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
         ACTIVITY_PROXY_RELEASE_SESSION,
         PROXY_TASK_QUEUE,
     )
-    from workflows._outcomes import INFRASTRUCTURE_RETRY
+    from workflows._outcomes import INFRASTRUCTURE_RETRY, failure_message
 
 MCP_CALL_TIMEOUT = timedelta(minutes=5)
 PROXY_SCHEDULE_TO_START = timedelta(seconds=60)
@@ -103,6 +106,20 @@ class SessionMcp:
                 await workflow.sleep(timedelta(seconds=2 ** (attempt - 1)), summary="retry MCP discovery")
         return []
 
+    def clones(self, resources: list[GitRepositoryResource]) -> list[RepositoryClone]:
+        """The session's repositories as the sandbox clones them: through the proxy, by this session's reference."""
+        if self.reference is None:
+            return []
+        return [
+            RepositoryClone(
+                repository_id=resource.repository_id,
+                reference=self.reference,
+                mount_path=resource.mount(),
+                checkout=resource.checkout.ref() if resource.checkout else None,
+            )
+            for resource in resources
+        ]
+
     def spec(self, model_name: str) -> McpToolSpec | None:
         return self.tools.get(model_name)
 
@@ -123,7 +140,7 @@ class SessionMcp:
                     tool_use_id=use.id,
                 ),
                 McpCallToolResult,
-                f"tool mcp__{server.name}__{use.name}",
+                f"tool {mcp_tool_name(server.name, use.name)}",
                 timeout=MCP_CALL_TIMEOUT,
             )
         except ActivityError as err:
@@ -170,18 +187,12 @@ class SessionMcp:
 
 
 def _classify(err: ActivityError) -> tuple[ErrorType, bool]:
+    """A rejected credential or session is final; anything else (a server down, a timeout) may pass."""
     cause = err.cause
-    if isinstance(cause, ApplicationError) and cause.type == MCP_AUTHENTICATION_FAILED:
+    if isinstance(cause, ApplicationError) and cause.type in (MCP_AUTHENTICATION_FAILED, PROXY_REJECTED):
         return "mcp_authentication_failed_error", False
-    if isinstance(cause, ApplicationError) and cause.type == PROXY_REJECTED:
-        return "mcp_authentication_failed_error", False
-    if isinstance(cause, TimeoutError):
-        return "mcp_connection_failed_error", True
     return "mcp_connection_failed_error", True
 
 
 def _message(err: ActivityError) -> str:
-    cause = err.cause
-    if isinstance(cause, TimeoutError):
-        return "the proxy did not answer in time (is a corral-proxy worker running?)"
-    return str(getattr(cause, "message", None) or cause or err)
+    return failure_message(err, timed_out="the proxy did not answer in time (is a corral-proxy worker running?)")

@@ -1,15 +1,28 @@
-"""What a finished activity means for the session (pure functions of activity errors and results)."""
+"""What a finished activity means for the session: its events, its error message, its usage (pure functions of
+activity errors and results, and of the log they are appended to)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
 
+from corral.contract.activities import ModelTextOutput, ModelThinkingOutput, ModelToolUseOutput, ModelTurnResult
 from corral.contract.errors import MODEL_FATAL, MODEL_RETRYABLE, TOOL_ERROR, ModelErrorInfo
-from corral.contract.events import ModelUsage
+from corral.contract.events import (
+    AgentCustomToolUse,
+    AgentMcpToolUse,
+    AgentMessage,
+    AgentThinking,
+    AgentToolUse,
+    ModelUsage,
+    TextBlock,
+)
+from corral.contract.proxy import McpToolSpec
+from workflows._log import SessionLog
 
 INFRASTRUCTURE_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=200),
@@ -30,15 +43,31 @@ def model_error_info(err: ActivityError) -> ModelErrorInfo:
     return ModelErrorInfo(error_type="model_request_failed_error", status=None, retryable=retryable)
 
 
+def not_picked_up(err: ActivityError) -> bool:
+    """No worker took the activity from its task queue in time: nobody serves that queue (any more)."""
+    cause = err.cause
+    return isinstance(cause, TimeoutError) and cause.type is not None and cause.type.name == "SCHEDULE_TO_START"
+
+
+def failure_message(err: ActivityError, *, timed_out: str | None = None) -> str:
+    """What a failed activity's cause says (an activity's own error message, which is written for people);
+    `timed_out` replaces it for a timeout, whose own text says only which timeout fired."""
+    cause = err.cause
+    if timed_out is not None and isinstance(cause, TimeoutError):
+        return timed_out
+    return str(getattr(cause, "message", None) or cause or err)
+
+
 def tool_failure(name: str, task_queue: str, err: ActivityError) -> str:
+    """A failed hand call as the tool result the model sees."""
     cause = err.cause
     if isinstance(cause, ApplicationError) and cause.type == TOOL_ERROR:
         return cause.message
+    if not_picked_up(err):
+        return f"Tool {name!r} is unavailable: no hand is serving task queue {task_queue!r}."
     if isinstance(cause, TimeoutError):
-        if cause.type is not None and cause.type.name == "SCHEDULE_TO_START":
-            return f"Tool {name!r} is unavailable: no hand is serving task queue {task_queue!r}."
         return f"Tool {name!r} timed out ({cause.type.name.lower() if cause.type else 'timeout'})."
-    return f"Tool {name!r} failed: {cause.message if cause is not None and hasattr(cause, 'message') else err}"
+    return f"Tool {name!r} failed: {failure_message(err)}"
 
 
 def add_usage(total: ModelUsage, usage: ModelUsage) -> ModelUsage:
@@ -48,3 +77,36 @@ def add_usage(total: ModelUsage, usage: ModelUsage) -> ModelUsage:
         cache_creation_input_tokens=total.cache_creation_input_tokens + usage.cache_creation_input_tokens,
         cache_read_input_tokens=total.cache_read_input_tokens + usage.cache_read_input_tokens,
     )
+
+
+ToolUseEvent = AgentToolUse | AgentCustomToolUse | AgentMcpToolUse
+
+
+def record_response(
+    log: SessionLog,
+    result: ModelTurnResult,
+    mcp_spec: Callable[[str], McpToolSpec | None],
+    is_custom: Callable[[str], bool],
+) -> list[ToolUseEvent]:
+    """Append a model response's events to the log and the conversation; return the tool calls to run (MCP tools
+    by their `mcp__…` name, custom tools run by the client, the rest by hands)."""
+    texts = [block.text for block in result.content if isinstance(block, ModelTextOutput) and block.text]
+    if any(isinstance(block, ModelThinkingOutput) for block in result.content):
+        log.append(AgentThinking)
+    if texts:
+        log.add_to_conversation(log.append(AgentMessage, content=[TextBlock(text=text) for text in texts]))
+    uses: list[ToolUseEvent] = []
+    for block in result.content:
+        if not isinstance(block, ModelToolUseOutput):
+            continue
+        use: ToolUseEvent
+        mcp = mcp_spec(block.name)
+        if mcp is not None:
+            use = log.append(AgentMcpToolUse, mcp_server_name=mcp.server, name=mcp.name, input=block.input)
+        elif is_custom(block.name):
+            use = log.append(AgentCustomToolUse, name=block.name, input=block.input)
+        else:
+            use = log.append(AgentToolUse, name=block.name, input=block.input)
+        log.add_to_conversation(use)
+        uses.append(use)
+    return uses

@@ -12,7 +12,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 
 with workflow.unsafe.imports_passed_through():
     from corral.contract.activities import ExecuteInput
-    from corral.contract.errors import SANDBOX_GONE, SANDBOX_UNAVAILABLE
+    from corral.contract.errors import SANDBOX_GONE
     from corral.contract.events import AgentToolUse
     from corral.contract.sandbox import Environment, ProvisionInput, RepositoryClone, SandboxHandle, SandboxRef
     from corral.names import (
@@ -22,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
         ACTIVITY_STOP_SANDBOX,
         SANDBOX_TASK_QUEUE,
     )
-    from workflows._outcomes import INFRASTRUCTURE_RETRY, tool_failure
+    from workflows._outcomes import INFRASTRUCTURE_RETRY, failure_message, not_picked_up, tool_failure
 
 PROVISION_TIMEOUT = timedelta(minutes=15)
 """Long enough to build a derived image with the recipe's packages the first time."""
@@ -30,7 +30,6 @@ ENGINE_SCHEDULE_TO_START = timedelta(seconds=30)
 """No worker attached to the container's engine for this long: the engine is treated as gone."""
 SANDBOX_HEARTBEAT_TIMEOUT = timedelta(seconds=3)
 CONTROL_TIMEOUT = timedelta(minutes=1)
-NOT_PICKED_UP = ("SCHEDULE_TO_START",)
 
 
 class SessionSandbox:
@@ -66,7 +65,7 @@ class SessionSandbox:
             except ActivityError as err:
                 if isinstance(err.cause, CancelledError):
                     raise
-                return f"The sandbox could not be started: {_message(err)}", True
+                return f"The sandbox could not be started: {failure_message(err)}", True
             try:
                 output: str = await workflow.execute_activity(
                     ACTIVITY_EXECUTE,
@@ -89,11 +88,7 @@ class SessionSandbox:
                 if isinstance(cause, ApplicationError) and cause.type == SANDBOX_GONE:
                     self._forget()
                     return f"Tool error: {cause.message}", True
-                if (
-                    isinstance(cause, TimeoutError)
-                    and cause.type is not None
-                    and cause.type.name == "SCHEDULE_TO_START"
-                ):
+                if not_picked_up(err):
                     self._forget()
                     return (
                         "Tool error: no sandbox worker is attached to the engine that held this session's container. "
@@ -183,10 +178,3 @@ class SessionSandbox:
             retry_policy=INFRASTRUCTURE_RETRY,
             summary=summary,
         )
-
-
-def _message(err: ActivityError) -> str:
-    cause = err.cause
-    if isinstance(cause, ApplicationError) and cause.type == SANDBOX_UNAVAILABLE:
-        return cause.message
-    return str(getattr(cause, "message", None) or cause or err)

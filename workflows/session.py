@@ -15,12 +15,8 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 
 with workflow.unsafe.imports_passed_through():
     from corral.contract.activities import (
-        ExecuteInput,
         ModelContext,
         ModelContextQuery,
-        ModelTextOutput,
-        ModelThinkingOutput,
-        ModelToolUseOutput,
         ModelTurnInput,
         ModelTurnResult,
     )
@@ -29,8 +25,6 @@ with workflow.unsafe.imports_passed_through():
         AgentCustomToolUse,
         AgentMcpToolResult,
         AgentMcpToolUse,
-        AgentMessage,
-        AgentThinking,
         AgentToolResult,
         AgentToolUse,
         EndTurn,
@@ -49,12 +43,7 @@ with workflow.unsafe.imports_passed_through():
         SpanModelRequestStart,
         StopReason,
         TextBlock,
-        UserCustomToolResult,
-        UserInterrupt,
-        UserMessage,
-        UserToolConfirmation,
     )
-    from corral.contract.sandbox import RepositoryClone
     from corral.contract.session import (
         CustomTool,
         EventPage,
@@ -68,15 +57,11 @@ with workflow.unsafe.imports_passed_through():
         SessionInfo,
         SessionInput,
         SessionStatus,
-        UserCustomToolResultParams,
-        UserEventParams,
         UserInterruptParams,
         UserMessageParams,
         UserMessageSignal,
-        normalize_content,
     )
     from corral.names import (
-        ACTIVITY_EXECUTE,
         ACTIVITY_MODEL_TURN,
         EVENT_ID_PREFIX,
         QUERY_EVENTS,
@@ -89,12 +74,13 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_USER_MESSAGE,
         UPDATE_SEND_EVENTS,
     )
-    from workflows._log import SessionLog, check_answers, parse_user_events
+    from workflows._hands import execute_on_hand
+    from workflows._inbox import UserInbox
+    from workflows._log import SessionLog
     from workflows._mcp import RetryState, SessionMcp
-    from workflows._outcomes import INFRASTRUCTURE_RETRY, add_usage, model_error_info, tool_failure
+    from workflows._outcomes import INFRASTRUCTURE_RETRY, ToolUseEvent, add_usage, model_error_info, record_response
     from workflows._sandbox import SessionSandbox
 
-ToolUseEvent = AgentToolUse | AgentCustomToolUse | AgentMcpToolUse
 
 STATUS_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS)
 MODEL_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_MODEL)
@@ -103,11 +89,6 @@ MODEL_TURN_TIMEOUT = timedelta(minutes=10)
 MODEL_HEARTBEAT_TIMEOUT = timedelta(seconds=3)
 """A lost model worker is noticed within this time; the activity heartbeats every second while it waits (the SDK
 sends at most every 0.8 x this). 3 s keeps recovery after SIGKILL under the 5 s target (bench/recovery.py)."""
-HAND_HEARTBEAT_TIMEOUT = timedelta(seconds=3)
-"""Short on purpose: the SDK sends heartbeats at most every 0.8 x this, and a cancel (interrupt) reaches a running
-activity only in the answer to a heartbeat. Hands must heartbeat; `make_execute_activity` does it every second."""
-HAND_SCHEDULE_TO_START = timedelta(seconds=60)
-"""A tool call no hand picks up within this time is an error the model sees, not a stuck session."""
 
 
 @workflow.defn(name=SESSION_WORKFLOW)
@@ -120,23 +101,21 @@ class SessionWorkflow:
         self._tools: dict[str, ResolvedTool] = {t.name: t for t in input.agent.resolved_tools()}
         self._log = SessionLog(new_id=lambda: EVENT_ID_PREFIX + workflow.uuid4().hex, now=workflow.now)
         self._created_at = workflow.now()
-        self._pending: list[UserMessage] = []
-        self._client_ids: dict[str, str] = {}
+        self._inbox = UserInbox(self._log, workflow.now, self._interrupt_turn, self._describe)
         self._status: SessionStatus = "idle"
         self._stop_reason: str | None = None
         self._turns = 0
         self._usage = ModelUsage()
         self._delta_start = 0
         self._turn_task: asyncio.Task[None] | None = None
-        self._interrupts: list[UserInterrupt] = []
-        self._awaiting_custom: dict[str, AgentCustomToolUse] = {}
-        self._custom_results: dict[str, UserCustomToolResult] = {}
         self._mcp = SessionMcp(
             workflow.info().workflow_id, input.agent, input.vault_ids, needs_binding=bool(input.resources)
         )
-        self._sandbox = SessionSandbox(workflow.info().workflow_id, input.sandbox_environment(), self._clones)
+        self._sandbox = SessionSandbox(
+            workflow.info().workflow_id, input.sandbox_environment(), lambda: self._mcp.clones(input.resources)
+        )
         if input.message is not None:
-            self._accept_message(UserMessageParams(type="user.message", content=input.message))
+            self._inbox.accept_message(UserMessageParams(type="user.message", content=input.message))
 
     # ---- main loop -----------------------------------------------------------------------------------------
 
@@ -162,10 +141,10 @@ class SessionWorkflow:
     async def _wait_for_work(self) -> bool:
         """Zero compute while idle: wait for a message; stop a running sandbox once idle long enough."""
         if not self._sandbox.running:
-            await workflow.wait_condition(lambda: bool(self._pending))
+            await workflow.wait_condition(lambda: bool(self._inbox.pending))
             return True
         try:
-            await workflow.wait_condition(lambda: bool(self._pending), timeout=self._sandbox.idle_stop_after)
+            await workflow.wait_condition(lambda: bool(self._inbox.pending), timeout=self._sandbox.idle_stop_after)
         except asyncio.TimeoutError:  # noqa: UP041 - the builtin, not temporalio.exceptions.TimeoutError
             await self._sandbox.stop()
             return False
@@ -178,27 +157,20 @@ class SessionWorkflow:
         try:
             await self._mcp.prepare(self._report)
             while True:
-                self._take_pending()
+                self._inbox.take_pending()
                 result = await self._call_model()
                 if result is None:
                     return
-                uses = self._record_response(result)
+                uses = record_response(self._log, result, self._mcp.spec, self._is_custom)
                 if uses:
                     await self._run_tools(uses)
-                elif not self._pending:
+                elif not self._inbox.pending:
                     self._go_idle(EndTurn())
                     return
         except (asyncio.CancelledError, ActivityError):
-            if not self._interrupts:
+            if not self._inbox.interrupts:
                 raise
             self._finish_interrupt()
-
-    def _take_pending(self) -> None:
-        """Move queued user messages into the conversation, in arrival order."""
-        for message in self._pending:
-            message.processed_at = workflow.now()
-            self._log.add_to_conversation(message)
-        self._pending.clear()
 
     async def _call_model(self) -> ModelTurnResult | None:
         """One model turn, retrying transient model errors visibly; None when the turn ended in an error."""
@@ -240,7 +212,7 @@ class SessionWorkflow:
                     model_usage=ModelUsage(),
                     is_error=True,
                 )
-                if isinstance(err.cause, CancelledError) and self._interrupts:
+                if isinstance(err.cause, CancelledError) and self._inbox.interrupts:
                     raise
                 error = model_error_info(err)
                 if error.retryable and attempt < retry.max_attempts:
@@ -263,29 +235,8 @@ class SessionWorkflow:
             return result
         raise AssertionError("unreachable: the last attempt returns or reports")
 
-    def _record_response(self, result: ModelTurnResult) -> list[ToolUseEvent]:
-        """Append the response's events to the log and the conversation; return the tool calls to run."""
-        texts = [block.text for block in result.content if isinstance(block, ModelTextOutput) and block.text]
-        if any(isinstance(block, ModelThinkingOutput) for block in result.content):
-            self._log.append(AgentThinking)
-        if texts:
-            message = self._log.append(AgentMessage, content=[TextBlock(text=text) for text in texts])
-            self._log.add_to_conversation(message)
-        uses: list[ToolUseEvent] = []
-        for block in result.content:
-            if not isinstance(block, ModelToolUseOutput):
-                continue
-            use: ToolUseEvent
-            mcp = self._mcp.spec(block.name)
-            if mcp is not None:
-                use = self._log.append(AgentMcpToolUse, mcp_server_name=mcp.server, name=mcp.name, input=block.input)
-            elif isinstance(self._tools.get(block.name), CustomTool):
-                use = self._log.append(AgentCustomToolUse, name=block.name, input=block.input)
-            else:
-                use = self._log.append(AgentToolUse, name=block.name, input=block.input)
-            self._log.add_to_conversation(use)
-            uses.append(use)
-        return uses
+    def _is_custom(self, name: str) -> bool:
+        return isinstance(self._tools.get(name), CustomTool)
 
     async def _run_tools(self, uses: list[ToolUseEvent]) -> None:
         """Run hand and MCP calls concurrently, then wait for the client's custom tool results, if any."""
@@ -302,16 +253,16 @@ class SessionWorkflow:
         if not custom_uses:
             return
         for custom_use in custom_uses:
-            self._awaiting_custom[custom_use.id] = custom_use
+            self._inbox.awaiting_custom[custom_use.id] = custom_use
         self._go_idle(RequiresAction(event_ids=[use.id for use in custom_uses]))
         await workflow.wait_condition(
-            lambda: all(use.id in self._custom_results for use in custom_uses) or bool(self._pending)
+            lambda: all(use.id in self._inbox.custom_results for use in custom_uses) or bool(self._inbox.pending)
         )
         self._set_status("running")
         self._log.append(SessionStatusRunning)
         for custom_use in custom_uses:
-            self._awaiting_custom.pop(custom_use.id, None)
-            answer = self._custom_results.pop(custom_use.id, None)
+            self._inbox.awaiting_custom.pop(custom_use.id, None)
+            answer = self._inbox.custom_results.pop(custom_use.id, None)
             if answer is None:
                 # Do better than blocking forever: a new message answers the open calls with an error.
                 self._add_tool_result(custom_use.id, "No result: the user sent a new message instead.", True)
@@ -326,26 +277,7 @@ class SessionWorkflow:
             return await self._sandbox.execute(use)
         if not isinstance(tool, HandTool):
             return f"Unknown tool {use.name!r}. Available tools: {', '.join(sorted(self._tools))}.", True
-        try:
-            output = await workflow.execute_activity(
-                ACTIVITY_EXECUTE,
-                ExecuteInput(
-                    session_id=workflow.info().workflow_id, tool_use_id=use.id, name=use.name, input=use.input
-                ),
-                task_queue=tool.task_queue,
-                result_type=str,
-                start_to_close_timeout=timedelta(seconds=tool.timeout_seconds),
-                schedule_to_start_timeout=HAND_SCHEDULE_TO_START,
-                heartbeat_timeout=HAND_HEARTBEAT_TIMEOUT,
-                retry_policy=INFRASTRUCTURE_RETRY,
-                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                summary=f"tool {use.name}",
-            )
-        except ActivityError as err:
-            if isinstance(err.cause, CancelledError):
-                raise
-            return tool_failure(use.name, tool.task_queue, err), True
-        return output, False
+        return await execute_on_hand(tool, use)
 
     def _add_tool_result(self, tool_use_id: str, text: str, is_error: bool) -> None:
         result = self._log.append(
@@ -367,46 +299,13 @@ class SessionWorkflow:
 
     def _finish_interrupt(self) -> None:
         """Close what the interrupt cut short so the conversation stays valid, then go idle."""
-        entries = self._log.conversation_entries(0, len(self._log.conversation))
-        answered = {
-            getattr(event, "tool_use_id", None)
-            or getattr(event, "custom_tool_use_id", None)
-            or getattr(event, "mcp_tool_use_id", None)
-            for event in entries
-        }
-        for event in entries:
-            if event.id in answered:
-                continue
+        for event in self._log.unanswered_tool_uses():
             if isinstance(event, AgentMcpToolUse):
                 self._add_mcp_result(event.id, "Cancelled: the user interrupted this tool call.", True)
             elif isinstance(event, AgentToolUse | AgentCustomToolUse):
                 self._add_tool_result(event.id, "Cancelled: the user interrupted this tool call.", True)
-        self._awaiting_custom.clear()
-        self._custom_results.clear()
-        latest = self._interrupts[-1].position
-        for message in [m for m in self._pending if m.position < latest]:
-            # Queued before the interrupt: kept in the conversation, but they do not start a new turn.
-            message.processed_at = workflow.now()
-            self._log.add_to_conversation(message)
-            self._pending.remove(message)
-        for interrupt in self._interrupts:
-            interrupt.processed_at = workflow.now()
-        self._interrupts.clear()
+        self._inbox.settle_interrupts()
         self._go_idle(EndTurn())
-
-    def _clones(self) -> list[RepositoryClone]:
-        """The session's repositories as the sandbox clones them: through the proxy, by reference."""
-        if self._mcp.reference is None:
-            return []
-        return [
-            RepositoryClone(
-                repository_id=resource.repository_id,
-                reference=self._mcp.reference,
-                mount_path=resource.mount(),
-                checkout=resource.checkout.ref() if resource.checkout else None,
-            )
-            for resource in self._input.resources
-        ]
 
     # ---- status -------------------------------------------------------------------------------------------
 
@@ -426,7 +325,7 @@ class SessionWorkflow:
         reason = f" ({self._stop_reason})" if self._stop_reason else ""
         workflow.set_current_details(
             f"**{self._status}**{reason} · model `{self._input.agent.model}` · {self._turns} model turns · "
-            f"{self._log.last_position} events · {len(self._pending)} queued · "
+            f"{self._log.last_position} events · {len(self._inbox.pending)} queued · "
             f"{self._usage.input_tokens} in / {self._usage.output_tokens} out tokens"
         )
 
@@ -448,74 +347,30 @@ class SessionWorkflow:
     def user_message(self, input: UserMessageSignal) -> None:
         """Fire-and-forget message; prefer the `send_events` update to learn whether it was accepted."""
         try:
-            self._accept_message(UserMessageParams(type="user.message", content=input.content, id=input.id))
+            self._inbox.accept_message(UserMessageParams(type="user.message", content=input.content, id=input.id))
         except ValueError as exc:
             workflow.logger.warning("dropped an invalid user_message signal: %s", exc)
 
     @workflow.signal(name=SIGNAL_INTERRUPT)
     def interrupt(self, input: InterruptSignal | None = None) -> None:
         """Stop the current work; the session goes idle and stays usable."""
-        self._accept(UserInterruptParams(type="user.interrupt", id=input.id if input else None))
+        self._inbox.accept(UserInterruptParams(type="user.interrupt", id=input.id if input else None))
 
     @workflow.update(name=UPDATE_SEND_EVENTS)
     def send_events(self, input: SendEventsInput) -> SendEventsResult:
         """Append a batch of user events; returns their ids once they are in history."""
-        return SendEventsResult(event_ids=[self._accept(params) for params in parse_user_events(input)])
+        return SendEventsResult(event_ids=self._inbox.accept_batch(input))
 
     @send_events.validator
     def _validate_send_events(self, input: SendEventsInput) -> None:
-        check_answers(parse_user_events(input), waiting=set(self._awaiting_custom) - set(self._custom_results))
+        self._inbox.validate(input)
 
-    def _accept(self, params: UserEventParams) -> str:
-        """Append one validated user event (or return the id it already has) and act on it."""
-        if params.id is not None and params.id in self._client_ids:
-            return self._client_ids[params.id]
-        event_id: str
-        if isinstance(params, UserMessageParams):
-            event_id = self._accept_message(params)
-        elif isinstance(params, UserInterruptParams):
-            interrupt = self._log.append(UserInterrupt, processed=False, client_id=params.id)
-            event_id = interrupt.id
-            if self._turn_task is not None and not self._turn_task.done():
-                self._interrupts.append(interrupt)
-                self._turn_task.cancel()
-            else:
-                interrupt.processed_at = workflow.now()
-        elif isinstance(params, UserCustomToolResultParams):
-            result = self._log.append(
-                UserCustomToolResult,
-                processed=False,
-                custom_tool_use_id=params.custom_tool_use_id,
-                content=normalize_content(params.content) if params.content else [],
-                is_error=params.is_error,
-                client_id=params.id,
-            )
-            self._custom_results[params.custom_tool_use_id] = result
-            event_id = result.id
-        else:
-            confirmation = self._log.append(
-                UserToolConfirmation,
-                tool_use_id=params.tool_use_id,
-                result=params.result,
-                deny_message=params.deny_message,
-                client_id=params.id,
-            )
-            event_id = confirmation.id
-        if params.id is not None:
-            self._client_ids[params.id] = event_id
-        return event_id
-
-    def _accept_message(self, params: UserMessageParams) -> str:
-        if params.id is not None and params.id in self._client_ids:
-            return self._client_ids[params.id]
-        message = self._log.append(
-            UserMessage, processed=False, content=normalize_content(params.content), client_id=params.id
-        )
-        self._pending.append(message)
-        if params.id is not None:
-            self._client_ids[params.id] = message.id
-        self._describe()
-        return message.id
+    def _interrupt_turn(self) -> bool:
+        """Cancel the turn in progress, if there is one (the interrupt is then settled when it ends)."""
+        if self._turn_task is None or self._turn_task.done():
+            return False
+        self._turn_task.cancel()
+        return True
 
     # ---- queries ------------------------------------------------------------------------------------------
 
@@ -529,7 +384,7 @@ class SessionWorkflow:
             created_at=self._created_at,
             last_position=self._log.last_position,
             turns=self._turns,
-            queued_user_events=len(self._pending),
+            queued_user_events=len(self._inbox.pending),
             usage=self._usage,
             stop_reason=self._stop_reason,
             metadata=self._input.metadata,

@@ -60,7 +60,6 @@ class ModelTurnResult(BaseModel):
     """What one model response produced; the workflow turns it into events."""
 
     content: list[ModelOutputBlock]
-    stop_reason: str | None
     usage: ModelUsage
     model: str
     request_id: str | None = None

@@ -69,6 +69,11 @@ class McpToolset(BaseModel):
         return explicit.get(tool, default)
 
 
+def mcp_tool_name(server: str, tool: str) -> str:
+    """The name the model sees for an MCP tool: `mcp__<server>__<tool>` (the one place it is built)."""
+    return f"mcp__{server}__{tool}"
+
+
 class McpToolSpec(BaseModel):
     """A tool an MCP server offers, as discovered through the proxy (recorded in history as data)."""
 
@@ -79,7 +84,7 @@ class McpToolSpec(BaseModel):
 
     @property
     def model_name(self) -> str:
-        return f"mcp__{self.server}__{self.name}"
+        return mcp_tool_name(self.server, self.name)
 
 
 class GitCheckout(BaseModel):

@@ -1,0 +1,121 @@
+"""Accepting user input: validation, de-duplication by client id, and the queue of what waits for the harness.
+
+The workflow's signal and update handlers hand every user event here. Nothing is written to the log before it is
+valid (the update's validator calls `validate` first); an event with a client id seen before returns the id it
+already has, so a resend is harmless. Messages queue until the next model call takes them, in arrival order.
+Pure state: no Temporal calls but the workflow's clock, which the session passes in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from temporalio.exceptions import ApplicationError
+
+from corral.contract.events import AgentCustomToolUse, UserCustomToolResult, UserInterrupt, UserMessage
+from corral.contract.session import (
+    SendEventsInput,
+    UserCustomToolResultParams,
+    UserEventParams,
+    UserInterruptParams,
+    UserMessageParams,
+    normalize_content,
+)
+from workflows._log import SessionLog, check_answers, parse_user_events
+
+
+class UserInbox:
+    """The user's events on their way in: queued messages, interrupts in flight, answers to custom tool calls."""
+
+    def __init__(
+        self,
+        log: SessionLog,
+        now: Callable[[], datetime],
+        interrupt_turn: Callable[[], bool],
+        changed: Callable[[], None],
+    ) -> None:
+        """`interrupt_turn` cancels the turn in progress and says whether there was one; `changed` is called when
+        the queue changes (the session updates what the Web UI shows)."""
+        self._log = log
+        self._now = now
+        self._interrupt_turn = interrupt_turn
+        self._changed = changed
+        self._client_ids: dict[str, str] = {}
+        self.pending: list[UserMessage] = []
+        self.interrupts: list[UserInterrupt] = []
+        self.awaiting_custom: dict[str, AgentCustomToolUse] = {}
+        self.custom_results: dict[str, UserCustomToolResult] = {}
+
+    def validate(self, input: SendEventsInput) -> None:
+        """Raise ValueError (the update is rejected, nothing is written) for a malformed batch or a stray answer."""
+        check_answers(parse_user_events(input), waiting=set(self.awaiting_custom) - set(self.custom_results))
+
+    def accept_batch(self, input: SendEventsInput) -> list[str]:
+        return [self.accept(params) for params in parse_user_events(input)]
+
+    def accept(self, params: UserEventParams) -> str:
+        """Append one validated user event (or return the id it already has) and act on it."""
+        if params.id is not None and params.id in self._client_ids:
+            return self._client_ids[params.id]
+        event_id: str
+        if isinstance(params, UserMessageParams):
+            return self.accept_message(params)
+        if isinstance(params, UserInterruptParams):
+            interrupt = self._log.append(UserInterrupt, processed=False, client_id=params.id)
+            event_id = interrupt.id
+            if self._interrupt_turn():
+                self.interrupts.append(interrupt)
+            else:
+                interrupt.processed_at = self._now()
+        elif isinstance(params, UserCustomToolResultParams):
+            result = self._log.append(
+                UserCustomToolResult,
+                processed=False,
+                custom_tool_use_id=params.custom_tool_use_id,
+                content=normalize_content(params.content) if params.content else [],
+                is_error=params.is_error,
+                client_id=params.id,
+            )
+            self.custom_results[params.custom_tool_use_id] = result
+            event_id = result.id
+        else:
+            # A tool confirmation: the update's validator (`check_answers`) rejects it, as no call waits for one.
+            # Should one get here, the update fails with this message; the session does not.
+            raise ApplicationError(f"{params.type}: no tool call is waiting for confirmation", non_retryable=True)
+        if params.id is not None:
+            self._client_ids[params.id] = event_id
+        return event_id
+
+    def accept_message(self, params: UserMessageParams) -> str:
+        if params.id is not None and params.id in self._client_ids:
+            return self._client_ids[params.id]
+        message = self._log.append(
+            UserMessage, processed=False, content=normalize_content(params.content), client_id=params.id
+        )
+        self.pending.append(message)
+        if params.id is not None:
+            self._client_ids[params.id] = message.id
+        self._changed()
+        return message.id
+
+    def take_pending(self) -> None:
+        """Move queued user messages into the conversation, in arrival order."""
+        for message in self.pending:
+            message.processed_at = self._now()
+            self._log.add_to_conversation(message)
+        self.pending.clear()
+
+    def settle_interrupts(self) -> None:
+        """After an interrupt ended the turn: messages queued before the latest interrupt join the conversation
+        without starting a new turn; later ones stay queued and do. Open custom tool calls are dropped."""
+        self.awaiting_custom.clear()
+        self.custom_results.clear()
+        latest = self.interrupts[-1].position
+        for message in [m for m in self.pending if m.position < latest]:
+            message.processed_at = self._now()
+            self._log.add_to_conversation(message)
+            self.pending.remove(message)
+        for interrupt in self.interrupts:
+            interrupt.processed_at = self._now()
+        self.interrupts.clear()
