@@ -1,9 +1,7 @@
-"""Every sandbox on the engine listed, then removed at once (`corral down --sandboxes`), on the real engine: the
-sessions' containers and workspace volumes, the egress proxy and its networks go; the images stay.
-
-`remove_all_sandboxes` clears the whole engine, so the test of it runs only on an engine that holds no other
-sandbox: on a developer's machine it would otherwise destroy the workspaces of their `corral up` sessions, or
-the sandboxes of another test run going on beside this one.
+"""The sandboxes on an engine listed, then one stack's removed at once (`corral down --sandboxes`), on the real
+engine: the sessions' containers and workspace volumes go, the images stay, and the egress proxy and its networks go
+with the last sandbox. Removal is always scoped here: other stacks (a developer's `corral up`, another test run)
+may share the engine, and their sandboxes must survive this test.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ import pytest
 from corral.contract.sandbox import Environment
 from corral.sandbox import SandboxResources, connect_docker, list_sandbox_resources, remove_all_sandboxes
 from corral.sandbox.cleanup import EGRESS_NETWORKS
-from corral.sandbox.containers import SESSION_LABEL, ensure_container, remove_session, volume_name
+from corral.sandbox.containers import ensure_container, remove_session
 from corral.sandbox.egress import EGRESS_CONTAINER
 
 LIMITED = Environment.model_validate({"networking": {"type": "limited", "allowed_hosts": ["example.invalid"]}})
@@ -61,44 +59,44 @@ def test_the_listing_finds_a_sandbox_and_removes_nothing(
     assert docker_client.volumes.get(sandbox.volume)
 
 
-def test_remove_all_sandboxes_removes_sandboxes_volumes_and_the_egress_and_keeps_the_images(
+def test_removing_one_stacks_sandboxes_leaves_the_others_and_keeps_the_images(
     docker_client: docker.DockerClient, sandbox_image: str, made: Made
 ) -> None:
-    others = list_sandbox_resources(docker_client)
-    if [name for name in others.containers if name != EGRESS_CONTAINER] or others.volumes:
-        pytest.skip(f"the engine holds other sandboxes, which this would remove: {others}")
+    """`corral down --sandboxes` removes the sandboxes of its own Temporal server (the `corral.scope` label): a
+    running limited sandbox and a stopped later generation of it, with their workspace volume. Another stack's
+    sandbox on the same engine stays, and so does the egress proxy while any other sandbox may need it."""
+    ours_scope, their_scope = f"test-{uuid.uuid4().hex[:8]}/default", f"test-{uuid.uuid4().hex[:8]}/default"
     images = {image.id for image in docker_client.images.list()}
-    # A running limited sandbox (with the egress proxy and its networks), a stopped later generation of it, and
-    # two volumes that only one of the two marks makes a workspace: the label, or the name.
     session_id = made.session()
-    running = ensure_container(docker_client, session_id, LIMITED, 0, sandbox_image, scope="test/cleanup")
-    stopped = ensure_container(docker_client, session_id, LIMITED, 1, sandbox_image, scope="test/cleanup")
+    running = ensure_container(docker_client, session_id, LIMITED, 0, sandbox_image, scope=ours_scope)
+    stopped = ensure_container(docker_client, session_id, LIMITED, 1, sandbox_image, scope=ours_scope)
     docker_client.containers.get(stopped.container_name).stop(timeout=1)
-    made.volumes += [f"corral-test-{uuid.uuid4().hex[:10]}", volume_name(made.session())]
-    docker_client.volumes.create(made.volumes[0], labels={SESSION_LABEL: session_id})
-    docker_client.volumes.create(made.volumes[1])
-    ours = SandboxResources(
-        containers=(running.container_name, stopped.container_name, EGRESS_CONTAINER),
-        volumes=(running.volume, *made.volumes),
-        networks=tuple(EGRESS_NETWORKS),
-    )
+    theirs = ensure_container(docker_client, made.session(), Environment(), 0, sandbox_image, scope=their_scope)
 
-    removed = remove_all_sandboxes(docker_client)
+    listed = list_sandbox_resources(docker_client, ours_scope)
+    removed = remove_all_sandboxes(docker_client, ours_scope)
 
-    assert set(ours.containers) <= set(removed.containers), removed
-    assert removed.containers[-1] == EGRESS_CONTAINER, "the proxy goes after the sandboxes that use it"
-    assert set(ours.volumes) <= set(removed.volumes), removed
-    assert sorted(removed.networks) == sorted(ours.networks)
-    left = list_sandbox_resources(docker_client)
-    assert not {*left.containers, *left.volumes, *left.networks} & {*ours.containers, *ours.volumes, *ours.networks}
-    for name in ours.containers:
+    assert listed == removed
+    assert {running.container_name, stopped.container_name} <= set(removed.containers)
+    assert theirs.container_name not in removed.containers and theirs.volume not in removed.volumes
+    assert removed.volumes == (running.volume,)
+    assert EGRESS_CONTAINER not in removed.containers and not removed.networks, "another sandbox may still need it"
+    for name in (running.container_name, stopped.container_name):
         with pytest.raises(docker.errors.NotFound):
             docker_client.containers.get(name)
+    with pytest.raises(docker.errors.NotFound):
+        docker_client.volumes.get(running.volume)
+    assert docker_client.containers.get(theirs.container_name).status == "running"
     assert images <= {image.id for image in docker_client.images.list()}, "an image was removed"
-    assert docker_client.images.get(sandbox_image)
+    assert remove_all_sandboxes(docker_client, ours_scope).empty, "a second run finds nothing"
 
-    again = remove_all_sandboxes(docker_client)
-    assert not {*again.containers, *again.volumes, *again.networks} & {*ours.containers, *ours.volumes}
+    # The last stack's sandboxes go with the egress proxy and its networks, once no sandbox of any stack is left.
+    left = remove_all_sandboxes(docker_client, their_scope)
+    others = list_sandbox_resources(docker_client)
+    if not [name for name in others.containers if name != EGRESS_CONTAINER]:
+        assert EGRESS_CONTAINER in left.containers and sorted(left.networks) == sorted(EGRESS_NETWORKS)
+    else:  # another stack (a demo left running, a test run beside this one) still has a sandbox here
+        assert EGRESS_CONTAINER not in left.containers
 
 
 def test_the_description_counts_what_there_is() -> None:
