@@ -1,4 +1,5 @@
-"""The local stack as detached processes: the Temporal dev server, the offline model server and the workers.
+"""The local stack as detached processes, described as data: `SERVICES` says, per process, how it starts, where
+it listens, how `corral up` knows it is ready, which environment it gets and what it depends on.
 
 Everything lives under one state directory (pid files, logs, the Temporal SQLite file, `stack.json`) so that
 `corral up`, `status` and `down`, run from different shells at different times, agree on what is running.
@@ -8,7 +9,6 @@ shell does not reach them. No typer and no rich here: this module is the mechani
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
@@ -16,72 +16,32 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from corral.names import ENV_TEMPORAL_ADDRESS, ENV_TEMPORAL_NAMESPACE, SEARCH_ATTRIBUTE_MODEL, SEARCH_ATTRIBUTE_STATUS
+from corral.names import SEARCH_ATTRIBUTE_MODEL, SEARCH_ATTRIBUTE_STATUS
 
 TEMPORAL = "temporal"
+VAULT = "vault"
 MODEL_SERVER = "model-server"
 STREAM_RELAY = "stream-relay"
-VAULT = "vault"
 PROXY_WORKER = "proxy-worker"
-ALL_IN_ONE = "all-in-one"
+DOCKERD = "dockerd"
 HARNESS = "harness"
 MODEL_WORKER = "model-worker"
 UTILITY_HAND = "utility-hand"
 SANDBOX_WORKER = "sandbox-worker"
-DOCKERD = "dockerd"
-"""Started by the sandbox set-up (corral.sandbox.engine) only when no engine answered; its pid file sits here too."""
-
-PROCESS_ORDER: tuple[str, ...] = (
-    TEMPORAL,
-    VAULT,
-    MODEL_SERVER,
-    STREAM_RELAY,
-    PROXY_WORKER,
-    DOCKERD,
-    HARNESS,
-    MODEL_WORKER,
-    UTILITY_HAND,
-    SANDBOX_WORKER,
-    ALL_IN_ONE,
-)
-"""Start order; `down` stops in reverse so workers never outlive the server they talk to."""
+ALL_IN_ONE = "all-in-one"
 SPLIT_WORKERS: tuple[str, ...] = (HARNESS, MODEL_WORKER, UTILITY_HAND, SANDBOX_WORKER)
-WORKER_MODULES: dict[str, str] = {
-    ALL_IN_ONE: "workers.all_in_one",
-    HARNESS: "workers.harness",
-    MODEL_WORKER: "workers.model",
-    UTILITY_HAND: "workers.utility_hand",
-    SANDBOX_WORKER: "workers.sandbox",
-}
-_CMDLINE_MARKERS: dict[str, str] = {
-    TEMPORAL: "temporal",
-    MODEL_SERVER: "corral.modelserver",
-    STREAM_RELAY: "corral.streaming",
-    VAULT: "bao",
-    PROXY_WORKER: "workers.proxy",
-    DOCKERD: "dockerd",
-    **WORKER_MODULES,
-}
-"""A word each process's command line contains: a pid file whose pid was reused by another program is stale."""
+WORKERS: tuple[str, ...] = (ALL_IN_ONE, *SPLIT_WORKERS)
+"""The session workers; the proxy worker is not one of them (it runs whichever layout the workers have)."""
 
-OFFLINE_API_KEY = "offline-stand-in"
-"""A dummy key for the offline model server, which accepts any non-empty key; never a real secret."""
 _LOG_HEADER = "--- corral up "
-_MODEL_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN")
-VAULT_ENV = ("VAULT_ADDR", "VAULT_TOKEN", "BAO_ADDR", "BAO_TOKEN", "VAULT_ROLE_ID", "VAULT_SECRET_ID")
-"""Only the proxy worker gets these: it is the one process with Vault access."""
-
-
-class StackError(Exception):
-    """A process of the stack could not be started or did not come up."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +87,7 @@ class StackConfig(BaseModel):
     offline: bool
     model_url: str | None = None
     stream_url: str | None = None
+    git_proxy_port: int | None = None
     mode: Literal["all-in-one", "split"] = "all-in-one"
     started_at: datetime
     cluster_id: str | None = None
@@ -153,6 +114,173 @@ def read_stack(paths: StatePaths) -> StackConfig | None:
 def write_stack(paths: StatePaths, config: StackConfig) -> None:
     paths.ensure()
     paths.stack_file.write_text(config.model_dump_json(indent=2) + "\n")
+
+
+# ---- the services -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    """`corral up`'s options: where each service listens when it is started here, and the workers' layout."""
+
+    temporal_port: int = 7233
+    ui_port: int = 8233
+    model_port: int = 8765
+    stream_port: int = 8766
+    git_proxy_port: int = 8767
+    split: bool = False
+
+
+@dataclass(frozen=True)
+class Port:
+    """A port a service listens on: the `UpOptions` field (and `corral up` option) that sets it, what listens there,
+    and where stack.json records it (a running service keeps its port)."""
+
+    name: str
+    what: str
+    recorded: Callable[[StackConfig], int | None]
+
+    @property
+    def option(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+Readiness = Literal["temporal", "http", "stays up", "ensured"]
+Grant = Literal["temporal", "model", "vault", "sandbox", "stream", "git-proxy"]
+
+
+@dataclass(frozen=True)
+class Service:
+    """One process of the stack: how `corral up` starts it and knows it is up, and how `down` recognises it."""
+
+    name: str
+    what: str
+    marker: str
+    """A word its command line contains: a pid file whose pid was reused by another program is stale."""
+    ready: Readiness
+    """It accepts a Temporal client / answers GET /healthz / still runs after a few seconds / it was started and
+    checked by its own set-up (Vault: `proxy.ensure_dev_vault`, dockerd: `corral.sandbox.ensure_docker_engine`)."""
+    command: Callable[[Plan], list[str]] | None = None
+    """None for the two `corral up` does not spawn as a plain process (`ready="ensured"`)."""
+    ports: tuple[Port, ...] = ()
+    env: tuple[Grant, ...] = ()
+    """What its environment holds beyond the base one, which has no credential at all (see `up.environment`)."""
+    after: tuple[str, ...] = ()
+    """The services it needs (when they run at all); `SERVICES` lists each after these."""
+    when: Callable[[Plan], bool] = lambda plan: True
+    """Whether this `corral up` wants it (the model mode, the workers' layout, a Vault of the user's)."""
+
+
+@dataclass
+class Plan:
+    """One `corral up`: what it decided before starting anything (model mode, workers), and what the services
+    started so far tell the ones after them (their ports, Vault's address and token, the sandbox image)."""
+
+    paths: StatePaths
+    options: UpOptions
+    namespace: str
+    previous: StackConfig | None
+    offline: bool
+    workers: tuple[str, ...]
+    new_workers: bool
+    """Some of `workers` is not running yet: the Docker engine and the sandbox image are needed."""
+    vault_env: dict[str, str]
+    """What the proxy worker gets to reach Vault: the user's VAULT_* (or BAO_*), or the dev server's."""
+    ports: dict[str, int] = field(default_factory=dict)
+    sandbox_image: str | None = None
+
+    def choose_ports(self, service: Service, running: bool) -> None:
+        """A running service keeps the ports stack.json records; a new one gets the options'."""
+        for port in service.ports:
+            recorded = port.recorded(self.previous) if running and self.previous is not None else None
+            self.ports[port.name] = recorded or self.port(port.name)
+
+    def port(self, name: str) -> int:
+        return self.ports.get(name) or int(getattr(self.options, name))
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port('temporal_port')}"
+
+    @property
+    def model_url(self) -> str | None:
+        return f"http://127.0.0.1:{self.port('model_port')}" if self.offline else None
+
+    @property
+    def stream_url(self) -> str:
+        return f"http://127.0.0.1:{self.port('stream_port')}"
+
+
+def _python(module: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", module, *args]
+
+
+def _http_server(
+    name: str, what: str, module: str, *, port: str, url: Callable[[StackConfig], str | None], **more: Any
+) -> Service:
+    """One of our small HTTP servers: it listens on the `UpOptions` field `port`; stack.json records its `url`."""
+
+    def command(plan: Plan) -> list[str]:
+        return _python(module, "--host", "127.0.0.1", "--port", str(plan.port(port)))
+
+    def recorded(config: StackConfig) -> int | None:
+        found = url(config)
+        return int(found.rsplit(":", 1)[1]) if found else None
+
+    return Service(
+        name, what, marker=module, ready="http", command=command, ports=(Port(port, what, recorded),), **more
+    )
+
+
+def _worker(name: str, module: str, *, env: tuple[Grant, ...] = (), after: tuple[str, ...] = ()) -> Service:
+    """A session worker: it needs Temporal, and starts in the layout (`--split` or all-in-one) this `up` uses."""
+    return Service(
+        name, f"{name.removesuffix('-worker')} worker", marker=module, ready="stays up",
+        command=lambda plan: _python(module), env=("temporal", *env), after=(TEMPORAL, *after),
+        when=lambda plan: name in plan.workers,
+    )  # fmt: skip
+
+
+def temporal_command(plan: Plan) -> list[str]:
+    from corral.temporal import temporal_binary
+
+    argv = [temporal_binary(), "server", "start-dev", "--db-filename", str(plan.paths.database), "--ip", "127.0.0.1"]
+    argv += ["--port", str(plan.port("temporal_port")), "--ui-port", str(plan.port("ui_port")), "--log-level", "warn"]
+    for attribute in (SEARCH_ATTRIBUTE_STATUS, SEARCH_ATTRIBUTE_MODEL):
+        argv += ["--search-attribute", f"{attribute}=Keyword"]
+    return argv + (["--namespace", plan.namespace] if plan.namespace != "default" else [])
+
+
+SERVICES: tuple[Service, ...] = (
+    Service(TEMPORAL, "Temporal dev server", marker="temporal", ready="temporal", command=temporal_command,
+            ports=(Port("temporal_port", "Temporal gRPC", lambda config: config.temporal_port),
+                   Port("ui_port", "Temporal Web UI", lambda config: config.ui_port))),
+    # The user's Vault (VAULT_ADDR or BAO_ADDR) if there is one, else an OpenBao dev server here.
+    Service(VAULT, "OpenBao dev server", marker="bao", ready="ensured",
+            when=lambda plan: not (os.environ.get("VAULT_ADDR") or os.environ.get("BAO_ADDR"))),
+    _http_server(MODEL_SERVER, "offline model server", "corral.modelserver", port="model_port",
+                 url=lambda config: config.model_url, when=lambda plan: plan.offline),
+    # The live-delta relay: model workers publish to it, `corral tail` subscribes (see corral/streaming).
+    _http_server(STREAM_RELAY, "stream relay", "corral.streaming", port="stream_port",
+                 url=lambda config: config.stream_url),
+    # The one process with Vault access, never part of the all-in-one; its git proxy is the sandboxes' origin.
+    Service(PROXY_WORKER, "proxy worker", marker="workers.proxy", ready="stays up",
+            command=lambda plan: _python("workers.proxy"),
+            ports=(Port("git_proxy_port", "git proxy", lambda config: config.git_proxy_port),),
+            env=("temporal", "vault", "git-proxy"), after=(TEMPORAL, VAULT)),
+    # Started by the sandbox set-up only when no engine answers (its pid file sits here too), and only when a worker
+    # is to start: the sandbox image (built here once, no registry) goes into the workers' environment.
+    Service(DOCKERD, "Docker engine", marker="dockerd", ready="ensured", when=lambda plan: plan.new_workers),
+    _worker(HARNESS, "workers.harness"),
+    _worker(MODEL_WORKER, "workers.model", env=("model", "stream"), after=(MODEL_SERVER, STREAM_RELAY)),
+    _worker(UTILITY_HAND, "workers.utility_hand"),
+    _worker(SANDBOX_WORKER, "workers.sandbox", env=("sandbox", "git-proxy"), after=(DOCKERD, PROXY_WORKER)),
+    _worker(ALL_IN_ONE, "workers.all_in_one", env=("model", "stream", "sandbox", "git-proxy"),
+            after=(MODEL_SERVER, STREAM_RELAY, DOCKERD, PROXY_WORKER)),
+)  # fmt: skip
+"""In start order, each after what it needs; `down` stops in reverse so workers never outlive their server."""
+PROCESS_ORDER: tuple[str, ...] = tuple(service.name for service in SERVICES)
+_MARKERS: dict[str, str] = {service.name: service.marker for service in SERVICES}
 
 
 # ---- processes ------------------------------------------------------------------------------------------------
@@ -198,7 +326,7 @@ def is_alive(pid: int, name: str | None = None) -> bool:
         cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return False
-    marker = _CMDLINE_MARKERS.get(name or "")
+    marker = _MARKERS.get(name or "")
     return marker is None or marker in cmdline
 
 
@@ -230,12 +358,7 @@ def spawn(paths: StatePaths, name: str, argv: list[str], env: Mapping[str, str])
         log.write(f"\n{_LOG_HEADER}{started}: {' '.join(argv)}\n".encode())
         log.flush()
         process = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=dict(env),
-            start_new_session=True,
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=dict(env), start_new_session=True
         )
     paths.pid_file(name).write_text(f"{process.pid}\n")
     return process
@@ -296,133 +419,3 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
         except OSError:
             return True
     return False
-
-
-# ---- commands and environments ----------------------------------------------------------------------------------
-
-
-def temporal_command(paths: StatePaths, port: int, ui_port: int, namespace: str) -> list[str]:
-    from corral.temporal import temporal_binary
-
-    argv = [
-        temporal_binary(),
-        "server",
-        "start-dev",
-        "--db-filename",
-        str(paths.database),
-        "--ip",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--ui-port",
-        str(ui_port),
-        "--search-attribute",
-        f"{SEARCH_ATTRIBUTE_STATUS}=Keyword",
-        "--search-attribute",
-        f"{SEARCH_ATTRIBUTE_MODEL}=Keyword",
-        "--log-level",
-        "warn",
-    ]
-    if namespace != "default":
-        argv += ["--namespace", namespace]
-    return argv
-
-
-def model_server_command(port: int) -> list[str]:
-    return [sys.executable, "-m", "corral.modelserver", "--host", "127.0.0.1", "--port", str(port)]
-
-
-def proxy_worker_command() -> list[str]:
-    return [sys.executable, "-m", "workers.proxy"]
-
-
-def stream_relay_command(port: int) -> list[str]:
-    return [sys.executable, "-m", "corral.streaming", "--host", "127.0.0.1", "--port", str(port)]
-
-
-def worker_command(name: str) -> list[str]:
-    return [sys.executable, "-m", WORKER_MODULES[name]]
-
-
-def base_environment() -> dict[str, str]:
-    """The user's environment without model or Vault credentials: only the model and proxy roles get those."""
-    env = {key: value for key, value in os.environ.items() if key not in _MODEL_ENV and key not in VAULT_ENV}
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def worker_environment(
-    name: str,
-    address: str,
-    namespace: str,
-    model_url: str | None,
-    sandbox_image: str | None = None,
-    stream_url: str | None = None,
-    git_proxy_port: int | None = None,
-) -> dict[str, str]:
-    """A worker's environment: where Temporal is, and model credentials only for roles that run model turns.
-
-    With `model_url` (offline mode) the model role talks to the stand-in with a dummy key; otherwise it gets the
-    user's ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL as they are.
-    """
-    env = base_environment()
-    env[ENV_TEMPORAL_ADDRESS] = address
-    env[ENV_TEMPORAL_NAMESPACE] = namespace
-    if sandbox_image is not None and name in (ALL_IN_ONE, SANDBOX_WORKER):
-        env["CORRAL_SANDBOX_IMAGE"] = sandbox_image
-    if stream_url is not None and name in (ALL_IN_ONE, MODEL_WORKER):
-        env["CORRAL_STREAM_URL"] = stream_url
-    if git_proxy_port is not None and name in (ALL_IN_ONE, SANDBOX_WORKER, PROXY_WORKER):
-        env["CORRAL_GIT_PROXY_PORT"] = str(git_proxy_port)  # the proxy listens there, sandboxes' origin points there
-    if name in (ALL_IN_ONE, MODEL_WORKER):
-        if model_url is not None:
-            env["ANTHROPIC_BASE_URL"] = model_url
-            env["ANTHROPIC_API_KEY"] = OFFLINE_API_KEY
-        else:
-            env.update({key: os.environ[key] for key in _MODEL_ENV if key in os.environ})
-    return env
-
-
-# ---- readiness --------------------------------------------------------------------------------------------------
-
-
-async def wait_for_temporal(
-    address: str, namespace: str, timeout: float, process: subprocess.Popen[bytes] | None = None
-) -> None:
-    """Return once Temporal accepts a client connection; StackError if `process` exits or time runs out."""
-    from corral.temporal import connect
-
-    deadline = time.monotonic() + timeout
-    last_error = "no attempt made"
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            raise StackError(f"the Temporal server exited with code {process.returncode}")
-        try:
-            await asyncio.wait_for(connect(address, namespace), timeout=5)
-            return
-        except (RuntimeError, TimeoutError) as exc:
-            last_error = str(exc) or type(exc).__name__
-        await asyncio.sleep(0.3)
-    raise StackError(f"Temporal at {address} did not accept connections within {timeout:.0f} s ({last_error})")
-
-
-async def temporal_cluster_id(address: str, namespace: str) -> str:
-    from corral.temporal import cluster_id, connect
-
-    return await cluster_id(await connect(address, namespace))
-
-
-async def wait_for_http(url: str, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:
-    """Return once `url` answers 200; StackError if `process` exits or time runs out."""
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    async with httpx.AsyncClient(timeout=2) as client:
-        while time.monotonic() < deadline:
-            if process is not None and process.poll() is not None:
-                raise StackError(f"the process serving {url} exited with code {process.returncode}")
-            with contextlib.suppress(httpx.HTTPError):
-                if (await client.get(url)).status_code == 200:
-                    return
-            await asyncio.sleep(0.2)
-    raise StackError(f"{url} did not answer within {timeout:.0f} s")

@@ -1,7 +1,8 @@
 """`corral up` and `corral down`: bring the local stack up idempotently and down in reverse order, out loud.
 
-The mechanism is in `stack.py`; this module decides what to start, waits with a spinner saying what it waits for,
-and turns a process that did not come up into a message that points at its log.
+The services and the mechanism are in `stack.py`; this module decides what to start (`Plan`), starts it in one
+loop with the environment each service may have, waits with a spinner saying what it waits for, and turns a
+process that did not come up into a message that points at its log.
 """
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Literal
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -20,22 +22,17 @@ from rich.text import Text
 
 from cli import stack
 from cli.context import CliError, describe_failure
-from cli.stack import StackConfig, StackError, StatePaths
+from cli.stack import Plan, Service, StackConfig, StatePaths, UpOptions
+from corral.names import ENV_TEMPORAL_ADDRESS, ENV_TEMPORAL_NAMESPACE
 
-TEMPORAL_TIMEOUT = 60.0
-MODEL_SERVER_TIMEOUT = 30.0
+READY_TIMEOUT = {"temporal": 60.0, "http": 30.0}
+OFFLINE_API_KEY = "offline-stand-in"
+"""A dummy key for the offline model server, which accepts any non-empty key; never a real secret."""
+MODEL_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN")
+VAULT_ENV = ("VAULT_ADDR", "VAULT_TOKEN", "BAO_ADDR", "BAO_TOKEN", "VAULT_ROLE_ID", "VAULT_SECRET_ID")
+"""Only the proxy worker gets these: it is the one process with Vault access."""
 WORKER_SETTLE_SECONDS = 2.0
 """Workers that cannot connect or lack configuration exit within this time; after it they are taken as up."""
-
-
-@dataclass(frozen=True)
-class UpOptions:
-    temporal_port: int = 7233
-    ui_port: int = 8233
-    model_port: int = 8765
-    stream_port: int = 8766
-    git_proxy_port: int = 8767
-    split: bool = False
 
 
 @dataclass
@@ -56,81 +53,6 @@ def _say(console: Console, name: str, pid: int, started: bool) -> None:
 def _failure(paths: StatePaths, name: str, what: str) -> CliError:
     log = paths.log_file(name)
     return CliError(f"{what}\n--- last lines of {log} ---\n{stack.log_tail(log)}", hint=f"full log: {log}")
-
-
-def _check_free(port: int, what: str, option: str) -> None:
-    if stack.port_in_use(port):
-        raise CliError(
-            f"port {port} ({what}) is already in use by another program",
-            hint=f"stop that program, or choose another port with {option}",
-        )
-
-
-async def _up_temporal(
-    console: Console, paths: StatePaths, options: UpOptions, namespace: str, previous: StackConfig | None
-) -> tuple[int, bool, int, int]:
-    """Start the dev server unless it runs, and wait until it accepts connections: (pid, started, port, ui port)."""
-    pid = stack.running_pid(paths, stack.TEMPORAL)
-    if pid is not None and previous is not None:
-        port, ui_port = previous.temporal_port, previous.ui_port  # Already up: its ports are the ones recorded.
-    else:
-        port, ui_port = options.temporal_port, options.ui_port
-    process = None
-    if pid is None:
-        _check_free(port, "Temporal gRPC", "--temporal-port")
-        _check_free(ui_port, "Temporal Web UI", "--ui-port")
-        try:
-            argv = stack.temporal_command(paths, port, ui_port, namespace)
-        except FileNotFoundError as exc:
-            raise CliError(str(exc)) from None
-        process = stack.spawn(paths, stack.TEMPORAL, argv, stack.base_environment())
-        pid = process.pid
-    address = f"127.0.0.1:{port}"
-    with console.status(f"waiting for the Temporal dev server to accept connections at {address} …"):
-        try:
-            await stack.wait_for_temporal(address, namespace, TEMPORAL_TIMEOUT, process)
-        except StackError as exc:
-            raise _failure(paths, stack.TEMPORAL, f"the Temporal dev server did not come up: {exc}") from None
-    return pid, process is not None, port, ui_port
-
-
-async def _up_model_server(console: Console, paths: StatePaths, port: int) -> tuple[int, bool]:
-    command = stack.model_server_command(port)
-    return await _up_http_service(
-        console, paths, stack.MODEL_SERVER, command, port, "offline model server", "--model-port"
-    )
-
-
-async def _up_http_service(
-    console: Console, paths: StatePaths, name: str, command: list[str], port: int, what: str, option: str
-) -> tuple[int, bool]:
-    """Start a small HTTP service of the stack (unless it runs) and wait for its /healthz."""
-    pid = stack.running_pid(paths, name)
-    if pid is not None:
-        return pid, False
-    _check_free(port, what, option)
-    process = stack.spawn(paths, name, command, stack.base_environment())
-    url = f"http://127.0.0.1:{port}/healthz"
-    with console.status(f"waiting for the {what} at {url} …"):
-        try:
-            await stack.wait_for_http(url, MODEL_SERVER_TIMEOUT, process)
-        except StackError as exc:
-            raise _failure(paths, name, f"the {what} did not come up: {exc}") from None
-    return process.pid, True
-
-
-def _recorded_port(paths: StatePaths, name: str, recorded_url: str | None, requested: int) -> int:
-    """A running service keeps its recorded port; a new one gets the requested port."""
-    if stack.running_pid(paths, name) is not None and recorded_url:
-        return int(recorded_url.rsplit(":", 1)[1])
-    return requested
-
-
-def _model_port(paths: StatePaths, previous: StackConfig | None, requested: int) -> int:
-    """The running model server keeps its recorded port; a new one gets the requested port."""
-    if stack.running_pid(paths, stack.MODEL_SERVER) is not None and previous is not None and previous.model_url:
-        return int(previous.model_url.rsplit(":", 1)[1])
-    return requested
 
 
 def _note(console: Console, text: str) -> None:
@@ -162,22 +84,71 @@ def note_running(error: CliError, paths: StatePaths) -> CliError:
 
 
 async def _bring_up(console: Console, paths: StatePaths, options: UpOptions, namespace: str) -> UpReport:
+    """Every service `stack.SERVICES` lists that this `up` wants, in order: a running one is left alone (and keeps
+    its recorded ports), a new one is started and waited for. Workers are checked together at the end."""
+    from corral.temporal import cluster_id, connect
+
     paths.ensure()
-    previous = stack.read_stack(paths)
+    plan = _plan(console, paths, options, namespace)
     processes: dict[str, tuple[int, bool]] = {}
+    settling: list[tuple[Service, subprocess.Popen[bytes]]] = []
+    for service in stack.SERVICES:
+        if not service.when(plan):
+            continue
+        if service.command is None:
+            found = await _ENSURE[service.name](console, plan)
+            if found is not None:
+                processes[service.name] = found
+                _say(console, service.name, *found)
+            continue
+        pid = stack.running_pid(paths, service.name)
+        plan.choose_ports(service, running=pid is not None)
+        process = None
+        if pid is None:
+            process = _start(service, plan)
+            pid = process.pid
+        processes[service.name] = (pid, process is not None)
+        if service.ready == "stays up":  # checked all together, once the loop has started everything
+            if process is not None:
+                settling.append((service, process))
+            continue
+        await _until_ready(console, service, plan, process)
+        _say(console, service.name, *processes[service.name])
 
-    pid, started, port, ui_port = await _up_temporal(console, paths, options, namespace, previous)
-    processes[stack.TEMPORAL] = (pid, started)
-    _say(console, stack.TEMPORAL, pid, started)
-    address = f"127.0.0.1:{port}"
-    cluster = await stack.temporal_cluster_id(address, namespace)
+    config = StackConfig(
+        temporal_address=plan.address,
+        namespace=namespace,
+        temporal_port=plan.port("temporal_port"),
+        ui_port=plan.port("ui_port"),
+        offline=plan.offline,
+        model_url=plan.model_url,
+        stream_url=plan.stream_url,
+        git_proxy_port=plan.port("git_proxy_port"),
+        mode="all-in-one" if stack.ALL_IN_ONE in plan.workers else "split",
+        cluster_id=await cluster_id(await connect(plan.address, namespace)),
+        started_at=plan.previous.started_at
+        if plan.previous is not None and not any(started for _, started in processes.values())
+        else datetime.now(UTC),
+    )
+    stack.write_stack(paths, config)
 
-    # Running workers keep the model mode they were started with; a changed environment takes a restart.
-    running: dict[str, int] = {}
-    for name in (stack.ALL_IN_ONE, *stack.SPLIT_WORKERS):
-        worker_pid = stack.running_pid(paths, name)
-        if worker_pid is not None:
-            running[name] = worker_pid
+    if settling:
+        with console.status(f"checking that the {'workers stay' if len(settling) > 1 else 'worker stays'} up …"):
+            await asyncio.sleep(WORKER_SETTLE_SECONDS)
+        for service, process in settling:
+            if process.poll() is not None:
+                stack.running_pid(paths, service.name)  # Cleans its pid file.
+                raise _failure(paths, service.name, f"the {service.what} exited with code {process.returncode}")
+    for service in stack.SERVICES:
+        if service.ready == "stays up" and service.name in processes:
+            _say(console, service.name, *processes[service.name])
+    return UpReport(config, processes)
+
+
+def _plan(console: Console, paths: StatePaths, options: UpOptions, namespace: str) -> Plan:
+    """The model mode and the workers' layout: running workers keep theirs (a note says a change takes a restart)."""
+    previous = stack.read_stack(paths)
+    running = [name for name in stack.WORKERS if stack.running_pid(paths, name) is not None]
     wants_offline = not os.environ.get("ANTHROPIC_API_KEY")
     offline = previous.offline if running and previous is not None else wants_offline
     if offline != wants_offline:
@@ -187,112 +158,112 @@ async def _bring_up(console: Console, paths: StatePaths, options: UpOptions, nam
             f"ANTHROPIC_API_KEY {key_now} now, but the running workers were started otherwise; "
             "run `corral down && corral up` to switch.",
         )
-
-    model_url: str | None = None
-    if offline:
-        model_port = _model_port(paths, previous, options.model_port)
-        pid, started = await _up_model_server(console, paths, model_port)
-        processes[stack.MODEL_SERVER] = (pid, started)
-        _say(console, stack.MODEL_SERVER, pid, started)
-        model_url = f"http://127.0.0.1:{model_port}"
-
-    # Vault and the proxy: the one process with Vault access, never part of the all-in-one.
-    proxy = await _up_proxy(console, paths, address, namespace, options.git_proxy_port)
-    for name, (proxy_pid, proxy_started) in proxy.items():
-        processes[name] = (proxy_pid, proxy_started)
-        _say(console, name, proxy_pid, proxy_started)
-
-    # The live-delta relay: model workers publish to it, `corral tail` subscribes (see corral/streaming).
-    stream_port = _recorded_port(
-        paths, stack.STREAM_RELAY, previous.stream_url if previous else None, options.stream_port
-    )
-    pid, started = await _up_http_service(
-        console, paths, stack.STREAM_RELAY, stack.stream_relay_command(stream_port), stream_port,
-        "stream relay", "--stream-port",
-    )  # fmt: skip
-    processes[stack.STREAM_RELAY] = (pid, started)
-    _say(console, stack.STREAM_RELAY, pid, started)
-    stream_url = f"http://127.0.0.1:{stream_port}"
-
-    wanted: tuple[str, ...] = stack.SPLIT_WORKERS if options.split else (stack.ALL_IN_ONE,)
-    other = tuple(name for name in running if name not in wanted)
+    workers = stack.SPLIT_WORKERS if options.split else (stack.ALL_IN_ONE,)
+    other = tuple(name for name in running if name not in workers)
     if other:
         _note(
             console,
             f"other workers are already running ({', '.join(other)}); "
             "run `corral down` first to switch between --split and --all-in-one.",
         )
-        wanted = other
-    mode: Literal["all-in-one", "split"] = "all-in-one" if stack.ALL_IN_ONE in wanted else "split"
-    image = await _up_sandbox(console, paths) if any(name not in running for name in wanted) else None
-    spawned: dict[str, subprocess.Popen[bytes]] = {}
-    for name in wanted:
-        if name in running:
-            processes[name] = (running[name], False)
-        else:
-            env = stack.worker_environment(
-                name, address, namespace, model_url, image, stream_url, git_proxy_port=options.git_proxy_port
+        workers = other
+    new_workers = any(name not in running for name in workers)
+    vault_env = {key: os.environ[key] for key in VAULT_ENV if key in os.environ}
+    return Plan(paths, options, namespace, previous, offline, workers, new_workers, vault_env)
+
+
+def _start(service: Service, plan: Plan) -> subprocess.Popen[bytes]:
+    """Spawn `service` detached, once its ports are known to be free."""
+    for port in service.ports:
+        if stack.port_in_use(plan.port(port.name)):
+            raise CliError(
+                f"port {plan.port(port.name)} ({port.what}) is already in use by another program",
+                hint=f"stop that program, or choose another port with {port.option}",
             )
-            spawned[name] = stack.spawn(paths, name, stack.worker_command(name), env)
-            processes[name] = (spawned[name].pid, True)
-
-    config = StackConfig(
-        temporal_address=address,
-        namespace=namespace,
-        temporal_port=port,
-        ui_port=ui_port,
-        offline=offline,
-        model_url=model_url,
-        stream_url=stream_url,
-        mode=mode,
-        cluster_id=cluster,
-        started_at=previous.started_at if previous and not any(s for _, s in processes.values()) else _now(),
-    )
-    stack.write_stack(paths, config)
-
-    if spawned:
-        with console.status(f"checking that the worker{'s' if len(spawned) > 1 else ''} stay up …"):
-            await asyncio.sleep(WORKER_SETTLE_SECONDS)
-        for name, process in spawned.items():
-            if process.poll() is not None:
-                stack.running_pid(paths, name)  # Cleans its pid file.
-                raise _failure(paths, name, f"the {name} worker exited with code {process.returncode}")
-    for name in wanted:
-        _say(console, name, *processes[name])
-    return UpReport(config, processes)
+    assert service.command is not None
+    try:
+        argv = service.command(plan)
+    except FileNotFoundError as exc:  # the Temporal CLI is not installed
+        raise CliError(str(exc)) from None
+    return stack.spawn(plan.paths, service.name, argv, environment(service, plan))
 
 
-async def _up_proxy(
-    console: Console, paths: StatePaths, address: str, namespace: str, git_proxy_port: int
-) -> dict[str, tuple[int, bool]]:
-    """Vault (the user's `VAULT_ADDR`, else an OpenBao dev server here) and the proxy worker that alone uses it."""
+def environment(service: Service, plan: Plan) -> dict[str, str]:
+    """The user's environment without any model or Vault credential, plus what `service.env` grants: model
+    credentials reach only the model roles, Vault's address and token only the proxy worker.
+
+    Offline (`plan.model_url`), the model role talks to the stand-in with a dummy key; otherwise it gets the
+    user's ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL as they are.
+    """
+    env = {key: value for key, value in os.environ.items() if key not in MODEL_ENV and key not in VAULT_ENV}
+    env["PYTHONUNBUFFERED"] = "1"
+    if "temporal" in service.env:
+        env |= {ENV_TEMPORAL_ADDRESS: plan.address, ENV_TEMPORAL_NAMESPACE: plan.namespace}
+    if "model" in service.env and plan.model_url is not None:
+        env |= {"ANTHROPIC_BASE_URL": plan.model_url, "ANTHROPIC_API_KEY": OFFLINE_API_KEY}
+    elif "model" in service.env:
+        env |= {key: os.environ[key] for key in MODEL_ENV if key in os.environ}
+    if "vault" in service.env:
+        env |= plan.vault_env
+    if "sandbox" in service.env and plan.sandbox_image is not None:
+        env["CORRAL_SANDBOX_IMAGE"] = plan.sandbox_image
+    if "stream" in service.env:
+        env["CORRAL_STREAM_URL"] = plan.stream_url
+    if "git-proxy" in service.env:  # the proxy listens there, and sandboxes' origin points there
+        env["CORRAL_GIT_PROXY_PORT"] = str(plan.port("git_proxy_port"))
+    return env
+
+
+async def _until_ready(console: Console, service: Service, plan: Plan, process: subprocess.Popen[bytes] | None) -> None:
+    """Wait with a spinner until Temporal accepts a client, or an HTTP service's /healthz answers 200 (a running
+    one at once); a process that exits, or time running out, is a failure that shows its log."""
+    import httpx
+
+    from corral.temporal import connect
+
+    temporal = service.ready == "temporal"
+    target = plan.address if temporal else f"http://127.0.0.1:{plan.port(service.ports[0].name)}/healthz"
+    deadline = time.monotonic() + READY_TIMEOUT[service.ready]
+    problem = "no attempt made"
+    with console.status(f"waiting for the {service.what} {'to accept connections ' if temporal else ''}at {target} …"):
+        async with httpx.AsyncClient(timeout=2) as http:
+            while time.monotonic() < deadline and (process is None or process.poll() is None):
+                try:
+                    if temporal:
+                        await asyncio.wait_for(connect(plan.address, plan.namespace), timeout=5)
+                        return
+                    if (response := await http.get(target)).status_code == 200:
+                        return
+                    problem = f"HTTP {response.status_code}"
+                except (RuntimeError, TimeoutError, httpx.HTTPError) as exc:
+                    problem = str(exc) or type(exc).__name__
+                await asyncio.sleep(0.3)
+    if process is not None and process.poll() is not None:
+        problem = f"it exited with code {process.returncode}"
+    else:
+        problem = f"{target} did not answer within {READY_TIMEOUT[service.ready]:.0f} s ({problem})"
+    raise _failure(plan.paths, service.name, f"the {service.what} did not come up: {problem}")
+
+
+async def _ensure_vault(console: Console, plan: Plan) -> tuple[int, bool] | None:
+    """The OpenBao dev server this state dir records, if it answers, else a new one: its address and token are for
+    the proxy worker alone."""
     from proxy import ProxyError, ensure_dev_vault
 
-    started: dict[str, tuple[int, bool]] = {}
-    vault_env = {key: os.environ[key] for key in stack.VAULT_ENV if key in os.environ}
-    if not vault_env.get("VAULT_ADDR") and not vault_env.get("BAO_ADDR"):
-        running = stack.running_pid(paths, stack.VAULT)
-        with console.status("starting the OpenBao dev server (Vault API) …"):
-            try:
-                vault = await asyncio.to_thread(ensure_dev_vault, paths.root)
-            except ProxyError as exc:
-                raise CliError(f"Vault is not available: {exc}", hint="or set VAULT_ADDR and VAULT_TOKEN") from exc
-        if vault.pid is not None:
-            paths.pid_file(stack.VAULT).write_text(f"{vault.pid}\n")
-            started[stack.VAULT] = (vault.pid, running != vault.pid)
-        vault_env = {"VAULT_ADDR": vault.address, "VAULT_TOKEN": vault.root_token.get_secret_value()}
-    pid = stack.running_pid(paths, stack.PROXY_WORKER)
-    if pid is not None:
-        started[stack.PROXY_WORKER] = (pid, False)
-        return started
-    env = stack.worker_environment(stack.PROXY_WORKER, address, namespace, None, git_proxy_port=git_proxy_port)
-    env |= vault_env
-    process = stack.spawn(paths, stack.PROXY_WORKER, stack.proxy_worker_command(), env)
-    started[stack.PROXY_WORKER] = (process.pid, True)
-    return started
+    running = stack.running_pid(plan.paths, stack.VAULT)
+    with console.status("starting the OpenBao dev server (Vault API) …"):
+        try:
+            vault = await asyncio.to_thread(ensure_dev_vault, plan.paths.root)
+        except ProxyError as exc:
+            raise CliError(f"Vault is not available: {exc}", hint="or set VAULT_ADDR and VAULT_TOKEN") from exc
+    plan.vault_env = {"VAULT_ADDR": vault.address, "VAULT_TOKEN": vault.root_token.get_secret_value()}
+    if vault.pid is None:
+        return None
+    plan.paths.pid_file(stack.VAULT).write_text(f"{vault.pid}\n")
+    return vault.pid, running != vault.pid
 
 
-async def _up_sandbox(console: Console, paths: StatePaths) -> str:
+async def _ensure_sandbox(console: Console, plan: Plan) -> None:
     """A Docker engine (started here when none answers) and the sandbox image (built here once, no registry)."""
     from corral.sandbox import SandboxSetupError, ensure_docker_engine, ensure_sandbox_image
 
@@ -303,24 +274,27 @@ async def _up_sandbox(console: Console, paths: StatePaths) -> str:
             console.print(f"[dim]{message}[/dim]")
 
         try:
-            engine = await asyncio.to_thread(ensure_docker_engine, paths.root, progress=progress)
-            image = await asyncio.to_thread(ensure_sandbox_image, engine, paths.root, progress=progress)
+            engine = await asyncio.to_thread(ensure_docker_engine, plan.paths.root, progress=progress)
+            image = await asyncio.to_thread(ensure_sandbox_image, engine, plan.paths.root, progress=progress)
         except SandboxSetupError as exc:
             raise CliError(
                 f"the sandbox is not available: {exc}",
                 hint="set DOCKER_HOST to a reachable engine, or run as root so corral can start Debian's docker.io",
             ) from exc
     console.print(f"[green]✓[/green] sandbox image {image} on the Docker engine")
-    return image
+    plan.sandbox_image = image
+
+
+_ENSURE: dict[str, Callable[[Console, Plan], Awaitable[tuple[int, bool] | None]]] = {
+    stack.VAULT: _ensure_vault,
+    stack.DOCKERD: _ensure_sandbox,
+}
+"""The services with `ready="ensured"`: set up by their own module, idempotently, rather than spawned here."""
 
 
 def running_processes(paths: StatePaths) -> list[str]:
     """The stack's processes that are alive now, in start order."""
     return [name for name in stack.known_processes(paths) if stack.running_pid(paths, name) is not None]
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 def stack_panel(report: UpReport, paths: StatePaths) -> Panel:
@@ -338,7 +312,7 @@ def stack_panel(report: UpReport, paths: StatePaths) -> Panel:
         base_url = os.environ.get("ANTHROPIC_BASE_URL")
         model = Text(f"Messages API at {base_url}" if base_url else "Anthropic API (ANTHROPIC_API_KEY)")
     grid.add_row("Model", model)
-    workers = [f"{name} pid {pid}" for name, (pid, _) in report.processes.items() if name in stack.WORKER_MODULES]
+    workers = [f"{name} pid {pid}" for name, (pid, _) in report.processes.items() if name in stack.WORKERS]
     grid.add_row("Workers", ", ".join(workers))
     grid.add_row("Logs", str(paths.logs))
     grid.add_row("Next", 'corral start "hello"')
