@@ -5,10 +5,8 @@ Kept free of typer so `corral demo` can chain them and tests can call them direc
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,7 +21,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from cli.context import CliError
 from cli.render import EventRenderer
-from corral.client import read_events
+from corral.client import SessionClosed, follow_events, read_events
 from corral.contract.events import SessionEvent
 from corral.contract.session import SessionInput
 from corral.names import (
@@ -49,11 +47,6 @@ def _toggle(tools: list[Any], entry: dict[str, str], on: bool) -> list[Any]:
     if not on:
         return [t for t in tools if not (isinstance(t, dict) and t.get("type") == entry["type"])]
     return tools
-
-
-POLL_SECONDS = 0.2
-CLOSED_CHECK_SECONDS = 5.0
-"""While no event arrives, check this often whether the workflow closed (a terminate writes no event)."""
 
 
 def describe_validation_error(error: ValidationError) -> str:
@@ -156,12 +149,6 @@ async def explained(handle: WorkflowHandle) -> AsyncIterator[None]:
         ) from None
 
 
-async def is_closed(handle: WorkflowHandle) -> WorkflowExecutionStatus | None:
-    """The workflow's final status if it closed (nothing more will be written), else None."""
-    status = (await handle.describe()).status
-    return None if status in (None, WorkflowExecutionStatus.RUNNING) else status
-
-
 @dataclass
 class TailResult:
     """What a tail saw, and why it stopped."""
@@ -201,35 +188,28 @@ async def _tail(
     seen: list[SessionEvent] = []
     messages = await read_events(handle, types=["user.message"])
     last_user = messages[-1].position if messages else 0
-    last_check = 0.0  # The first quiet poll checks at once: a closed workflow has nothing more to show.
-    while True:
-        events = await read_events(handle, after=after)
-        for event in events:
-            after = event.position
-            seen.append(event)
-            if live is not None:
-                live.close_line()
-                if live.already_shown(event):
-                    renderer.console.print(Text(f"{event.position:>4}  agent.message  (streamed above)", style="dim"))
-                    continue
-            renderer.print(event)
-            if live is not None and event.type == "span.model_request_start":
-                live.release(event.id)
-            if event.type == "user.message":
-                last_user = max(last_user, event.position)
-            if event.type == "session.status_terminated":
-                return TailResult(seen, "terminated")
-            if not forever and event.type == "session.status_idle" and event.position > last_user:
-                return TailResult(seen, "idle")
-        if events:
-            last_check = time.monotonic()
-        elif time.monotonic() - last_check >= CLOSED_CHECK_SECONDS:
-            last_check = time.monotonic()
-            closed = await is_closed(handle)
-            if closed is not None:
-                return TailResult(seen, f"workflow {workflow_status_name(closed)}")
-        if not events:
-            await asyncio.sleep(POLL_SECONDS)
+    try:
+        async with contextlib.aclosing(follow_events(handle, after=after)) as events:
+            async for event in events:
+                seen.append(event)
+                if live is not None:
+                    live.close_line()
+                    if live.already_shown(event):
+                        line = f"{event.position:>4}  agent.message  (streamed above)"
+                        renderer.console.print(Text(line, style="dim"))
+                        continue
+                renderer.print(event)
+                if live is not None and event.type == "span.model_request_start":
+                    live.release(event.id)
+                if event.type == "user.message":
+                    last_user = max(last_user, event.position)
+                if event.type == "session.status_terminated":
+                    return TailResult(seen, "terminated")
+                if not forever and event.type == "session.status_idle" and event.position > last_user:
+                    return TailResult(seen, "idle")
+    except SessionClosed as closed:  # a terminate writes no event: only the workflow's history tells
+        return TailResult(seen, f"workflow {workflow_status_name(closed.status)}")
+    raise AssertionError("follow_events stops only by raising SessionClosed")
 
 
 def workflow_status_name(status: WorkflowExecutionStatus | None) -> str:

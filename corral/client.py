@@ -7,11 +7,14 @@ code: a client needs the contract, not the harness.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from functools import partial
+from typing import Any, TypeVar
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from corral.contract.events import SessionEvent
@@ -31,6 +34,8 @@ from corral.names import (
     SESSION_WORKFLOW,
     UPDATE_SEND_EVENTS,
 )
+
+T = TypeVar("T")
 
 
 def new_session_id() -> str:
@@ -109,37 +114,78 @@ async def read_events(
     return events
 
 
-async def follow_events(
-    handle: WorkflowHandle, after: int = 0, poll_interval: float = 0.2
-) -> AsyncIterator[SessionEvent]:
-    """Yield events as they are written, forever; the caller decides when to stop.
+class SessionClosed(Exception):
+    """The session's workflow closed (completed, failed, terminated …): nothing more will be written to its log."""
 
-    A query that times out is asked again: while a harness worker that died is being replaced, a query can wait
-    for it (queries go to the worker that has the session cached) and expire; the log itself is never at risk."""
+    def __init__(self, session_id: str, status: WorkflowExecutionStatus) -> None:
+        super().__init__(f"the workflow of session {session_id} closed ({status.name.lower()})")
+        self.status = status
+
+
+_CLOSED: dict[int, WorkflowExecutionStatus] = {
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED: WorkflowExecutionStatus.COMPLETED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED: WorkflowExecutionStatus.FAILED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT: WorkflowExecutionStatus.TIMED_OUT,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED: WorkflowExecutionStatus.CANCELED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED: WorkflowExecutionStatus.TERMINATED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW: WorkflowExecutionStatus.CONTINUED_AS_NEW,
+}
+_TRANSIENT = (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE, RPCStatusCode.CANCELLED)
+RETRY_SECONDS = 0.2
+
+
+async def _retrying(call: Callable[[], Awaitable[T]]) -> T:
+    """`call()`, asked again after a transient RPC failure.
+
+    While a harness worker that died is being replaced, a query can wait for it (queries go to the worker that has
+    the session cached) and expire; the log itself is never at risk."""
     while True:
         try:
-            events = await read_events(handle, after=after)
+            return await call()
         except RPCError as exc:
-            if exc.status not in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE, RPCStatusCode.CANCELLED):
+            if exc.status not in _TRANSIENT:
                 raise
-            await asyncio.sleep(poll_interval)
-            continue
-        for event in events:
-            after = event.position
-            yield event
-        if not events:
-            await asyncio.sleep(poll_interval)
+        await asyncio.sleep(RETRY_SECONDS)
+
+
+async def follow_events(handle: WorkflowHandle, after: int = 0) -> AsyncGenerator[SessionEvent, None]:
+    """Yield the events after `after`, then each new one as it is written; the caller decides when to stop.
+
+    No polling: a long poll on the workflow history (`wait_new_event`) returns when something is appended. Session
+    events are written by workflow tasks, so the log is read at the start and after every page of history that
+    completes one. Raises `SessionClosed` once the workflow has closed, after the last events are yielded.
+    """
+    # The long poll needs a position in the history, and the only way to one is to read the history from its
+    # beginning: about 70 ms per 1000 history events, once per follow. Acceptable for a tail (a session's history
+    # grows by a few events per turn); the log itself is read by position, never from the start.
+    history = handle.fetch_history_events(wait_new_event=True)
+    written = True
+    closed: WorkflowExecutionStatus | None = None
+    while True:
+        if written:
+            for event in await _retrying(partial(read_events, handle, after=after)):
+                after = event.position
+                yield event
+        if closed is not None:
+            raise SessionClosed(handle.id, closed)
+        await _retrying(history.fetch_next_page)  # returns when the history grew (or after the server's poll time)
+        page = history.current_page or []
+        written = any(event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for event in page)
+        closed = next((_CLOSED[event.event_type] for event in page if event.event_type in _CLOSED), None)
 
 
 async def wait_for_idle(handle: WorkflowHandle, after: int = 0, within_seconds: float = 60) -> list[SessionEvent]:
-    """Events up to and including the next `session.status_idle` after position `after`."""
+    """Events up to and including the next `session.status_idle` after position `after`.
+
+    Raises `SessionClosed` if the workflow closes first, TimeoutError if `within_seconds` pass first."""
     collected: list[SessionEvent] = []
 
     async def collect() -> list[SessionEvent]:
-        async for event in follow_events(handle, after=after, poll_interval=0.05):
-            collected.append(event)
-            if event.type == "session.status_idle":
-                return collected
-        return collected
+        async with contextlib.aclosing(follow_events(handle, after=after)) as events:
+            async for event in events:
+                collected.append(event)
+                if event.type == "session.status_idle":
+                    return collected
+        raise AssertionError("follow_events stops only by raising SessionClosed")
 
     return await asyncio.wait_for(collect(), within_seconds)
