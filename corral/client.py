@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from functools import partial
@@ -132,18 +133,27 @@ _CLOSED: dict[int, WorkflowExecutionStatus] = {
 }
 _TRANSIENT = (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE, RPCStatusCode.CANCELLED)
 RETRY_SECONDS = 0.2
+UNREACHABLE_SECONDS = 30.0
 
 
 async def _retrying(call: Callable[[], Awaitable[T]]) -> T:
     """`call()`, asked again after a transient RPC failure.
 
     While a harness worker that died is being replaced, a query can wait for it (queries go to the worker that has
-    the session cached) and expire; the log itself is never at risk."""
+    the session cached) and expire; the log itself is never at risk. A server that stays unreachable for
+    `UNREACHABLE_SECONDS` is not transient: that error is raised (the CLI says "cannot reach Temporal")."""
+    unreachable_since: float | None = None
     while True:
         try:
             return await call()
         except RPCError as exc:
             if exc.status not in _TRANSIENT:
+                raise
+            if exc.status != RPCStatusCode.UNAVAILABLE:
+                unreachable_since = None
+            elif unreachable_since is None:
+                unreachable_since = time.monotonic()
+            elif time.monotonic() - unreachable_since > UNREACHABLE_SECONDS:
                 raise
         await asyncio.sleep(RETRY_SECONDS)
 

@@ -189,7 +189,9 @@ def ensure_kv_v2_mount(client: hvac.Client, mount: str = DEFAULT_MOUNT) -> None:
 
 def _launch(binary: Path, host: str, port: int, mount: str, log_path: Path) -> DevVault:
     token = SecretStr("dev-" + secrets.token_urlsafe(24))
-    env = {key: value for key, value in os.environ.items() if key not in ("VAULT_TOKEN", "BAO_TOKEN")}
+    # Only what a server needs to run: the user's environment may hold a model API key or other credentials, and
+    # nothing but Vault's own root token belongs in this process.
+    env = {key: os.environ[key] for key in ("PATH", "HOME", "TMPDIR", "LANG", "TZ") if key in os.environ}
     env["BAO_DEV_ROOT_TOKEN_ID"] = token.get_secret_value()
     argv = [str(binary), "server", "-dev", "-dev-no-store-token", f"-dev-listen-address={host}:{port}"]
     with log_path.open("ab") as log:

@@ -132,6 +132,7 @@ def test_up_start_tail_events_ls_down(tmp_path: Path) -> None:
     state_dir = tmp_path / "state"
     env = {key: value for key, value in os.environ.items() if not key.startswith(("ANTHROPIC_", "CORRAL_"))}
     env["CORRAL_STATE_DIR"] = str(state_dir)  # Offline mode: no ANTHROPIC_API_KEY in this environment.
+    env["GITHUB_TOKEN"] = "canary-user-credential-" + os.urandom(8).hex()  # must reach no process but the workers
     ports = ["--temporal-port", str(free_port()), "--ui-port", str(free_port()), "--model-port", str(free_port())]
     ports += ["--stream-port", str(free_port()), "--git-proxy-port", str(free_port())]
     started: dict[str, int] = {}
@@ -220,6 +221,8 @@ def test_up_start_tail_events_ls_down(tmp_path: Path) -> None:
         outputs = [out for result in (created, added, again_added, listed) for out in (result.stdout, result.stderr)]
         assert not [text for text in outputs if canary in text]
         assert "proxy-worker" in pids_in(state_dir) and "vault" in pids_in(state_dir)
+        vault_environ = Path(f"/proc/{started['vault']}/environ").read_bytes()
+        assert env["GITHUB_TOKEN"].encode() not in vault_environ, "the dev Vault got the user's environment"
         environ = {name: Path(f"/proc/{pid}/environ").read_bytes() for name, pid in started.items() if name != "vault"}
         assert [name for name, text in environ.items() if b"VAULT_TOKEN=" in text] == ["proxy-worker"]
 
