@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from typing import Any
 
 import docker
@@ -31,8 +30,8 @@ from corral.names import (
     SANDBOX_TASK_QUEUE,
 )
 from corral.sandbox import containers
-from corral.sandbox.containers import ALREADY_STARTED_EXIT, SandboxGone
-from corral.sandbox.errors import SandboxError, SandboxSetupError
+from corral.sandbox.containers import ALREADY_STARTED_EXIT
+from corral.sandbox.errors import SandboxError, SandboxGone, SandboxSetupError
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +58,16 @@ class SandboxActivities:
     """Holds the Docker client and the default image; one instance per sandbox worker."""
 
     def __init__(
-        self, client: docker.DockerClient, image: str, cluster_id: str = "", git_proxy_port: int | None = None
+        self,
+        client: docker.DockerClient,
+        image: str,
+        cluster_id: str = "",
+        git_proxy_port: int = containers.DEFAULT_GIT_PROXY_PORT,
     ) -> None:
         self._docker = client
         self._image = image
         self._cluster_id = cluster_id
-        self._git_proxy_port = git_proxy_port or int(os.environ.get("CORRAL_GIT_PROXY_PORT", "8767"))
+        self._git_proxy_port = git_proxy_port  # the worker's `CORRAL_GIT_PROXY_PORT`, read once at its start
         self.task_queue = engine_task_queue(client)
 
     # ---- lifecycle --------------------------------------------------------------------------------------------

@@ -1,33 +1,31 @@
 """`corral-model`: runs model turns on `corral-model`, with `ANTHROPIC_API_KEY` / `ANTHROPIC_BASE_URL` from
-its own environment only."""
+its own environment only (and `CORRAL_STREAM_URL` / `CORRAL_STREAM_TOKEN` for live text deltas)."""
 
-import asyncio
-import os
-import sys
+import anthropic
+from temporalio.client import Client
+from temporalio.worker import Worker
 
-from corral.temporal import connect
-from workers._run import run_until_stopped, setup_logging
+from corral.streaming import StreamPublisher
+from workers._run import connect_to_temporal, run_until_stopped, run_worker
+from workers._settings import ModelSettings, ModelWorkerSettings
 from workers.roles import model_worker
 
 
-def check_model_environment() -> None:
-    """Fail at start, with a clear message, rather than on the first model turn."""
-    if not os.environ.get("ANTHROPIC_API_KEY"):
-        sys.exit(
-            "corral-model: ANTHROPIC_API_KEY is not set. Set it (and ANTHROPIC_BASE_URL for a compatible endpoint), "
-            "or run `corral up`, which starts the offline stand-in model when no key is set."
-        )
+def model_role(client: Client, settings: ModelSettings) -> Worker:
+    """The model worker as configured: the API client and the stream relay made from the settings."""
+    # The SDK's own retries are off: Temporal owns retries.
+    model = anthropic.AsyncAnthropic(api_key=settings.api_key, base_url=settings.base_url, max_retries=0)
+    stream = StreamPublisher(settings.stream_url, token=settings.stream_token) if settings.stream_url else None
+    return model_worker(client, model, stream=stream)
 
 
-async def _main() -> None:
-    client = await connect()
-    await run_until_stopped([model_worker(client)])
+async def _serve(settings: ModelWorkerSettings) -> None:
+    client = await connect_to_temporal(settings.temporal)
+    await run_until_stopped([model_role(client, settings.model)])
 
 
 def main() -> None:
-    setup_logging()
-    check_model_environment()
-    asyncio.run(_main())
+    run_worker("corral-model", ModelWorkerSettings.from_environment, _serve)
 
 
 if __name__ == "__main__":

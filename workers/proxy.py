@@ -2,7 +2,8 @@
 `corral-proxy`: session bindings and MCP calls made with credentials that never leave this process.
 
 It also serves the git smart-HTTP proxy (`CORRAL_GIT_PROXY_HOST`, default 0.0.0.0, and `CORRAL_GIT_PROXY_PORT`,
-default 8767) that adds a session's repository token to `git pull`/`git push` made inside its sandbox.
+default 8767) that adds a session's repository token to `git pull`/`git push` made inside its sandbox, and runs
+the reaper: the references and git tokens of sessions that closed without releasing them are revoked.
 
 Vault login, from this process's environment only: `VAULT_ADDR` (or `BAO_ADDR`) and either `VAULT_TOKEN` (or
 `BAO_TOKEN`) or AppRole (`VAULT_ROLE_ID` + `VAULT_SECRET_ID`). `CORRAL_VAULT_MOUNT` names the KV v2 mount
@@ -13,70 +14,66 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import sys
 
 import hvac
-from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.service import RPCError, RPCStatusCode
+import hvac.exceptions
+import requests
+from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.proxy import ProxyActivities
 from corral.names import PROXY_TASK_QUEUE
-from corral.temporal import connect
-from proxy import GitProxyServer, VaultStore, ensure_kv_v2_mount
-from workers._run import GRACEFUL_SHUTDOWN, run_until_stopped, setup_logging
+from proxy import GitProxyServer, ProxyError, VaultStore, ensure_kv_v2_mount
+from workers._reaper import reap_once, reaping
+from workers._run import GRACEFUL_SHUTDOWN, WorkerStartError, connect_to_temporal, run_until_stopped, run_worker
+from workers._settings import ProxyWorkerSettings, VaultSettings
 
 log = logging.getLogger("workers.proxy")
 
 
-def vault_from_environment() -> tuple[hvac.Client, str]:
-    """An authenticated Vault client and the mount, or exit with a message that says what is missing."""
-    address = os.environ.get("VAULT_ADDR") or os.environ.get("BAO_ADDR")
-    if not address:
-        sys.exit("corral-proxy: set VAULT_ADDR (or BAO_ADDR) to the Vault/OpenBao server, or run `corral up`")
-    client = hvac.Client(url=address)
-    token = os.environ.get("VAULT_TOKEN") or os.environ.get("BAO_TOKEN")
-    if token:
-        client.token = token
-    elif os.environ.get("VAULT_ROLE_ID") and os.environ.get("VAULT_SECRET_ID"):
-        client.auth.approle.login(role_id=os.environ["VAULT_ROLE_ID"], secret_id=os.environ["VAULT_SECRET_ID"])
-    else:
-        sys.exit("corral-proxy: set VAULT_TOKEN, or VAULT_ROLE_ID and VAULT_SECRET_ID (AppRole)")
-    if not client.is_authenticated():
-        sys.exit(f"corral-proxy: Vault at {address} rejected this process's credentials")
-    return client, os.environ.get("CORRAL_VAULT_MOUNT", "corral")
+def vault_store(settings: VaultSettings) -> VaultStore:
+    """The store on an authenticated Vault client, its KV v2 mount made if missing; WorkerStartError if Vault does
+    not answer or rejects this process's credentials (the message names the error's type, never a credential)."""
+    client = hvac.Client(url=settings.address)
+    try:
+        if settings.token is not None:
+            client.token = settings.token
+        else:
+            client.auth.approle.login(role_id=settings.role_id, secret_id=settings.secret_id)
+        authenticated = client.is_authenticated()
+    except (requests.RequestException, hvac.exceptions.VaultError) as exc:
+        raise WorkerStartError(f"cannot log in to Vault at {settings.address} ({type(exc).__name__})") from exc
+    if not authenticated:
+        raise WorkerStartError(f"Vault at {settings.address} rejected this process's credentials")
+    try:
+        ensure_kv_v2_mount(client, settings.mount)
+    except ProxyError as exc:
+        raise WorkerStartError(f"Vault at {settings.address}: {exc}") from exc
+    return VaultStore(client, settings.mount)
 
 
-REAP_INTERVAL_SECONDS = float(os.environ.get("CORRAL_REAP_INTERVAL_SECONDS", "60"))
+class VaultReaper:
+    """What the reaper needs of Vault: the sessions holding a reference or a git token, and how to revoke them.
+    Only sessions this Temporal server knows as closed are revoked: one not found may not have started yet
+    (`corral start` stores a repository token first) or may belong to another server sharing this Vault."""
+
+    def __init__(self, store: VaultStore) -> None:
+        self._store = store
+
+    async def sessions(self) -> list[str]:
+        return await asyncio.to_thread(self._store.bound_sessions)
+
+    async def revoke(self, closed: list[str]) -> None:
+        for session_id in closed:
+            await asyncio.to_thread(self._store.revoke_session, session_id)
+            log.info("revoked the references and git tokens of closed session %s", session_id)
 
 
 async def revoke_closed_sessions(temporal: Client, store: VaultStore) -> list[str]:
-    """A session that ended without cleaning up (terminated, say) loses its reference and git tokens here.
-
-    Only sessions this Temporal server knows as closed are revoked: one not found may not have started yet
-    (`corral start` stores a repository token first) or may belong to another server sharing this Vault."""
-    revoked = []
-    for session_id in await asyncio.to_thread(store.bound_sessions):
-        try:
-            description = await temporal.get_workflow_handle(session_id).describe()
-        except RPCError as exc:
-            if exc.status == RPCStatusCode.NOT_FOUND:
-                continue
-            raise
-        if description.status != WorkflowExecutionStatus.RUNNING:
-            await asyncio.to_thread(store.revoke_session, session_id)
-            revoked.append(session_id)
-    return revoked
-
-
-async def _revoke_forever(temporal: Client, store: VaultStore) -> None:
-    while True:
-        try:
-            await revoke_closed_sessions(temporal, store)
-        except Exception:  # outlive a passing Vault or server hiccup
-            log.exception("revoking closed sessions failed; trying again later")
-        await asyncio.sleep(REAP_INTERVAL_SECONDS)
+    """One reaper round: a session that ended without cleaning up (terminated, say) loses its reference and git
+    tokens here."""
+    reaper = VaultReaper(store)
+    return await reap_once(temporal, reaper.sessions, reaper.revoke)
 
 
 def proxy_worker(client: Client, activities: ProxyActivities, task_queue: str = PROXY_TASK_QUEUE) -> Worker:
@@ -93,29 +90,32 @@ def proxy_worker(client: Client, activities: ProxyActivities, task_queue: str = 
     )
 
 
-async def _main() -> None:
-    vault, mount = vault_from_environment()
-    ensure_kv_v2_mount(vault, mount)
-    store = VaultStore(vault, mount)
-    temporal = await connect()
+async def _serve(settings: ProxyWorkerSettings) -> None:
+    store = await asyncio.to_thread(vault_store, settings.proxy.vault)
+    temporal = await connect_to_temporal(settings.temporal)
     # The git proxy: sandboxes reach it (through the egress proxy, or the bridge) at the host's Docker gateway.
-    git = GitProxyServer(
-        store,
-        host=os.environ.get("CORRAL_GIT_PROXY_HOST", "0.0.0.0"),
-        port=int(os.environ.get("CORRAL_GIT_PROXY_PORT", "8767")),
-    )
-    git.start()
-    reaper = asyncio.create_task(_revoke_forever(temporal, store))
+    host, port = settings.proxy.git_proxy_host, settings.proxy.git_proxy_port
+    git = GitProxyServer(store, host=host, port=port)
     try:
-        await run_until_stopped([proxy_worker(temporal, ProxyActivities(store))])
+        git.start()
+    except OSError as exc:  # the port is taken, or the host is not an address of this machine
+        raise WorkerStartError(f"the git proxy cannot listen on {host}:{port} ({exc.strerror})") from exc
+    reaper = VaultReaper(store)
+    try:
+        async with reaping(
+            temporal,
+            settings.proxy.reap_interval_seconds,
+            reaper.sessions,
+            reaper.revoke,
+            job="revoking the references of closed sessions",
+        ):
+            await run_until_stopped([proxy_worker(temporal, ProxyActivities(store))])
     finally:
-        reaper.cancel()
         git.stop()
 
 
 def main() -> None:
-    setup_logging()
-    asyncio.run(_main())
+    run_worker("corral-proxy", ProxyWorkerSettings.from_environment, _serve)
 
 
 if __name__ == "__main__":

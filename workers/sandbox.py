@@ -9,89 +9,100 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import docker
-from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.service import RPCError, RPCStatusCode
+import docker.errors
+from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.sandbox import SandboxActivities
 from corral.sandbox import containers
+from corral.sandbox.errors import SandboxSetupError
 from corral.sandbox.image import ensure_sandbox_image
-from corral.temporal import cluster_id, connect
-from workers._run import run_until_stopped, setup_logging
+from corral.temporal import cluster_id
+from workers._reaper import reap_once, reaping
+from workers._run import WorkerStartError, connect_to_temporal, run_until_stopped, run_worker
+from workers._settings import SandboxSettings, SandboxWorkerSettings
 from workers.roles import sandbox_workers
 
 log = logging.getLogger("workers.sandbox")
-REAP_INTERVAL_SECONDS = float(os.environ.get("CORRAL_REAP_INTERVAL_SECONDS", "60"))
+
+
+class SandboxReaper:
+    """What the reaper needs of one engine: the sessions of this server and namespace that have a container
+    there, and how to remove a closed one's containers and volume. A workflow the server does not know counts as
+    closed: a container is only ever made by a running session."""
+
+    def __init__(self, engine: docker.DockerClient, scope: str) -> None:
+        self._engine = engine
+        self._scope = scope  # `<cluster id>/<namespace>`: another server's sessions on this engine are not ours
+
+    async def sessions(self) -> set[str]:
+        return await asyncio.to_thread(containers.session_ids_with_containers, self._engine, self._scope)
+
+    async def remove(self, closed: list[str]) -> None:
+        for session_id in closed:
+            await asyncio.to_thread(containers.remove_session, self._engine, session_id, True)
+            log.info("reaped the sandbox of closed session %s", session_id)
 
 
 async def reap_closed_sessions(temporal: Client, engine: docker.DockerClient) -> list[str]:
-    """Remove the containers and volumes of this server's and namespace's sessions whose workflow is closed."""
-    reaped = []
-    scope = f"{await cluster_id(temporal)}/{temporal.namespace}"
-    for session_id in await asyncio.to_thread(containers.session_ids_with_containers, engine, scope):
-        try:
-            description = await temporal.get_workflow_handle(session_id).describe()
-            closed = description.status != WorkflowExecutionStatus.RUNNING
-        except RPCError as exc:
-            if exc.status != RPCStatusCode.NOT_FOUND:
-                raise
-            closed = True
-        if closed:
-            await asyncio.to_thread(containers.remove_session, engine, session_id, True)
-            log.info("reaped the sandbox of closed session %s", session_id)
-            reaped.append(session_id)
-    return reaped
+    """One reaper round: remove the containers and volumes of this server's and namespace's closed sessions."""
+    reaper = SandboxReaper(engine, f"{await cluster_id(temporal)}/{temporal.namespace}")
+    return await reap_once(temporal, reaper.sessions, reaper.remove, missing_means_closed=True)
 
 
-async def _reap_forever(temporal: Client, engine: docker.DockerClient) -> None:
-    while True:
-        try:
-            await reap_closed_sessions(temporal, engine)
-        except Exception:  # the reaper must outlive a passing engine or server hiccup
-            log.exception("reaper pass failed; trying again later")
-        await asyncio.sleep(REAP_INTERVAL_SECONDS)
-
-
-def sandbox_image(engine: docker.DockerClient) -> str:
+def sandbox_image(engine: docker.DockerClient, settings: SandboxSettings) -> str:
     """`CORRAL_SANDBOX_IMAGE`, or the image built on this machine (built now if missing: slow, once)."""
-    configured = os.environ.get("CORRAL_SANDBOX_IMAGE")
-    if configured:
-        return configured
-    state_dir = Path(os.environ.get("CORRAL_STATE_DIR", ".corral"))
-    return ensure_sandbox_image(engine, state_dir, progress=log.info)
+    if settings.image:
+        return settings.image
+    return ensure_sandbox_image(engine, settings.state_dir, progress=log.info)
+
+
+def _docker_engine() -> docker.DockerClient:
+    try:
+        engine = docker.from_env()
+        engine.ping()
+    except docker.errors.DockerException as exc:
+        raise WorkerStartError(
+            f"cannot reach the Docker engine (DOCKER_HOST, or the local socket): {exc}. "
+            "Start it, or run `python -m corral.sandbox.prepare`."
+        ) from exc
+    return engine
 
 
 @contextlib.asynccontextmanager
-async def sandbox_role(temporal: Client) -> AsyncIterator[list[Worker]]:
+async def sandbox_role(temporal: Client, settings: SandboxSettings) -> AsyncIterator[list[Worker]]:
     """The sandbox workers, with the reaper running beside them; used by this entrypoint and the all-in-one."""
-    engine = docker.from_env()
-    engine.ping()
-    image = await asyncio.to_thread(sandbox_image, engine)
-    activities = SandboxActivities(engine, image, await cluster_id(temporal))
-    log.info("sandbox hand on corral-sandbox and %s", activities.task_queue)
-    reaper = asyncio.create_task(_reap_forever(temporal, engine))
+    engine = _docker_engine()
     try:
+        image = await asyncio.to_thread(sandbox_image, engine, settings)
+    except SandboxSetupError as exc:
+        raise WorkerStartError(str(exc)) from exc
+    cluster = await cluster_id(temporal)
+    activities = SandboxActivities(engine, image, cluster, git_proxy_port=settings.git_proxy_port)
+    log.info("sandbox hand on corral-sandbox and %s", activities.task_queue)
+    reaper = SandboxReaper(engine, f"{cluster}/{temporal.namespace}")
+    async with reaping(
+        temporal,
+        settings.reap_interval_seconds,
+        reaper.sessions,
+        reaper.remove,
+        job="reaping the sandboxes of closed sessions",
+        missing_means_closed=True,
+    ):
         yield sandbox_workers(temporal, activities)
-    finally:
-        reaper.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await reaper
 
 
-async def _main() -> None:
-    temporal = await connect()
-    async with sandbox_role(temporal) as workers:
+async def _serve(settings: SandboxWorkerSettings) -> None:
+    temporal = await connect_to_temporal(settings.temporal)
+    async with sandbox_role(temporal, settings.sandbox) as workers:
         await run_until_stopped(workers)
 
 
 def main() -> None:
-    setup_logging()
-    asyncio.run(_main())
+    run_worker("corral-sandbox", SandboxWorkerSettings.from_environment, _serve)
 
 
 if __name__ == "__main__":

@@ -1,20 +1,17 @@
 """`corral-utility-hand`: serves the utility tools (`get_time`, `calculate`) on `corral-utility`."""
 
-import asyncio
-
-from corral.temporal import connect
-from workers._run import run_until_stopped, setup_logging
+from workers._run import connect_to_temporal, run_until_stopped, run_worker
+from workers._settings import TemporalSettings
 from workers.roles import utility_hand_worker
 
 
-async def _main() -> None:
-    client = await connect()
+async def _serve(settings: TemporalSettings) -> None:
+    client = await connect_to_temporal(settings)
     await run_until_stopped([utility_hand_worker(client)])
 
 
 def main() -> None:
-    setup_logging()
-    asyncio.run(_main())
+    run_worker("corral-utility-hand", TemporalSettings.from_environment, _serve)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from docker.models.containers import Container
 
 from corral.contract.sandbox import Environment, RepositoryClone
 from corral.sandbox import egress
-from corral.sandbox.errors import SandboxError, SandboxSetupError
+from corral.sandbox.errors import SandboxError, SandboxGone, SandboxSetupError
 from corral.sandbox.workspace import SANDBOX_GID, SANDBOX_UID, hardened_run_options, prepare_workspace_volume
 
 log = logging.getLogger(__name__)
@@ -33,10 +33,8 @@ TOOL_RUNNER = "/opt/corral/bin/corral-tool"
 BASH_RUNNER = "/opt/corral/bin/corral-run"
 ALREADY_STARTED_EXIT = 97
 STATE_DIR = "/run/corral"
-
-
-class SandboxGone(SandboxError):
-    """The session's container is gone or stopped underneath us (killed, OOM, engine restarted, removed)."""
+DEFAULT_GIT_PROXY_PORT = 8767
+"""Where a sandbox's git origin points: the proxy worker's git proxy (both workers read `CORRAL_GIT_PROXY_PORT`)."""
 
 
 def container_name(session_id: str, generation: int) -> str:
@@ -100,7 +98,7 @@ def ensure_container(
     base_image: str,
     scope: str = "",
     repositories: list[RepositoryClone] | None = None,
-    git_proxy_port: int = 8767,
+    git_proxy_port: int = DEFAULT_GIT_PROXY_PORT,
 ) -> Provisioned:
     """This session's container for `generation`, running: reused if running, started if stopped, else created."""
     name = container_name(session_id, generation)

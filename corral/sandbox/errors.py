@@ -3,12 +3,15 @@
 The hierarchy, so callers catch exactly as much as they mean to::
 
     SandboxError
-    └── SandboxSetupError        this machine cannot give sandboxes yet (raised before any session needs one)
-        ├── PackageInstallError  apt-get could not install a host package (docker.io, debootstrap)
-        ├── DockerEngineError    no Docker engine answers, and none could be started here
-        └── SandboxImageError    the sandbox image could not be built
+    ├── SandboxSetupError        this machine cannot give sandboxes yet (raised before any session needs one)
+    │   ├── PackageInstallError  apt-get could not install a host package (docker.io, debootstrap)
+    │   ├── DockerEngineError    no Docker engine answers, and none could be started here
+    │   └── SandboxImageError    the sandbox image could not be built
+    └── SandboxGone              a session's container died or was removed underneath it (the activities tell the
+                                 model what survived; the session goes on with a fresh container)
 
-Every message says what to do next and names the log file that holds the detail; none carries a secret.
+A setup error's message says what to do next and names the log file that holds the detail; no message carries
+a secret.
 """
 
 from __future__ import annotations
@@ -32,3 +35,7 @@ class DockerEngineError(SandboxSetupError):
 
 class SandboxImageError(SandboxSetupError):
     """The sandbox image could not be built (debootstrap, import or the Dockerfile layer failed)."""
+
+
+class SandboxGone(SandboxError):
+    """The session's container is gone or stopped underneath us (killed, OOM, engine restarted, removed)."""

@@ -1,0 +1,287 @@
+"""Each worker's configuration, read from its environment once, in `main()`, and validated before anything starts.
+
+Every variable, its default, and the roles that read it (README documents them; `cli/stack.py` sets them for the
+workers it starts)::
+
+    CORRAL_TEMPORAL_ADDRESS          127.0.0.1:7233     every role
+    CORRAL_TEMPORAL_NAMESPACE        default            every role
+    ANTHROPIC_API_KEY                (required)         model
+    ANTHROPIC_BASE_URL               Anthropic's API    model: any Messages-API-compatible endpoint
+    CORRAL_STREAM_URL                (no live deltas)   model: the stream relay that text deltas are published to
+    CORRAL_STREAM_TOKEN              (none)             model: the relay's bearer token
+    CORRAL_SANDBOX_IMAGE             built here         sandbox
+    CORRAL_STATE_DIR                 .corral            sandbox: where the image is built
+    CORRAL_REAP_INTERVAL_SECONDS     60                 sandbox, proxy: how often the reaper looks for closed sessions
+    CORRAL_GIT_PROXY_PORT            8767               sandbox (where git origins point), proxy (where it listens)
+    CORRAL_GIT_PROXY_HOST            0.0.0.0            proxy
+    VAULT_ADDR or BAO_ADDR           (required)         proxy
+    VAULT_TOKEN or BAO_TOKEN, or VAULT_ROLE_ID and VAULT_SECRET_ID (AppRole)    (required) proxy
+    CORRAL_VAULT_MOUNT               corral             proxy: the KV v2 mount
+
+The Docker engine (`DOCKER_HOST` and the other `DOCKER_*` variables) is found by the Docker SDK, as everywhere.
+An empty variable counts as unset. A missing or malformed one is a `SettingsError` whose one-line message names it
+(and never shows a secret's value): `workers._run.run_worker` prints it and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from corral.names import (
+    DEFAULT_TEMPORAL_ADDRESS,
+    DEFAULT_TEMPORAL_NAMESPACE,
+    ENV_TEMPORAL_ADDRESS,
+    ENV_TEMPORAL_NAMESPACE,
+)
+from corral.sandbox.containers import DEFAULT_GIT_PROXY_PORT
+
+Environ = Mapping[str, str]
+
+REAP_INTERVAL = "CORRAL_REAP_INTERVAL_SECONDS"
+GIT_PROXY_PORT = "CORRAL_GIT_PROXY_PORT"
+DEFAULT_REAP_INTERVAL_SECONDS = 60.0
+
+
+class SettingsError(Exception):
+    """A variable of the worker's environment is missing or malformed; the message names it, on one line."""
+
+
+# ---- sections: one per role, and where Temporal is ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TemporalSettings:
+    """Where the Temporal server is: the whole configuration of the harness and the utility hand."""
+
+    address: str = DEFAULT_TEMPORAL_ADDRESS
+    namespace: str = DEFAULT_TEMPORAL_NAMESPACE
+
+    @classmethod
+    def from_environment(cls, environ: Environ | None = None) -> TemporalSettings:
+        environ = _environ(environ)
+        return cls(
+            address=_text(environ, ENV_TEMPORAL_ADDRESS) or DEFAULT_TEMPORAL_ADDRESS,
+            namespace=_text(environ, ENV_TEMPORAL_NAMESPACE) or DEFAULT_TEMPORAL_NAMESPACE,
+        )
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """The model role: the only one that holds the model API key, and the relay its live text deltas go to."""
+
+    api_key: str = field(repr=False)
+    base_url: str | None = None
+    stream_url: str | None = None
+    stream_token: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_environment(cls, environ: Environ | None = None) -> ModelSettings:
+        environ = _environ(environ)
+        api_key = _text(environ, "ANTHROPIC_API_KEY")
+        if api_key is None:
+            raise SettingsError(
+                "ANTHROPIC_API_KEY is not set. Set it (and ANTHROPIC_BASE_URL for a compatible endpoint), or run "
+                "`corral up`, which starts the offline stand-in model when no key is set."
+            )
+        return cls(
+            api_key=api_key,
+            base_url=_url(environ, "ANTHROPIC_BASE_URL"),
+            stream_url=_url(environ, "CORRAL_STREAM_URL"),
+            stream_token=_text(environ, "CORRAL_STREAM_TOKEN"),
+        )
+
+
+@dataclass(frozen=True)
+class SandboxSettings:
+    """The sandbox hand: which image (None: build one under `state_dir`), the reaper's pace, the git proxy port."""
+
+    image: str | None = None
+    state_dir: Path = Path(".corral")
+    reap_interval_seconds: float = DEFAULT_REAP_INTERVAL_SECONDS
+    git_proxy_port: int = DEFAULT_GIT_PROXY_PORT
+
+    def __post_init__(self) -> None:
+        _check_interval(self.reap_interval_seconds)
+        _check_port(self.git_proxy_port)
+
+    @classmethod
+    def from_environment(cls, environ: Environ | None = None) -> SandboxSettings:
+        environ = _environ(environ)
+        return cls(
+            image=_text(environ, "CORRAL_SANDBOX_IMAGE"),
+            state_dir=Path(_text(environ, "CORRAL_STATE_DIR") or ".corral"),
+            reap_interval_seconds=_seconds(environ, REAP_INTERVAL, DEFAULT_REAP_INTERVAL_SECONDS),
+            git_proxy_port=_port(environ, GIT_PROXY_PORT, DEFAULT_GIT_PROXY_PORT),
+        )
+
+
+@dataclass(frozen=True)
+class VaultSettings:
+    """How the proxy logs in to Vault (or OpenBao): a token, else AppRole. Only the proxy role reads these."""
+
+    address: str
+    token: str | None = field(default=None, repr=False)
+    role_id: str | None = None
+    secret_id: str | None = field(default=None, repr=False)
+    mount: str = "corral"
+
+    def __post_init__(self) -> None:
+        if self.token is None and (self.role_id is None or self.secret_id is None):
+            raise SettingsError("set VAULT_TOKEN, or VAULT_ROLE_ID and VAULT_SECRET_ID (AppRole)")
+
+    @classmethod
+    def from_environment(cls, environ: Environ | None = None) -> VaultSettings:
+        environ = _environ(environ)
+        address = _text(environ, "VAULT_ADDR") or _text(environ, "BAO_ADDR")
+        if address is None:
+            raise SettingsError("set VAULT_ADDR (or BAO_ADDR) to the Vault/OpenBao server, or run `corral up`")
+        return cls(
+            address=address,
+            token=_text(environ, "VAULT_TOKEN") or _text(environ, "BAO_TOKEN"),
+            role_id=_text(environ, "VAULT_ROLE_ID"),
+            secret_id=_text(environ, "VAULT_SECRET_ID"),
+            mount=_text(environ, "CORRAL_VAULT_MOUNT") or "corral",
+        )
+
+
+@dataclass(frozen=True)
+class ProxySettings:
+    """The proxy role: its Vault login, where the git proxy listens, the reaper's pace."""
+
+    vault: VaultSettings
+    git_proxy_host: str = "0.0.0.0"
+    git_proxy_port: int = DEFAULT_GIT_PROXY_PORT
+    reap_interval_seconds: float = DEFAULT_REAP_INTERVAL_SECONDS
+
+    def __post_init__(self) -> None:
+        _check_interval(self.reap_interval_seconds)
+        _check_port(self.git_proxy_port)
+
+    @classmethod
+    def from_environment(cls, environ: Environ | None = None) -> ProxySettings:
+        environ = _environ(environ)
+        return cls(
+            vault=VaultSettings.from_environment(environ),
+            git_proxy_host=_text(environ, "CORRAL_GIT_PROXY_HOST") or "0.0.0.0",
+            git_proxy_port=_port(environ, GIT_PROXY_PORT, DEFAULT_GIT_PROXY_PORT),
+            reap_interval_seconds=_seconds(environ, REAP_INTERVAL, DEFAULT_REAP_INTERVAL_SECONDS),
+        )
+
+
+# ---- one object per worker process --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelWorkerSettings:
+    """`corral-model`."""
+
+    temporal: TemporalSettings
+    model: ModelSettings
+
+    @classmethod
+    def from_environment(cls, environ: Environ | None = None) -> ModelWorkerSettings:
+        environ = _environ(environ)
+        return cls(TemporalSettings.from_environment(environ), ModelSettings.from_environment(environ))
+
+
+@dataclass(frozen=True)
+class SandboxWorkerSettings:
+    """`corral-sandbox`."""
+
+    temporal: TemporalSettings
+    sandbox: SandboxSettings
+
+    @classmethod
+    def from_environment(cls, environ: Environ | None = None) -> SandboxWorkerSettings:
+        environ = _environ(environ)
+        return cls(TemporalSettings.from_environment(environ), SandboxSettings.from_environment(environ))
+
+
+@dataclass(frozen=True)
+class ProxyWorkerSettings:
+    """`corral-proxy`."""
+
+    temporal: TemporalSettings
+    proxy: ProxySettings
+
+    @classmethod
+    def from_environment(cls, environ: Environ | None = None) -> ProxyWorkerSettings:
+        environ = _environ(environ)
+        return cls(TemporalSettings.from_environment(environ), ProxySettings.from_environment(environ))
+
+
+@dataclass(frozen=True)
+class AllInOneSettings:
+    """`corral-all-in-one`: the harness, the model, the utility hand and the sandbox hand in one process."""
+
+    temporal: TemporalSettings
+    model: ModelSettings
+    sandbox: SandboxSettings
+
+    @classmethod
+    def from_environment(cls, environ: Environ | None = None) -> AllInOneSettings:
+        environ = _environ(environ)
+        return cls(
+            TemporalSettings.from_environment(environ),
+            ModelSettings.from_environment(environ),
+            SandboxSettings.from_environment(environ),
+        )
+
+
+# ---- reading one variable -----------------------------------------------------------------------------------------
+
+
+def _environ(environ: Environ | None) -> Environ:
+    return os.environ if environ is None else environ
+
+
+def _text(environ: Environ, name: str) -> str | None:
+    return environ.get(name) or None
+
+
+def _invalid(name: str, value: object, expected: str) -> SettingsError:
+    return SettingsError(f"{name} must be {expected}, got {value!r}")
+
+
+def _seconds(environ: Environ, name: str, default: float) -> float:
+    raw = _text(environ, name)
+    if raw is None:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise _invalid(name, raw, "a number of seconds greater than 0") from None
+
+
+def _port(environ: Environ, name: str, default: int) -> int:
+    raw = _text(environ, name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise _invalid(name, raw, "a TCP port number (1-65535)") from None
+
+
+def _url(environ: Environ, name: str) -> str | None:
+    raw = _text(environ, name)
+    if raw is not None:
+        parts = urlsplit(raw)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise _invalid(name, raw, "an http:// or https:// URL")
+    return raw
+
+
+def _check_interval(seconds: float) -> None:
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise _invalid(REAP_INTERVAL, seconds, "a number of seconds greater than 0")
+
+
+def _check_port(port: int) -> None:
+    if not 1 <= port <= 65535:
+        raise _invalid(GIT_PROXY_PORT, port, "a TCP port number (1-65535)")
