@@ -27,6 +27,7 @@ from corral.names import (
     ACTIVITY_PROVISION_SANDBOX,
     ACTIVITY_RELEASE_SANDBOX,
     ACTIVITY_STOP_SANDBOX,
+    DEFAULT_GIT_PROXY_PORT,
     SANDBOX_TASK_QUEUE,
 )
 from corral.sandbox import containers
@@ -62,7 +63,7 @@ class SandboxActivities:
         client: docker.DockerClient,
         image: str,
         cluster_id: str = "",
-        git_proxy_port: int = containers.DEFAULT_GIT_PROXY_PORT,
+        git_proxy_port: int = DEFAULT_GIT_PROXY_PORT,
     ) -> None:
         self._docker = client
         self._image = image

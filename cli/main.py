@@ -21,7 +21,7 @@ import typer
 
 from cli.context import CliError, Settings, fail, run, settings_of
 from cli.vault import vault_app
-from corral.names import ENV_TEMPORAL_ADDRESS, ENV_TEMPORAL_NAMESPACE
+from corral.names import DEFAULT_GIT_PROXY_PORT, ENV_TEMPORAL_ADDRESS, ENV_TEMPORAL_NAMESPACE
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -142,7 +142,7 @@ def up_command(
     ui_port: UiPort = 8233,
     model_port: ModelPort = 8765,
     stream_port: StreamPort = 8766,
-    git_proxy_port: GitProxyPort = 8767,
+    git_proxy_port: GitProxyPort = DEFAULT_GIT_PROXY_PORT,
     split: Split = False,
 ) -> None:
     """Start the local stack in the background: Temporal dev server, offline model (without an API key), workers.
@@ -214,7 +214,7 @@ def demo_command(
     ui_port: UiPort = 8233,
     model_port: ModelPort = 8765,
     stream_port: StreamPort = 8766,
-    git_proxy_port: GitProxyPort = 8767,
+    git_proxy_port: GitProxyPort = DEFAULT_GIT_PROXY_PORT,
     split: Split = False,
 ) -> None:
     """Bring the stack up, run a session that uses tools, follow it live, and show where to look next."""

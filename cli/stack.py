@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from corral.names import SEARCH_ATTRIBUTE_MODEL, SEARCH_ATTRIBUTE_STATUS
+from corral.names import DEFAULT_GIT_PROXY_PORT, SEARCH_ATTRIBUTE_MODEL, SEARCH_ATTRIBUTE_STATUS
 
 TEMPORAL = "temporal"
 VAULT = "vault"
@@ -127,7 +127,7 @@ class UpOptions:
     ui_port: int = 8233
     model_port: int = 8765
     stream_port: int = 8766
-    git_proxy_port: int = 8767
+    git_proxy_port: int = DEFAULT_GIT_PROXY_PORT
     split: bool = False
 
 

@@ -44,3 +44,5 @@ ENV_TEMPORAL_ADDRESS: Final = "CORRAL_TEMPORAL_ADDRESS"
 ENV_TEMPORAL_NAMESPACE: Final = "CORRAL_TEMPORAL_NAMESPACE"
 DEFAULT_TEMPORAL_ADDRESS: Final = "127.0.0.1:7233"
 DEFAULT_TEMPORAL_NAMESPACE: Final = "default"
+DEFAULT_GIT_PROXY_PORT: Final = 8767
+"""Where the proxy worker's git proxy listens and sandboxes' git origins point (`CORRAL_GIT_PROXY_PORT`)."""

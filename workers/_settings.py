@@ -33,12 +33,12 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from corral.names import (
+    DEFAULT_GIT_PROXY_PORT,
     DEFAULT_TEMPORAL_ADDRESS,
     DEFAULT_TEMPORAL_NAMESPACE,
     ENV_TEMPORAL_ADDRESS,
     ENV_TEMPORAL_NAMESPACE,
 )
-from corral.sandbox.containers import DEFAULT_GIT_PROXY_PORT
 
 Environ = Mapping[str, str]
 

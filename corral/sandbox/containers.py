@@ -19,6 +19,7 @@ import docker.errors
 from docker.models.containers import Container
 
 from corral.contract.sandbox import Environment, RepositoryClone
+from corral.names import DEFAULT_GIT_PROXY_PORT
 from corral.sandbox import egress
 from corral.sandbox.errors import SandboxError, SandboxGone, SandboxSetupError
 from corral.sandbox.workspace import SANDBOX_GID, SANDBOX_UID, hardened_run_options, prepare_workspace_volume
@@ -33,7 +34,6 @@ TOOL_RUNNER = "/opt/corral/bin/corral-tool"
 BASH_RUNNER = "/opt/corral/bin/corral-run"
 ALREADY_STARTED_EXIT = 97
 STATE_DIR = "/run/corral"
-DEFAULT_GIT_PROXY_PORT = 8767
 """Where a sandbox's git origin points: the proxy worker's git proxy (both workers read `CORRAL_GIT_PROXY_PORT`)."""
 
 
