@@ -35,7 +35,7 @@ from corral.contract.events import (
 )
 
 if TYPE_CHECKING:
-    from cli.stack import ProcessState
+    from cli.processes import ProcessState
 
 FAMILY_STYLES = {"user": "cyan", "agent": "green", "session": "yellow", "span": "magenta"}
 ERROR_STYLE = "bold red"

@@ -20,7 +20,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from cli import stack
+from cli import processes, stack
 from cli.context import CliError, describe_failure
 from cli.stack import Plan, Service, StackConfig, StatePaths, UpOptions
 from corral.names import ENV_TEMPORAL_ADDRESS, ENV_TEMPORAL_NAMESPACE
@@ -52,7 +52,7 @@ def _say(console: Console, name: str, pid: int, started: bool) -> None:
 
 def _failure(paths: StatePaths, name: str, what: str) -> CliError:
     log = paths.log_file(name)
-    return CliError(f"{what}\n--- last lines of {log} ---\n{stack.log_tail(log)}", hint=f"full log: {log}")
+    return CliError(f"{what}\n--- last lines of {log} ---\n{processes.log_tail(log)}", hint=f"full log: {log}")
 
 
 def _note(console: Console, text: str) -> None:
@@ -90,7 +90,7 @@ async def _bring_up(console: Console, paths: StatePaths, options: UpOptions, nam
 
     paths.ensure()
     plan = _plan(console, paths, options, namespace)
-    processes: dict[str, tuple[int, bool]] = {}
+    seen: dict[str, tuple[int, bool]] = {}
     settling: list[tuple[Service, subprocess.Popen[bytes]]] = []
     for service in stack.SERVICES:
         if not service.when(plan):
@@ -98,22 +98,22 @@ async def _bring_up(console: Console, paths: StatePaths, options: UpOptions, nam
         if service.command is None:
             found = await _ENSURE[service.name](console, plan)
             if found is not None:
-                processes[service.name] = found
+                seen[service.name] = found
                 _say(console, service.name, *found)
             continue
-        pid = stack.running_pid(paths, service.name)
+        pid = processes.running_pid(paths, service.name)
         plan.choose_ports(service, running=pid is not None)
         process = None
         if pid is None:
             process = _start(service, plan)
             pid = process.pid
-        processes[service.name] = (pid, process is not None)
+        seen[service.name] = (pid, process is not None)
         if service.ready == "stays up":  # checked all together, once the loop has started everything
             if process is not None:
                 settling.append((service, process))
             continue
         await _until_ready(console, service, plan, process)
-        _say(console, service.name, *processes[service.name])
+        _say(console, service.name, *seen[service.name])
 
     config = StackConfig(
         temporal_address=plan.address,
@@ -127,7 +127,7 @@ async def _bring_up(console: Console, paths: StatePaths, options: UpOptions, nam
         mode="all-in-one" if stack.ALL_IN_ONE in plan.workers else "split",
         cluster_id=await cluster_id(await connect(plan.address, namespace)),
         started_at=plan.previous.started_at
-        if plan.previous is not None and not any(started for _, started in processes.values())
+        if plan.previous is not None and not any(started for _, started in seen.values())
         else datetime.now(UTC),
     )
     stack.write_stack(paths, config)
@@ -137,18 +137,18 @@ async def _bring_up(console: Console, paths: StatePaths, options: UpOptions, nam
             await asyncio.sleep(WORKER_SETTLE_SECONDS)
         for service, process in settling:
             if process.poll() is not None:
-                stack.running_pid(paths, service.name)  # Cleans its pid file.
+                processes.running_pid(paths, service.name)  # Cleans its pid file.
                 raise _failure(paths, service.name, f"the {service.what} exited with code {process.returncode}")
     for service in stack.SERVICES:
-        if service.ready == "stays up" and service.name in processes:
-            _say(console, service.name, *processes[service.name])
-    return UpReport(config, processes)
+        if service.ready == "stays up" and service.name in seen:
+            _say(console, service.name, *seen[service.name])
+    return UpReport(config, seen)
 
 
 def _plan(console: Console, paths: StatePaths, options: UpOptions, namespace: str) -> Plan:
     """The model mode and the workers' layout: running workers keep theirs (a note says a change takes a restart)."""
     previous = stack.read_stack(paths)
-    running = [name for name in stack.WORKERS if stack.running_pid(paths, name) is not None]
+    running = [name for name in stack.WORKERS if processes.running_pid(paths, name) is not None]
     wants_offline = not os.environ.get("ANTHROPIC_API_KEY")
     offline = previous.offline if running and previous is not None else wants_offline
     if offline != wants_offline:
@@ -175,7 +175,7 @@ def _plan(console: Console, paths: StatePaths, options: UpOptions, namespace: st
 def _start(service: Service, plan: Plan) -> subprocess.Popen[bytes]:
     """Spawn `service` detached, once its ports are known to be free."""
     for port in service.ports:
-        if stack.port_in_use(plan.port(port.name)):
+        if processes.port_in_use(plan.port(port.name)):
             raise CliError(
                 f"port {plan.port(port.name)} ({port.what}) is already in use by another program",
                 hint=f"stop that program, or choose another port with {port.option}",
@@ -185,7 +185,7 @@ def _start(service: Service, plan: Plan) -> subprocess.Popen[bytes]:
         argv = service.command(plan)
     except FileNotFoundError as exc:  # the Temporal CLI is not installed
         raise CliError(str(exc)) from None
-    return stack.spawn(plan.paths, service.name, argv, environment(service, plan))
+    return processes.spawn(plan.paths, service.name, argv, environment(service, plan))
 
 
 def environment(service: Service, plan: Plan) -> dict[str, str]:
@@ -250,7 +250,7 @@ async def _ensure_vault(console: Console, plan: Plan) -> tuple[int, bool] | None
     the proxy worker alone."""
     from proxy import ProxyError, ensure_dev_vault
 
-    running = stack.running_pid(plan.paths, stack.VAULT)
+    running = processes.running_pid(plan.paths, stack.VAULT)
     with console.status("starting the OpenBao dev server (Vault API) …"):
         try:
             vault = await asyncio.to_thread(ensure_dev_vault, plan.paths.root)
@@ -294,7 +294,7 @@ _ENSURE: dict[str, Callable[[Console, Plan], Awaitable[tuple[int, bool] | None]]
 
 def running_processes(paths: StatePaths) -> list[str]:
     """The stack's processes that are alive now, in start order."""
-    return [name for name in stack.known_processes(paths) if stack.running_pid(paths, name) is not None]
+    return [name for name in processes.known_processes(paths) if processes.running_pid(paths, name) is not None]
 
 
 def stack_panel(report: UpReport, paths: StatePaths) -> Panel:
@@ -340,12 +340,12 @@ async def bring_down(console: Console, paths: StatePaths, *, remove_sandboxes: b
     sandboxes_done = False
     recorded = stack.read_stack(paths)
     scope = recorded.sandbox_scope if recorded is not None else None
-    for name in reversed(stack.known_processes(paths)):
+    for name in reversed(processes.known_processes(paths)):
         if name == stack.DOCKERD and not sandboxes_done:
             await _sandboxes_at_down(console, scope, remove_sandboxes)
             sandboxes_done = True
         with console.status(f"stopping {name} …"):
-            pid, outcome = await asyncio.to_thread(stack.stop, paths, name)
+            pid, outcome = await asyncio.to_thread(processes.stop, paths, name)
         if outcome == "stopped":
             stopped += 1
             console.print(Text("✓ ", style="green") + Text(f"{name} stopped (pid {pid})"))

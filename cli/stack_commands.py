@@ -1,0 +1,118 @@
+"""`corral up`, `down`, `status` and `demo`: the local stack. The mechanism is in `up.py` and `stack.py`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from cli.app import app
+from cli.context import run, settings_of
+from cli.vault import vault_app
+from corral.names import DEFAULT_GIT_PROXY_PORT
+
+PANEL = "The local stack"
+
+# ---- the local stack ------------------------------------------------------------------------------------------
+
+
+app.add_typer(vault_app, rich_help_panel=PANEL)
+
+# The stack's options, shared by `up` and `demo`.
+TemporalPort = Annotated[int, typer.Option(help="gRPC port of the Temporal dev server.")]
+UiPort = Annotated[int, typer.Option(help="Port of the Temporal Web UI.")]
+ModelPort = Annotated[int, typer.Option(help="Port of the offline model server (no ANTHROPIC_API_KEY).")]
+StreamPort = Annotated[int, typer.Option(help="Port of the stream relay (live text deltas).")]
+GitProxyPort = Annotated[int, typer.Option(help="Port of the git proxy (in the proxy worker).")]
+Split = Annotated[bool, typer.Option("--split/--all-in-one", help="One worker process per role, or all in one.")]
+
+
+@app.command("up", rich_help_panel=PANEL)
+def up_command(
+    ctx: typer.Context,
+    temporal_port: TemporalPort = 7233,
+    ui_port: UiPort = 8233,
+    model_port: ModelPort = 8765,
+    stream_port: StreamPort = 8766,
+    git_proxy_port: GitProxyPort = DEFAULT_GIT_PROXY_PORT,
+    split: Split = False,
+) -> None:
+    """Start the local stack in the background: Temporal dev server, offline model (without an API key), workers.
+
+    Idempotent: parts already running are left alone. State lives in --state-dir.
+    """
+    from cli import up
+
+    settings = settings_of(ctx)
+    options = up.UpOptions(temporal_port, ui_port, model_port, stream_port, git_proxy_port, split)
+    report = run(settings, up.bring_up(settings.out, settings.paths, options, settings.namespace))
+    settings.out.print(up.stack_panel(report, settings.paths))
+
+
+@app.command("down", rich_help_panel=PANEL)
+def down_command(
+    ctx: typer.Context,
+    sandboxes: Annotated[
+        bool,
+        typer.Option(
+            "--sandboxes",
+            help="Also remove every sandbox: session containers, their workspace volumes (files in /workspace are "
+            "lost), the corral-egress container and its networks. The sandbox images stay (a cache).",
+        ),
+    ] = False,
+) -> None:
+    """Stop the local stack: SIGTERM each process (workers first), SIGKILL after 10 s.
+
+    Says what it stopped and what it keeps: the Temporal database (sessions and their logs), the logs, and, unless
+    --sandboxes, the sandboxes on the Docker engine.
+    """
+    from cli import up
+
+    settings = settings_of(ctx)
+    run(settings, up.bring_down(settings.out, settings.paths, remove_sandboxes=sandboxes))
+
+
+@app.command("status", rich_help_panel=PANEL)
+def status_command(ctx: typer.Context) -> None:
+    """Show the stack's processes (pid, alive) and addresses."""
+    from rich.table import Table
+
+    from cli.processes import known_processes, process_state
+    from cli.render import processes_table
+
+    settings = settings_of(ctx)
+    names = known_processes(settings.paths)
+    if names:
+        settings.out.print(processes_table(process_state(settings.paths, name) for name in names))
+    else:
+        settings.out.print(f"no corral processes recorded in {settings.state_dir}")
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    grid.add_row("Temporal", f"{settings.address}  (namespace {settings.namespace})")
+    stack = settings.stack()
+    if stack is not None:
+        grid.add_row("Web UI", f"{stack.ui_url}/namespaces/{settings.namespace}/workflows")
+        grid.add_row("Model", f"offline stand-in at {stack.model_url}" if stack.offline else "Anthropic API")
+        grid.add_row("Workers", stack.mode)
+    grid.add_row("Logs", str(settings.paths.logs))
+    settings.out.print(grid)
+
+
+@app.command("demo", rich_help_panel=PANEL)
+def demo_command(
+    ctx: typer.Context,
+    temporal_port: TemporalPort = 7233,
+    ui_port: UiPort = 8233,
+    model_port: ModelPort = 8765,
+    stream_port: StreamPort = 8766,
+    git_proxy_port: GitProxyPort = DEFAULT_GIT_PROXY_PORT,
+    split: Split = False,
+) -> None:
+    """Bring the stack up, run a session that uses tools, follow it live, and show where to look next."""
+    from cli import up
+    from cli.demo import run_demo
+
+    settings = settings_of(ctx)
+    options = up.UpOptions(temporal_port, ui_port, model_port, stream_port, git_proxy_port, split)
+    run(settings, run_demo(settings, options))
