@@ -189,11 +189,15 @@ async def test_the_sandbox_worker_reaps_with_its_configured_interval(
     worker = subprocess.Popen(
         [sys.executable, "-m", "workers.sandbox"], cwd=ROOT, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT
     )
+    reaped = f"reaped the sandbox of closed session {session_id}"
     try:
+        # Wait for the reaper's own report, not only for the container to go: the removal also takes the volume
+        # and refreshes the egress policy, and a SIGTERM in between would cut the report short.
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and _exists(docker_client, container.id) and worker.poll() is None:
+        while time.monotonic() < deadline and reaped not in log.read_text() and worker.poll() is None:
             await asyncio.sleep(0.2)
-        assert not _exists(docker_client, container.id), log.read_text()
+        assert reaped in log.read_text(), log.read_text()
+        assert not _exists(docker_client, container.id)
         worker.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(worker.wait, 30) == 0, log.read_text()
     finally:
@@ -202,7 +206,6 @@ async def test_the_sandbox_worker_reaps_with_its_configured_interval(
             worker.wait()
         if _exists(docker_client, container.id):
             container.remove(force=True)
-    assert f"reaped the sandbox of closed session {session_id}" in log.read_text()
 
 
 def _exists(docker_client: docker.DockerClient, container_id: str) -> bool:
