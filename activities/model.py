@@ -88,10 +88,29 @@ class ModelActivities:
         if cached is None or len(cached.entries) < input.delta_start:
             cached = await self._read_log(input, cached)
         entries = cached.entries[: input.delta_start] + list(input.delta)
+        if input.delta_by_reference:
+            await self._fill_in(input, entries)
         if len(entries) != input.conversation_length:
             raise RuntimeError(f"conversation has {len(entries)} entries, the turn expects {input.conversation_length}")
         self._cache.put(key, _CachedSession(agent=cached.agent, entries=entries, mcp_tools=cached.mcp_tools))
         return cached, entries
+
+    async def _fill_in(self, input: ModelTurnInput, entries: list[SessionEvent]) -> None:
+        """Read the delta's entries sent by reference (large tool results) from the session, in place."""
+        handle = self._temporal.get_workflow_handle(input.session_id, run_id=input.run_id)
+        start = input.delta_start + min(input.delta_by_reference)
+        end = input.delta_start + max(input.delta_by_reference) + 1
+        position = start
+        while position < end:
+            page = await handle.query(
+                QUERY_MODEL_CONTEXT, ModelContextQuery(start=position, end=end), result_type=ModelContext
+            )
+            for offset, entry in enumerate(page.entries):
+                if position + offset - input.delta_start in input.delta_by_reference:
+                    entries[position + offset] = entry
+            if page.next_start <= position:
+                raise RuntimeError(f"the session returned no entries from {position} on (expected up to {end})")
+            position = page.next_start
 
     async def _read_log(self, input: ModelTurnInput, cached: _CachedSession | None) -> _CachedSession:
         """Page the entries this worker lacks out of the session through the `model_context` query."""

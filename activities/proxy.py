@@ -21,6 +21,7 @@ from corral.contract.proxy import (
     ReleaseSessionInput,
 )
 from corral.hands.heartbeat import heartbeating
+from corral.hands.output import cut_output
 from corral.names import (
     ACTIVITY_MCP_CALL_TOOL,
     ACTIVITY_MCP_LIST_TOOLS,
@@ -92,7 +93,7 @@ class ProxyActivities:
                 outcome = await self._mcp.call_tool(binding, server, input.tool, input.arguments)
             except ProxyError as exc:
                 raise _translate(exc) from exc
-        return McpCallToolResult(text=outcome.text, is_error=outcome.is_error)
+        return McpCallToolResult(text=cut_output(outcome.text), is_error=outcome.is_error)
 
     @activity.defn(name=ACTIVITY_PROXY_RELEASE_SESSION)
     async def release_session(self, input: ReleaseSessionInput) -> None:

@@ -22,6 +22,7 @@ from corral.contract.errors import SANDBOX_GONE, SANDBOX_UNAVAILABLE
 from corral.contract.sandbox import SANDBOX_TOOL_INPUTS, BashInput, ProvisionInput, SandboxHandle, SandboxRef
 from corral.hands.errors import tool_error
 from corral.hands.heartbeat import heartbeating
+from corral.hands.output import OUTPUT_HEAD, OUTPUT_TAIL, cut_output
 from corral.names import (
     ACTIVITY_EXECUTE,
     ACTIVITY_PROVISION_SANDBOX,
@@ -36,8 +37,6 @@ from corral.sandbox.errors import SandboxError, SandboxGone, SandboxSetupError
 
 log = logging.getLogger(__name__)
 
-OUTPUT_HEAD = 50_000
-OUTPUT_TAIL = 50_000
 POLL_SECONDS = 0.5
 WHAT_SURVIVES = (
     "Files under /workspace survive (they live on the session's volume); running processes, /tmp, the bash "
@@ -150,7 +149,7 @@ class SandboxActivities:
         answer = await asyncio.to_thread(containers.run_tool, container, call_id, request, handle.working_dir)
         if not answer.get("ok"):
             raise tool_error(str(answer.get("output", f"{name} failed")))
-        return _cut(str(answer.get("output", "")))
+        return cut_output(str(answer.get("output", "")))
 
     async def _bash(self, container: Any, call_id: str, params: BashInput, handle: SandboxHandle) -> str:
         notes: list[str] = []
@@ -229,10 +228,3 @@ class SandboxActivities:
         if answer.get("status") == "done" and answer.get("exit_code"):
             notes.append(f"[exit code {answer['exit_code']}]")
         return "\n".join(part for part in [text.rstrip("\n"), *notes] if part) or "(no output)"
-
-
-def _cut(text: str, limit: int = OUTPUT_HEAD + OUTPUT_TAIL) -> str:
-    if len(text) <= limit:
-        return text
-    marker = f"[output truncated: {len(text) - limit} of {len(text)} characters cut]"
-    return f"{text[:OUTPUT_HEAD]}\n{marker}\n{text[-OUTPUT_TAIL:]}"

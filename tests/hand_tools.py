@@ -33,4 +33,16 @@ def append_line(input: dict[str, Any]) -> str:
     return str(len(path.read_text().splitlines()))
 
 
-TEST_TOOLS: dict[str, ToolFunction] = {"calculate": calculate, "echo": echo, "sleep": sleep, "append_line": append_line}
+def spew(input: dict[str, Any]) -> str:
+    """`size` characters of output, different in every call (`tag` first), to fill the log."""
+    tag = str(input.get("tag", ""))
+    return tag + "x" * (int(input.get("size", 0)) - len(tag))
+
+
+TEST_TOOLS: dict[str, ToolFunction] = {
+    "calculate": calculate,
+    "echo": echo,
+    "sleep": sleep,
+    "append_line": append_line,
+    "spew": spew,
+}

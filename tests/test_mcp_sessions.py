@@ -101,6 +101,25 @@ async def test_mcp_tools_are_discovered_and_called_through_the_proxy(mcp_stack: 
     assert token not in await history_text(handle)
 
 
+async def test_a_long_mcp_result_is_cut_like_sandbox_output(mcp_stack: McpStack) -> None:
+    """MCP results keep their first and last 50 KB with a marker, like every other hand's output."""
+    token = mcp_stack.authority.issue_access_token()
+    mcp_stack.store.add_credential(
+        mcp_stack.vault.id, StaticBearerParams(mcp_server_url=mcp_stack.mcp_url, token=token)
+    )
+    text = "HEAD" + "m" * 300_000 + "TAIL"
+    model = mcp_stack.stack.script(
+        [{"tool_uses": [{"name": "mcp__tools__echo", "input": {"text": text}}]}, {"text": "read"}]
+    )
+    handle = await mcp_stack.stack.start(
+        model, message="echo", vault_ids=[mcp_stack.vault.id], **_agent(model, mcp_stack.agent_tools())
+    )
+    events = await wait_for_idle(handle, within_seconds=60)
+    [result] = texts(events, "agent.mcp_tool_result")
+    assert result.startswith("HEAD") and result.endswith("TAIL")
+    assert "[output truncated: 200008 of 300008 characters cut]" in result and len(result) < 101_000
+
+
 async def test_an_expired_oauth_token_is_refreshed_and_written_back(mcp_stack: McpStack) -> None:
     authority = mcp_stack.authority
     old, refresh = authority.issue_access_token(), authority.issue_refresh_token()

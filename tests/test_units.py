@@ -23,7 +23,7 @@ from corral.contract.events import (
     UserMessage,
 )
 from corral.contract.session import AgentConfig, EventsQuery, SendEventsInput, SessionInput
-from corral.hands._execute import truncate_output
+from corral.hands.output import cut_output
 from corral.hands.utility import calculate
 from workflows._log import SessionLog, parse_user_events
 
@@ -173,6 +173,6 @@ def test_calculate_is_safe() -> None:
             calculate({"expression": bad})
 
 
-def test_truncate_output_says_how_much_was_cut() -> None:
-    assert truncate_output("abc", limit=5) == "abc"
-    assert truncate_output("x" * 12, limit=5) == "xxxxx\n[output truncated: 7 of 12 characters cut]"
+def test_cut_output_keeps_head_and_tail_and_says_how_much_was_cut() -> None:
+    assert cut_output("abcde", head=3, tail=2) == "abcde"
+    assert cut_output("abc" + "x" * 7 + "yz", head=3, tail=2) == "abc\n[output truncated: 7 of 12 characters cut]\nyz"

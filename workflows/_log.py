@@ -28,9 +28,14 @@ from corral.contract.session import (
 )
 
 EventT = TypeVar("EventT", bound=SessionEvent)
+_TOOL_RESULTS = {"agent.tool_result", "agent.mcp_tool_result", "user.custom_tool_result"}
 
 _EVENT_ADAPTER: TypeAdapter[SessionEvent] = TypeAdapter(SessionEvent)
 _PARAMS_ADAPTER: TypeAdapter[list[UserEventParams]] = TypeAdapter(list[UserEventParams])
+
+
+INLINE_RESULT_BYTES = 2_048
+"""A tool result up to this size rides in the model turn's input (cheaper than a query); a larger one by reference."""
 
 
 def event_size(event: SessionEvent) -> int:
@@ -73,6 +78,18 @@ class SessionLog:
 
     def conversation_entries(self, start: int, end: int) -> list[SessionEvent]:
         return [self.events[position - 1] for position in self.conversation[start:end]]
+
+    def delta_for_model(self, start: int, end: int) -> tuple[list[SessionEvent], list[int]]:
+        """Conversation entries `[start, end)` for a model turn's input, with large tool results stripped of their
+        content (they are in history already, as the hand's result), and the indexes of those stripped."""
+        delta: list[SessionEvent] = []
+        by_reference: list[int] = []
+        for index, entry in enumerate(self.conversation_entries(start, end)):
+            if entry.type in _TOOL_RESULTS and event_size(entry) > INLINE_RESULT_BYTES:
+                entry = entry.model_copy(update={"content": []})
+                by_reference.append(index)
+            delta.append(entry)
+        return delta, by_reference
 
     def unanswered_tool_uses(self) -> list[SessionEvent]:
         """Tool calls in the conversation that no result answers yet (what an interrupt must close)."""

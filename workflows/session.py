@@ -177,13 +177,15 @@ class SessionWorkflow:
         self._turns += 1
         info = workflow.info()
         length = len(self._log.conversation)
+        delta, by_reference = self._log.delta_for_model(self._delta_start, length)
         turn = ModelTurnInput(
             session_id=info.workflow_id,
             run_id=info.run_id,
             turn=self._turns,
             conversation_length=length,
             delta_start=self._delta_start,
-            delta=self._log.conversation_entries(self._delta_start, length),
+            delta=delta,
+            delta_by_reference=by_reference,
             agent=self._input.agent if self._delta_start == 0 else None,
             mcp_tools=list(self._mcp.tools.values()) if self._delta_start == 0 else [],
         )

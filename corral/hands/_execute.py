@@ -11,20 +11,10 @@ from temporalio import activity
 from corral.contract.activities import ExecuteInput
 from corral.hands.errors import tool_error
 from corral.hands.heartbeat import heartbeating
+from corral.hands.output import cut_output
 from corral.names import ACTIVITY_EXECUTE
 
 ToolFunction = Callable[[dict[str, Any]], str | Awaitable[str]]
-
-MAX_OUTPUT_CHARS = 100_000
-"""Longer output is cut with a marker: an activity result must stay far below Temporal's payload limit."""
-
-
-def truncate_output(output: str, limit: int = MAX_OUTPUT_CHARS) -> str:
-    """Cut long output, saying how much was cut."""
-    if len(output) <= limit:
-        return output
-    cut = len(output) - limit
-    return f"{output[:limit]}\n[output truncated: {cut} of {len(output)} characters cut]"
 
 
 def make_execute_activity(tools: Mapping[str, ToolFunction]) -> Callable[[ExecuteInput], Awaitable[str]]:
@@ -43,6 +33,6 @@ def make_execute_activity(tools: Mapping[str, ToolFunction]) -> Callable[[Execut
                     output = await output
             except (ValueError, TypeError, KeyError, ArithmeticError) as exc:
                 raise tool_error(f"{input.name}: {exc}") from exc
-        return truncate_output(str(output))
+        return cut_output(str(output))
 
     return execute
