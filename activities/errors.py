@@ -90,7 +90,10 @@ def classify(exc: Exception) -> ModelErrorInfo | None:
         body_type = error.get("type") if isinstance(error, dict) else None
         error_type, retryable = _BODY_TYPES.get(str(body_type), ("model_request_failed_error", True))
         return ModelErrorInfo(error_type=error_type, status=status, retryable=retryable)
-    return ModelErrorInfo(error_type="model_request_failed_error", status=status, retryable=False)
+    too_long = status == 400 and "prompt is too long" in _safe_message(exc).lower()
+    return ModelErrorInfo(
+        error_type="model_request_failed_error", status=status, retryable=False, context_too_long=too_long
+    )
 
 
 def model_error(exc: Exception, info: ModelErrorInfo) -> ApplicationError:

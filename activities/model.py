@@ -28,6 +28,7 @@ from corral.contract.activities import (
     ModelTurnInput,
     ModelTurnResult,
 )
+from corral.contract.context import view
 from corral.contract.events import ModelUsage, SessionEvent
 from corral.contract.proxy import McpToolSpec
 from corral.contract.session import AgentConfig
@@ -139,7 +140,7 @@ class ModelActivities:
             request: dict[str, Any] = {
                 "model": agent.model,
                 "max_tokens": agent.max_tokens,
-                "messages": build_messages(entries),
+                "messages": build_messages(view(entries, input.elide_before)),
             }
             if agent.system:
                 request["system"] = agent.system

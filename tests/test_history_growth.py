@@ -64,7 +64,10 @@ async def test_tool_output_enters_history_once_however_many_tools_run_in_paralle
     """Each tool result is in history once, as its hand's activity result; the next model turn's input refers to
     it instead of carrying it again, so one turn of many large parallel outputs never meets the payload limit."""
     uses = [{"name": "spew", "input": {"size": OUTPUT_CHARS, "tag": f"call-{n}-"}} for n in range(PARALLEL_TOOLS)]
-    model = stack.script([{"text": "Reading everything.", "tool_uses": uses}, {"text": "Read it all."}])
+    steps: list[dict[str, Any]] = [{"text": "Reading everything.", "tool_uses": uses}, {"text": "Read it all."}]
+    model = stack.script(steps)
+    # 2.4 MB is about 600,000 tokens: a model with a window that large (the point here is history, not the window).
+    stack.model_server.register(model.removeprefix("script:"), {"steps": steps, "max_input_tokens": 1_000_000})
     tool = stack.hand_tool("spew", size={"type": "integer"}, tag={"type": "string"})
     handle = await stack.start(model, "print it all", tools=[tool])
     events = await wait_for_idle(handle, within_seconds=120)

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from pydantic import TypeAdapter, ValidationError
 
 from corral.contract.activities import ModelContext
+from corral.contract.context import estimate_tokens, json_size, next_watermark
 from corral.contract.events import SessionEvent
 from corral.contract.session import (
     MAX_EVENTS_PER_BATCH,
@@ -38,11 +39,6 @@ INLINE_RESULT_BYTES = 2_048
 """A tool result up to this size rides in the model turn's input (cheaper than a query); a larger one by reference."""
 
 
-def event_size(event: SessionEvent) -> int:
-    """Bytes of an event as JSON (what a query answer costs)."""
-    return len(_EVENT_ADAPTER.dump_json(event))
-
-
 class SessionLog:
     """Events in order of position, plus the conversation: positions in the order the model sees them.
 
@@ -55,6 +51,7 @@ class SessionLog:
         self.conversation: list[int] = []
         self._new_id = new_id
         self._now = now
+        self._sizes: dict[int, int] = {}
 
     @property
     def last_position(self) -> int:
@@ -85,11 +82,36 @@ class SessionLog:
         delta: list[SessionEvent] = []
         by_reference: list[int] = []
         for index, entry in enumerate(self.conversation_entries(start, end)):
-            if entry.type in _TOOL_RESULTS and event_size(entry) > INLINE_RESULT_BYTES:
+            if entry.type in _TOOL_RESULTS and self.size(entry) > INLINE_RESULT_BYTES:
                 entry = entry.model_copy(update={"content": []})
                 by_reference.append(index)
             delta.append(entry)
         return delta, by_reference
+
+    def size(self, entry: SessionEvent) -> int:
+        """An entry's JSON size, computed once per position (an event's content never changes)."""
+        size = self._sizes.get(entry.position)
+        if size is None:
+            size = self._sizes[entry.position] = json_size(entry)
+        return size
+
+    def fit_view(self, watermark: int, budget: int, fixed_chars: int, keep_after: int) -> int:
+        """The lowest watermark at or above `watermark` whose view of the conversation fits `budget` tokens, or the
+        highest one that may be used (never eliding what comes at or after `keep_after`)."""
+        entries = self.conversation_entries(0, len(self.conversation))
+        while estimate_tokens(entries, watermark, fixed_chars, self.size) > budget:
+            following = next_watermark(entries, watermark, keep_after, self.size)
+            if following is None:
+                break
+            watermark = following
+        return watermark
+
+    def elide_all(self, watermark: int, keep_after: int) -> int:
+        """The watermark that elides every large tool result before `keep_after`."""
+        entries = self.conversation_entries(0, len(self.conversation))
+        while (following := next_watermark(entries, watermark, keep_after, self.size)) is not None:
+            watermark = following
+        return watermark
 
     def unanswered_tool_uses(self) -> list[SessionEvent]:
         """Tool calls in the conversation that no result answers yet (what an interrupt must close)."""
@@ -114,7 +136,7 @@ class SessionLog:
             if wanted is not None and event.type not in wanted:
                 next_after = event.position
                 continue
-            size = event_size(event)
+            size = json_size(event)
             if len(selected) >= query.limit or (selected and size > budget):
                 has_more = True
                 break
@@ -130,7 +152,7 @@ class SessionLog:
         budget = MAX_QUERY_BYTES
         index = start
         for entry in self.conversation_entries(start, end):
-            size = event_size(entry)
+            size = self.size(entry)
             if entries and size > budget:
                 break
             entries.append(entry)

@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
         ModelTurnInput,
         ModelTurnResult,
     )
+    from corral.contract.context import default_budget
     from corral.contract.errors import ModelErrorInfo
     from corral.contract.events import (
         AgentCustomToolUse,
@@ -108,6 +109,11 @@ class SessionWorkflow:
         self._usage = ModelUsage()
         self._delta_start = 0
         self._turn_task: asyncio.Task[None] | None = None
+        self._watermark = 0
+        """The context view: large tool results before this position are elided (corral.contract.context)."""
+        agent = input.agent
+        self._budget = agent.context_budget_tokens or default_budget(agent.model, agent.max_tokens)
+        self._fixed_chars = len(agent.model_dump_json())
         self._mcp = SessionMcp(
             workflow.info().workflow_id, input.agent, input.vault_ids, needs_binding=bool(input.resources)
         )
@@ -178,6 +184,8 @@ class SessionWorkflow:
         info = workflow.info()
         length = len(self._log.conversation)
         delta, by_reference = self._log.delta_for_model(self._delta_start, length)
+        unseen = delta[0].position if delta else self._log.last_position + 1
+        self._watermark = self._log.fit_view(self._watermark, self._budget, self._fixed_chars, keep_after=unseen)
         turn = ModelTurnInput(
             session_id=info.workflow_id,
             run_id=info.run_id,
@@ -198,7 +206,9 @@ class SessionWorkflow:
             try:
                 result = await workflow.execute_activity(
                     ACTIVITY_MODEL_TURN,
-                    turn.model_copy(update={"stream_id": stream_id, "stream_attempt": attempt}),
+                    turn.model_copy(
+                        update={"stream_id": stream_id, "stream_attempt": attempt, "elide_before": self._watermark}
+                    ),
                     task_queue=self._input.model_task_queue,
                     result_type=ModelTurnResult,
                     start_to_close_timeout=MODEL_TURN_TIMEOUT,
@@ -217,6 +227,12 @@ class SessionWorkflow:
                 if isinstance(err.cause, CancelledError) and self._inbox.interrupts:
                     raise
                 error = model_error_info(err)
+                if error.context_too_long and attempt < retry.max_attempts:
+                    elided = self._log.elide_all(self._watermark, keep_after=unseen)
+                    if elided > self._watermark:
+                        self._watermark = elided
+                        self._report_error(error, err, "retrying")
+                        continue
                 if error.retryable and attempt < retry.max_attempts:
                     delay = error.retry_after
                     if delay is None:

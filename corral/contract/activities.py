@@ -36,6 +36,9 @@ class ModelTurnInput(BaseModel):
     One id for every attempt, so the relay can keep a retried attempt from showing the user a second copy."""
     stream_attempt: int = 1
     """Which of the workflow's attempts this is (Temporal's own retries count within it)."""
+    elide_before: int = 0
+    """The context view's watermark: large tool results before this log position are sent as stubs (see
+    corral.contract.context)."""
     delta_by_reference: list[int] = Field(default_factory=list)
     """Indexes into `delta` of entries sent without their content: tool results already in history as the hand's
     own activity result. The model worker reads them through the `model_context` query, so each byte of tool

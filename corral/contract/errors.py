@@ -27,3 +27,5 @@ class ModelErrorInfo(BaseModel):
     status: int | None
     retryable: bool
     retry_after: float | None = None
+    context_too_long: bool = False
+    """The prompt was over the model's input window (400 "prompt is too long"): elide more and retry."""

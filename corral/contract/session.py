@@ -102,6 +102,9 @@ class AgentConfig(BaseModel):
     system: str | None = None
     tools: list[AgentTool] = Field(default_factory=list)
     max_tokens: int = Field(default=4096, ge=1, le=128_000)
+    context_budget_tokens: int | None = Field(default=None, ge=1_000)
+    """Most input tokens a request may carry; older large tool results are elided to stay under it. Default: the
+    model's input window minus `max_tokens` and 5% (corral.contract.context.default_budget)."""
     mcp_servers: list[McpServerUrl] = Field(default_factory=list, max_length=20)
 
     @model_validator(mode="after")

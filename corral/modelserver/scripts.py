@@ -64,6 +64,8 @@ class Script(BaseModel):
 
     steps: list[ScriptStep] = Field(min_length=1)
     loop: bool = False
+    max_input_tokens: int = Field(default=200_000, ge=1)
+    """The model's input window: a longer prompt gets the real API's 400 "prompt is too long"."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,14 @@ def estimate_input_tokens(body: dict[str, Any]) -> int:
     """Roughly four characters per token over messages, system and tools; deterministic, at least 1."""
     payload = [body.get("messages"), body.get("system"), body.get("tools")]
     return max(1, len(json.dumps(payload, sort_keys=True, separators=(",", ":"))) // 4)
+
+
+def prompt_too_long(body: dict[str, Any], max_input_tokens: int) -> ApiError | None:
+    """The real API's answer to a prompt over the model's input window, or None."""
+    tokens = estimate_input_tokens(body)
+    if tokens <= max_input_tokens:
+        return None
+    return ApiError(400, "invalid_request_error", f"prompt is too long: {tokens} tokens > {max_input_tokens} maximum")
 
 
 def estimate_output_tokens(blocks: list[PlannedBlock]) -> int:
@@ -300,6 +310,9 @@ class ScriptBook:
             self.requests.setdefault(name, []).append(
                 {"auth": auth, "step": index if isinstance(index, int) else None, "body": body}
             )
+            too_long = prompt_too_long(body, script.max_input_tokens)
+            if too_long is not None:
+                return too_long
             if isinstance(index, ApiError):
                 return index
             hit = self.hits.get((name, index), 0)
