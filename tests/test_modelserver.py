@@ -566,3 +566,19 @@ def test_demo_takes_named_arguments_when_every_word_is_one() -> None:
     }  # fmt: skip
     assert named_arguments("edit the file please", "edit", schema) is None
     assert named_arguments("edit colour=red", "edit", schema) is None
+
+
+async def test_a_prompt_over_the_window_is_the_real_400(
+    client: anthropic.AsyncAnthropic, http: httpx.AsyncClient, script_name: str
+) -> None:
+    """Like the real API: 400 invalid_request_error "prompt is too long: N tokens > M maximum", for a script's
+    `max_input_tokens` and for the stand-in's 200,000."""
+    await register(http, script_name, {"steps": [{"text": "fits"}], "max_input_tokens": 100})
+    fits = await client.messages.create(model=f"script:{script_name}", max_tokens=10, messages=conversation(0, "hi"))
+    assert fits.content[0].type == "text"
+    for model, text in ((f"script:{script_name}", "x" * 1_000), ("corral-offline-stand-in", "x" * 900_000)):
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            await client.messages.create(model=model, max_tokens=10, messages=conversation(0, text))
+        body = refused.value.body
+        assert isinstance(body, dict) and body["error"]["type"] == "invalid_request_error"
+        assert "prompt is too long:" in body["error"]["message"] and "maximum" in body["error"]["message"]

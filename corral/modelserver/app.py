@@ -31,6 +31,7 @@ from corral.modelserver.scripts import (
     TextBlock,
     content_to_dict,
     estimate_input_tokens,
+    prompt_too_long,
     script_name_of,
     split_json_pieces,
     split_text_tokens,
@@ -63,6 +64,9 @@ class RequestIdMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_id)
+
+
+STAND_IN_MAX_INPUT_TOKENS = 200_000
 
 
 class _ClosingStreamingResponse(StreamingResponse):
@@ -202,7 +206,10 @@ class ModelServer:
             return _invalid(problem)
 
         name = script_name_of(body["model"])
-        outcome = plan_demo(body) if name is None else self.book.play(name, body, auth)
+        if name is None:  # the stand-in has the window of the Claude models it stands in for
+            outcome = prompt_too_long(body, STAND_IN_MAX_INPUT_TOKENS) or plan_demo(body)
+        else:
+            outcome = self.book.play(name, body, auth)
         if isinstance(outcome, ApiError):
             return error_response(outcome)
 
