@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Annotated
 
@@ -201,6 +202,56 @@ def events_command(
             renderer.print(event)
 
     run(settings, go(), session_id=session)
+
+
+@app.command("export", rich_help_panel=PANEL)
+def export_command(
+    ctx: typer.Context,
+    session: SessionId,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write here (default: stdout).", dir_okay=False)
+    ] = None,
+) -> None:
+    """Write a session's whole log as JSON Lines, one event per line, in order (the raw events, nothing elided).
+
+    With --output the file appears only once it is complete; progress and the count go to stderr.
+    """
+    import os
+    import sys
+    import tempfile
+
+    from cli import session_ops
+    from cli.render import safe_json_line
+    from corral.client import event_pages
+
+    settings = settings_of(ctx)
+
+    async def go() -> int:
+        handle = (await client_of(settings)).get_workflow_handle(session)
+        target = output.expanduser().absolute() if output is not None else None
+        if target is not None and not target.parent.is_dir():
+            raise CliError(f"cannot write {target}: {target.parent} is not a directory", exit_code=2)
+        fd, scratch = tempfile.mkstemp(prefix=".export-", dir=target.parent) if target else (None, None)
+        written = 0
+        try:
+            with os.fdopen(fd, "w") if fd is not None else contextlib.nullcontext(sys.stdout) as sink:
+                with settings.err.status("exporting …") as status:
+                    async with session_ops.explained(handle):
+                        async for page in event_pages(handle):
+                            sink.writelines(safe_json_line(event.model_dump_json()) + "\n" for event in page)
+                            written += len(page)
+                            status.update(f"exporting … {written} events")
+            if target is not None and scratch is not None:
+                os.replace(scratch, target)
+        finally:
+            if scratch is not None:
+                with contextlib.suppress(FileNotFoundError):  # moved into place: nothing left to clean
+                    os.unlink(scratch)
+        return written
+
+    written = run(settings, go(), session_id=session)
+    where = f" to {output}" if output is not None else ""
+    settings.err.print(f"exported {written} event{'s' if written != 1 else ''} of {session}{where}", style="dim")
 
 
 @app.command("tail", rich_help_panel=PANEL)

@@ -104,15 +104,29 @@ async def read_events(
     """The events after `after` (and before `before`, of `types`), at most `limit`, paging through the `events`
     query (pages stay under the query size cap)."""
     events: list[SessionEvent] = []
-    while limit is None or len(events) < limit:
-        page_size = 1000 if limit is None else min(limit - len(events), 1000)
+    async for page in event_pages(handle, after=after, types=types, before=before, limit=limit):
+        events.extend(page)
+    return events
+
+
+async def event_pages(
+    handle: WorkflowHandle,
+    after: int = 0,
+    types: list[str] | None = None,
+    before: int | None = None,
+    limit: int | None = None,
+) -> AsyncGenerator[list[SessionEvent], None]:
+    """`read_events` one page at a time, for a reader that writes as it goes (an export of a long log)."""
+    count = 0
+    while limit is None or count < limit:
+        page_size = 1000 if limit is None else min(limit - count, 1000)
         query = EventsQuery(after=after, before=before, types=types, limit=page_size)
         page = await handle.query(QUERY_EVENTS, query, result_type=EventPage)
-        events.extend(page.events)
+        count += len(page.events)
+        yield page.events
         if not page.has_more:
             break
         after = page.next_after
-    return events
 
 
 class SessionClosed(Exception):

@@ -164,6 +164,17 @@ def test_up_start_tail_events_ls_down(tmp_path: Path) -> None:
         assert listing.returncode == 0, listing.stderr
         assert session_id in listing.stdout
 
+        # Export: the whole log as JSON Lines, to a file that appears only when complete, or to stdout.
+        exported = corral(env, "export", session_id, "--output", str(tmp_path / "log.jsonl"))
+        assert exported.returncode == 0, exported.stderr
+        lines = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+        assert [event["position"] for event in lines] == list(range(1, len(lines) + 1)) and len(lines) >= 6
+        assert f"exported {len(lines)} events of {session_id}" in exported.stderr
+        to_stdout = corral(env, "export", session_id).stdout
+        assert to_stdout.splitlines() == (tmp_path / "log.jsonl").read_text().splitlines()
+        nowhere = corral(env, "export", session_id, "--output", str(tmp_path / "missing" / "log.jsonl"))
+        assert nowhere.returncode == 2 and "is not a directory" in nowhere.stderr
+
         # Content a model or tool wrote reaches the terminal escaped, never as control characters.
         hostile = corral(env, "start", "--no-toolset", "hi \x1b]0;owned\x07\x1b[2J there")
         assert hostile.returncode == 0, hostile.stderr
