@@ -89,3 +89,20 @@ def build_tools(agent: AgentConfig, mcp_tools: list[McpToolSpec] | None = None) 
         for spec in mcp_tools or []
     ]
     return tools
+
+
+CACHE_CONTROL = {"type": "ephemeral"}
+
+
+def with_cache_breakpoints(request: dict[str, Any]) -> dict[str, Any]:
+    """Mark the stable prefix for prompt caching: the end of the tools, the end of the system prompt, and the end
+    of the conversation so far (the next turn's request begins with all of it, and reads it from the cache)."""
+    if request.get("tools"):
+        request["tools"][-1] = {**request["tools"][-1], "cache_control": CACHE_CONTROL}
+    if isinstance(request.get("system"), str):
+        request["system"] = [{"type": "text", "text": request["system"], "cache_control": CACHE_CONTROL}]
+    messages = request.get("messages") or []
+    if messages and messages[-1]["content"]:
+        content = messages[-1]["content"]
+        content[-1] = {**content[-1], "cache_control": CACHE_CONTROL}
+    return request

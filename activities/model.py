@@ -16,7 +16,7 @@ import anthropic
 from temporalio import activity
 from temporalio.client import Client
 
-from activities.context import build_messages, build_tools
+from activities.context import build_messages, build_tools, with_cache_breakpoints
 from activities.errors import classify, model_error
 from corral.contract.activities import (
     ModelContext,
@@ -147,6 +147,7 @@ class ModelActivities:
             tools = build_tools(agent, session.mcp_tools)
             if tools:
                 request["tools"] = tools
+            with_cache_breakpoints(request)
             try:
                 async with self._live(input) as live, self._model.messages.stream(**request) as stream:
                     async for event in stream:

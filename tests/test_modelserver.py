@@ -172,7 +172,9 @@ async def test_raw_event_sequence(client: anthropic.AsyncAnthropic, http: httpx.
     start = json.loads(frames[0].splitlines()[1].removeprefix("data: "))
     message = start["message"]
     assert message["content"] == [] and message["stop_reason"] is None and message["role"] == "assistant"
-    assert set(message["usage"]) == {"input_tokens", "output_tokens"}
+    assert set(message["usage"]) == {
+        "input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"
+    }  # fmt: skip
     delta = json.loads(frames[-2].splitlines()[1].removeprefix("data: "))
     assert delta["delta"] == {"stop_reason": "tool_use", "stop_sequence": None}
 

@@ -344,7 +344,8 @@ class SessionWorkflow:
         workflow.set_current_details(
             f"**{self._status}**{reason} · model `{self._input.agent.model}` · {self._turns} model turns · "
             f"{self._log.last_position} events · {len(self._inbox.pending)} queued · "
-            f"{self._usage.input_tokens} in / {self._usage.output_tokens} out tokens"
+            f"{self._usage.input_tokens} in / {self._usage.output_tokens} out tokens · cache "
+            f"{self._usage.cache_read_input_tokens} read / {self._usage.cache_creation_input_tokens} written"
         )
 
     def _report(self, error_type: ErrorType, message: str, retry_status: RetryState) -> None:

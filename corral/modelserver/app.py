@@ -6,6 +6,7 @@ The HTTP layer only encodes plans made by `scripts`/`demo`, so behaviour stays d
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import math
@@ -21,6 +22,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from corral.modelserver.cache import PromptCache
 from corral.modelserver.demo import plan_demo
 from corral.modelserver.scripts import (
     ApiError,
@@ -153,7 +155,15 @@ def _message_json(plan: Plan, model: str, message_id: str) -> dict[str, Any]:
         "content": [content_to_dict(b) for b in plan.blocks],
         "stop_reason": plan.stop_reason,
         "stop_sequence": None,
-        "usage": {"input_tokens": plan.input_tokens, "output_tokens": plan.output_tokens},
+        "usage": {"output_tokens": plan.output_tokens, **_input_usage(plan)},
+    }
+
+
+def _input_usage(plan: Plan) -> dict[str, int]:
+    return {
+        "input_tokens": plan.input_tokens,
+        "cache_read_input_tokens": plan.cache_read_input_tokens,
+        "cache_creation_input_tokens": plan.cache_creation_input_tokens,
     }
 
 
@@ -187,6 +197,7 @@ class ModelServer:
         self.first_token_latency = first_token_latency
         self.tokens_per_second = tokens_per_second
         self.stats = {"active_streams": 0, "completed_streams": 0, "cancelled_streams": 0}
+        self.cache = PromptCache()
 
     def _pacer(self, plan: Plan) -> _Pacer:
         ftl = plan.first_token_latency if plan.first_token_latency is not None else self.first_token_latency
@@ -212,6 +223,13 @@ class ModelServer:
             outcome = self.book.play(name, body, auth)
         if isinstance(outcome, ApiError):
             return error_response(outcome)
+        cached = self.cache.account(body, outcome.input_tokens)
+        outcome = dataclasses.replace(
+            outcome,
+            input_tokens=cached.input_tokens,
+            cache_read_input_tokens=cached.cache_read_input_tokens,
+            cache_creation_input_tokens=cached.cache_creation_input_tokens,
+        )
 
         message_id = f"msg_{uuid.uuid4().hex[:24]}"
         if body.get("stream"):
@@ -235,7 +253,7 @@ class ModelServer:
         try:
             start = _message_json(plan, model, message_id)
             start.update(content=[], stop_reason=None)
-            start["usage"] = {"input_tokens": plan.input_tokens, "output_tokens": 1}
+            start["usage"] = {"output_tokens": 1, **_input_usage(plan)}
             yield _sse("message_start", {"type": "message_start", "message": start})
             yield _sse("ping", {"type": "ping"})
 

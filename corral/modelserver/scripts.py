@@ -98,6 +98,8 @@ class Plan:
     first_token_latency: float | None = None
     tokens_per_second: float | None = None
     fail_mid_stream: bool = False
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
 
 
 @dataclass(frozen=True)
