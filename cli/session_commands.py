@@ -204,6 +204,46 @@ def events_command(
     run(settings, go(), session_id=session)
 
 
+@app.command("context", rich_help_panel=PANEL)
+def context_command(
+    ctx: typer.Context,
+    session: SessionId,
+    last: Annotated[int, typer.Option(help="Show this many of the latest entries (0: all).", min=0)] = 40,
+) -> None:
+    """Show what the model would see on the next turn: the conversation's entries, which are elided, the estimate
+    against the budget. The log itself always keeps every event in full (`corral events`)."""
+    from rich.table import Table
+
+    from cli import session_ops
+    from corral.contract.context import ContextView
+    from corral.names import QUERY_CONTEXT_VIEW
+
+    settings = settings_of(ctx)
+
+    async def go() -> ContextView:
+        handle = (await client_of(settings)).get_workflow_handle(session)
+        async with session_ops.explained(handle):
+            view: ContextView = await handle.query(QUERY_CONTEXT_VIEW, result_type=ContextView)
+        return view
+
+    view = run(settings, go(), session_id=session)
+    elided = sum(entry.elided for entry in view.entries)
+    settings.out.print(
+        f"next request: about {view.estimate_tokens} of {view.budget_tokens} tokens "
+        f"(system prompt and tools {view.fixed_tokens}); {len(view.entries) + view.omitted} conversation entries, "
+        f"{elided} elided (large tool results before position {view.watermark})",
+        highlight=False,
+    )
+    shown = view.entries[-last:] if last else view.entries
+    table = Table("position", "type", "tokens", "the model sees")
+    for entry in shown:
+        table.add_row(str(entry.position), entry.type, str(entry.tokens), "a stub (elided)" if entry.elided else "all")
+    settings.out.print(table)
+    hidden = len(view.entries) - len(shown) + view.omitted
+    if hidden:
+        settings.err.print(f"{hidden} earlier entries not shown (--last 0 shows all)", style="dim")
+
+
 @app.command("export", rich_help_panel=PANEL)
 def export_command(
     ctx: typer.Context,

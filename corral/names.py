@@ -20,6 +20,7 @@ UPDATE_SEND_EVENTS: Final = "send_events"
 QUERY_SESSION: Final = "session"
 QUERY_EVENTS: Final = "events"
 QUERY_MODEL_CONTEXT: Final = "model_context"
+QUERY_CONTEXT_VIEW: Final = "context_view"
 
 # Activities. Every hand serves the same activity name on its own task queue.
 ACTIVITY_MODEL_TURN: Final = "model_turn"

@@ -8,7 +8,12 @@ event either way.
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
+import sys
 from typing import Any
+
+from temporalio.client import WorkflowHandle
 
 from corral.client import read_events, send_text
 from corral.contract.context import default_budget, estimate_tokens, next_watermark, stub, view
@@ -33,7 +38,7 @@ def _spewing_model(stack: Stack) -> str:
     return name
 
 
-async def _converse(stack: Stack, model: str, **agent: Any) -> list[Any]:
+async def _converse(stack: Stack, model: str, **agent: Any) -> tuple[WorkflowHandle, list[Any]]:
     tool = stack.hand_tool("spew", size={"type": "integer"}, tag={"type": "string"})
     handle = await stack.start(model, agent={"model": model, "tools": [tool], **agent})
     after = 0
@@ -45,12 +50,12 @@ async def _converse(stack: Stack, model: str, **agent: Any) -> list[Any]:
         assert texts(events)[-1] == "Seen it.", f"turn {turn} was not answered"
         asked = stack.requests(model)[-1]["body"]["messages"]
         assert f"message {turn}" in str(asked), f"the model never saw message {turn}"
-    return await read_events(handle)
+    return handle, await read_events(handle)
 
 
 async def test_a_budget_keeps_every_request_under_the_window(stack: Stack) -> None:
     model = _spewing_model(stack)
-    events = await _converse(stack, model, context_budget_tokens=2_500)
+    handle, events = await _converse(stack, model, context_budget_tokens=2_500)
 
     assert not [e for e in events if e.type == "session.error"], "no request met the model's limit"
     results = [e for e in events if isinstance(e, AgentToolResult)]
@@ -60,10 +65,20 @@ async def test_a_budget_keeps_every_request_under_the_window(stack: Stack) -> No
     elided = [b for b in sent if "elided from the context" in b["content"][0]["text"]]
     assert elided and len(sent[-1]["content"][0]["text"]) == OUTPUT, "old results elided, the newest in full"
 
+    # `corral context` shows the same view: the elided results, the estimate within the budget.
+    address = stack.client.service_client.config.target_host
+    argv = [sys.executable, "-m", "cli.main", "--address", address, "context", handle.id, "--last", "0"]
+    # In a thread: this event loop runs the workers that answer the CLI's query.
+    shown = await asyncio.to_thread(subprocess.run, argv, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    summary = " ".join(shown.stdout.split())
+    assert "of 2500 tokens" in summary and f"{len(elided)} elided" in summary, summary
+    assert summary.count("a stub (elided)") == len(elided) and "agent.tool_result" in summary
+
 
 async def test_a_prompt_that_is_too_long_is_elided_and_retried(stack: Stack) -> None:
     model = _spewing_model(stack)  # no budget given: the default is the model's whole window (200,000)
-    events = await _converse(stack, model)
+    _, events = await _converse(stack, model)
 
     errors = [e for e in events if e.type == "session.error"]
     assert errors and all("prompt is too long" in e.error.message for e in errors)

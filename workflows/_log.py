@@ -14,7 +14,15 @@ from pydantic import TypeAdapter, ValidationError
 
 from corral.contract.activities import ModelContext
 from corral.contract.context import estimate_tokens, json_size, next_watermark
-from corral.contract.events import SessionEvent
+from corral.contract.events import (
+    AgentCustomToolUse,
+    AgentMcpToolResult,
+    AgentMcpToolUse,
+    AgentToolResult,
+    AgentToolUse,
+    SessionEvent,
+    TextBlock,
+)
 from corral.contract.session import (
     MAX_EVENTS_PER_BATCH,
     MAX_MESSAGE_BYTES,
@@ -113,7 +121,17 @@ class SessionLog:
             watermark = following
         return watermark
 
-    def unanswered_tool_uses(self) -> list[SessionEvent]:
+    def answer(self, use: AgentToolUse | AgentCustomToolUse | AgentMcpToolUse, text: str, is_error: bool) -> None:
+        """Append the result of a tool call (an MCP result for an MCP call) and add it to the conversation."""
+        content = [TextBlock(text=text or "(no output)")]
+        result: SessionEvent
+        if isinstance(use, AgentMcpToolUse):
+            result = self.append(AgentMcpToolResult, mcp_tool_use_id=use.id, content=content, is_error=is_error)
+        else:
+            result = self.append(AgentToolResult, tool_use_id=use.id, content=content, is_error=is_error)
+        self.add_to_conversation(result)
+
+    def unanswered_tool_uses(self) -> list[AgentToolUse | AgentCustomToolUse | AgentMcpToolUse]:
         """Tool calls in the conversation that no result answers yet (what an interrupt must close)."""
         entries = self.conversation_entries(0, len(self.conversation))
         answered = {
@@ -122,7 +140,11 @@ class SessionLog:
             or getattr(event, "mcp_tool_use_id", None)
             for event in entries
         }
-        return [event for event in entries if event.type.endswith("tool_use") and event.id not in answered]
+        return [
+            event
+            for event in entries
+            if isinstance(event, AgentToolUse | AgentCustomToolUse | AgentMcpToolUse) and event.id not in answered
+        ]
 
     def page(self, query: EventsQuery) -> EventPage:
         """Events after `query.after` (and before `query.before`), filtered by type, capped by count and bytes."""

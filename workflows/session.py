@@ -20,13 +20,11 @@ with workflow.unsafe.imports_passed_through():
         ModelTurnInput,
         ModelTurnResult,
     )
-    from corral.contract.context import default_budget
+    from corral.contract.context import ContextView, default_budget, describe_view
     from corral.contract.errors import ModelErrorInfo
     from corral.contract.events import (
         AgentCustomToolUse,
-        AgentMcpToolResult,
         AgentMcpToolUse,
-        AgentToolResult,
         AgentToolUse,
         EndTurn,
         ErrorType,
@@ -43,7 +41,6 @@ with workflow.unsafe.imports_passed_through():
         SpanModelRequestEnd,
         SpanModelRequestStart,
         StopReason,
-        TextBlock,
     )
     from corral.contract.session import (
         CustomTool,
@@ -65,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
     from corral.names import (
         ACTIVITY_MODEL_TURN,
         EVENT_ID_PREFIX,
+        QUERY_CONTEXT_VIEW,
         QUERY_EVENTS,
         QUERY_MODEL_CONTEXT,
         QUERY_SESSION,
@@ -264,9 +262,9 @@ class SessionWorkflow:
             *(self._execute(use) for use in hand_uses), *(self._mcp.call(use, self._report) for use in mcp_uses)
         )
         for hand_use, (text, is_error) in zip(hand_uses, outputs[: len(hand_uses)], strict=True):
-            self._add_tool_result(hand_use.id, text, is_error)
+            self._log.answer(hand_use, text, is_error)
         for mcp_use, (text, is_error) in zip(mcp_uses, outputs[len(hand_uses) :], strict=True):
-            self._add_mcp_result(mcp_use.id, text, is_error)
+            self._log.answer(mcp_use, text, is_error)
         custom_uses = [use for use in uses if isinstance(use, AgentCustomToolUse)]
         if not custom_uses:
             return
@@ -283,7 +281,7 @@ class SessionWorkflow:
             answer = self._inbox.custom_results.pop(custom_use.id, None)
             if answer is None:
                 # Do better than blocking forever: a new message answers the open calls with an error.
-                self._add_tool_result(custom_use.id, "No result: the user sent a new message instead.", True)
+                self._log.answer(custom_use, "No result: the user sent a new message instead.", True)
             else:
                 answer.processed_at = workflow.now()
                 self._log.add_to_conversation(answer)
@@ -297,31 +295,10 @@ class SessionWorkflow:
             return f"Unknown tool {use.name!r}. Available tools: {', '.join(sorted(self._tools))}.", True
         return await execute_on_hand(tool, use)
 
-    def _add_tool_result(self, tool_use_id: str, text: str, is_error: bool) -> None:
-        result = self._log.append(
-            AgentToolResult,
-            tool_use_id=tool_use_id,
-            content=[TextBlock(text=text or "(no output)")],
-            is_error=is_error,
-        )
-        self._log.add_to_conversation(result)
-
-    def _add_mcp_result(self, tool_use_id: str, text: str, is_error: bool) -> None:
-        result = self._log.append(
-            AgentMcpToolResult,
-            mcp_tool_use_id=tool_use_id,
-            content=[TextBlock(text=text or "(no output)")],
-            is_error=is_error,
-        )
-        self._log.add_to_conversation(result)
-
     def _finish_interrupt(self) -> None:
         """Close what the interrupt cut short so the conversation stays valid, then go idle."""
-        for event in self._log.unanswered_tool_uses():
-            if isinstance(event, AgentMcpToolUse):
-                self._add_mcp_result(event.id, "Cancelled: the user interrupted this tool call.", True)
-            elif isinstance(event, AgentToolUse | AgentCustomToolUse):
-                self._add_tool_result(event.id, "Cancelled: the user interrupted this tool call.", True)
+        for use in self._log.unanswered_tool_uses():
+            self._log.answer(use, "Cancelled: the user interrupted this tool call.", True)
         self._inbox.settle_interrupts()
         self._go_idle(EndTurn())
 
@@ -412,6 +389,12 @@ class SessionWorkflow:
     @workflow.query(name=QUERY_EVENTS)
     def events(self, query: EventsQuery | None = None) -> EventPage:
         return self._log.page(query or EventsQuery())
+
+    @workflow.query(name=QUERY_CONTEXT_VIEW)
+    def context_view(self) -> ContextView:
+        """What the model would see on the next turn: which entries, which elided, the token estimate."""
+        entries = self._log.conversation_entries(0, len(self._log.conversation))
+        return describe_view(entries, self._watermark, self._budget, self._fixed_chars, self._log.size)
 
     @workflow.query(name=QUERY_MODEL_CONTEXT)
     def model_context(self, query: ModelContextQuery) -> ModelContext:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
 from corral.contract.events import AgentMcpToolResult, AgentToolResult, SessionEvent, TextBlock, UserCustomToolResult
 
@@ -89,3 +89,51 @@ def next_watermark(
         if isinstance(entry, ToolResult) and entry.position >= watermark and size(entry) > ELIDE_MIN_BYTES:
             return entry.position + 1
     return None
+
+
+class ContextEntry(BaseModel):
+    """One conversation entry as the next request shows it."""
+
+    position: int
+    type: str
+    tokens: int
+    elided: bool = False
+
+
+class ContextView(BaseModel):
+    """Answer of the `context_view` query: what the model would see on the next turn (`corral context`)."""
+
+    budget_tokens: int
+    estimate_tokens: int
+    fixed_tokens: int
+    """The system prompt and the tools."""
+    watermark: int
+    entries: list[ContextEntry]
+    """The conversation in order; at most the last `MAX_VIEW_ENTRIES`, `omitted` before them."""
+    omitted: int = 0
+
+
+MAX_VIEW_ENTRIES = 2_000
+"""Keeps the query's answer far under Temporal's blob limit whatever the session's length."""
+
+
+def describe_view(
+    entries: list[SessionEvent], watermark: int, budget: int, fixed_chars: int, size: Callable[[SessionEvent], int]
+) -> ContextView:
+    shown = [
+        ContextEntry(
+            position=entry.position,
+            type=entry.type,
+            tokens=(STUB_CHARS if is_elided(entry, watermark, size) else size(entry)) // CHARS_PER_TOKEN,
+            elided=is_elided(entry, watermark, size),
+        )
+        for entry in entries[-MAX_VIEW_ENTRIES:]
+    ]
+    return ContextView(
+        budget_tokens=budget,
+        estimate_tokens=estimate_tokens(entries, watermark, fixed_chars, size),
+        fixed_tokens=fixed_chars // CHARS_PER_TOKEN,
+        watermark=watermark,
+        entries=shown,
+        omitted=max(0, len(entries) - MAX_VIEW_ENTRIES),
+    )
