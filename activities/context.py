@@ -13,6 +13,7 @@ from corral.contract.events import (
     AgentMcpToolResult,
     AgentMcpToolUse,
     AgentMessage,
+    AgentThreadContextCompacted,
     AgentToolResult,
     AgentToolUse,
     ContentBlock,
@@ -49,6 +50,12 @@ def _entry_blocks(entry: SessionEvent) -> tuple[str, list[dict[str, Any]]] | Non
             return "user", [_tool_result(entry.tool_use_id, list(entry.content), entry.is_error)]
         case AgentMcpToolResult():
             return "user", [_tool_result(entry.mcp_tool_use_id, list(entry.content), entry.is_error)]
+        case AgentThreadContextCompacted():
+            note = (
+                f"[A summary of the conversation from its start to log position {entry.end_position}, written when "
+                f"it outgrew the context; the whole of it is still in the session log.]\n{entry.summary}"
+            )
+            return "user", [{"type": "text", "text": note}]
         case AgentMessage():
             blocks = [_block(b) for b in entry.content if b.text]
             return ("assistant", blocks) if blocks else None

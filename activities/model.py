@@ -28,8 +28,8 @@ from corral.contract.activities import (
     ModelTurnInput,
     ModelTurnResult,
 )
-from corral.contract.context import view
-from corral.contract.events import ModelUsage, SessionEvent
+from corral.contract.context import SUMMARIZER_SYSTEM, SUMMARY_REQUEST, view
+from corral.contract.events import AgentThreadContextCompacted, ModelUsage, SessionEvent
 from corral.contract.proxy import McpToolSpec
 from corral.contract.session import AgentConfig
 from corral.hands.heartbeat import heartbeating
@@ -137,13 +137,13 @@ class ModelActivities:
         async with heartbeating():
             session, entries = await self._context(input)
             agent = session.agent
-            request: dict[str, Any] = {
-                "model": agent.model,
-                "max_tokens": agent.max_tokens,
-                "messages": build_messages(view(entries, input.elide_before)),
-            }
-            if agent.system:
-                request["system"] = agent.system
+            if input.summarize_through is None:
+                messages, system = build_messages(view(entries, input.elide_before)), agent.system
+            else:
+                messages, system = _summary_request(entries, input, agent.system)
+            request: dict[str, Any] = {"model": agent.model, "max_tokens": agent.max_tokens, "messages": messages}
+            if system:
+                request["system"] = system
             tools = build_tools(agent, session.mcp_tools)
             if tools:
                 request["tools"] = tools
@@ -171,6 +171,27 @@ class ModelActivities:
         # Attempts grow across both retry layers: the workflow's own (visible) and Temporal's (lost workers).
         attempt = input.stream_attempt * 1000 + activity.info().attempt
         return self._stream.attempt(input.session_id, input.stream_id, attempt)
+
+
+def _summary_request(
+    entries: list[SessionEvent], input: ModelTurnInput, agent_system: str | None
+) -> tuple[list[dict[str, Any]], str]:
+    """The conversation up to `summarize_through` as the model sees it, then the request for a summary."""
+    assert input.summarize_through is not None
+    through = input.summarize_through
+    shown = [
+        entry
+        for entry in view(entries, input.elide_before)
+        if entry.position <= through or isinstance(entry, AgentThreadContextCompacted)
+    ]
+    messages = build_messages(shown)
+    ask = {"type": "text", "text": SUMMARY_REQUEST}
+    if messages and messages[-1]["role"] == "user":
+        messages[-1]["content"].append(ask)
+    else:
+        messages.append({"role": "user", "content": [ask]})
+    system = SUMMARIZER_SYSTEM + (f"\n\nThe agent's own instructions:\n{agent_system}" if agent_system else "")
+    return messages, system
 
 
 def _result(message: anthropic.types.Message) -> ModelTurnResult:

@@ -115,3 +115,59 @@ def _now() -> Any:
     from datetime import UTC, datetime
 
     return datetime(2026, 1, 1, tzinfo=UTC)
+
+
+MESSAGES = 40
+WORDS = 100
+"""40 messages of about 600 characters: some 6,000 tokens, several times the 2,500-token budget."""
+
+
+def _noting_model(stack: Stack) -> str:
+    steps: list[dict[str, Any]] = [{"text": "Noted."}]
+    name = stack.script(steps, loop=True)
+    stack.model_server.register(
+        name.removeprefix("script:"), {"steps": steps, "loop": True, "max_input_tokens": WINDOW}
+    )
+    return name
+
+
+async def _talk(stack: Stack, model: str, **agent: Any) -> tuple[WorkflowHandle, list[Any]]:
+    handle = await stack.start(model, agent={"model": model, **agent})
+    after = 0
+    for n in range(1, MESSAGES + 1):
+        await send_text(handle, f"note {n}: " + " ".join(f"word{n}x{i}" for i in range(WORDS)))
+        events = await wait_for_idle(handle, after=after, within_seconds=60)
+        after = events[-1].position
+        assert stop_reason(events[-1]).type == "end_turn" and texts(events)[-1] == "Noted.", f"message {n}"
+    return handle, await read_events(handle)
+
+
+async def test_a_long_conversation_is_summarised_and_every_message_answered(stack: Stack) -> None:
+    model = _noting_model(stack)
+    handle, events = await _talk(stack, model, context_budget_tokens=2_500)
+
+    assert not [e for e in events if e.type == "session.error"], "no request met the model's window"
+    summaries = [e for e in events if e.type == "agent.thread_context_compacted"]
+    assert len(summaries) >= 2, "the conversation outgrew the budget more than once"
+    assert all(s.start_position == 1 for s in summaries)
+    assert [s.end_position for s in summaries] == sorted({s.end_position for s in summaries}), "each goes further"
+    assert "note 1:" in summaries[0].summary, "the stand-in's summary names what the user asked"
+    notes = [e for e in events if e.type == "user.message"]
+    assert len(notes) == MESSAGES and all(len(_first(n)) > WORDS * 5 for n in notes), "the log keeps every message"
+
+    view = await handle.query("context_view")
+    shown = [entry["type"] for entry in view["entries"]]
+    assert shown[0] == "agent.thread_context_compacted" and shown.count("user.message") >= 2
+    assert view["estimate_tokens"] <= 2_500
+    latest = [e["position"] for e in view["entries"]]
+    assert notes[-1].position in latest and notes[0].position not in latest, "recent turns in full, old ones summarised"
+
+
+async def test_a_prompt_too_long_for_the_model_is_summarised_and_answered(stack: Stack) -> None:
+    model = _noting_model(stack)  # the default budget (200,000) believes the prompt fits; the model (3,000) says no
+    _, events = await _talk(stack, model)
+
+    errors = [e for e in events if e.type == "session.error"]
+    assert errors and all(e.error.retry_status.type == "retrying" for e in errors)
+    assert any("prompt is too long" in e.error.message for e in errors)
+    assert [e for e in events if e.type == "agent.thread_context_compacted"], "it summarised to go on"

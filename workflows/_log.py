@@ -103,6 +103,10 @@ class SessionLog:
             size = self._sizes[entry.position] = json_size(entry)
         return size
 
+    def estimate(self, watermark: int, fixed_chars: int) -> int:
+        """Tokens of the request the view with this watermark makes (an estimate from sizes)."""
+        return estimate_tokens(self.conversation_entries(0, len(self.conversation)), watermark, fixed_chars, self.size)
+
     def fit_view(self, watermark: int, budget: int, fixed_chars: int, keep_after: int) -> int:
         """The lowest watermark at or above `watermark` whose view of the conversation fits `budget` tokens, or the
         highest one that may be used (never eliding what comes at or after `keep_after`)."""

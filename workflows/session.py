@@ -20,7 +20,7 @@ with workflow.unsafe.imports_passed_through():
         ModelTurnInput,
         ModelTurnResult,
     )
-    from corral.contract.context import ContextView, default_budget, describe_view
+    from corral.contract.context import ContextView
     from corral.contract.errors import ModelErrorInfo
     from corral.contract.events import (
         AgentCustomToolUse,
@@ -73,6 +73,7 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_USER_MESSAGE,
         UPDATE_SEND_EVENTS,
     )
+    from workflows._context import SessionContext
     from workflows._hands import execute_on_hand
     from workflows._inbox import UserInbox
     from workflows._log import SessionLog
@@ -107,11 +108,7 @@ class SessionWorkflow:
         self._usage = ModelUsage()
         self._delta_start = 0
         self._turn_task: asyncio.Task[None] | None = None
-        self._watermark = 0
-        """The context view: large tool results before this position are elided (corral.contract.context)."""
-        agent = input.agent
-        self._budget = agent.context_budget_tokens or default_budget(agent.model, agent.max_tokens)
-        self._fixed_chars = len(agent.model_dump_json())
+        self._context = SessionContext(self._log, input.agent)
         self._mcp = SessionMcp(
             workflow.info().workflow_id, input.agent, input.vault_ids, needs_binding=bool(input.resources)
         )
@@ -179,41 +176,20 @@ class SessionWorkflow:
     async def _call_model(self) -> ModelTurnResult | None:
         """One model turn, retrying transient model errors visibly; None when the turn ended in an error."""
         self._turns += 1
-        info = workflow.info()
-        length = len(self._log.conversation)
-        delta, by_reference = self._log.delta_for_model(self._delta_start, length)
-        unseen = delta[0].position if delta else self._log.last_position + 1
-        self._watermark = self._log.fit_view(self._watermark, self._budget, self._fixed_chars, keep_after=unseen)
-        turn = ModelTurnInput(
-            session_id=info.workflow_id,
-            run_id=info.run_id,
-            turn=self._turns,
-            conversation_length=length,
-            delta_start=self._delta_start,
-            delta=delta,
-            delta_by_reference=by_reference,
-            agent=self._input.agent if self._delta_start == 0 else None,
-            mcp_tools=list(self._mcp.tools.values()) if self._delta_start == 0 else [],
-        )
+        summary = await self._context.fit(self._turn_input(), self._model_activity, self._context_note)
+        if summary is not None:
+            self._usage = add_usage(self._usage, summary.usage)
         retry = self._input.model_retry
         stream_id: str | None = None
         for attempt in range(1, retry.max_attempts + 1):
+            turn = self._turn_input()  # anew each attempt: a retry may see a shorter context
             span = self._log.append(SpanModelRequestStart)
             stream_id = stream_id or span.id
             self._describe()
             try:
-                result = await workflow.execute_activity(
-                    ACTIVITY_MODEL_TURN,
-                    turn.model_copy(
-                        update={"stream_id": stream_id, "stream_attempt": attempt, "elide_before": self._watermark}
-                    ),
-                    task_queue=self._input.model_task_queue,
-                    result_type=ModelTurnResult,
-                    start_to_close_timeout=MODEL_TURN_TIMEOUT,
-                    heartbeat_timeout=MODEL_HEARTBEAT_TIMEOUT,
-                    retry_policy=INFRASTRUCTURE_RETRY,
-                    cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
-                    summary=f"model turn {self._turns}" + (f" (attempt {attempt})" if attempt > 1 else ""),
+                result = await self._model_activity(
+                    turn.model_copy(update={"stream_id": stream_id, "stream_attempt": attempt}),
+                    f"model turn {self._turns}" + (f" (attempt {attempt})" if attempt > 1 else ""),
                 )
             except ActivityError as err:
                 self._log.append(
@@ -226,9 +202,10 @@ class SessionWorkflow:
                     raise
                 error = model_error_info(err)
                 if error.context_too_long and attempt < retry.max_attempts:
-                    elided = self._log.elide_all(self._watermark, keep_after=unseen)
-                    if elided > self._watermark:
-                        self._watermark = elided
+                    shrunk, summary = await self._context.shrink(turn, self._model_activity, self._context_note)
+                    if summary is not None:
+                        self._usage = add_usage(self._usage, summary.usage)
+                    if shrunk:
                         self._report_error(error, err, "retrying")
                         continue
                 if error.retryable and attempt < retry.max_attempts:
@@ -245,11 +222,46 @@ class SessionWorkflow:
                 self._report_error(error, err, "exhausted")
                 self._go_idle(RetriesExhausted())
                 return None
-            self._delta_start = length
+            self._delta_start = turn.conversation_length
             self._usage = add_usage(self._usage, result.usage)
             self._log.append(SpanModelRequestEnd, model_request_start_id=span.id, model_usage=result.usage)
             return result
         raise AssertionError("unreachable: the last attempt returns or reports")
+
+    def _turn_input(self) -> ModelTurnInput:
+        """A reference to the log and the entries the model worker has not seen, never the transcript."""
+        info = workflow.info()
+        length = len(self._log.conversation)
+        delta, by_reference = self._log.delta_for_model(self._delta_start, length)
+        return ModelTurnInput(
+            session_id=info.workflow_id,
+            run_id=info.run_id,
+            turn=self._turns,
+            conversation_length=length,
+            delta_start=self._delta_start,
+            delta=delta,
+            delta_by_reference=by_reference,
+            agent=self._input.agent if self._delta_start == 0 else None,
+            mcp_tools=list(self._mcp.tools.values()) if self._delta_start == 0 else [],
+            elide_before=self._context.watermark,
+        )
+
+    async def _model_activity(self, turn: ModelTurnInput, summary: str) -> ModelTurnResult:
+        result: ModelTurnResult = await workflow.execute_activity(
+            ACTIVITY_MODEL_TURN,
+            turn,
+            task_queue=self._input.model_task_queue,
+            result_type=ModelTurnResult,
+            start_to_close_timeout=MODEL_TURN_TIMEOUT,
+            heartbeat_timeout=MODEL_HEARTBEAT_TIMEOUT,
+            retry_policy=INFRASTRUCTURE_RETRY,
+            cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
+            summary=summary,
+        )
+        return result
+
+    def _context_note(self, message: str) -> None:
+        self._report("model_request_failed_error", message, "retrying")
 
     def _is_custom(self, name: str) -> bool:
         return isinstance(self._tools.get(name), CustomTool)
@@ -393,8 +405,7 @@ class SessionWorkflow:
     @workflow.query(name=QUERY_CONTEXT_VIEW)
     def context_view(self) -> ContextView:
         """What the model would see on the next turn: which entries, which elided, the token estimate."""
-        entries = self._log.conversation_entries(0, len(self._log.conversation))
-        return describe_view(entries, self._watermark, self._budget, self._fixed_chars, self._log.size)
+        return self._context.describe()
 
     @workflow.query(name=QUERY_MODEL_CONTEXT)
     def model_context(self, query: ModelContextQuery) -> ModelContext:

@@ -36,6 +36,9 @@ class ModelTurnInput(BaseModel):
     One id for every attempt, so the relay can keep a retried attempt from showing the user a second copy."""
     stream_attempt: int = 1
     """Which of the workflow's attempts this is (Temporal's own retries count within it)."""
+    summarize_through: int | None = None
+    """Not a turn but a compaction: the model summarises the conversation up to this log position (its answer is
+    the summary; nothing is streamed)."""
     elide_before: int = 0
     """The context view's watermark: large tool results before this log position are sent as stubs (see
     corral.contract.context)."""

@@ -1,10 +1,13 @@
 """The context view: what of the log the model sees, decided by the harness, computed the same way by the workflow
 (to stay within the budget) and by the model activity (to build the request). Pure functions, no I/O.
 
-The log is never changed: a view only elides. Tool results older than the view's watermark (a log position) and
-larger than `ELIDE_MIN_BYTES` are sent as a short stub that names the position where the whole result still is, so
-every tool_use keeps its tool_result and the request stays valid. Summarising older turns is the next step of
-compaction; it is not built yet.
+The log is never changed: a view only elides and summarises. Two steps, cheap first:
+1. Tool results older than the view's watermark (a log position) and larger than `ELIDE_MIN_BYTES` are sent as a
+   short stub that names the position where the whole result still is, so every tool_use keeps its tool_result.
+2. When that is not enough, older turns are summarised by a model call; the summary is an
+   `agent.thread_context_compacted` event in the conversation, and the view shows it in place of the positions it
+   stands for (always from the session's start, so the latest summary is the only one that counts). A summary ends
+   just before a user message, so no tool call is cut from its result.
 """
 
 from __future__ import annotations
@@ -13,7 +16,15 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, TypeAdapter
 
-from corral.contract.events import AgentMcpToolResult, AgentToolResult, SessionEvent, TextBlock, UserCustomToolResult
+from corral.contract.events import (
+    AgentMcpToolResult,
+    AgentThreadContextCompacted,
+    AgentToolResult,
+    SessionEvent,
+    TextBlock,
+    UserCustomToolResult,
+    UserMessage,
+)
 
 ELIDE_MIN_BYTES = 1_024
 """Results this small stay in full: eliding them would save next to nothing."""
@@ -61,11 +72,46 @@ STUB_CHARS = 400
 """What a stub costs in the estimate (its note and the event's other fields)."""
 
 
+SUMMARIZER_SYSTEM = (
+    "You are compacting an agent's conversation so that it fits the model's context. Write a summary of the "
+    "conversation above that lets the agent carry on: the user's requests and preferences, decisions made, facts "
+    "learned, tool results that still matter (with their log positions), and what is left to do. Plain text."
+)
+SUMMARY_REQUEST = "Summarize the conversation so far, as your instructions say."
+KEEP_TURNS = 2
+"""A summary never takes the latest turns: the model keeps them word for word."""
+
+
+def visible(entries: list[SessionEvent]) -> list[SessionEvent]:
+    """The conversation with the latest summary in place of the entries it stands for (first, as they were)."""
+    summaries = [entry for entry in entries if isinstance(entry, AgentThreadContextCompacted)]
+    if not summaries:
+        return list(entries)
+    latest = summaries[-1]
+    rest = [e for e in entries if e.position > latest.end_position and not isinstance(e, AgentThreadContextCompacted)]
+    return [latest, *rest]
+
+
 def view(entries: list[SessionEvent], watermark: int) -> list[SessionEvent]:
-    """The entries as the model sees them."""
+    """The entries as the model sees them: summarised, then elided."""
     return [
-        stub(entry) if isinstance(entry, ToolResult) and is_elided(entry, watermark) else entry for entry in entries
+        stub(entry) if isinstance(entry, ToolResult) and is_elided(entry, watermark) else entry
+        for entry in visible(entries)
     ]
+
+
+def compaction_end(entries: list[SessionEvent]) -> int | None:
+    """The last position a new summary should stand for: just before the user message that opens the
+    `KEEP_TURNS`-th latest turn; None when there is no older turn left to summarise."""
+    shown = visible(entries)
+    openings = [i for i, entry in enumerate(shown) if isinstance(entry, UserMessage)]
+    if len(openings) <= KEEP_TURNS:
+        return None
+    first_kept = openings[-KEEP_TURNS]
+    older = [entry for entry in shown[:first_kept] if not isinstance(entry, AgentThreadContextCompacted)]
+    if not older:
+        return None
+    return shown[first_kept].position - 1
 
 
 def estimate_tokens(
@@ -73,7 +119,7 @@ def estimate_tokens(
 ) -> int:
     """Tokens of the request the view makes, estimated from sizes (`fixed_chars`: system prompt and tools)."""
     chars = fixed_chars
-    for entry in entries:
+    for entry in visible(entries):
         chars += STUB_CHARS if is_elided(entry, watermark, size) else size(entry)
     return chars // CHARS_PER_TOKEN
 
@@ -83,7 +129,9 @@ def next_watermark(
 ) -> int | None:
     """The watermark that elides one more large tool result (the oldest one still in full), never one at or after
     position `keep_after` (results the model has not seen yet); None when there is nothing left to elide."""
-    for entry in entries:
+    for entry in visible(entries):
+        if isinstance(entry, AgentThreadContextCompacted):
+            continue  # the summary comes first but was written last; it is never elided
         if entry.position >= keep_after:
             return None
         if isinstance(entry, ToolResult) and entry.position >= watermark and size(entry) > ELIDE_MIN_BYTES:
@@ -127,7 +175,7 @@ def describe_view(
             tokens=(STUB_CHARS if is_elided(entry, watermark, size) else size(entry)) // CHARS_PER_TOKEN,
             elided=is_elided(entry, watermark, size),
         )
-        for entry in entries[-MAX_VIEW_ENTRIES:]
+        for entry in visible(entries)[-MAX_VIEW_ENTRIES:]
     ]
     return ContextView(
         budget_tokens=budget,
@@ -135,5 +183,5 @@ def describe_view(
         fixed_tokens=fixed_chars // CHARS_PER_TOKEN,
         watermark=watermark,
         entries=shown,
-        omitted=max(0, len(entries) - MAX_VIEW_ENTRIES),
+        omitted=max(0, len(visible(entries)) - MAX_VIEW_ENTRIES),
     )

@@ -146,6 +146,17 @@ class AgentCustomToolUse(_Event):
     input: dict[str, Any]
 
 
+class AgentThreadContextCompacted(_Event):
+    """Older turns were summarised for the model's context: `summary` stands for positions `start_position` to
+    `end_position`, whose events stay in the log untouched. Part of the conversation, so the model sees the summary
+    in their place (corral.contract.context.view)."""
+
+    type: Literal["agent.thread_context_compacted"] = "agent.thread_context_compacted"
+    summary: str
+    start_position: int
+    end_position: int
+
+
 # ---- session events --------------------------------------------------------------------------------------
 
 
@@ -264,6 +275,7 @@ SessionEvent = Annotated[
     | AgentMcpToolUse
     | AgentMcpToolResult
     | AgentCustomToolUse
+    | AgentThreadContextCompacted
     | SessionStatusRunning
     | SessionStatusIdle
     | SessionStatusRescheduled
@@ -287,6 +299,7 @@ EVENT_TYPES: frozenset[str] = frozenset(
         "agent.mcp_tool_use",
         "agent.mcp_tool_result",
         "agent.custom_tool_use",
+        "agent.thread_context_compacted",
         "session.status_running",
         "session.status_idle",
         "session.status_rescheduled",

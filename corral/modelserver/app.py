@@ -33,6 +33,8 @@ from corral.modelserver.scripts import (
     TextBlock,
     content_to_dict,
     estimate_input_tokens,
+    is_summary_request,
+    plan_summary,
     prompt_too_long,
     script_name_of,
     split_json_pieces,
@@ -218,7 +220,8 @@ class ModelServer:
 
         name = script_name_of(body["model"])
         if name is None:  # the stand-in has the window of the Claude models it stands in for
-            outcome = prompt_too_long(body, STAND_IN_MAX_INPUT_TOKENS) or plan_demo(body)
+            demo = plan_summary(body) if is_summary_request(body) else plan_demo(body)
+            outcome = prompt_too_long(body, STAND_IN_MAX_INPUT_TOKENS) or demo
         else:
             outcome = self.book.play(name, body, auth)
         if isinstance(outcome, ApiError):

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from corral.contract.context import SUMMARIZER_SYSTEM, SUMMARY_REQUEST
+
 StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal"]
 
 SCRIPT_MODEL_PREFIX = "script:"
@@ -222,6 +224,33 @@ def step_index_for(body: dict[str, Any], name: str, script: Script) -> int | Api
     return index
 
 
+def is_summary_request(body: dict[str, Any]) -> bool:
+    """corral's compaction asks for a summary with its summariser's system prompt."""
+    system = body.get("system")
+    text = system if isinstance(system, str) else " ".join(str(b.get("text", "")) for b in system or [])
+    return text.startswith(SUMMARIZER_SYSTEM)
+
+
+def plan_summary(body: dict[str, Any]) -> Plan:
+    """A deterministic summary, for any model: what each user message asked (its first words), in order. It does
+    not take a script step: a summary is not a turn of the conversation."""
+    asked = []
+    for message in body.get("messages", []):
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        for block in [{"type": "text", "text": content}] if isinstance(content, str) else content or []:
+            text = str(block.get("text", "")) if block.get("type") == "text" else ""
+            if text and text != SUMMARY_REQUEST and not text.startswith("[A summary of the conversation"):
+                asked.append(" ".join(text.split()[:6]))
+            elif text.startswith("[A summary of the conversation"):
+                asked.append("(an earlier summary)")
+    blocks: list[PlannedBlock] = [
+        TextBlock(f"[offline stand-in summary] The user asked, in order: {'; '.join(asked)}.")
+    ]
+    return Plan(blocks, "end_turn", estimate_input_tokens(body), estimate_output_tokens(blocks))
+
+
 def plan_step(body: dict[str, Any], name: str, step_index: int, step: ScriptStep, hit: int) -> Plan | ApiError:
     """Turn a request and a script step (on its `hit`-th use, from 0) into a response plan or an error."""
     if hit < len(step.fail):
@@ -308,13 +337,16 @@ class ScriptBook:
                     f"no script named {name!r} is registered with the corral offline model server; "
                     f"register it with PUT /_corral/scripts/{name}",
                 )
-            index = step_index_for(body, name, script)
+            summary = is_summary_request(body)
+            index = None if summary else step_index_for(body, name, script)
             self.requests.setdefault(name, []).append(
                 {"auth": auth, "step": index if isinstance(index, int) else None, "body": body}
             )
             too_long = prompt_too_long(body, script.max_input_tokens)
             if too_long is not None:
                 return too_long
+            if summary or index is None:
+                return plan_summary(body)
             if isinstance(index, ApiError):
                 return index
             hit = self.hits.get((name, index), 0)
