@@ -73,12 +73,23 @@ async def model_errors(handle: WorkflowHandle) -> None:
     await wait_for_idle(handle, after=events[-1].position)
 
 
+async def context_compaction(handle: WorkflowHandle) -> None:
+    """Long messages and large tool results past a small budget: old results elided, older turns summarised."""
+    after = (await wait_for_idle(handle))[-1].position
+    for n in range(1, 9):
+        await send_text(handle, f"note {n}: " + " ".join(f"word{n}x{i}" for i in range(60)))
+        after = (await wait_for_idle(handle, after=after))[-1].position
+
+
 async def sandbox_tools(handle: WorkflowHandle) -> None:
     await wait_for_idle(handle, within_seconds=120)
     await handle.cancel()  # releases the sandbox: container and volume removed
     with contextlib.suppress(WorkflowFailureError):
         await handle.result()
 
+
+SCRIPT_OPTIONS: dict[str, dict[str, Any]] = {"context_compaction": {"loop": True, "max_input_tokens": 2_500}}
+AGENT_OPTIONS: dict[str, dict[str, Any]] = {"context_compaction": {"context_budget_tokens": 1_500}}
 
 SCENARIOS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], Scenario]] = {
     "conversation_with_tools": (
@@ -109,6 +120,14 @@ SCENARIOS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], Scenario]
         [{"type": "agent_toolset_20260401"}],
         sandbox_tools,
     ),
+    "context_compaction": (
+        [
+            {"text": "Looking.", "tool_uses": [{"name": "spew", "input": {"size": 2_000, "tag": "out-"}}]},
+            {"text": "Noted."},
+        ],
+        [_tool("spew")],
+        context_compaction,
+    ),
     "model_errors": (
         [
             {"text": "after a retry", "fail": [{"status": 529, "retry_after": 0.2}]},
@@ -133,8 +152,10 @@ async def record(client: Client, server: ModelServerThread, names: list[str]) ->
     HISTORIES.mkdir(exist_ok=True)
     for name in names:
         steps, tools, scenario = SCENARIOS[name]
-        server.register(name, {"steps": steps})
-        agent = AgentConfig.model_validate({"model": f"script:{name}", "tools": tools, "system": "Be brief."})
+        server.register(name, {"steps": steps, **SCRIPT_OPTIONS.get(name, {})})
+        agent = AgentConfig.model_validate(
+            {"model": f"script:{name}", "tools": tools, "system": "Be brief.", **AGENT_OPTIONS.get(name, {})}
+        )
         input = SessionInput(agent=agent, message="hello", model_task_queue=MODEL_QUEUE, title=name)
         handle = await start_session(
             client, input, session_id=f"sesn_{name}_{uuid.uuid4().hex[:6]}", task_queue=HARNESS_QUEUE
