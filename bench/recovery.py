@@ -62,9 +62,9 @@ from corral.sandbox import ensure_docker_engine, ensure_sandbox_image
 from corral.sandbox.containers import SESSION_LABEL, remove_session
 from corral.temporal import start_local_temporal
 from workers._run import STICKY_TIMEOUT
+from workflows._hands import MODEL_HEARTBEAT_TIMEOUT
 from workflows._outcomes import INFRASTRUCTURE_RETRY
 from workflows._sandbox import SANDBOX_HEARTBEAT_TIMEOUT
-from workflows.session import MODEL_HEARTBEAT_TIMEOUT
 
 ROLES = ("harness", "model", "sandbox")
 GOAL_P50, GOAL_P95 = 5.0, 10.0

@@ -60,7 +60,6 @@ with workflow.unsafe.imports_passed_through():
         UserMessageSignal,
     )
     from corral.names import (
-        ACTIVITY_MODEL_TURN,
         EVENT_ID_PREFIX,
         QUERY_CONTEXT_VIEW,
         QUERY_EVENTS,
@@ -74,21 +73,16 @@ with workflow.unsafe.imports_passed_through():
         UPDATE_SEND_EVENTS,
     )
     from workflows._context import SessionContext
-    from workflows._hands import execute_on_hand
+    from workflows._hands import call_model, execute_on_hand
     from workflows._inbox import UserInbox
     from workflows._log import SessionLog
     from workflows._mcp import RetryState, SessionMcp
-    from workflows._outcomes import INFRASTRUCTURE_RETRY, ToolUseEvent, add_usage, model_error_info, record_response
+    from workflows._outcomes import ToolUseEvent, add_usage, model_error_info, record_response
     from workflows._sandbox import SessionSandbox
 
 
 STATUS_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS)
 MODEL_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_MODEL)
-
-MODEL_TURN_TIMEOUT = timedelta(minutes=10)
-MODEL_HEARTBEAT_TIMEOUT = timedelta(seconds=3)
-"""A lost model worker is noticed within this time; the activity heartbeats every second while it waits (the SDK
-sends at most every 0.8 x this). 3 s keeps recovery after SIGKILL under the 5 s target (bench/recovery.py)."""
 
 
 @workflow.defn(name=SESSION_WORKFLOW)
@@ -247,18 +241,7 @@ class SessionWorkflow:
         )
 
     async def _model_activity(self, turn: ModelTurnInput, summary: str) -> ModelTurnResult:
-        result: ModelTurnResult = await workflow.execute_activity(
-            ACTIVITY_MODEL_TURN,
-            turn,
-            task_queue=self._input.model_task_queue,
-            result_type=ModelTurnResult,
-            start_to_close_timeout=MODEL_TURN_TIMEOUT,
-            heartbeat_timeout=MODEL_HEARTBEAT_TIMEOUT,
-            retry_policy=INFRASTRUCTURE_RETRY,
-            cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
-            summary=summary,
-        )
-        return result
+        return await call_model(turn, summary, self._input.model_task_queue)
 
     def _context_note(self, message: str) -> None:
         self._report("model_request_failed_error", message, "retrying")
