@@ -231,7 +231,7 @@ def context_command(
     settings.out.print(
         f"next request: about {view.estimate_tokens} of {view.budget_tokens} tokens "
         f"(system prompt and tools {view.fixed_tokens}); {len(view.entries) + view.omitted} conversation entries, "
-        f"{elided} elided (large tool results before position {view.watermark})",
+        f"{elided} elided" + (f" (large tool results before position {view.watermark})" if view.watermark else ""),
         highlight=False,
     )
     shown = view.entries[-last:] if last else view.entries
