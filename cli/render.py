@@ -22,6 +22,7 @@ from corral.contract.events import (
     AgentMcpToolResult,
     AgentMcpToolUse,
     AgentMessage,
+    AgentThreadContextCompacted,
     AgentToolResult,
     AgentToolUse,
     RequiresAction,
@@ -138,6 +139,9 @@ class EventRenderer:
             case SessionError():
                 error = event.error
                 return Text(one_line(f"{error.type} ({error.retry_status.type}): {error.message}", width), ERROR_STYLE)
+            case AgentThreadContextCompacted():
+                covered = f"positions {event.start_position}-{event.end_position} summarised for the model: "
+                return Text(one_line(covered + event.summary, width), style="dim")
             case SpanModelRequestEnd():
                 usage = event.model_usage
                 text = f"{usage.input_tokens} in / {usage.output_tokens} out tokens"

@@ -22,7 +22,14 @@ from cli.demo_services import DemoRepositoryError, branches, make_demo_repositor
 from cli.live import LiveText
 from cli.main import app
 from cli.render import EventRenderer, safe, safe_json_line
-from corral.contract.events import AgentMessage, AgentToolResult, AgentToolUse, SpanModelRequestStart, TextBlock
+from corral.contract.events import (
+    AgentMessage,
+    AgentThreadContextCompacted,
+    AgentToolResult,
+    AgentToolUse,
+    SpanModelRequestStart,
+    TextBlock,
+)
 from corral.streaming import StreamEvent
 
 runner = CliRunner()
@@ -160,3 +167,14 @@ def test_live_text_waits_for_the_event_that_opened_its_request() -> None:
     assert live.already_shown(
         AgentMessage(id="sevt_4", position=4, created_at=now, content=[TextBlock(text="Hello\x1b[2J world")])
     )
+
+
+def test_a_summary_shows_what_it_stands_for() -> None:
+    console, buffer = _console()
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    compacted = AgentThreadContextCompacted(
+        id="sevt_9", position=9, created_at=now, summary="the user asked for notes", start_position=1, end_position=7
+    )
+    EventRenderer(console).print(compacted)
+    assert "agent.thread_context_compacted" in buffer.getvalue()
+    assert "positions 1-7 summarised for the model: the user asked for notes" in buffer.getvalue()
