@@ -43,6 +43,8 @@ _EVENT_ADAPTER: TypeAdapter[SessionEvent] = TypeAdapter(SessionEvent)
 _PARAMS_ADAPTER: TypeAdapter[list[UserEventParams]] = TypeAdapter(list[UserEventParams])
 
 
+ELIDE_TO = 0.6
+"""Once over the budget, elide until the view is this share of it (see `SessionLog.fit_view`)."""
 INLINE_RESULT_BYTES = 2_048
 """A tool result up to this size rides in the model turn's input (cheaper than a query); a larger one by reference."""
 
@@ -108,10 +110,15 @@ class SessionLog:
         return estimate_tokens(self.conversation_entries(0, len(self.conversation)), watermark, fixed_chars, self.size)
 
     def fit_view(self, watermark: int, budget: int, fixed_chars: int, keep_after: int) -> int:
-        """The lowest watermark at or above `watermark` whose view of the conversation fits `budget` tokens, or the
-        highest one that may be used (never eliding what comes at or after `keep_after`)."""
+        """`watermark` if the view fits `budget` tokens; else the lowest watermark whose view fits `ELIDE_TO` of it,
+        or the highest one that may be used (never eliding what comes at or after `keep_after`).
+
+        Eliding well below the budget, once, rather than just under it on every turn keeps the prefix stable for
+        several turns: every change of the watermark ends the part of the request the prompt cache can serve."""
         entries = self.conversation_entries(0, len(self.conversation))
-        while estimate_tokens(entries, watermark, fixed_chars, self.size) > budget:
+        if estimate_tokens(entries, watermark, fixed_chars, self.size) <= budget:
+            return watermark
+        while estimate_tokens(entries, watermark, fixed_chars, self.size) > budget * ELIDE_TO:
             following = next_watermark(entries, watermark, keep_after, self.size)
             if following is None:
                 break
