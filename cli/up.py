@@ -86,7 +86,7 @@ def note_running(error: CliError, paths: StatePaths) -> CliError:
 async def _bring_up(console: Console, paths: StatePaths, options: UpOptions, namespace: str) -> UpReport:
     """Every service `stack.SERVICES` lists that this `up` wants, in order: a running one is left alone (and keeps
     its recorded ports), a new one is started and waited for. Workers are checked together at the end."""
-    from corral.temporal import cluster_id, connect
+    from corral.temporal import cluster_id, connect, ensure_retention
 
     paths.ensure()
     plan = _plan(console, paths, options, namespace)
@@ -115,6 +115,8 @@ async def _bring_up(console: Console, paths: StatePaths, options: UpOptions, nam
         await _until_ready(console, service, plan, process)
         _say(console, service.name, *seen[service.name])
 
+    client = await connect(plan.address, namespace)
+    await ensure_retention(client)  # the dev server keeps closed sessions a day; the local stack keeps them 30
     config = StackConfig(
         temporal_address=plan.address,
         namespace=namespace,
@@ -125,7 +127,7 @@ async def _bring_up(console: Console, paths: StatePaths, options: UpOptions, nam
         stream_url=plan.stream_url,
         git_proxy_port=plan.port("git_proxy_port"),
         mode="all-in-one" if stack.ALL_IN_ONE in plan.workers else "split",
-        cluster_id=await cluster_id(await connect(plan.address, namespace)),
+        cluster_id=await cluster_id(client),
         started_at=plan.previous.started_at
         if plan.previous is not None and not any(started for _, started in seen.values())
         else datetime.now(UTC),

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from google.protobuf.duration_pb2 import Duration
 from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.namespace.v1 import NamespaceConfig
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
-from temporalio.api.workflowservice.v1 import GetClusterInfoRequest
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, GetClusterInfoRequest, UpdateNamespaceRequest
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -63,6 +66,22 @@ async def ensure_search_attributes(client: Client) -> None:
         await client.operator_service.add_search_attributes(
             AddSearchAttributesRequest(namespace=client.namespace, search_attributes=missing)
         )
+
+
+LOCAL_RETENTION = timedelta(days=30)
+"""How long the local stack keeps a closed session (terminated, cancelled) before Temporal deletes its history. The
+dev server's default is one day; a running session is never deleted, whatever the retention."""
+
+
+async def ensure_retention(client: Client, retention: timedelta = LOCAL_RETENTION) -> timedelta:
+    """Raise the namespace's retention of closed workflows to `retention` (never lower it); the retention now."""
+    described = await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=client.namespace))
+    current = described.config.workflow_execution_retention_ttl.ToTimedelta()
+    if current >= retention:
+        return current
+    config = NamespaceConfig(workflow_execution_retention_ttl=Duration(seconds=int(retention.total_seconds())))
+    await client.workflow_service.update_namespace(UpdateNamespaceRequest(namespace=client.namespace, config=config))
+    return retention
 
 
 def temporal_binary() -> str:

@@ -143,6 +143,14 @@ def test_up_start_tail_events_ls_down(tmp_path: Path) -> None:
         started = pids_in(state_dir)
         assert set(started) == {"temporal", "vault", "proxy-worker", "model-server", "stream-relay", "all-in-one"}
 
+        # Closed sessions are kept 30 days, not the dev server's one day.
+        described = subprocess.run(
+            [*_temporal_cli(), "operator", "namespace", "describe", "--namespace", "default", "--output", "json",
+             "--address", f"127.0.0.1:{ports[1]}"],
+            capture_output=True, text=True, timeout=30, check=True,
+        )  # fmt: skip
+        assert json.loads(described.stdout)["config"]["workflowExecutionRetentionTtl"] == "2592000s"
+
         start = corral(env, "start", "please calculate 2+2")
         assert start.returncode == 0, start.stderr
         session_id = start.stdout.strip()
