@@ -338,7 +338,7 @@ async def bring_down(console: Console, paths: StatePaths, *, remove_sandboxes: b
     With `remove_sandboxes`, every sandbox on the engine goes too, after the workers (so none makes a new one) and
     before a `dockerd` this stack started (the engine must answer to remove them).
     """
-    stopped = 0
+    stopped, dev_vault_stopped = 0, False
     sandboxes_done = False
     recorded = stack.read_stack(paths)
     scope = recorded.sandbox_scope if recorded is not None else None
@@ -348,6 +348,7 @@ async def bring_down(console: Console, paths: StatePaths, *, remove_sandboxes: b
             sandboxes_done = True
         with console.status(f"stopping {name} …"):
             pid, outcome = await asyncio.to_thread(processes.stop, paths, name)
+        dev_vault_stopped |= name == stack.VAULT and outcome != "not running"
         if outcome == "stopped":
             stopped += 1
             console.print(Text("✓ ", style="green") + Text(f"{name} stopped (pid {pid})"))
@@ -363,7 +364,8 @@ async def bring_down(console: Console, paths: StatePaths, *, remove_sandboxes: b
     kept = Text("kept: ", style="bold")
     kept.append(f"sessions and their logs in {paths.database}, process logs in {paths.logs}")
     console.print(kept)
-    console.print(Text("lost: vaults and credentials of the OpenBao dev server (it keeps them in memory)", style="dim"))
+    if dev_vault_stopped:  # a Vault of the user's own (VAULT_ADDR) is not ours to stop, and keeps its data
+        console.print(Text("lost: the vaults and credentials of the OpenBao dev server (it keeps them in memory)"))
 
 
 async def _sandboxes_at_down(console: Console, scope: str | None, remove: bool) -> None:

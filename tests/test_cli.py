@@ -73,7 +73,7 @@ def test_unknown_event_type_is_a_usage_error(tmp_path: Path) -> None:
 
 def test_down_and_status_with_nothing_running(tmp_path: Path) -> None:
     code, output = invoke(tmp_path, "down")
-    assert code == 0 and "nothing was running" in output
+    assert code == 0 and "nothing was running" in output and "lost:" not in output
     code, output = invoke(tmp_path, "status")
     assert code == 0 and "no corral processes" in output
 
@@ -254,6 +254,7 @@ def test_up_start_tail_events_ls_down(tmp_path: Path) -> None:
     assert down.returncode == 0, down.stdout + down.stderr
     assert "stopped" in down.stdout
     assert f"kept: sessions and their logs in {state_dir / 'temporal.db'}" in " ".join(down.stdout.split())
+    assert "lost: the vaults and credentials of the OpenBao dev server" in " ".join(down.stdout.split())
     assert not list((state_dir / "pids").glob("*.pid"))
     assert all(is_gone(pid) for pid in started.values()), started
 
