@@ -27,13 +27,14 @@ from corral.contract.activities import (
     ModelToolUseOutput,
     ModelTurnInput,
     ModelTurnResult,
+    ReadLogInput,
 )
 from corral.contract.context import SUMMARIZER_SYSTEM, SUMMARY_REQUEST, view
 from corral.contract.events import AgentThreadContextCompacted, ModelUsage, SessionEvent
 from corral.contract.proxy import McpToolSpec
-from corral.contract.session import AgentConfig
+from corral.contract.session import AgentConfig, EventPage, EventsQuery
 from corral.hands.heartbeat import heartbeating
-from corral.names import ACTIVITY_MODEL_TURN, QUERY_MODEL_CONTEXT
+from corral.names import ACTIVITY_MODEL_TURN, ACTIVITY_READ_LOG, QUERY_EVENTS, QUERY_MODEL_CONTEXT
 from corral.streaming import AttemptStream, StreamPublisher
 
 log = logging.getLogger(__name__)
@@ -163,6 +164,14 @@ class ModelActivities:
                 log.warning("model turn %s of %s failed: %s", input.turn, input.session_id, exc)
                 raise model_error(exc, info) from exc
         return _result(message)
+
+    @activity.defn(name=ACTIVITY_READ_LOG)
+    async def read_log(self, input: ReadLogInput) -> EventPage:
+        """A page of a session's log, through its `events` query (a fork copies its source this way)."""
+        handle = self._temporal.get_workflow_handle(input.session_id)
+        query = EventsQuery(after=input.after, before=input.before, limit=1000)
+        page: EventPage = await handle.query(QUERY_EVENTS, query, result_type=EventPage)
+        return page
 
     def _live(self, input: ModelTurnInput) -> contextlib.AbstractAsyncContextManager[AttemptStream | None]:
         """Live deltas for clients (ephemeral, never in history); nothing when no relay is configured."""

@@ -11,8 +11,9 @@ measures it.
 from __future__ import annotations
 
 # Importing the command modules registers their commands on the app.
+import cli.log_commands
 import cli.session_commands
-import cli.stack_commands  # noqa: F401 (the name `cli` is bound by the line above too)
+import cli.stack_commands  # noqa: F401 (the name `cli` is bound by the lines above too)
 from cli.app import app
 
 __all__ = ["app"]

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Annotated
 
@@ -202,96 +201,6 @@ def events_command(
             renderer.print(event)
 
     run(settings, go(), session_id=session)
-
-
-@app.command("context", rich_help_panel=PANEL)
-def context_command(
-    ctx: typer.Context,
-    session: SessionId,
-    last: Annotated[int, typer.Option(help="Show this many of the latest entries (0: all).", min=0)] = 40,
-) -> None:
-    """Show what the model would see on the next turn: the conversation's entries, which are elided, the estimate
-    against the budget. The log itself always keeps every event in full (`corral events`)."""
-    from rich.table import Table
-
-    from cli import session_ops
-    from corral.contract.context import ContextView
-    from corral.names import QUERY_CONTEXT_VIEW
-
-    settings = settings_of(ctx)
-
-    async def go() -> ContextView:
-        handle = (await client_of(settings)).get_workflow_handle(session)
-        async with session_ops.explained(handle):
-            view: ContextView = await handle.query(QUERY_CONTEXT_VIEW, result_type=ContextView)
-        return view
-
-    view = run(settings, go(), session_id=session)
-    elided = sum(entry.elided for entry in view.entries)
-    settings.out.print(
-        f"next request: about {view.estimate_tokens} of {view.budget_tokens} tokens "
-        f"(system prompt and tools {view.fixed_tokens}); {len(view.entries) + view.omitted} conversation entries, "
-        f"{elided} elided" + (f" (large tool results before position {view.watermark})" if view.watermark else ""),
-        highlight=False,
-    )
-    shown = view.entries[-last:] if last else view.entries
-    table = Table("position", "type", "tokens", "the model sees")
-    for entry in shown:
-        table.add_row(str(entry.position), entry.type, str(entry.tokens), "a stub (elided)" if entry.elided else "all")
-    settings.out.print(table)
-    hidden = len(view.entries) - len(shown) + view.omitted
-    if hidden:
-        settings.err.print(f"{hidden} earlier entries not shown (--last 0 shows all)", style="dim")
-
-
-@app.command("export", rich_help_panel=PANEL)
-def export_command(
-    ctx: typer.Context,
-    session: SessionId,
-    output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Write here (default: stdout).", dir_okay=False)
-    ] = None,
-) -> None:
-    """Write a session's whole log as JSON Lines, one event per line, in order (the raw events, nothing elided).
-
-    With --output the file appears only once it is complete; progress and the count go to stderr.
-    """
-    import os
-    import sys
-    import tempfile
-
-    from cli import session_ops
-    from cli.render import safe_json_line
-    from corral.client import event_pages
-
-    settings = settings_of(ctx)
-
-    async def go() -> int:
-        handle = (await client_of(settings)).get_workflow_handle(session)
-        target = output.expanduser().absolute() if output is not None else None
-        if target is not None and not target.parent.is_dir():
-            raise CliError(f"cannot write {target}: {target.parent} is not a directory", exit_code=2)
-        fd, scratch = tempfile.mkstemp(prefix=".export-", dir=target.parent) if target else (None, None)
-        written = 0
-        try:
-            with os.fdopen(fd, "w") if fd is not None else contextlib.nullcontext(sys.stdout) as sink:
-                with settings.err.status("exporting …") as status:
-                    async with session_ops.explained(handle):
-                        async for page in event_pages(handle):
-                            sink.writelines(safe_json_line(event.model_dump_json()) + "\n" for event in page)
-                            written += len(page)
-                            status.update(f"exporting … {written} events")
-            if target is not None and scratch is not None:
-                os.replace(scratch, target)
-        finally:
-            if scratch is not None:
-                with contextlib.suppress(FileNotFoundError):  # moved into place: nothing left to clean
-                    os.unlink(scratch)
-        return written
-
-    written = run(settings, go(), session_id=session)
-    where = f" to {output}" if output is not None else ""
-    settings.err.print(f"exported {written} event{'s' if written != 1 else ''} of {session}{where}", style="dim")
 
 
 @app.command("tail", rich_help_panel=PANEL)

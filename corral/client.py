@@ -20,8 +20,10 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from corral.contract.events import SessionEvent
 from corral.contract.session import (
+    AgentConfig,
     EventPage,
     EventsQuery,
+    ForkSource,
     SendEventsInput,
     SendEventsResult,
     SessionInfo,
@@ -43,14 +45,18 @@ def new_session_id() -> str:
     return SESSION_ID_PREFIX + uuid.uuid4().hex[:26]
 
 
-def _summary(input: SessionInput) -> tuple[str, str]:
-    """Static summary and details the Temporal Web UI shows for a session."""
+def _summary(input: SessionInput, namespace: str) -> tuple[str, str]:
+    """Static summary and details the Temporal Web UI shows for a session (a fork links to its source)."""
     title = input.title or "agent session"
     tools = ", ".join(tool.name for tool in input.agent.resolved_tools()) or "none"
     details = [f"**model** `{input.agent.model}`", f"**tools** {tools}"]
     if input.agent.name:
         details.insert(0, f"**agent** {input.agent.name}")
     details += [f"**{key}** {value}" for key, value in sorted(input.metadata.items())]
+    if input.fork is not None:
+        source = input.fork.session_id
+        link = f"[{source}](/namespaces/{namespace}/workflows/{source})"
+        details.append(f"**forked from** {link} at position {input.fork.position}")
     return f"{title} · {input.agent.model}", "\n\n".join(details)
 
 
@@ -62,7 +68,7 @@ async def start_session(
     task_queue: str = HARNESS_TASK_QUEUE,
 ) -> WorkflowHandle:
     """Start `SessionWorkflow`; the session id is the workflow id."""
-    summary, details = _summary(input)
+    summary, details = _summary(input, client.namespace)
     return await client.start_workflow(
         SESSION_WORKFLOW,
         input,
@@ -71,6 +77,41 @@ async def start_session(
         static_summary=summary,
         static_details=details,
     )
+
+
+async def fork_session(
+    client: Client, source_id: str, position: int, agent: AgentConfig | None = None, session_id: str | None = None
+) -> WorkflowHandle:
+    """Start a session whose log is `source_id`'s up to and including `position`, then its own; the source is only
+    read. Same start input as the source (its agent, or `agent`), no first message. ValueError for a position the
+    source does not have."""
+    source = client.get_workflow_handle(source_id)
+    last = (await session_info(source)).last_position
+    if not 1 <= position <= last:
+        raise ValueError(f"position {position} is not in {source_id}, whose log holds positions 1 to {last}")
+    started = None
+    async for event in source.fetch_history_events():
+        started = event.workflow_execution_started_event_attributes
+        break
+    if started is None:
+        raise ValueError(f"{source_id} has no history to fork")
+    (original,) = await client.data_converter.decode(started.input.payloads, [SessionInput])
+    title = original.title or "agent session"
+    fork = original.model_copy(
+        update={
+            "agent": agent or original.agent,
+            "message": None,
+            "fork": ForkSource(session_id=source_id, position=position),
+            "title": f"fork of {title}",
+            "metadata": {**original.metadata, "forked_from": f"{source_id} at {position}"},
+        }
+    )
+    handle = await start_session(client, fork, session_id=session_id, task_queue=started.task_queue.name)
+    # Returned once the copy is in: until then the fork refuses updates (its first positions are the copy's).
+    async with asyncio.timeout(COPY_SECONDS), contextlib.aclosing(follow_events(handle, after=position - 1)) as events:
+        async for _ in events:
+            break
+    return handle
 
 
 async def send_events(handle: WorkflowHandle, events: list[dict[str, Any]]) -> list[str]:
@@ -148,6 +189,8 @@ _CLOSED: dict[int, WorkflowExecutionStatus] = {
 _TRANSIENT = (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE, RPCStatusCode.CANCELLED)
 RETRY_SECONDS = 0.2
 UNREACHABLE_SECONDS = 30.0
+COPY_SECONDS = 120.0
+"""How long `fork_session` waits for a fork to copy its source's log."""
 
 
 async def _retrying(call: Callable[[], Awaitable[T]]) -> T:

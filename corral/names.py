@@ -24,6 +24,8 @@ QUERY_CONTEXT_VIEW: Final = "context_view"
 
 # Activities. Every hand serves the same activity name on its own task queue.
 ACTIVITY_MODEL_TURN: Final = "model_turn"
+ACTIVITY_READ_LOG: Final = "read_log"
+"""A page of another session's log (what a fork copies); served by the model workers, which read logs already."""
 ACTIVITY_EXECUTE: Final = "execute"
 ACTIVITY_PROVISION_SANDBOX: Final = "provision_sandbox"
 ACTIVITY_STOP_SANDBOX: Final = "stop_sandbox"

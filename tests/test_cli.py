@@ -172,6 +172,17 @@ def test_up_start_tail_events_ls_down(tmp_path: Path) -> None:
         assert listing.returncode == 0, listing.stderr
         assert session_id in listing.stdout
 
+        # Fork: a new session from a point of this one's log (only its id on stdout); a position it lacks is refused.
+        forked = corral(env, "fork", session_id, "--at", "3")
+        assert forked.returncode == 0, forked.stderr
+        fork_id = forked.stdout.strip()
+        assert re.fullmatch(r"sesn_[0-9a-f]+", fork_id) and fork_id != session_id
+        fork_events = [json.loads(line) for line in corral(env, "events", fork_id, "--json").stdout.splitlines()]
+        source_events = [json.loads(line) for line in corral(env, "events", session_id, "--json").stdout.splitlines()]
+        assert fork_events[:3] == source_events[:3]
+        beyond = corral(env, "fork", session_id, "--at", "9999")
+        assert beyond.returncode == 2 and "whose log holds positions 1 to" in beyond.stderr
+
         # Export: the whole log as JSON Lines, to a file that appears only when complete, or to stdout.
         exported = corral(env, "export", session_id, "--output", str(tmp_path / "log.jsonl"))
         assert exported.returncode == 0, exported.stderr

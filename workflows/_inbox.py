@@ -46,9 +46,22 @@ class UserInbox:
         self.interrupts: list[UserInterrupt] = []
         self.awaiting_custom: dict[str, AgentCustomToolUse] = {}
         self.custom_results: dict[str, UserCustomToolResult] = {}
+        self._held: list[UserEventParams] | None = None
+
+    def hold(self) -> None:
+        """Keep what signals bring until `release` (while a fork copies its log: positions are not free yet)."""
+        self._held = []
+
+    def release(self) -> None:
+        """Accept what was held, in arrival order."""
+        held, self._held = self._held or [], None
+        for params in held:
+            self.accept(params)
 
     def validate(self, input: SendEventsInput) -> None:
         """Raise ValueError (the update is rejected, nothing is written) for a malformed batch or a stray answer."""
+        if self._held is not None:
+            raise ValueError("this session is still copying the log it was forked from: send again in a moment")
         check_answers(parse_user_events(input), waiting=set(self.awaiting_custom) - set(self.custom_results))
 
     def accept_batch(self, input: SendEventsInput) -> list[str]:
@@ -56,6 +69,9 @@ class UserInbox:
 
     def accept(self, params: UserEventParams) -> str:
         """Append one validated user event (or return the id it already has) and act on it."""
+        if self._held is not None:  # only signals get here while holding: the update's validator refuses
+            self._held.append(params)
+            return ""
         if params.id is not None and params.id in self._client_ids:
             return self._client_ids[params.id]
         event_id: str
@@ -88,6 +104,9 @@ class UserInbox:
         return event_id
 
     def accept_message(self, params: UserMessageParams) -> str:
+        if self._held is not None:
+            self._held.append(params)
+            return ""
         if params.id is not None and params.id in self._client_ids:
             return self._client_ids[params.id]
         message = self._log.append(

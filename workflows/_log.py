@@ -80,6 +80,12 @@ class SessionLog:
         self.events.append(event)
         return event
 
+    def adopt(self, event: SessionEvent) -> None:
+        """Take an event of another session's log as it is (a fork's copy): positions must follow on."""
+        if event.position != len(self.events) + 1:
+            raise ValueError(f"expected position {len(self.events) + 1}, got {event.position}")
+        self.events.append(event)
+
     def add_to_conversation(self, event: SessionEvent) -> None:
         self.conversation.append(event.position)
 

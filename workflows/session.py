@@ -73,6 +73,7 @@ with workflow.unsafe.imports_passed_through():
         UPDATE_SEND_EVENTS,
     )
     from workflows._context import SessionContext
+    from workflows._fork import copy_log
     from workflows._hands import call_model, execute_on_hand
     from workflows._inbox import UserInbox
     from workflows._log import SessionLog
@@ -109,6 +110,8 @@ class SessionWorkflow:
         self._sandbox = SessionSandbox(
             workflow.info().workflow_id, input.sandbox_environment(), lambda: self._mcp.clones(input.resources)
         )
+        if input.fork is not None:
+            self._inbox.hold()  # the copy of the source's log takes the first positions
         if input.message is not None:
             self._inbox.accept_message(UserMessageParams(type="user.message", content=input.message))
 
@@ -118,6 +121,15 @@ class SessionWorkflow:
     async def run(self, input: SessionInput) -> None:
         workflow.upsert_search_attributes([STATUS_KEY.value_set("idle"), MODEL_KEY.value_set(input.agent.model)])
         self._describe()
+        if input.fork is not None:
+            try:
+                await copy_log(self._log, self._inbox, input.fork, input.model_task_queue)
+            except ActivityError as err:  # the session goes on, empty, and says why
+                self._report(
+                    "unknown_error", f"the log of {input.fork.session_id} could not be copied: {err.cause}", "exhausted"
+                )
+            self._delta_start = len(self._log.conversation)  # the model worker reads the copy through a query
+            self._inbox.release()
         try:
             while True:
                 if not await self._wait_for_work():

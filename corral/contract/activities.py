@@ -48,6 +48,14 @@ class ModelTurnInput(BaseModel):
     output enters history once, and one turn's input stays small however many tools ran in parallel."""
 
 
+class ReadLogInput(BaseModel):
+    """Input of the `read_log` activity: a page of a session's events after `after` and before `before`."""
+
+    session_id: str
+    after: int = 0
+    before: int | None = None
+
+
 class ModelTextOutput(BaseModel):
     type: Literal["text"] = "text"
     text: str

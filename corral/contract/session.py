@@ -187,6 +187,8 @@ class SessionInput(BaseModel):
     model_retry: ModelRetryConfig = Field(default_factory=ModelRetryConfig)
     model_task_queue: str = Field(default=MODEL_TASK_QUEUE, min_length=1)
     """Which pool of model workers runs this session's turns (e.g. one pool per API key or region)."""
+    fork: ForkSource | None = None
+    """Start as a fork: the log is first copied from the source session (`corral fork`)."""
 
     @field_validator("message")
     @classmethod
@@ -208,6 +210,14 @@ class SessionInput(BaseModel):
 
     def sandbox_environment(self) -> Environment:
         return self.environment or Environment()
+
+
+class ForkSource(BaseModel):
+    """Where a forked session comes from: its log starts as `session_id`'s, up to and including `position`."""
+
+    model_config = ConfigDict(extra="forbid")
+    session_id: str = Field(min_length=1)
+    position: int = Field(ge=1)
 
 
 # ---- inputs of signals and the send_events update ------------------------------------------------------
