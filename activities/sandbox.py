@@ -19,12 +19,20 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from corral.contract.activities import ExecuteInput
 from corral.contract.errors import SANDBOX_GONE, SANDBOX_UNAVAILABLE
-from corral.contract.sandbox import SANDBOX_TOOL_INPUTS, BashInput, ProvisionInput, SandboxHandle, SandboxRef
+from corral.contract.sandbox import (
+    SANDBOX_TOOL_INPUTS,
+    BashInput,
+    ForkWorkspaceInput,
+    ProvisionInput,
+    SandboxHandle,
+    SandboxRef,
+)
 from corral.hands.errors import tool_error
 from corral.hands.heartbeat import heartbeating
 from corral.hands.output import OUTPUT_HEAD, OUTPUT_TAIL, cut_output
 from corral.names import (
     ACTIVITY_EXECUTE,
+    ACTIVITY_FORK_WORKSPACE,
     ACTIVITY_PROVISION_SANDBOX,
     ACTIVITY_RELEASE_SANDBOX,
     ACTIVITY_STOP_SANDBOX,
@@ -34,6 +42,7 @@ from corral.names import (
 from corral.sandbox import containers
 from corral.sandbox.containers import ALREADY_STARTED_EXIT
 from corral.sandbox.errors import SandboxError, SandboxGone, SandboxSetupError
+from corral.sandbox.workspace import copy_workspace
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +113,17 @@ class SandboxActivities:
             bash_timeout_seconds=environment.bash_timeout_seconds,
             bash_max_timeout_seconds=environment.bash_max_timeout_seconds,
         )
+
+    @activity.defn(name=ACTIVITY_FORK_WORKSPACE)
+    async def fork_workspace(self, input: ForkWorkspaceInput) -> bool:
+        """Copy the source session's workspace for its fork; False when it is not on this worker's engine."""
+        scope = f"{self._cluster_id}/{input.namespace}"
+        labels = {containers.SESSION_LABEL: input.session_id, containers.SCOPE_LABEL: scope}
+        source, target = containers.volume_name(input.source_session_id), containers.volume_name(input.session_id)
+        try:
+            return await asyncio.to_thread(copy_workspace, self._docker, source, target, self._image, labels=labels)
+        except SandboxSetupError as exc:
+            raise ApplicationError(str(exc), type=SANDBOX_UNAVAILABLE, non_retryable=True) from exc
 
     @activity.defn(name=ACTIVITY_STOP_SANDBOX)
     async def stop_sandbox(self, ref: SandboxRef) -> None:

@@ -80,7 +80,7 @@ def sandbox_workers(
         Worker(
             client,
             task_queue=shared_queue,
-            activities=[activities.provision_sandbox],
+            activities=[activities.provision_sandbox, activities.fork_workspace],
             graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
         ),
         Worker(

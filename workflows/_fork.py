@@ -8,9 +8,12 @@ error result, so the conversation stays valid. The source is only read, never ch
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Literal
 
 from temporalio import workflow
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from corral.contract.activities import ReadLogInput
@@ -22,11 +25,13 @@ with workflow.unsafe.imports_passed_through():
         AgentThreadContextCompacted,
         AgentToolResult,
         AgentToolUse,
+        ErrorType,
         UserCustomToolResult,
         UserMessage,
     )
-    from corral.contract.session import EventPage, ForkSource
-    from corral.names import ACTIVITY_READ_LOG
+    from corral.contract.sandbox import ForkWorkspaceInput
+    from corral.contract.session import EventPage, ForkSource, SessionInput
+    from corral.names import ACTIVITY_FORK_WORKSPACE, ACTIVITY_READ_LOG, SANDBOX_TASK_QUEUE
     from workflows._inbox import UserInbox
     from workflows._log import SessionLog
     from workflows._outcomes import INFRASTRUCTURE_RETRY
@@ -68,3 +73,46 @@ async def copy_log(log: SessionLog, inbox: UserInbox, source: ForkSource, task_q
         after = page.events[-1].position
     for use in log.unanswered_tool_uses():
         log.answer(use, f"Not run here: this session was forked from {source.session_id} before the call ended.", True)
+
+
+async def copy_workspace(source: ForkSource) -> str | None:
+    """Copy the source's sandbox workspace for this fork; None when done, else why the fork starts with a fresh one."""
+    copy = ForkWorkspaceInput(
+        source_session_id=source.session_id, session_id=workflow.info().workflow_id, namespace=workflow.info().namespace
+    )
+    try:
+        copied: bool = await workflow.execute_activity(
+            ACTIVITY_FORK_WORKSPACE,
+            copy,
+            task_queue=SANDBOX_TASK_QUEUE,
+            result_type=bool,
+            start_to_close_timeout=timedelta(minutes=10),
+            schedule_to_start_timeout=timedelta(seconds=30),
+            retry_policy=INFRASTRUCTURE_RETRY,
+            summary=f"copy the workspace of {source.session_id}",
+        )
+    except ActivityError as err:
+        return f"the workspace of {source.session_id} could not be copied ({err.cause or err})"
+    return None if copied else f"the workspace of {source.session_id} is gone (or on another engine)"
+
+
+async def start_fork(
+    log: SessionLog,
+    inbox: UserInbox,
+    input: SessionInput,
+    sandboxed: bool,
+    report: Callable[[ErrorType, str, Literal["retrying", "exhausted"]], None],
+) -> None:
+    """Copy the log (and, for an agent with the sandbox toolset, the workspace), then let held input in. What could
+    not be copied is a `session.error`; the fork goes on."""
+    assert input.fork is not None
+    # The workspace first: once the copied log is visible, the fork is ready (`fork_session` waits for that). Its
+    # report waits for the log, which takes the first positions.
+    fresh = await copy_workspace(input.fork) if sandboxed else None
+    try:
+        await copy_log(log, inbox, input.fork, input.model_task_queue)
+    except ActivityError as err:
+        report("unknown_error", f"the log of {input.fork.session_id} could not be copied: {err.cause}", "exhausted")
+    if fresh is not None:
+        report("unknown_error", f"this fork starts with a fresh sandbox workspace: {fresh}", "exhausted")
+    inbox.release()

@@ -73,7 +73,7 @@ with workflow.unsafe.imports_passed_through():
         UPDATE_SEND_EVENTS,
     )
     from workflows._context import SessionContext
-    from workflows._fork import copy_log
+    from workflows._fork import start_fork
     from workflows._hands import call_model, execute_on_hand
     from workflows._inbox import UserInbox
     from workflows._log import SessionLog
@@ -122,14 +122,9 @@ class SessionWorkflow:
         workflow.upsert_search_attributes([STATUS_KEY.value_set("idle"), MODEL_KEY.value_set(input.agent.model)])
         self._describe()
         if input.fork is not None:
-            try:
-                await copy_log(self._log, self._inbox, input.fork, input.model_task_queue)
-            except ActivityError as err:  # the session goes on, empty, and says why
-                self._report(
-                    "unknown_error", f"the log of {input.fork.session_id} could not be copied: {err.cause}", "exhausted"
-                )
+            sandboxed = any(isinstance(tool, SandboxTool) for tool in self._tools.values())
+            await start_fork(self._log, self._inbox, input, sandboxed, self._report)
             self._delta_start = len(self._log.conversation)  # the model worker reads the copy through a query
-            self._inbox.release()
         try:
             while True:
                 if not await self._wait_for_work():

@@ -269,3 +269,11 @@ def _sandbox_tool_schema(name: str) -> dict[str, Any]:
 
 
 ProvisionInput.model_rebuild()
+
+
+class ForkWorkspaceInput(BaseModel):
+    """Input of the `fork_workspace` activity: copy a session's workspace volume for its fork."""
+
+    source_session_id: str
+    session_id: str
+    namespace: str

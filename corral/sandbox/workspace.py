@@ -65,3 +65,30 @@ def hardened_run_options(workspace_volume: str) -> dict[str, Any]:
         "volumes": {workspace_volume: {"bind": WORKSPACE, "mode": "rw"}},
         "working_dir": WORKSPACE,
     }
+
+
+def copy_workspace(
+    client: docker.DockerClient, source: str, target: str, image: str, *, labels: dict[str, str] | None = None
+) -> bool:
+    """Make volume `target` a copy of volume `source` (a fork's workspace); False when `source` is not on this
+    engine. A one-shot container with no network and no capability copies the files, as the sandbox user."""
+    try:
+        client.volumes.get(source)
+    except docker.errors.NotFound:
+        return False
+    prepare_workspace_volume(client, target, image, labels=labels)
+    try:
+        client.containers.run(
+            image,
+            ["cp", "-a", "/from/.", WORKSPACE],
+            user=f"{SANDBOX_UID}:{SANDBOX_GID}",
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            network_mode="none",
+            read_only=True,
+            volumes={source: {"bind": "/from", "mode": "ro"}, target: {"bind": WORKSPACE, "mode": "rw"}},
+            remove=True,
+        )
+    except docker.errors.DockerException as exc:
+        raise SandboxSetupError(f"could not copy the workspace {source} to {target}: {exc}") from exc
+    return True
