@@ -25,11 +25,14 @@ An empty variable counts as unset. A missing or malformed one is a `SettingsErro
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 from urllib.parse import urlsplit
 
 from corral.names import (
@@ -176,61 +179,47 @@ class ProxySettings:
 # ---- one object per worker process --------------------------------------------------------------------------------
 
 
+class _ProcessSettings:
+    """A process's settings: one part per concern, each read by its own `from_environment`, in field order."""
+
+    @classmethod
+    def from_environment(cls, environ: Environ | None = None) -> Self:
+        environ = _environ(environ)
+        parts = typing.get_type_hints(cls)
+        return cls(*(parts[part.name].from_environment(environ) for part in dataclasses.fields(cls)))  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True)
-class ModelWorkerSettings:
+class ModelWorkerSettings(_ProcessSettings):
     """`corral-model`."""
 
     temporal: TemporalSettings
     model: ModelSettings
 
-    @classmethod
-    def from_environment(cls, environ: Environ | None = None) -> ModelWorkerSettings:
-        environ = _environ(environ)
-        return cls(TemporalSettings.from_environment(environ), ModelSettings.from_environment(environ))
-
 
 @dataclass(frozen=True)
-class SandboxWorkerSettings:
+class SandboxWorkerSettings(_ProcessSettings):
     """`corral-sandbox`."""
 
     temporal: TemporalSettings
     sandbox: SandboxSettings
 
-    @classmethod
-    def from_environment(cls, environ: Environ | None = None) -> SandboxWorkerSettings:
-        environ = _environ(environ)
-        return cls(TemporalSettings.from_environment(environ), SandboxSettings.from_environment(environ))
-
 
 @dataclass(frozen=True)
-class ProxyWorkerSettings:
+class ProxyWorkerSettings(_ProcessSettings):
     """`corral-proxy`."""
 
     temporal: TemporalSettings
     proxy: ProxySettings
 
-    @classmethod
-    def from_environment(cls, environ: Environ | None = None) -> ProxyWorkerSettings:
-        environ = _environ(environ)
-        return cls(TemporalSettings.from_environment(environ), ProxySettings.from_environment(environ))
-
 
 @dataclass(frozen=True)
-class AllInOneSettings:
+class AllInOneSettings(_ProcessSettings):
     """`corral-all-in-one`: the harness, the model, the utility hand and the sandbox hand in one process."""
 
     temporal: TemporalSettings
     model: ModelSettings
     sandbox: SandboxSettings
-
-    @classmethod
-    def from_environment(cls, environ: Environ | None = None) -> AllInOneSettings:
-        environ = _environ(environ)
-        return cls(
-            TemporalSettings.from_environment(environ),
-            ModelSettings.from_environment(environ),
-            SandboxSettings.from_environment(environ),
-        )
 
 
 # ---- reading one variable -----------------------------------------------------------------------------------------
