@@ -6,6 +6,7 @@ The SDK's own retries are off (`max_retries=0`): the session workflow owns retri
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
@@ -18,7 +19,11 @@ from temporalio.client import Client
 
 from activities.context import build_messages, build_tools, with_cache_breakpoints
 from activities.errors import classify, model_error
+from corral.archive import write_chunks
+from corral.blobs import BlobStore, open_blob_store
+from corral.client import event_pages
 from corral.contract.activities import (
+    ArchiveLogInput,
     ModelContext,
     ModelContextQuery,
     ModelOutputBlock,
@@ -29,12 +34,18 @@ from corral.contract.activities import (
     ModelTurnResult,
     ReadLogInput,
 )
-from corral.contract.context import SUMMARIZER_SYSTEM, SUMMARY_REQUEST, view
+from corral.contract.context import SUMMARIZER_SYSTEM, SUMMARY_REQUEST, json_size, view
 from corral.contract.events import AgentThreadContextCompacted, ModelUsage, SessionEvent
 from corral.contract.proxy import McpToolSpec
-from corral.contract.session import AgentConfig, EventPage, EventsQuery
+from corral.contract.session import MAX_QUERY_BYTES, AgentConfig, EventPage, EventsQuery
 from corral.hands.heartbeat import heartbeating
-from corral.names import ACTIVITY_MODEL_TURN, ACTIVITY_READ_LOG, QUERY_EVENTS, QUERY_MODEL_CONTEXT
+from corral.names import (
+    ACTIVITY_ARCHIVE_LOG,
+    ACTIVITY_MODEL_TURN,
+    ACTIVITY_READ_LOG,
+    QUERY_EVENTS,
+    QUERY_MODEL_CONTEXT,
+)
 from corral.streaming import AttemptStream, StreamPublisher
 
 log = logging.getLogger(__name__)
@@ -75,8 +86,10 @@ class ModelActivities:
         temporal: Client,
         model: anthropic.AsyncAnthropic | None = None,
         stream: StreamPublisher | None = None,
+        blobs: BlobStore | None = None,
     ) -> None:
         self._temporal = temporal
+        self._blobs = blobs or open_blob_store()
         self._model = model or anthropic.AsyncAnthropic(max_retries=0)
         self._cache = ConversationCache()
         self._stream = stream
@@ -167,11 +180,36 @@ class ModelActivities:
 
     @activity.defn(name=ACTIVITY_READ_LOG)
     async def read_log(self, input: ReadLogInput) -> EventPage:
-        """A page of a session's log, through its `events` query (a fork copies its source this way)."""
+        """A page of a session's log, from whichever run or archive holds it (a fork copies its source this way)."""
         handle = self._temporal.get_workflow_handle(input.session_id)
-        query = EventsQuery(after=input.after, before=input.before, limit=1000)
-        page: EventPage = await handle.query(QUERY_EVENTS, query, result_type=EventPage)
-        return page
+        events: list[SessionEvent] = []
+        budget = MAX_QUERY_BYTES  # an activity result stays far under Temporal's payload limit
+        async for page in event_pages(handle, after=input.after, before=input.before, blobs=self._blobs):
+            for event in page:
+                budget -= json_size(event)
+                if events and budget < 0:
+                    return EventPage(events=events, has_more=True, next_after=events[-1].position)
+                events.append(event)
+            if len(events) >= 1000:
+                return EventPage(events=events, has_more=True, next_after=events[-1].position)
+        return EventPage(events=events, has_more=False, next_after=events[-1].position if events else input.after)
+
+    @activity.defn(name=ACTIVITY_ARCHIVE_LOG)
+    async def archive_log(self, input: ArchiveLogInput) -> list[int]:
+        """Write a run's events `after+1 .. through` to the archive before the session continues as new; they are
+        read through that run's `events` query. The first positions of the chunks written."""
+        handle = self._temporal.get_workflow_handle(input.session_id, run_id=input.run_id)
+        events: list[SessionEvent] = []
+        after = input.after
+        while after < input.through:
+            query = EventsQuery(after=after, before=input.through + 1, limit=1000)
+            page = await handle.query(QUERY_EVENTS, query, result_type=EventPage)
+            if not page.events or page.events[0].position != after + 1:
+                raise RuntimeError(f"{input.session_id} returned no event at position {after + 1}")
+            events.extend(page.events)
+            after = page.events[-1].position
+            activity.heartbeat(after)
+        return await asyncio.to_thread(write_chunks, self._blobs, input.session_id, events)
 
     def _live(self, input: ModelTurnInput) -> contextlib.AbstractAsyncContextManager[AttemptStream | None]:
         """Live deltas for clients (ephemeral, never in history); nothing when no relay is configured."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cli.context import Settings
-from corral.names import ENV_TEMPORAL_ADDRESS, ENV_TEMPORAL_NAMESPACE
+from corral.names import ENV_BLOB_STORE, ENV_TEMPORAL_ADDRESS, ENV_TEMPORAL_NAMESPACE
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -94,6 +94,8 @@ def main(
     """Run long-lived AI agents on Temporal."""
     # Absolute from here on: every subprocess (git, dockerd, the workers) may run in another directory.
     ctx.obj = Settings(address_option=address, namespace_option=namespace, state_dir=state_dir.expanduser().absolute())
+    # The archive of sessions' earlier runs: this CLI and the workers it starts read and write the same one.
+    os.environ.setdefault(ENV_BLOB_STORE, str(ctx.obj.state_dir / "blobs"))
 
 
 async def client_of(settings: Settings) -> Client:

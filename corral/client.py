@@ -18,6 +18,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
+from corral.archive import read_archived
+from corral.blobs import BlobStore, open_blob_store
+from corral.contract.carry import ArchiveIndex
 from corral.contract.events import SessionEvent
 from corral.contract.session import (
     AgentConfig,
@@ -69,7 +72,7 @@ async def start_session(
 ) -> WorkflowHandle:
     """Start `SessionWorkflow`; the session id is the workflow id."""
     summary, details = _summary(input, client.namespace)
-    return await client.start_workflow(
+    started = await client.start_workflow(
         SESSION_WORKFLOW,
         input,
         id=session_id or new_session_id(),
@@ -77,6 +80,9 @@ async def start_session(
         static_summary=summary,
         static_details=details,
     )
+    # Not bound to the first run: the session continues as new as it grows, and queries and updates must reach
+    # whichever run is current (terminate and cancel still reach only this session's chain).
+    return client.get_workflow_handle(started.id, first_execution_run_id=started.first_execution_run_id)
 
 
 async def fork_session(
@@ -101,6 +107,7 @@ async def fork_session(
         update={
             "agent": agent or original.agent,
             "message": None,
+            "carry": None,
             "fork": ForkSource(session_id=source_id, position=position),
             "title": f"fork of {title}",
             "metadata": {**original.metadata, "forked_from": f"{source_id} at {position}"},
@@ -141,11 +148,13 @@ async def read_events(
     types: list[str] | None = None,
     before: int | None = None,
     limit: int | None = None,
+    blobs: BlobStore | None = None,
 ) -> list[SessionEvent]:
-    """The events after `after` (and before `before`, of `types`), at most `limit`, paging through the `events`
-    query (pages stay under the query size cap)."""
+    """The events after `after` (and before `before`, of `types`), at most `limit`: one log across every workflow
+    run of the session. The current run's through its `events` query (pages stay under the query size cap), the
+    earlier runs' from the archive in `blobs` (default: `open_blob_store()`)."""
     events: list[SessionEvent] = []
-    async for page in event_pages(handle, after=after, types=types, before=before, limit=limit):
+    async for page in event_pages(handle, after=after, types=types, before=before, limit=limit, blobs=blobs):
         events.extend(page)
     return events
 
@@ -156,18 +165,51 @@ async def event_pages(
     types: list[str] | None = None,
     before: int | None = None,
     limit: int | None = None,
+    blobs: BlobStore | None = None,
 ) -> AsyncGenerator[list[SessionEvent], None]:
     """`read_events` one page at a time, for a reader that writes as it goes (an export of a long log)."""
     count = 0
+    archive: ArchiveIndex | None = None
     while limit is None or count < limit:
         page_size = 1000 if limit is None else min(limit - count, 1000)
+        if archive is not None and after < archive.through:
+            end = archive.through + 1 if before is None else min(before, archive.through + 1)
+            store = blobs or open_blob_store()
+            events, after = await asyncio.to_thread(
+                _archived_page, store, handle.id, archive, after, end, types, page_size
+            )
+            count += len(events)
+            yield events
+            if before is not None and after >= before - 1:
+                break
+            continue
         query = EventsQuery(after=after, before=before, types=types, limit=page_size)
         page = await handle.query(QUERY_EVENTS, query, result_type=EventPage)
+        if page.archive is not None:  # `after` is in an earlier run: read from the archive, then ask again
+            archive = page.archive
+            continue
         count += len(page.events)
         yield page.events
         if not page.has_more:
             break
         after = page.next_after
+
+
+def _archived_page(
+    store: BlobStore, session_id: str, archive: ArchiveIndex, after: int, end: int, types: list[str] | None, limit: int
+) -> tuple[list[SessionEvent], int]:
+    """Up to `limit` archived events of `types` in `(after, end)`, and the last position looked at."""
+    events: list[SessionEvent] = []
+    last = end - 1
+    for event in read_archived(store, session_id, archive, after, end):
+        if len(events) >= limit:
+            last = events[-1].position if events else after
+            break
+        if types is None or event.type in types:
+            events.append(event)
+    else:
+        return events, end - 1
+    return events, last
 
 
 class SessionClosed(Exception):
@@ -239,6 +281,10 @@ async def follow_events(handle: WorkflowHandle, after: int = 0) -> AsyncGenerato
         page = history.current_page or []
         written = any(event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for event in page)
         closed = next((_CLOSED[event.event_type] for event in page if event.event_type in _CLOSED), None)
+        if closed == WorkflowExecutionStatus.CONTINUED_AS_NEW:
+            # Not an end: the session goes on in its next run. Follow that run's history from here.
+            history = handle.fetch_history_events(wait_new_event=True)
+            written, closed = True, None
 
 
 async def wait_for_idle(handle: WorkflowHandle, after: int = 0, within_seconds: float = 60) -> list[SessionEvent]:

@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import os
 import re
+import shutil
 import tempfile
 import uuid
 import warnings
@@ -47,6 +48,15 @@ from corral.streaming import StreamPublisher, StreamRelayThread
 from corral.temporal import cluster_id, start_local_temporal
 from tests.hand_tools import TEST_TOOLS
 from workers.roles import harness_worker, model_worker, sandbox_workers
+
+BLOB_STORE = tempfile.mkdtemp(prefix="corral-test-blobs-")
+os.environ["CORRAL_BLOB_STORE"] = BLOB_STORE  # every worker and client of the run, in process or not, shares it
+
+
+@pytest.fixture(scope="session", autouse=True)
+def blob_store_removed() -> Iterator[None]:
+    yield
+    shutil.rmtree(BLOB_STORE, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -51,7 +51,7 @@ def model_worker(
     return Worker(
         client,
         task_queue=task_queue,
-        activities=[activities.model_turn, activities.read_log],
+        activities=[activities.model_turn, activities.read_log, activities.archive_log],
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
     )
 

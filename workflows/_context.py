@@ -34,11 +34,14 @@ class SessionContext:
         """Large tool results before this log position are elided."""
         self.budget = agent.context_budget_tokens or default_budget(agent.model, agent.max_tokens)
         self._fixed_chars = len(agent.model_dump_json())
+        self.carried_unseen: int | None = None
+        """From a hand-over, until the new run's first model turn: what the model had not seen then."""
 
     def unseen(self, delta_start: int) -> int:
         """The first log position the model has not seen yet (never elided or summarised away)."""
         entries = self._log.conversation_entries(delta_start, len(self._log.conversation))
-        return entries[0].position if entries else self._log.last_position + 1
+        first = entries[0].position if entries else self._log.last_position + 1
+        return first if self.carried_unseen is None else min(first, self.carried_unseen)
 
     def over_budget(self) -> bool:
         return self._log.estimate(self.watermark, self._fixed_chars) > self.budget

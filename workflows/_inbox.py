@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any, cast
 
 from temporalio.exceptions import ApplicationError
 
+from corral.contract.carry import SessionCarry
 from corral.contract.events import AgentCustomToolUse, UserCustomToolResult, UserInterrupt, UserMessage
 from corral.contract.session import (
     SendEventsInput,
@@ -47,6 +49,26 @@ class UserInbox:
         self.awaiting_custom: dict[str, AgentCustomToolUse] = {}
         self.custom_results: dict[str, UserCustomToolResult] = {}
         self._held: list[UserEventParams] | None = None
+
+    def carried(self, window: int) -> dict[str, Any]:
+        """This inbox's part of a hand-over (SessionCarry fields): events by position, the newest client ids."""
+        return {
+            "pending": [message.position for message in self.pending],
+            "interrupts": [interrupt.position for interrupt in self.interrupts],
+            "awaiting_custom": list(self.awaiting_custom.values()),
+            "custom_results": {use_id: result.position for use_id, result in self.custom_results.items()},
+            "client_ids": dict(list(self._client_ids.items())[-window:]),
+        }
+
+    def resume(self, carry: SessionCarry) -> None:
+        """Take over the inbox of the run that handed over (its events are in the log's tail)."""
+        self.pending = [cast(UserMessage, self._log.at(position)) for position in carry.pending]
+        self.interrupts = [cast(UserInterrupt, self._log.at(position)) for position in carry.interrupts]
+        self.awaiting_custom = {use.id: use for use in carry.awaiting_custom}
+        self.custom_results = {
+            use_id: cast(UserCustomToolResult, self._log.at(at)) for use_id, at in carry.custom_results.items()
+        }
+        self._client_ids = dict(carry.client_ids)
 
     def hold(self) -> None:
         """Keep what signals bring until `release` (while a fork copies its log: positions are not free yet)."""

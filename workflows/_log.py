@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from pydantic import TypeAdapter, ValidationError
 
 from corral.contract.activities import ModelContext
+from corral.contract.carry import ArchiveIndex
 from corral.contract.context import estimate_tokens, json_size, next_watermark
 from corral.contract.events import (
     AgentCustomToolUse,
@@ -50,29 +51,31 @@ INLINE_RESULT_BYTES = 2_048
 
 
 class SessionLog:
-    """Events in order of position, plus the conversation: positions in the order the model sees them.
+    """This run's events in order of position, plus the conversation: the entries the model sees, in its order.
 
     The two orders differ: a message queued mid-turn sits in the log where it arrived, and enters the
-    conversation when it is processed.
+    conversation when it is processed. Positions up to `base` were written by the session's earlier workflow runs
+    (they are in the archive); the conversation may hold entries of those runs, as the model sees them.
     """
 
     def __init__(self, new_id: Callable[[], str], now: Callable[[], datetime]) -> None:
+        self.base = 0
         self.events: list[SessionEvent] = []
-        self.conversation: list[int] = []
+        self.conversation: list[SessionEvent] = []
         self._new_id = new_id
         self._now = now
         self._sizes: dict[int, int] = {}
 
     @property
     def last_position(self) -> int:
-        return len(self.events)
+        return self.base + len(self.events)
 
     def append(self, cls: type[EventT], *, processed: bool = True, **fields: Any) -> EventT:
         """Write an event at the next position; user events start unprocessed (`processed_at` null)."""
         now = self._now()
         event = cls(
             id=self._new_id(),
-            position=len(self.events) + 1,
+            position=self.last_position + 1,
             created_at=now,
             processed_at=now if processed else None,
             **fields,
@@ -82,15 +85,35 @@ class SessionLog:
 
     def adopt(self, event: SessionEvent) -> None:
         """Take an event of another session's log as it is (a fork's copy): positions must follow on."""
-        if event.position != len(self.events) + 1:
-            raise ValueError(f"expected position {len(self.events) + 1}, got {event.position}")
+        if event.position != self.last_position + 1:
+            raise ValueError(f"expected position {self.last_position + 1}, got {event.position}")
         self.events.append(event)
 
+    def resume(self, base: int, tail: list[SessionEvent], conversation: list[SessionEvent]) -> None:
+        """Start from a hand-over: positions up to `base` are archived, `tail` follows them; entries of the
+        conversation that are in `tail` become the very objects of the log (they may still be marked processed)."""
+        self.base = base
+        self.events = []
+        for event in tail:
+            self.adopt(event)
+        self.conversation = [self.at(entry.position) if entry.position > base else entry for entry in conversation]
+
+    def at(self, position: int) -> SessionEvent:
+        """The event at a position of this run."""
+        return self.events[position - self.base - 1]
+
+    def final_through(self) -> int:
+        """The last position up to which every event is final: no user event before it waits to be processed."""
+        for event in self.events:
+            if event.processed_at is None:
+                return event.position - 1
+        return self.last_position
+
     def add_to_conversation(self, event: SessionEvent) -> None:
-        self.conversation.append(event.position)
+        self.conversation.append(event)
 
     def conversation_entries(self, start: int, end: int) -> list[SessionEvent]:
-        return [self.events[position - 1] for position in self.conversation[start:end]]
+        return self.conversation[start:end]
 
     def delta_for_model(self, start: int, end: int) -> tuple[list[SessionEvent], list[int]]:
         """Conversation entries `[start, end)` for a model turn's input, with large tool results stripped of their
@@ -163,15 +186,18 @@ class SessionLog:
             if isinstance(event, AgentToolUse | AgentCustomToolUse | AgentMcpToolUse) and event.id not in answered
         ]
 
-    def page(self, query: EventsQuery) -> EventPage:
-        """Events after `query.after` (and before `query.before`), filtered by type, capped by count and bytes."""
+    def page(self, query: EventsQuery, archive: ArchiveIndex | None = None) -> EventPage:
+        """Events after `query.after` (and before `query.before`), filtered by type, capped by count and bytes.
+        A page that starts in an earlier run's positions is empty and names the `archive` they are read from."""
+        if query.after < self.base and archive is not None and archive.through:
+            return EventPage(events=[], has_more=True, next_after=max(query.after, 0), archive=archive)
         wanted = set(query.types) if query.types else None
-        before = query.before if query.before is not None else len(self.events) + 1
+        before = query.before if query.before is not None else self.last_position + 1
         selected: list[SessionEvent] = []
         budget = MAX_QUERY_BYTES
         next_after = max(query.after, 0)
         has_more = False
-        for event in self.events[max(query.after, 0) : max(before - 1, 0)]:
+        for event in self.events[max(query.after - self.base, 0) : max(before - 1 - self.base, 0)]:
             if wanted is not None and event.type not in wanted:
                 next_after = event.position
                 continue

@@ -14,6 +14,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
+    from corral.contract.carry import McpCarry
     from corral.contract.events import AgentMcpToolUse, ErrorType
     from corral.contract.proxy import (
         MCP_AUTHENTICATION_FAILED,
@@ -59,6 +60,12 @@ class SessionMcp:
         self.reference: str | None = None
         self.tools: dict[str, McpToolSpec] = {}
         self.ready = not self._toolsets and not needs_binding
+
+    def carried(self) -> McpCarry:
+        return McpCarry(ready=self.ready, reference=self.reference, tools=self.tools)
+
+    def resume(self, carry: McpCarry) -> None:
+        self.ready, self.reference, self.tools = carry.ready, carry.reference, dict(carry.tools)
 
     async def prepare(self, report: ReportError) -> None:
         """Bind the session at the proxy and list each server's tools; a server that fails is reported and

@@ -12,6 +12,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 
 with workflow.unsafe.imports_passed_through():
     from corral.contract.activities import ExecuteInput
+    from corral.contract.carry import SandboxCarry
     from corral.contract.errors import SANDBOX_GONE
     from corral.contract.events import AgentToolUse
     from corral.contract.sandbox import Environment, ProvisionInput, RepositoryClone, SandboxHandle, SandboxRef
@@ -48,6 +49,12 @@ class SessionSandbox:
         self.stopped = False
         self.generation = 0
         self._lock = asyncio.Lock()
+
+    def carried(self) -> SandboxCarry:
+        return SandboxCarry(handle=self.handle, stopped=self.stopped, generation=self.generation)
+
+    def resume(self, carry: SandboxCarry) -> None:
+        self.handle, self.stopped, self.generation = carry.handle, carry.stopped, carry.generation
 
     @property
     def running(self) -> bool:

@@ -20,7 +20,8 @@ with workflow.unsafe.imports_passed_through():
         ModelTurnInput,
         ModelTurnResult,
     )
-    from corral.contract.context import ContextView
+    from corral.contract.carry import CLIENT_ID_WINDOW, ArchiveIndex, Phase, SessionCarry
+    from corral.contract.context import ContextView, view
     from corral.contract.errors import ModelErrorInfo
     from corral.contract.events import (
         AgentCustomToolUse,
@@ -74,6 +75,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows._context import SessionContext
     from workflows._fork import start_fork
+    from workflows._handover import HandOverClock, archive_log
     from workflows._hands import call_model, execute_on_hand
     from workflows._inbox import UserInbox
     from workflows._log import SessionLog
@@ -110,6 +112,11 @@ class SessionWorkflow:
         self._sandbox = SessionSandbox(
             workflow.info().workflow_id, input.sandbox_environment(), lambda: self._mcp.clones(input.resources)
         )
+        self._run_number = 1
+        self._archive = ArchiveIndex()
+        self._clock = HandOverClock(input)
+        if input.carry is not None:
+            self._resume(input.carry)
         if input.fork is not None:
             self._inbox.hold()  # the copy of the source's log takes the first positions
         if input.message is not None:
@@ -119,17 +126,22 @@ class SessionWorkflow:
 
     @workflow.run
     async def run(self, input: SessionInput) -> None:
-        workflow.upsert_search_attributes([STATUS_KEY.value_set("idle"), MODEL_KEY.value_set(input.agent.model)])
+        workflow.upsert_search_attributes([STATUS_KEY.value_set(self._status), MODEL_KEY.value_set(input.agent.model)])
         self._describe()
         if input.fork is not None:
             sandboxed = any(isinstance(tool, SandboxTool) for tool in self._tools.values())
             await start_fork(self._log, self._inbox, input, sandboxed, self._report)
             self._delta_start = len(self._log.conversation)  # the model worker reads the copy through a query
+        resume = input.carry.phase if input.carry is not None else "idle"
         try:
             while True:
-                if not await self._wait_for_work():
-                    continue
-                self._turn_task = asyncio.create_task(self._run_turn())
+                if resume == "idle":
+                    if self._hand_over_due():
+                        await self._hand_over("idle")
+                    if not await self._wait_for_work():
+                        continue
+                self._turn_task = asyncio.create_task(self._run_turn(resume))
+                resume = "idle"
                 await self._turn_task
                 self._turn_task = None
         except asyncio.CancelledError:
@@ -139,6 +151,59 @@ class SessionWorkflow:
             self._set_status("terminated")
             self._log.append(SessionStatusTerminated)
             raise
+
+    # ---- hand-over to the next run (workflows/_handover.py) ----------------------------------------------------
+
+    def _hand_over_due(self) -> bool:
+        return self._clock.due()
+
+    async def _hand_over(self, phase: Phase) -> None:
+        """Continue as new from here (`phase`). Returns only when the archive could not be written: that is a
+        `session.error`, and the session goes on in this run and tries again later."""
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        through = self._log.final_through()
+        try:
+            chunks = await archive_log(self._log.base, through, self._input.model_task_queue)
+        except ActivityError as err:
+            if isinstance(err.cause, CancelledError):
+                raise
+            self._report("unknown_error", f"could not continue as new (the session goes on): {err.cause}", "retrying")
+            self._clock.postpone()
+            return
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        archive = ArchiveIndex(through=through, chunks=self._archive.chunks + chunks)
+        carry = SessionCarry(
+            run=self._run_number + 1,
+            phase=phase,
+            archive=archive,
+            tail=self._log.events[through - self._log.base :],
+            conversation=view(self._log.conversation, self._context.watermark),
+            unseen_from=self._context.unseen(self._delta_start),
+            watermark=self._context.watermark,
+            **self._inbox.carried(CLIENT_ID_WINDOW),
+            sandbox=self._sandbox.carried(),
+            mcp=self._mcp.carried(),
+            usage=self._usage,
+            turns=self._turns,
+            created_at=self._created_at,
+            status=self._status,
+            stop_reason=self._stop_reason,
+        )
+        workflow.continue_as_new(self._input.model_copy(update={"carry": carry, "message": None, "fork": None}))
+
+    def _resume(self, carry: SessionCarry) -> None:
+        """Start from the state the previous run handed over."""
+        self._run_number, self._archive = carry.run, carry.archive
+        self._log.resume(carry.archive.through, carry.tail, carry.conversation)
+        self._inbox.resume(carry)
+        self._context.watermark, self._context.carried_unseen = carry.watermark, carry.unseen_from
+        self._sandbox.resume(carry.sandbox)
+        self._mcp.resume(carry.mcp)
+        self._usage, self._turns, self._created_at = carry.usage, carry.turns, carry.created_at
+        self._status, self._stop_reason = carry.status, carry.stop_reason
+        self._delta_start = len(self._log.conversation)  # the model worker reads the carried view through a query
+
+    # ---- waiting and turns ----------------------------------------------------------------------------------
 
     async def _wait_for_work(self) -> bool:
         """Zero compute while idle: wait for a message; stop a running sandbox once idle long enough."""
@@ -152,14 +217,20 @@ class SessionWorkflow:
             return False
         return True
 
-    async def _run_turn(self) -> None:
-        """Run model calls and tool calls until the model ends its turn, an error ends it, or an interrupt."""
-        self._set_status("running")
-        self._log.append(SessionStatusRunning)
+    async def _run_turn(self, resume: Phase = "idle") -> None:
+        """Run model calls and tool calls until the model ends its turn, an error ends it, or an interrupt. A turn
+        resumed after a hand-over (`resume`) picks up where the previous run left it."""
+        if resume == "idle":
+            self._set_status("running")
+            self._log.append(SessionStatusRunning)
         try:
+            if resume == "awaiting_custom":
+                await self._await_custom(list(self._inbox.awaiting_custom.values()))
             await self._mcp.prepare(self._report)
             while True:
                 self._inbox.take_pending()
+                if self._hand_over_due():
+                    await self._hand_over("turn")
                 result = await self._call_model()
                 if result is None:
                     return
@@ -224,6 +295,7 @@ class SessionWorkflow:
                 self._go_idle(RetriesExhausted())
                 return None
             self._delta_start = turn.conversation_length
+            self._context.carried_unseen = None
             self._usage = add_usage(self._usage, result.usage)
             self._log.append(SpanModelRequestEnd, model_request_start_id=span.id, model_usage=result.usage)
             return result
@@ -273,9 +345,19 @@ class SessionWorkflow:
         for custom_use in custom_uses:
             self._inbox.awaiting_custom[custom_use.id] = custom_use
         self._go_idle(RequiresAction(event_ids=[use.id for use in custom_uses]))
-        await workflow.wait_condition(
-            lambda: all(use.id in self._inbox.custom_results for use in custom_uses) or bool(self._inbox.pending)
-        )
+        await self._await_custom(custom_uses)
+
+    async def _await_custom(self, custom_uses: list[AgentCustomToolUse]) -> None:
+        """Wait for the client's results of `custom_uses` (or a new message), handing over to a new run if the wait
+        outlasts this one; then put the results in the conversation and go on with the turn."""
+
+        def answered() -> bool:
+            return all(use.id in self._inbox.custom_results for use in custom_uses) or bool(self._inbox.pending)
+
+        while not answered():
+            await workflow.wait_condition(lambda: answered() or self._hand_over_due())
+            if not answered():
+                await self._hand_over("awaiting_custom")
         self._set_status("running")
         self._log.append(SessionStatusRunning)
         for custom_use in custom_uses:
@@ -320,8 +402,9 @@ class SessionWorkflow:
     def _describe(self) -> None:
         """The current details the Temporal Web UI shows for this session."""
         reason = f" ({self._stop_reason})" if self._stop_reason else ""
+        run = f" · run {self._run_number} (positions {self._log.base + 1}-)" if self._run_number > 1 else ""
         workflow.set_current_details(
-            f"**{self._status}**{reason} · model `{self._input.agent.model}` · {self._turns} model turns · "
+            f"**{self._status}**{reason}{run} · model `{self._input.agent.model}` · {self._turns} model turns · "
             f"{self._log.last_position} events · {len(self._inbox.pending)} queued · "
             f"{self._usage.input_tokens} in / {self._usage.output_tokens} out tokens · cache "
             f"{self._usage.cache_read_input_tokens} read / {self._usage.cache_creation_input_tokens} written"
@@ -344,6 +427,7 @@ class SessionWorkflow:
     @workflow.signal(name=SIGNAL_USER_MESSAGE)
     def user_message(self, input: UserMessageSignal) -> None:
         """Fire-and-forget message; prefer the `send_events` update to learn whether it was accepted."""
+        self._clock.requests += 1
         try:
             self._inbox.accept_message(UserMessageParams(type="user.message", content=input.content, id=input.id))
         except ValueError as exc:
@@ -352,11 +436,13 @@ class SessionWorkflow:
     @workflow.signal(name=SIGNAL_INTERRUPT)
     def interrupt(self, input: InterruptSignal | None = None) -> None:
         """Stop the current work; the session goes idle and stays usable."""
+        self._clock.requests += 1
         self._inbox.accept(UserInterruptParams(type="user.interrupt", id=input.id if input else None))
 
     @workflow.update(name=UPDATE_SEND_EVENTS)
     def send_events(self, input: SendEventsInput) -> SendEventsResult:
         """Append a batch of user events; returns their ids once they are in history."""
+        self._clock.requests += 1
         return SendEventsResult(event_ids=self._inbox.accept_batch(input))
 
     @send_events.validator
@@ -386,11 +472,13 @@ class SessionWorkflow:
             usage=self._usage,
             stop_reason=self._stop_reason,
             metadata=self._input.metadata,
+            run=self._run_number,
+            archived_through=self._log.base,
         )
 
     @workflow.query(name=QUERY_EVENTS)
     def events(self, query: EventsQuery | None = None) -> EventPage:
-        return self._log.page(query or EventsQuery())
+        return self._log.page(query or EventsQuery(), self._archive)
 
     @workflow.query(name=QUERY_CONTEXT_VIEW)
     def context_view(self) -> ContextView:

@@ -56,6 +56,15 @@ class ReadLogInput(BaseModel):
     before: int | None = None
 
 
+class ArchiveLogInput(BaseModel):
+    """Input of the `archive_log` activity: write the run's events `after+1 .. through` to the archive."""
+
+    session_id: str
+    run_id: str
+    after: int
+    through: int
+
+
 class ModelTextOutput(BaseModel):
     type: Literal["text"] = "text"
     text: str

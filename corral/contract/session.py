@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from corral.contract.carry import ArchiveIndex, SessionCarry
 from corral.contract.events import ContentBlock, ModelUsage, SessionEvent, TextBlock
 from corral.contract.proxy import GitRepositoryResource, McpServerUrl, McpToolset
 from corral.contract.sandbox import (
@@ -26,6 +27,11 @@ TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
 MAX_MESSAGE_BYTES = 256 * 1024
 """A user event larger than this is rejected: history payloads must stay well under Temporal's 2 MB limit."""
 MAX_EVENTS_PER_BATCH = 50
+DEFAULT_RUN_HISTORY_EVENTS = 4_000
+"""History events per workflow run before the session continues as new (see `bench/long.py` for what a run this
+long costs to replay)."""
+MAX_UPDATES_PER_RUN = 1_000
+"""Updates per run before it continues as new: half of Temporal's limit of 2,000 distinct updates per run."""
 
 
 class CustomTool(BaseModel):
@@ -189,6 +195,11 @@ class SessionInput(BaseModel):
     """Which pool of model workers runs this session's turns (e.g. one pool per API key or region)."""
     fork: ForkSource | None = None
     """Start as a fork: the log is first copied from the source session (`corral fork`)."""
+    continue_as_new_after_events: int = Field(default=DEFAULT_RUN_HISTORY_EVENTS, ge=200, le=40_000)
+    """Hand the session over to a new workflow run once this run's history holds this many events (or sooner,
+    when Temporal suggests it): what a harness restart replays stays small whatever the session's length."""
+    carry: SessionCarry | None = None
+    """Set by the session itself when it continues as new: the state the next run starts from (never by users)."""
 
     @field_validator("message")
     @classmethod
@@ -310,11 +321,13 @@ class EventsQuery(BaseModel):
 
 
 class EventPage(BaseModel):
-    """A page of events; when `has_more`, ask again with `after=next_after`."""
+    """A page of events; when `has_more`, ask again with `after=next_after`. When `archive` is set, the positions
+    up to `archive.through` are not in this run: read them from the archive (corral.client does)."""
 
     events: list[SessionEvent]
     has_more: bool
     next_after: int
+    archive: ArchiveIndex | None = None
 
 
 SessionStatus = Literal["idle", "running", "rescheduling", "terminated"]
@@ -334,3 +347,7 @@ class SessionInfo(BaseModel):
     usage: ModelUsage
     stop_reason: str | None
     metadata: dict[str, str]
+    run: int = 1
+    """Which workflow run of the session this is (it continues as new as it grows)."""
+    archived_through: int = 0
+    """Positions up to this one were written by earlier runs and are read from the archive."""

@@ -1,0 +1,71 @@
+"""Where what does not belong in Temporal history is kept: a session's archived log, by key.
+
+One store per deployment, named by `CORRAL_BLOB_STORE`: a directory path or a `file://` URL. Unset, it is
+`blobs/` under the state dir (`CORRAL_STATE_DIR`, default `.corral`). Every process that reads a session's log
+(the CLI, the model workers, the HTTP API) must see the same store: `corral up` gives its workers its own.
+
+Keys are `/`-separated relative paths. A blob is written whole or not at all (a temporary file, then a rename), and
+writing one key twice with the same bytes is harmless: activities that write blobs may be retried.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from corral.names import ENV_BLOB_STORE
+
+
+class BlobStoreError(Exception):
+    """The store is misconfigured or a blob is missing; the message says which."""
+
+
+class LocalBlobStore:
+    """Blobs as files under `root` (made on first write)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.expanduser().absolute()
+
+    @property
+    def url(self) -> str:
+        return self.root.as_uri()
+
+    def _path(self, key: str) -> Path:
+        parts = key.split("/")
+        if not key or any(part in ("", ".", "..") for part in parts):
+            raise BlobStoreError(f"invalid blob key {key!r}")
+        return self.root.joinpath(*parts)
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".tmp-", delete=False) as scratch:
+            scratch.write(data)
+        os.replace(scratch.name, path)
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError:
+            raise BlobStoreError(f"blob {key!r} is not in the store at {self.url}") from None
+
+
+BlobStore = LocalBlobStore
+"""The store interface: `put(key, bytes)`, `get(key) -> bytes` (BlobStoreError when missing), `url`."""
+
+
+def open_blob_store(url: str | None = None, environ: dict[str, str] | None = None) -> BlobStore:
+    """The store `url` names, else `CORRAL_BLOB_STORE`'s, else `blobs/` under the state dir."""
+    env = os.environ if environ is None else environ
+    url = url or env.get(ENV_BLOB_STORE) or ""
+    if not url:
+        return LocalBlobStore(Path(env.get("CORRAL_STATE_DIR") or ".corral") / "blobs")
+    parts = urlsplit(url)
+    if parts.scheme in ("", "file"):
+        path = unquote(parts.path) if parts.scheme == "file" else url
+        if parts.scheme == "file" and parts.netloc not in ("", "localhost"):
+            raise BlobStoreError(f"{ENV_BLOB_STORE}={url}: a file URL must name a local path (file:///...)")
+        return LocalBlobStore(Path(path))
+    raise BlobStoreError(f"{ENV_BLOB_STORE}={url}: unsupported store (use a directory path or a file:// URL)")

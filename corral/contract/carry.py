@@ -1,0 +1,80 @@
+"""What a session carries from one workflow run to the next when it continues as new.
+
+A run's history stays small (what a harness restart replays), the session does not: the state below is all the
+next run needs to carry on as if nothing happened. Events already written stay where they are (the archive holds
+the earlier runs' events, corral.archive), so the carried state is bounded by the model's context, not by the
+session's length. Persisted in history as workflow input: add optional fields, never repurpose one.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from corral.contract.events import AgentCustomToolUse, ModelUsage, SessionEvent
+from corral.contract.proxy import McpToolSpec
+from corral.contract.sandbox import SandboxHandle
+
+
+class ArchiveIndex(BaseModel):
+    """Where the events of a session's earlier runs are: positions `1..through`, in blob-store chunks that begin at
+    the positions `chunks` (corral.archive)."""
+
+    through: int = 0
+    chunks: list[int] = Field(default_factory=list)
+
+
+Phase = Literal["idle", "turn", "awaiting_custom"]
+"""Where the run handed over: waiting for a message, between a tool result and the next model call, or waiting
+for the client's custom tool results."""
+
+
+class SandboxCarry(BaseModel):
+    handle: SandboxHandle | None = None
+    stopped: bool = False
+    generation: int = 0
+
+
+class McpCarry(BaseModel):
+    ready: bool = False
+    reference: str | None = None
+    tools: dict[str, McpToolSpec] = Field(default_factory=dict)
+
+
+class SessionCarry(BaseModel):
+    """The state of a session at a hand-over between workflow runs."""
+
+    run: int
+    """The number of the run this state starts (the first run is 1)."""
+    phase: Phase
+    archive: ArchiveIndex
+    tail: list[SessionEvent] = Field(default_factory=list)
+    """The events after `archive.through`: written by the run that ended, not final yet (a queued message) or
+    written during the hand-over. They stay in the new run's log, at their positions."""
+    conversation: list[SessionEvent] = Field(default_factory=list)
+    """What the model sees, in order, as it sees it: the latest summary, then the entries after it, with elided
+    tool results already stubs (the whole results stay in the log)."""
+    unseen_from: int | None = None
+    """The first log position the model has not seen yet (what is not seen is never elided)."""
+    watermark: int = 0
+    pending: list[int] = Field(default_factory=list)
+    """Positions (in `tail`) of queued user messages, in arrival order."""
+    interrupts: list[int] = Field(default_factory=list)
+    awaiting_custom: list[AgentCustomToolUse] = Field(default_factory=list)
+    custom_results: dict[str, int] = Field(default_factory=dict)
+    """Custom tool call id -> position (in `tail`) of the result that answers it."""
+    client_ids: dict[str, str] = Field(default_factory=dict)
+    """The de-duplication window: client id -> event id, the most recent `CLIENT_ID_WINDOW`."""
+    sandbox: SandboxCarry = Field(default_factory=SandboxCarry)
+    mcp: McpCarry = Field(default_factory=McpCarry)
+    usage: ModelUsage = Field(default_factory=ModelUsage)
+    turns: int = 0
+    created_at: datetime
+    status: Literal["idle", "running", "rescheduling", "terminated"] = "idle"
+    stop_reason: str | None = None
+
+
+CLIENT_ID_WINDOW = 10_000
+"""Client ids remembered for de-duplication: a resend of an older one makes a new event."""

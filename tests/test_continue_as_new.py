@@ -1,0 +1,90 @@
+"""A session outlives its workflow runs: it continues as new as its history grows, without a seam.
+
+Each test gives the session a low `continue_as_new_after_events` so that it hands over many times. What must hold
+across every hand-over: no message lost or taken twice (including the ones sent while it happens), one log with
+positions 1..N whose slices equal the same slices of the whole, and whatever was in flight (a custom tool call
+waiting for its result, the sandbox with its workspace) carries on in the next run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import docker
+from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
+
+from corral.client import read_events, send_events, send_text, session_info
+from corral.contract.events import SessionEvent, UserMessage
+from corral.names import SIGNAL_USER_MESSAGE
+from tests.conftest import Stack, assert_log_is_whole, stop_reason, texts, wait_for_idle
+
+RUN_EVENTS = 200
+"""The smallest hand-over threshold a session accepts: a few turns per run."""
+ROUNDS = 30
+
+
+async def runs_of(handle: WorkflowHandle) -> list[WorkflowExecutionStatus | None]:
+    """The status of each workflow run of the session, oldest first."""
+    statuses = []
+    async for execution in handle._client.list_workflows(f"WorkflowId = '{handle.id}'"):  # type: ignore[attr-defined]
+        statuses.append((execution.start_time, execution.status))
+    return [status for _, status in sorted(statuses, key=lambda pair: pair[0])]
+
+
+def assert_slices_equal(whole: list[SessionEvent], read: dict[tuple[int, int], list[SessionEvent]]) -> None:
+    for (after, before), events in read.items():
+        expected = [e.model_dump() for e in whole if after < e.position < before]
+        assert [e.model_dump() for e in events] == expected, f"slice ({after}, {before})"
+
+
+async def test_messages_sent_during_hand_overs_are_each_answered_once(stack: Stack) -> None:
+    model = stack.script([{"text": "Using the tool.", "tool_uses": [{"name": "echo", "input": {"text": "x"}}]},
+                          {"text": "Reply.", "echo_last_user": True}], loop=True)
+    handle = await stack.start(model, agent={"model": model, "tools": [stack.hand_tool("echo", text={"type": "string"})]},
+                               continue_as_new_after_events=RUN_EVENTS)
+    sent: list[str] = []
+    for round_ in range(ROUNDS):
+        # A burst: updates (with client ids, one of them sent twice) and fire-and-forget signals, all at once.
+        batch = [f"round {round_} message {i}" for i in range(6)]
+        sends: list[Any] = [send_text(handle, text, client_id=text) for text in batch[:4]]
+        sends.append(send_text(handle, batch[0], client_id=batch[0]))  # a resend: the same event, not a new one
+        sends += [handle.signal(SIGNAL_USER_MESSAGE, {"content": text, "id": text}) for text in batch[4:]]
+        random.shuffle(sends)
+        await asyncio.gather(*sends)
+        sent += batch
+        # The next burst right as this one is answered: when the session hands over, it is at that moment.
+        await _until_all_answered(handle, sent)
+
+    events = await _until_all_answered(handle, sent)
+    info = await session_info(handle)
+    assert info.run > 3, f"the session should have continued as new several times, it is in run {info.run}"
+    assert_log_is_whole(events)
+    messages = [e for e in events if isinstance(e, UserMessage)]
+    assert sorted(m.client_id or "" for m in messages) == sorted(sent), "each message once, none lost"
+    assert all(m.processed_at is not None for m in messages), "every message was processed"
+    seen = str([r["body"]["messages"] for r in stack.requests(model)])
+    assert all(text in seen for text in sent), "the model saw every message"
+
+    # One log, sliced anywhere, the same as the whole (the early slices come from the archive).
+    last = events[-1].position
+    bounds = [(0, 40), (35, 160), (info.archived_through - 20, info.archived_through + 20), (last - 50, last + 1)]
+    read = {(a, b): await read_events(handle, after=a, before=b) for a, b in bounds}
+    assert_slices_equal(events, read)
+    typed = await read_events(handle, types=["user.message"], limit=30)
+    assert [e.model_dump() for e in typed] == [m.model_dump() for m in messages[:30]]
+    statuses = await runs_of(handle)
+    assert statuses[:-1] == [WorkflowExecutionStatus.CONTINUED_AS_NEW] * (len(statuses) - 1)
+    assert statuses[-1] == WorkflowExecutionStatus.RUNNING and len(statuses) == info.run
+
+
+async def _until_all_answered(handle: WorkflowHandle, sent: list[str]) -> list[SessionEvent]:
+    async with asyncio.timeout(180):
+        while True:
+            events = await read_events(handle)
+            info = await session_info(handle)
+            processed = [e for e in events if isinstance(e, UserMessage) and e.processed_at is not None]
+            if info.status == "idle" and info.queued_user_events == 0 and len(processed) >= len(sent):
+                return events
+            await asyncio.sleep(0.05)

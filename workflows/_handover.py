@@ -1,0 +1,66 @@
+"""Continue-as-new without a seam: when a run's history has grown enough, the session hands itself over to a new
+run of the same workflow id, carrying its state (corral.contract.carry) and leaving its events in the archive.
+
+When: Temporal suggests it, or this run's history reached `continue_as_new_after_events`, or it took
+`MAX_UPDATES_PER_RUN` updates and signals (Temporal refuses the 2,001st update of a run). Where: only at points
+where no activity is in flight: waiting for a message, between a tool result and the next model call, or waiting
+for custom tool results. How: the run's final events are written to the archive by an activity (which reads them
+through this run's `events` query), handlers are let finish, then the run continues as new. Updates and signals
+that arrive meanwhile are either taken by this run (their events are in the carried tail) or retried by Temporal
+on the new one: none is lost, none is taken twice.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from corral.contract.activities import ArchiveLogInput
+    from corral.contract.session import MAX_UPDATES_PER_RUN, SessionInput
+    from corral.names import ACTIVITY_ARCHIVE_LOG
+    from workflows._outcomes import INFRASTRUCTURE_RETRY
+
+ARCHIVE_TIMEOUT = timedelta(minutes=2)
+
+
+class HandOverClock:
+    """When this run should hand over to the next one."""
+
+    def __init__(self, input: SessionInput) -> None:
+        self._after_events = input.continue_as_new_after_events
+        self.requests = 0
+        """Updates and signals this run took."""
+        self._not_before = 0
+
+    def due(self) -> bool:
+        info = workflow.info()
+        length = info.get_current_history_length()
+        if length < self._not_before:
+            return False
+        if info.is_continue_as_new_suggested():
+            return True
+        return length >= self._after_events or self.requests >= MAX_UPDATES_PER_RUN
+
+    def postpone(self) -> None:
+        """The hand-over failed: try again once the history has grown by half a run."""
+        self._not_before = workflow.info().get_current_history_length() + self._after_events // 2
+        self.requests = min(self.requests, MAX_UPDATES_PER_RUN // 2)
+
+
+async def archive_log(after: int, through: int, task_queue: str) -> list[int]:
+    """Write this run's events `after+1 .. through` to the archive; the first positions of the chunks written."""
+    if through <= after:
+        return []
+    info = workflow.info()
+    chunks: list[int] = await workflow.execute_activity(
+        ACTIVITY_ARCHIVE_LOG,
+        ArchiveLogInput(session_id=info.workflow_id, run_id=info.run_id, after=after, through=through),
+        task_queue=task_queue,
+        result_type=list[int],
+        start_to_close_timeout=ARCHIVE_TIMEOUT,
+        retry_policy=INFRASTRUCTURE_RETRY,
+        summary=f"archive positions {after + 1}-{through} before continuing as new",
+    )
+    return chunks
