@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -15,7 +16,8 @@ from functools import partial
 from typing import Any, TypeVar
 
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from corral.archive import read_archived
@@ -33,6 +35,7 @@ from corral.contract.session import (
     SessionInput,
 )
 from corral.names import (
+    HANDING_OVER,
     HARNESS_TASK_QUEUE,
     QUERY_EVENTS,
     QUERY_SESSION,
@@ -122,11 +125,30 @@ async def fork_session(
 
 
 async def send_events(handle: WorkflowHandle, events: list[dict[str, Any]]) -> list[str]:
-    """The `send_events` update: the ids come back only once the events are in history (or it is rejected)."""
-    result = await handle.execute_update(
-        UPDATE_SEND_EVENTS, SendEventsInput(events=events), result_type=SendEventsResult
-    )
-    return result.event_ids
+    """The `send_events` update: the ids come back only once the events are in history (or it is rejected).
+
+    Sent again, with backoff for up to `BUSY_SECONDS`, when Temporal did not take it: past the few updates a
+    workflow takes at a time (10 on the dev server) it answers RESOURCE_EXHAUSTED, and an update that arrives while
+    the session continues as new is aborted (UNAVAILABLE) or refused (HANDING_OVER) and belongs to the next run.
+    None of these was applied, so sending again adds no event twice (a client id makes any resend harmless)."""
+    delay = RETRY_SECONDS
+    deadline = time.monotonic() + BUSY_SECONDS
+    while True:
+        try:
+            result = await handle.execute_update(
+                UPDATE_SEND_EVENTS, SendEventsInput(events=events), result_type=SendEventsResult
+            )
+            return result.event_ids
+        except WorkflowUpdateFailedError as exc:
+            handing_over = isinstance(exc.cause, ApplicationError) and exc.cause.type == HANDING_OVER
+            if not handing_over or time.monotonic() > deadline:
+                raise
+        except RPCError as exc:
+            busy = exc.status in (RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.UNAVAILABLE)
+            if not busy or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(delay * random.uniform(0.5, 1.5))  # jitter: many senders do not come back together
+        delay = min(delay * 2, 2.0)
 
 
 async def send_text(handle: WorkflowHandle, text: str, client_id: str | None = None) -> str:
@@ -231,6 +253,8 @@ _CLOSED: dict[int, WorkflowExecutionStatus] = {
 _TRANSIENT = (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE, RPCStatusCode.CANCELLED)
 RETRY_SECONDS = 0.2
 UNREACHABLE_SECONDS = 30.0
+BUSY_SECONDS = 60.0
+"""How long a send waits for the session to take more updates (Temporal's in-flight limit) before it fails."""
 COPY_SECONDS = 120.0
 """How long `fork_session` waits for a fork to copy its source's log."""
 

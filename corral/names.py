@@ -42,6 +42,9 @@ ACTIVITY_MCP_CALL_TOOL: Final = "mcp_call_tool"
 SEARCH_ATTRIBUTE_STATUS: Final = "CorralStatus"
 SEARCH_ATTRIBUTE_MODEL: Final = "CorralModel"
 
+HANDING_OVER: Final = "SessionHandingOver"
+"""The error type of a `send_events` update refused while the session continues as new: send it again."""
+
 SESSION_ID_PREFIX: Final = "sesn_"
 EVENT_ID_PREFIX: Final = "sevt_"
 

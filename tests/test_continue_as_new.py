@@ -40,10 +40,10 @@ def assert_slices_equal(whole: list[SessionEvent], read: dict[tuple[int, int], l
 
 
 async def test_messages_sent_during_hand_overs_are_each_answered_once(stack: Stack) -> None:
-    model = stack.script([{"text": "Using the tool.", "tool_uses": [{"name": "echo", "input": {"text": "x"}}]},
-                          {"text": "Reply.", "echo_last_user": True}], loop=True)
-    handle = await stack.start(model, agent={"model": model, "tools": [stack.hand_tool("echo", text={"type": "string"})]},
-                               continue_as_new_after_events=RUN_EVENTS)
+    use_tool = {"text": "Using the tool.", "tool_uses": [{"name": "echo", "input": {"text": "x"}}]}
+    model = stack.script([use_tool, {"text": "Reply.", "echo_last_user": True}], loop=True)
+    tools = [stack.hand_tool("echo", text={"type": "string"})]
+    handle = await stack.start(model, agent={"model": model, "tools": tools}, continue_as_new_after_events=RUN_EVENTS)
     sent: list[str] = []
     for round_ in range(ROUNDS):
         # A burst: updates (with client ids, one of them sent twice) and fire-and-forget signals, all at once.
@@ -88,3 +88,69 @@ async def _until_all_answered(handle: WorkflowHandle, sent: list[str]) -> list[S
             if info.status == "idle" and info.queued_user_events == 0 and len(processed) >= len(sent):
                 return events
             await asyncio.sleep(0.05)
+
+
+async def test_a_custom_tool_wait_and_the_sandbox_carry_over(
+    sandbox_stack: Stack, docker_client: docker.DockerClient
+) -> None:
+    stack = sandbox_stack
+    write = {"tool_uses": [{"name": "bash", "input": {"command": "echo kept-across-runs > /workspace/a.txt"}}]}
+    ask = {"tool_uses": [{"name": "ask_client", "input": {"question": "go on?"}}]}
+    read = {"tool_uses": [{"name": "bash", "input": {"command": "cat /workspace/a.txt"}}]}
+    model = stack.script([write, ask, read, {"text": "done"}])
+    tools = [{"type": "agent_toolset_20260401"}, {"type": "custom", "name": "ask_client"}]
+    handle = await stack.start(
+        model, "start", agent={"model": model, "tools": tools}, continue_as_new_after_events=RUN_EVENTS
+    )
+    waiting = await wait_for_idle(handle, within_seconds=120)
+    assert stop_reason(waiting[-1]).type == "requires_action"
+    (use_id,) = stop_reason(waiting[-1]).event_ids  # type: ignore[attr-defined]
+
+    # While the session waits, its history grows (signals it drops: empty messages) until it hands over.
+    async with asyncio.timeout(90):
+        while (await session_info(handle)).run == 1:
+            await handle.signal(SIGNAL_USER_MESSAGE, {"content": " "})
+            await asyncio.sleep(0.02)
+    info = await session_info(handle)
+    assert info.run > 1 and info.status == "idle" and info.stop_reason == "requires_action", info
+
+    await send_events(handle, [{"type": "user.custom_tool_result", "custom_tool_use_id": use_id, "content": "yes"}])
+    done = await wait_for_idle(handle, after=waiting[-1].position, within_seconds=120)
+    assert stop_reason(done[-1]).type == "end_turn" and texts(done)[-1] == "done"
+    outputs = texts(done, "agent.tool_result")
+    assert outputs and "kept-across-runs" in outputs[-1], "the same workspace, read in the new run"
+    history = (await handle.fetch_history()).to_json()
+    assert "provision_sandbox" not in history, "the new run uses the sandbox the old one made"
+    events = await read_events(handle)
+    assert_log_is_whole(events)
+    assert [e.type for e in events].count("agent.custom_tool_use") == 1
+    assert sum(1 for e in events if e.type == "user.custom_tool_result") == 1
+
+
+SENDS = 2_500
+"""Past Temporal's limit of 2,000 updates per workflow run."""
+
+
+async def test_more_sends_than_a_run_takes_are_all_accepted(stack: Stack) -> None:
+    model = stack.script([{"text": "Reply.", "echo_last_user": True}], loop=True)
+    handle = await stack.start(model)
+    first_run = len((await handle.fetch_history()).events)
+    texts_sent = [f"send {i}" for i in range(SENDS)]
+    ids: list[str] = []
+    for start in range(0, SENDS, 5):  # 5 clients at a time, like `corral send` from scripts
+        batch = texts_sent[start : start + 5]
+        ids += await asyncio.gather(*(send_text(handle, text, client_id=text) for text in batch))
+    assert len(set(ids)) == SENDS and all(ids), "every send accepted, each its own event"
+
+    events = await _until_all_answered(handle, texts_sent)
+    messages = [e for e in events if isinstance(e, UserMessage)]
+    assert sorted(m.client_id or "" for m in messages) == sorted(texts_sent), "each send once"
+    assert {m.client_id: m.id for m in messages} == dict(zip(texts_sent, ids, strict=True)), "under the ids returned"
+    seen = str([r["body"]["messages"] for r in stack.requests(model)])
+    assert all(f"'{text}'" in seen for text in texts_sent[-50:]), "the model saw the last messages"
+    info = await session_info(handle)
+    assert info.run >= 3, info
+    # What a harness restart replays is the current run's history: as short at the end as in the first run's
+    # terms (bench/long.py times the replays themselves).
+    current = len((await handle.fetch_history()).events)
+    assert current <= 4_000 + 200 and first_run < 50, (first_run, current)

@@ -32,6 +32,9 @@ class HandOverClock:
         self._after_events = input.continue_as_new_after_events
         self.requests = 0
         """Updates and signals this run took."""
+        self.handing_over = False
+        """Set from the start of a hand-over: the `send_events` validator refuses updates (the client sends them
+        again, to the next run), so that no update is accepted in the workflow task that continues as new."""
         self._not_before = 0
 
     def due(self) -> bool:

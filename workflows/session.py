@@ -62,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from corral.names import (
         EVENT_ID_PREFIX,
+        HANDING_OVER,
         QUERY_CONTEXT_VIEW,
         QUERY_EVENTS,
         QUERY_MODEL_CONTEXT,
@@ -160,11 +161,13 @@ class SessionWorkflow:
     async def _hand_over(self, phase: Phase) -> None:
         """Continue as new from here (`phase`). Returns only when the archive could not be written: that is a
         `session.error`, and the session goes on in this run and tries again later."""
+        self._clock.handing_over = True  # updates are refused from here on, and sent again to the next run
         await workflow.wait_condition(workflow.all_handlers_finished)
         through = self._log.final_through()
         try:
             chunks = await archive_log(self._log.base, through, self._input.model_task_queue)
         except ActivityError as err:
+            self._clock.handing_over = False
             if isinstance(err.cause, CancelledError):
                 raise
             self._report("unknown_error", f"could not continue as new (the session goes on): {err.cause}", "retrying")
@@ -447,6 +450,9 @@ class SessionWorkflow:
 
     @send_events.validator
     def _validate_send_events(self, input: SendEventsInput) -> None:
+        if self._clock.handing_over:
+            # Nothing is written: the client sends again, and the next run takes it (corral.client.send_events).
+            raise ApplicationError("the session is continuing as new: send again", type=HANDING_OVER)
         self._inbox.validate(input)
 
     def _interrupt_turn(self) -> bool:
