@@ -16,7 +16,7 @@ import docker
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 
 from corral.client import read_events, send_events, send_text, session_info
-from corral.contract.events import SessionEvent, UserMessage
+from corral.contract.events import RequiresAction, SessionEvent, UserMessage
 from corral.names import SIGNAL_USER_MESSAGE
 from tests.conftest import Stack, assert_log_is_whole, stop_reason, texts, wait_for_idle
 
@@ -28,7 +28,7 @@ ROUNDS = 30
 async def runs_of(handle: WorkflowHandle) -> list[WorkflowExecutionStatus | None]:
     """The status of each workflow run of the session, oldest first."""
     statuses = []
-    async for execution in handle._client.list_workflows(f"WorkflowId = '{handle.id}'"):  # type: ignore[attr-defined]
+    async for execution in handle._client.list_workflows(f"WorkflowId = '{handle.id}'"):
         statuses.append((execution.start_time, execution.status))
     return [status for _, status in sorted(statuses, key=lambda pair: pair[0])]
 
@@ -103,8 +103,9 @@ async def test_a_custom_tool_wait_and_the_sandbox_carry_over(
         model, "start", agent={"model": model, "tools": tools}, continue_as_new_after_events=RUN_EVENTS
     )
     waiting = await wait_for_idle(handle, within_seconds=120)
-    assert stop_reason(waiting[-1]).type == "requires_action"
-    (use_id,) = stop_reason(waiting[-1]).event_ids  # type: ignore[attr-defined]
+    requires = stop_reason(waiting[-1])
+    assert isinstance(requires, RequiresAction)
+    (use_id,) = requires.event_ids
 
     # While the session waits, its history grows (signals it drops: empty messages) until it hands over.
     async with asyncio.timeout(90):
