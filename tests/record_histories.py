@@ -39,7 +39,8 @@ HAND_QUEUE = "record-hand"
 MODEL_QUEUE = "record-model"
 HARNESS_QUEUE = "record-harness"
 
-Scenario = Callable[[WorkflowHandle], Awaitable[None]]
+Scenario = Callable[[WorkflowHandle], Awaitable[list[str] | None]]
+"""Plays a session; returns the ids of the workflow runs to record (None: the current run)."""
 
 
 def _tool(name: str) -> dict[str, Any]:
@@ -81,6 +82,22 @@ async def context_compaction(handle: WorkflowHandle) -> None:
         after = (await wait_for_idle(handle, after=after))[-1].position
 
 
+async def continue_as_new(handle: WorkflowHandle) -> list[str]:
+    """Turns with tool calls past a low hand-over threshold: the first run (it ends by continuing as new) and the
+    second (it starts from the carried state, and ends the same way)."""
+    after = (await wait_for_idle(handle))[-1].position
+    runs: list[str] = []
+    for n in range(40):
+        await send_text(handle, f"message {n}", client_id=f"client-{n}")
+        after = (await wait_for_idle(handle, after=after))[-1].position
+        description = await handle.describe()
+        if description.run_id not in runs:
+            runs.append(description.run_id)
+        if len(runs) == 3:
+            return runs[:2]
+    raise AssertionError(f"the session did not continue as new twice: runs {runs}")
+
+
 async def sandbox_tools(handle: WorkflowHandle) -> None:
     await wait_for_idle(handle, within_seconds=120)
     await handle.cancel()  # releases the sandbox: container and volume removed
@@ -88,7 +105,11 @@ async def sandbox_tools(handle: WorkflowHandle) -> None:
         await handle.result()
 
 
-SCRIPT_OPTIONS: dict[str, dict[str, Any]] = {"context_compaction": {"loop": True, "max_input_tokens": 2_500}}
+SCRIPT_OPTIONS: dict[str, dict[str, Any]] = {
+    "context_compaction": {"loop": True, "max_input_tokens": 2_500},
+    "continue_as_new": {"loop": True},
+}
+SESSION_OPTIONS: dict[str, dict[str, Any]] = {"continue_as_new": {"continue_as_new_after_events": 200}}
 AGENT_OPTIONS: dict[str, dict[str, Any]] = {"context_compaction": {"context_budget_tokens": 1_500}}
 
 SCENARIOS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], Scenario]] = {
@@ -128,6 +149,14 @@ SCENARIOS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], Scenario]
         [_tool("spew")],
         context_compaction,
     ),
+    "continue_as_new": (
+        [
+            {"text": "Let me compute.", "tool_uses": [{"name": "calculate", "input": {"expression": "6*7"}}]},
+            {"text": "Again:", "echo_last_user": True},
+        ],
+        [_tool("calculate")],
+        continue_as_new,
+    ),
     "model_errors": (
         [
             {"text": "after a retry", "fail": [{"status": 529, "retry_after": 0.2}]},
@@ -156,14 +185,25 @@ async def record(client: Client, server: ModelServerThread, names: list[str]) ->
         agent = AgentConfig.model_validate(
             {"model": f"script:{name}", "tools": tools, "system": "Be brief.", **AGENT_OPTIONS.get(name, {})}
         )
-        input = SessionInput(agent=agent, message="hello", model_task_queue=MODEL_QUEUE, title=name)
+        input = SessionInput(
+            agent=agent, message="hello", model_task_queue=MODEL_QUEUE, title=name, **SESSION_OPTIONS.get(name, {})
+        )
         handle = await start_session(
             client, input, session_id=f"sesn_{name}_{uuid.uuid4().hex[:6]}", task_queue=HARNESS_QUEUE
         )
-        await scenario(handle)
-        history = await handle.fetch_history()
-        recorded = _without_stack_traces(json.loads(history.to_json()))
-        (HISTORIES / f"{name}.json").write_text(json.dumps(recorded, indent=1) + "\n")
+        runs = await scenario(handle)
+        files = (
+            {f"{name}.json": handle}
+            if runs is None
+            else {
+                f"{name}_run{i}.json": client.get_workflow_handle(handle.id, run_id=run)
+                for i, run in enumerate(runs, 1)
+            }
+        )
+        for file, run_handle in files.items():
+            history = await run_handle.fetch_history()
+            recorded = _without_stack_traces(json.loads(history.to_json()))
+            (HISTORIES / file).write_text(json.dumps(recorded, indent=1) + "\n")
         with contextlib.suppress(RPCError):  # a scenario may have ended the session itself
             await handle.terminate("recorded")
         print(f"recorded {name}: {len(history.events)} history events")
