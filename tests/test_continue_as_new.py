@@ -17,6 +17,7 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 
 from corral.client import read_events, send_events, send_text, session_info
 from corral.contract.events import RequiresAction, SessionEvent, UserMessage
+from corral.contract.session import DEFAULT_RUN_HISTORY_EVENTS
 from corral.names import SIGNAL_USER_MESSAGE
 from tests.conftest import Stack, assert_log_is_whole, stop_reason, texts, wait_for_idle
 
@@ -154,4 +155,4 @@ async def test_more_sends_than_a_run_takes_are_all_accepted(stack: Stack) -> Non
     # What a harness restart replays is the current run's history: as short at the end as in the first run's
     # terms (bench/long.py times the replays themselves).
     current = len((await handle.fetch_history()).events)
-    assert current <= 4_000 + 200 and first_run < 50, (first_run, current)
+    assert current <= DEFAULT_RUN_HISTORY_EVENTS + 200 and first_run < 50, (first_run, current)

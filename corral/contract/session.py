@@ -27,7 +27,7 @@ TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
 MAX_MESSAGE_BYTES = 256 * 1024
 """A user event larger than this is rejected: history payloads must stay well under Temporal's 2 MB limit."""
 MAX_EVENTS_PER_BATCH = 50
-DEFAULT_RUN_HISTORY_EVENTS = 4_000
+DEFAULT_RUN_HISTORY_EVENTS = 3_000
 """History events per workflow run before the session continues as new (see `bench/long.py` for what a run this
 long costs to replay)."""
 MAX_UPDATES_PER_RUN = 1_000
