@@ -152,7 +152,10 @@ class ModelActivities:
             session, entries = await self._context(input)
             agent = session.agent
             if input.summarize_through is None:
-                messages, system = build_messages(view(entries, input.elide_before)), agent.system
+                messages, system = (
+                    build_messages(view(entries, input.elide_before, input.max_block_chars)),
+                    agent.system,
+                )
             else:
                 messages, system = _summary_request(entries, input, agent.system)
             request: dict[str, Any] = {"model": agent.model, "max_tokens": agent.max_tokens, "messages": messages}
@@ -228,7 +231,7 @@ def _summary_request(
     through = input.summarize_through
     shown = [
         entry
-        for entry in view(entries, input.elide_before)
+        for entry in view(entries, input.elide_before, input.max_block_chars)
         if entry.position <= through or isinstance(entry, AgentThreadContextCompacted)
     ]
     messages = build_messages(shown)

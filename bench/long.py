@@ -34,7 +34,6 @@ from pathlib import Path
 import anthropic
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, Worker
 
 from corral.client import read_events, send_text, start_session, wait_for_idle
@@ -44,7 +43,7 @@ from corral.hands import make_execute_activity
 from corral.modelserver import ModelServerThread
 from corral.modelserver.scripts import estimate_input_tokens
 from corral.names import ACTIVITY_ARCHIVE_LOG
-from corral.temporal import start_local_temporal
+from corral.temporal import data_converter, start_local_temporal
 from workers.roles import harness_worker, model_worker
 from workflows.session import SessionWorkflow
 
@@ -84,7 +83,7 @@ def hand_over_seconds(previous: WorkflowHistory, following: WorkflowHistory) -> 
 
 
 async def replay_seconds(history: WorkflowHistory) -> float:
-    replayer = Replayer(workflows=[SessionWorkflow], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[SessionWorkflow], data_converter=data_converter())
     started = time.perf_counter()
     await replayer.replay_workflow(history)
     return time.perf_counter() - started

@@ -1,4 +1,5 @@
-"""Where what does not belong in Temporal history is kept: a session's archived log, by key.
+"""Where what does not belong in Temporal history is kept, by key: a session's archived log, and every payload
+too large for history (a big document in a message, a large tool result, the state a run carries to the next).
 
 One store per deployment, named by `CORRAL_BLOB_STORE`: a directory path or a `file://` URL. Unset, it is
 `blobs/` under the state dir (`CORRAL_STATE_DIR`, default `.corral`). Every process that reads a session's log
@@ -10,10 +11,22 @@ writing one key twice with the same bytes is harmless: activities that write blo
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
+
+from temporalio.api.common.v1 import Payload
+from temporalio.converter import (
+    ExternalStorage,
+    StorageDriver,
+    StorageDriverClaim,
+    StorageDriverRetrieveContext,
+    StorageDriverStoreContext,
+)
 
 from corral.names import ENV_BLOB_STORE
 
@@ -69,3 +82,53 @@ def open_blob_store(url: str | None = None, environ: dict[str, str] | None = Non
             raise BlobStoreError(f"{ENV_BLOB_STORE}={url}: a file URL must name a local path (file:///...)")
         return LocalBlobStore(Path(path))
     raise BlobStoreError(f"{ENV_BLOB_STORE}={url}: unsupported store (use a directory path or a file:// URL)")
+
+
+# ---- Temporal payloads by reference --------------------------------------------------------------------------
+
+PAYLOAD_THRESHOLD = 256 * 1024
+"""A payload at least this large goes to the blob store; history holds a reference (well under Temporal's 2 MB
+payload limit and its 4 MB request limit, whatever a session carries)."""
+
+
+class BlobStoreDriver(StorageDriver):
+    """Temporal's external payload storage (`temporalio.converter.ExternalStorage`) on a blob store: each payload
+    under the hash of its bytes, so storing one twice (a retried activity, a replay) writes the same blob."""
+
+    def __init__(self, store: BlobStore) -> None:
+        self._store = store
+
+    def name(self) -> str:
+        return "corral-blobs"
+
+    async def store(self, context: StorageDriverStoreContext, payloads: Sequence[Payload]) -> list[StorageDriverClaim]:
+        return await asyncio.to_thread(self._store_all, payloads)
+
+    def _store_all(self, payloads: Sequence[Payload]) -> list[StorageDriverClaim]:
+        claims = []
+        for payload in payloads:
+            data = payload.SerializeToString(deterministic=True)
+            key = f"payloads/{hashlib.sha256(data).hexdigest()}"
+            self._store.put(key, data)
+            claims.append(StorageDriverClaim(claim_data={"key": key}))
+        return claims
+
+    async def retrieve(
+        self, context: StorageDriverRetrieveContext, claims: Sequence[StorageDriverClaim]
+    ) -> list[Payload]:
+        return await asyncio.to_thread(self._retrieve_all, claims)
+
+    def _retrieve_all(self, claims: Sequence[StorageDriverClaim]) -> list[Payload]:
+        payloads = []
+        for claim in claims:
+            payload = Payload()
+            payload.ParseFromString(self._store.get(claim.claim_data["key"]))
+            payloads.append(payload)
+        return payloads
+
+
+def payload_storage(store: BlobStore | None = None) -> ExternalStorage:
+    """Large payloads of every Temporal client and worker to `store` (default: `open_blob_store()`)."""
+    return ExternalStorage(
+        drivers=[BlobStoreDriver(store or open_blob_store())], payload_size_threshold=PAYLOAD_THRESHOLD
+    )

@@ -1,7 +1,8 @@
-"""Connecting to Temporal the one way every corral process does: pydantic data converter, search attributes."""
+"""Connecting to Temporal the one way every corral process does: corral's data converter, search attributes."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -14,6 +15,7 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, GetClust
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter
 
 from corral.names import (
     DEFAULT_TEMPORAL_ADDRESS,
@@ -41,12 +43,20 @@ def temporal_namespace() -> str:
     return os.environ.get(ENV_TEMPORAL_NAMESPACE, DEFAULT_TEMPORAL_NAMESPACE)
 
 
+def data_converter() -> DataConverter:
+    """Every corral client and worker's: pydantic models as JSON, and payloads over 256 KiB in the blob store
+    (`CORRAL_BLOB_STORE`) with only a reference in history."""
+    from corral.blobs import payload_storage  # not at the top: the CLI imports this module, and fast
+
+    return dataclasses.replace(pydantic_data_converter, external_storage=payload_storage())
+
+
 async def connect(address: str | None = None, namespace: str | None = None) -> Client:
-    """A client with the pydantic data converter (every corral client and worker uses it)."""
+    """A client with corral's data converter (every corral client and worker uses it)."""
     return await Client.connect(
         address or temporal_address(),
         namespace=namespace or temporal_namespace(),
-        data_converter=pydantic_data_converter,
+        data_converter=data_converter(),
     )
 
 
@@ -107,7 +117,7 @@ async def start_local_temporal(**options: Any) -> WorkflowEnvironment:
 
     return await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(),
-        data_converter=pydantic_data_converter,
+        data_converter=data_converter(),
         search_attributes=[SearchAttributeKey.for_keyword(name) for name in SEARCH_ATTRIBUTES],
         **options,
     )

@@ -1,4 +1,7 @@
-"""A session outlives its workflow runs: it continues as new as its history grows, without a seam.
+"""A session outlives its workflow runs and its payloads outgrow Temporal's: neither shows.
+
+It continues as new as its history grows, without a seam, and anything too large for history lives in the blob
+store.
 
 Each test gives the session a low `continue_as_new_after_events` so that it hands over many times. What must hold
 across every hand-over: no message lost or taken twice (including the ones sent while it happens), one log with
@@ -9,6 +12,7 @@ waiting for its result, the sandbox with its workspace) carries on in the next r
 from __future__ import annotations
 
 import asyncio
+import base64
 import random
 from typing import Any
 
@@ -156,3 +160,36 @@ async def test_more_sends_than_a_run_takes_are_all_accepted(stack: Stack) -> Non
     # terms (bench/long.py times the replays themselves).
     current = len((await handle.fetch_history()).events)
     assert current <= DEFAULT_RUN_HISTORY_EVENTS + 200 and first_run < 50, (first_run, current)
+
+
+DOCUMENT_BYTES = 10 * 1024 * 1024
+TEMPORAL_PAYLOAD_LIMIT = 2 * 1024 * 1024
+
+
+async def test_a_10_mb_document_and_a_50_mb_tool_output_stay_out_of_history(
+    sandbox_stack: Stack, docker_client: docker.DockerClient
+) -> None:
+    stack = sandbox_stack
+    spew = {"tool_uses": [{"name": "bash", "input": {"command": "yes | head -c 50000000"}}]}
+    model = stack.script([{"text": "Got the document."}, spew, {"text": "Printed."}])
+    handle = await stack.start(model, agent={"model": model, "tools": [{"type": "agent_toolset_20260401"}]})
+    document = base64.b64encode(random.randbytes(DOCUMENT_BYTES * 3 // 4)).decode()
+    block = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": document}}
+    await send_events(handle, [{"type": "user.message", "content": [{"type": "text", "text": "read"}, block]}])
+    first = await wait_for_idle(handle, within_seconds=120)
+    assert stop_reason(first[-1]).type == "end_turn" and texts(first)[-1] == "Got the document."
+    await send_text(handle, "now print a lot")
+    second = await wait_for_idle(handle, after=first[-1].position, within_seconds=180)
+    assert stop_reason(second[-1]).type == "end_turn" and texts(second)[-1] == "Printed."
+
+    events = await read_events(handle)
+    (message,) = [e for e in events if isinstance(e, UserMessage) and len(e.content) == 2]
+    assert message.content[1].model_dump()["source"]["data"] == document, "the log returns the whole document"
+    (output,) = texts(events, "agent.tool_result")
+    assert output.startswith("y\ny\n") and len(output) < 101_000, "the model got the hand's head and tail of 50 MB"
+    assert "of 50000000 bytes cut]" in output, "and says how much was cut"
+    asked = str(stack.requests(model)[0]["body"]["messages"])
+    assert document[:1000] not in asked and "too large for the model's context" in asked
+    history = await handle.fetch_history()
+    largest = max(event.ByteSize() for event in history.events)
+    assert largest < TEMPORAL_PAYLOAD_LIMIT // 4, f"a history event of {largest} bytes"

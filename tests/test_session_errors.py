@@ -33,7 +33,7 @@ async def _send(handle: WorkflowHandle, events: list[dict[str, Any]]) -> SendEve
         ([{"type": "user.message", "content": "hi", "colour": "red"}], "colour: Extra inputs are not permitted"),
         ([{"type": "user.custom_tool_result", "custom_tool_use_id": "sevt_x"}], "no custom tool call 'sevt_x'"),
         ([{"type": "user.tool_confirmation", "tool_use_id": "x", "result": "allow"}], "not waiting for confirmation"),
-        ([{"type": "user.message", "content": "x" * 300_000}], "over the limit"),
+        ([{"type": "user.message", "content": "x" * 17_000_000}] * 2, "over the limit of 33554432 bytes"),
     ],
 )
 async def test_malformed_send_events_is_rejected_and_nothing_is_written(

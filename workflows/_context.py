@@ -14,7 +14,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from corral.contract.activities import ModelTextOutput, ModelTurnInput, ModelTurnResult
-    from corral.contract.context import ContextView, compaction_end, default_budget, describe_view
+    from corral.contract.context import ContextView, compaction_end, default_budget, describe_view, max_block_chars
     from corral.contract.events import AgentThreadContextCompacted
     from corral.contract.session import AgentConfig
     from workflows._log import SessionLog
@@ -33,6 +33,7 @@ class SessionContext:
         self.watermark = 0
         """Large tool results before this log position are elided."""
         self.budget = agent.context_budget_tokens or default_budget(agent.model, agent.max_tokens)
+        self.max_block_chars = log.max_block_chars = max_block_chars(self.budget)
         self._fixed_chars = len(agent.model_dump_json())
         self.carried_unseen: int | None = None
         """From a hand-over, until the new run's first model turn: what the model had not seen then."""

@@ -14,7 +14,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from corral.contract.activities import ModelContext
 from corral.contract.carry import ArchiveIndex
-from corral.contract.context import estimate_tokens, json_size, next_watermark
+from corral.contract.context import estimate_tokens, fit_blocks, json_size, next_watermark
 from corral.contract.events import (
     AgentCustomToolUse,
     AgentMcpToolResult,
@@ -65,6 +65,8 @@ class SessionLog:
         self._new_id = new_id
         self._now = now
         self._sizes: dict[int, int] = {}
+        self.max_block_chars: int | None = None
+        """The view's largest whole block (set by the session's context from its budget)."""
 
     @property
     def last_position(self) -> int:
@@ -128,10 +130,11 @@ class SessionLog:
         return delta, by_reference
 
     def size(self, entry: SessionEvent) -> int:
-        """An entry's JSON size, computed once per position (an event's content never changes)."""
+        """An entry's JSON size as the view sends it (no block over `max_block_chars`), computed once per position
+        (an event's content never changes)."""
         size = self._sizes.get(entry.position)
         if size is None:
-            size = self._sizes[entry.position] = json_size(entry)
+            size = self._sizes[entry.position] = json_size(fit_blocks(entry, self.max_block_chars))
         return size
 
     def estimate(self, watermark: int, fixed_chars: int) -> int:
@@ -236,10 +239,13 @@ def parse_user_events(input: SendEventsInput) -> list[UserEventParams]:
         params = _PARAMS_ADAPTER.validate_python(input.events)
     except ValidationError as exc:
         raise ValueError(readable_validation_error(exc, prefix="events")) from None
+    total = 0
     for index, param in enumerate(params):
-        size = len(param.model_dump_json())
-        if size > MAX_MESSAGE_BYTES:
-            raise ValueError(f"events[{index}]: {size} bytes is over the limit of {MAX_MESSAGE_BYTES} bytes")
+        total += len(param.model_dump_json())
+        if total > MAX_MESSAGE_BYTES:
+            raise ValueError(
+                f"events[{index}]: the batch is {total} bytes up to here, over the limit of {MAX_MESSAGE_BYTES} bytes"
+            )
     return params
 
 

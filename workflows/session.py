@@ -180,7 +180,7 @@ class SessionWorkflow:
             phase=phase,
             archive=archive,
             tail=self._log.events[through - self._log.base :],
-            conversation=view(self._log.conversation, self._context.watermark),
+            conversation=view(self._log.conversation, self._context.watermark, self._context.max_block_chars),
             unseen_from=self._context.unseen(self._delta_start),
             watermark=self._context.watermark,
             **self._inbox.carried(CLIENT_ID_WINDOW),
@@ -320,6 +320,7 @@ class SessionWorkflow:
             agent=self._input.agent if self._delta_start == 0 else None,
             mcp_tools=list(self._mcp.tools.values()) if self._delta_start == 0 else [],
             elide_before=self._context.watermark,
+            max_block_chars=self._context.max_block_chars,
         )
 
     async def _model_activity(self, turn: ModelTurnInput, summary: str) -> ModelTurnResult:

@@ -42,6 +42,9 @@ class ModelTurnInput(BaseModel):
     elide_before: int = 0
     """The context view's watermark: large tool results before this log position are sent as stubs (see
     corral.contract.context)."""
+    max_block_chars: int | None = None
+    """The view's largest whole content block: a larger one (a huge document) is sent as a note that says where it
+    is kept (see corral.contract.context.fit_blocks)."""
     delta_by_reference: list[int] = Field(default_factory=list)
     """Indexes into `delta` of entries sent without their content: tool results already in history as the hand's
     own activity result. The model worker reads them through the `model_context` query, so each byte of tool

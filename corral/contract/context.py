@@ -20,6 +20,7 @@ from corral.contract.events import (
     AgentMcpToolResult,
     AgentThreadContextCompacted,
     AgentToolResult,
+    ContentBlock,
     SessionEvent,
     TextBlock,
     UserCustomToolResult,
@@ -39,6 +40,7 @@ BUDGET_MARGIN = 0.05
 
 ToolResult = AgentToolResult | AgentMcpToolResult | UserCustomToolResult
 _EVENT: TypeAdapter[SessionEvent] = TypeAdapter(SessionEvent)
+_BLOCK: TypeAdapter[ContentBlock] = TypeAdapter(ContentBlock)
 
 
 def default_budget(model: str, max_tokens: int) -> int:
@@ -92,12 +94,39 @@ def visible(entries: list[SessionEvent]) -> list[SessionEvent]:
     return [latest, *rest]
 
 
-def view(entries: list[SessionEvent], watermark: int) -> list[SessionEvent]:
-    """The entries as the model sees them: summarised, then elided."""
+def view(entries: list[SessionEvent], watermark: int, max_chars: int | None = None) -> list[SessionEvent]:
+    """The entries as the model sees them: summarised, then elided, with no content block over `max_chars`."""
     return [
-        stub(entry) if isinstance(entry, ToolResult) and is_elided(entry, watermark) else entry
+        stub(entry) if isinstance(entry, ToolResult) and is_elided(entry, watermark) else fit_blocks(entry, max_chars)
         for entry in visible(entries)
     ]
+
+
+def max_block_chars(budget: int) -> int:
+    """The largest content block the view sends whole: half the budget. A bigger one could never fit beside the
+    rest of a turn, and would make every request fail."""
+    return budget * CHARS_PER_TOKEN // 2
+
+
+def fit_blocks(entry: SessionEvent, max_chars: int | None) -> SessionEvent:
+    """`entry` with each content block larger than `max_chars` (a 10 MB document, say) replaced by a note that
+    says where it is kept whole; the entry itself when it has none."""
+    content = getattr(entry, "content", None)
+    if max_chars is None or not isinstance(content, list):
+        return entry
+    sizes = [len(_BLOCK.dump_json(block)) for block in content]
+    if all(size <= max_chars for size in sizes):
+        return entry
+    fitted = [
+        block
+        if size <= max_chars
+        else TextBlock(
+            text=f"[a {block.type} block of {size} bytes, too large for the model's context: it is kept whole at "
+            f"position {entry.position} of the session log]"
+        )
+        for block, size in zip(content, sizes, strict=True)
+    ]
+    return entry.model_copy(update={"content": fitted})
 
 
 def compaction_end(entries: list[SessionEvent]) -> int | None:

@@ -24,8 +24,10 @@ from corral.contract.sandbox import (
 from corral.names import MODEL_TASK_QUEUE, UTILITY_HAND_TASK_QUEUE
 
 TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
-MAX_MESSAGE_BYTES = 256 * 1024
-"""A user event larger than this is rejected: history payloads must stay well under Temporal's 2 MB limit."""
+MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+"""The most bytes of user events one batch may carry (the Messages API's own request limit). Anything over 256 KiB
+is kept in the blob store with only a reference in history (corral.blobs), so no history payload nears Temporal's
+2 MB limit; the model is shown a block too large for its context as a note (corral.contract.context.fit_blocks)."""
 MAX_EVENTS_PER_BATCH = 50
 DEFAULT_RUN_HISTORY_EVENTS = 3_000
 """History events per workflow run before the session continues as new (see `bench/long.py` for what a run this
