@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import random
+import subprocess
+import sys
 from typing import Any
 
 import docker
@@ -79,6 +82,18 @@ async def test_messages_sent_during_hand_overs_are_each_answered_once(stack: Sta
     assert_slices_equal(events, read)
     typed = await read_events(handle, types=["user.message"], limit=30)
     assert [e.model_dump() for e in typed] == [m.model_dump() for m in messages[:30]]
+    # The CLI reads the same one log: `corral events` and `corral export`, across every run.
+    address = stack.client.service_client.config.target_host
+    cli = [sys.executable, "-m", "cli.main", "--address", address]
+    shown = await asyncio.to_thread(
+        subprocess.run, [*cli, "events", handle.id, "--json"], capture_output=True, text=True, timeout=120
+    )
+    assert shown.returncode == 0, shown.stderr
+    exported = await asyncio.to_thread(subprocess.run, [*cli, "export", handle.id], capture_output=True, text=True)
+    assert exported.returncode == 0 and exported.stdout == shown.stdout, exported.stderr
+    logged = [json.loads(line) for line in shown.stdout.splitlines()]
+    assert [e["position"] for e in logged[:last]] == list(range(1, last + 1))
+    assert [e["id"] for e in logged[:last]] == [e.id for e in events]
     statuses = await runs_of(handle)
     assert statuses[:-1] == [WorkflowExecutionStatus.CONTINUED_AS_NEW] * (len(statuses) - 1)
     assert statuses[-1] == WorkflowExecutionStatus.RUNNING and len(statuses) == info.run
