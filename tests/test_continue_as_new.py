@@ -30,7 +30,8 @@ from tests.conftest import Stack, assert_log_is_whole, stop_reason, texts, wait_
 
 RUN_EVENTS = 200
 """The smallest hand-over threshold a session accepts: a few turns per run."""
-ROUNDS = 30
+ROUNDS = 200
+"""Bursts of six messages, answered with a tool call each time: over 3,000 events."""
 
 
 async def runs_of(handle: WorkflowHandle) -> list[WorkflowExecutionStatus | None]:
@@ -67,8 +68,9 @@ async def test_messages_sent_during_hand_overs_are_each_answered_once(stack: Sta
 
     events = await _until_all_answered(handle, sent)
     info = await session_info(handle)
-    assert info.run > 3, f"the session should have continued as new several times, it is in run {info.run}"
+    assert info.run > 5, f"the session should have continued as new many times, it is in run {info.run}"
     assert_log_is_whole(events)
+    assert len(events) > 3_000
     messages = [e for e in events if isinstance(e, UserMessage)]
     assert sorted(m.client_id or "" for m in messages) == sorted(sent), "each message once, none lost"
     assert all(m.processed_at is not None for m in messages), "every message was processed"
