@@ -1,9 +1,11 @@
 """Where what does not belong in Temporal history is kept, by key: a session's archived log, and every payload
 too large for history (a big document in a message, a large tool result, the state a run carries to the next).
 
-One store per deployment, named by `CORRAL_BLOB_STORE`: a directory path or a `file://` URL. Unset, it is
-`blobs/` under the state dir (`CORRAL_STATE_DIR`, default `.corral`). Every process that reads a session's log
-(the CLI, the model workers, the HTTP API) must see the same store: `corral up` gives its workers its own.
+One store per deployment, named by `CORRAL_BLOB_STORE`: a directory path, a `file://` URL, or an S3-compatible
+bucket, `s3://BUCKET/PREFIX?endpoint=URL&region=NAME` (both options optional; credentials from boto3's usual
+chain). Unset, it is `blobs/` under the state dir (`CORRAL_STATE_DIR`, default `.corral`). Every process that
+reads a session's log (the CLI, the model workers, the HTTP API) must see the same store: `corral up` gives its
+workers its own.
 
 Keys are `/`-separated relative paths. A blob is written whole or not at all (a temporary file, then a rename), and
 writing one key twice with the same bytes is harmless: activities that write blobs may be retried.
@@ -17,7 +19,7 @@ import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import (
@@ -65,7 +67,48 @@ class LocalBlobStore:
             raise BlobStoreError(f"blob {key!r} is not in the store at {self.url}") from None
 
 
-BlobStore = LocalBlobStore
+class S3BlobStore:
+    """Blobs as objects of an S3-compatible store (AWS S3, MinIO, Ceph …) under `prefix`, through boto3.
+
+    Credentials come from boto3's own chain (`AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`, a profile, an instance
+    role), never from the URL."""
+
+    def __init__(self, bucket: str, prefix: str = "", endpoint_url: str | None = None, region: str | None = None):
+        try:
+            import boto3
+            from botocore.config import Config
+        except ImportError:
+            raise BlobStoreError(f"{ENV_BLOB_STORE}: an s3:// store needs boto3: pip install 'corral[s3]'") from None
+        self.bucket, self.prefix, self._endpoint = bucket, prefix.strip("/"), endpoint_url
+        config = Config(retries={"max_attempts": 5, "mode": "standard"})
+        self._client = boto3.client("s3", endpoint_url=endpoint_url, region_name=region, config=config)
+
+    @property
+    def url(self) -> str:
+        where = f"s3://{self.bucket}/{self.prefix}"
+        return f"{where} at {self._endpoint}" if self._endpoint else where
+
+    def _key(self, key: str) -> str:
+        if not key or any(part in ("", ".", "..") for part in key.split("/")):
+            raise BlobStoreError(f"invalid blob key {key!r}")
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def put(self, key: str, data: bytes) -> None:
+        self._client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
+
+    def get(self, key: str) -> bytes:
+        from botocore.exceptions import ClientError
+
+        try:
+            body: bytes = self._client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                raise BlobStoreError(f"blob {key!r} is not in the store at {self.url}") from None
+            raise BlobStoreError(f"the store at {self.url} refused to read {key!r}: {exc}") from None
+        return body
+
+
+BlobStore = LocalBlobStore | S3BlobStore
 """The store interface: `put(key, bytes)`, `get(key) -> bytes` (BlobStoreError when missing), `url`."""
 
 
@@ -81,7 +124,17 @@ def open_blob_store(url: str | None = None, environ: dict[str, str] | None = Non
         if parts.scheme == "file" and parts.netloc not in ("", "localhost"):
             raise BlobStoreError(f"{ENV_BLOB_STORE}={url}: a file URL must name a local path (file:///...)")
         return LocalBlobStore(Path(path))
-    raise BlobStoreError(f"{ENV_BLOB_STORE}={url}: unsupported store (use a directory path or a file:// URL)")
+    if parts.scheme == "s3":
+        if not parts.netloc:
+            raise BlobStoreError(f"{ENV_BLOB_STORE}={url}: name a bucket (s3://BUCKET/PREFIX)")
+        options = {key: values[-1] for key, values in parse_qs(parts.query).items()}
+        unknown = sorted(set(options) - {"endpoint", "region"})
+        if unknown:
+            raise BlobStoreError(f"{ENV_BLOB_STORE}={url}: unknown option {', '.join(unknown)} (endpoint, region)")
+        return S3BlobStore(parts.netloc, parts.path, options.get("endpoint"), options.get("region"))
+    raise BlobStoreError(
+        f"{ENV_BLOB_STORE}={url}: unsupported store (a directory, file:///PATH or s3://BUCKET/PREFIX?endpoint=URL)"
+    )
 
 
 # ---- Temporal payloads by reference --------------------------------------------------------------------------

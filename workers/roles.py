@@ -12,6 +12,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.model import ModelActivities
 from activities.sandbox import SandboxActivities
+from corral.blobs import BlobStore
 from corral.hands import make_execute_activity
 from corral.hands.utility import UTILITY_TOOLS
 from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE, SANDBOX_TASK_QUEUE, UTILITY_HAND_TASK_QUEUE
@@ -44,10 +45,11 @@ def model_worker(
     model: anthropic.AsyncAnthropic | None = None,
     task_queue: str = MODEL_TASK_QUEUE,
     stream: StreamPublisher | None = None,
+    blobs: BlobStore | None = None,
 ) -> Worker:
     """Model-turn activities; the only role that holds the model API key. With a stream relay, text deltas are
-    published live to clients."""
-    activities = ModelActivities(client, model, stream)
+    published live to clients. Sessions' earlier runs are archived to `blobs` (default: `open_blob_store()`)."""
+    activities = ModelActivities(client, model, stream, blobs)
     return Worker(
         client,
         task_queue=task_queue,
