@@ -20,11 +20,11 @@ import sys
 from typing import Any
 
 import docker
-from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
 from corral.client import read_events, send_events, send_text, session_info
 from corral.contract.events import RequiresAction, SessionEvent, UserMessage
-from corral.contract.session import DEFAULT_RUN_HISTORY_EVENTS
+from corral.contract.session import DEFAULT_RUN_HISTORY_EVENTS, SessionInput
 from corral.names import SIGNAL_USER_MESSAGE
 from tests.conftest import Stack, assert_log_is_whole, stop_reason, texts, wait_for_idle
 
@@ -34,12 +34,16 @@ ROUNDS = 200
 """Bursts of six messages, answered with a tool call each time: over 3,000 events."""
 
 
-async def runs_of(handle: WorkflowHandle) -> list[WorkflowExecutionStatus | None]:
-    """The status of each workflow run of the session, oldest first."""
-    statuses = []
-    async for execution in handle._client.list_workflows(f"WorkflowId = '{handle.id}'"):
-        statuses.append((execution.start_time, execution.status))
-    return [status for _, status in sorted(statuses, key=lambda pair: pair[0])]
+async def runs_of(client: Client, handle: WorkflowHandle) -> list[tuple[WorkflowExecutionStatus | None, str]]:
+    """Each workflow run of the session, oldest first: its status, and where the run before it handed over."""
+    executions = [e async for e in client.list_workflows(f"WorkflowId = '{handle.id}'")]
+    runs = []
+    for execution in sorted(executions, key=lambda e: e.start_time):
+        history = client.get_workflow_handle(handle.id, run_id=execution.run_id).fetch_history_events()
+        started = (await anext(history)).workflow_execution_started_event_attributes
+        (input,) = await client.data_converter.decode(started.input.payloads, [SessionInput])
+        runs.append((execution.status, input.carry.phase if input.carry else "start"))
+    return runs
 
 
 def assert_slices_equal(whole: list[SessionEvent], read: dict[tuple[int, int], list[SessionEvent]]) -> None:
@@ -96,9 +100,12 @@ async def test_messages_sent_during_hand_overs_are_each_answered_once(stack: Sta
     logged = [json.loads(line) for line in shown.stdout.splitlines()]
     assert [e["position"] for e in logged[:last]] == list(range(1, last + 1))
     assert [e["id"] for e in logged[:last]] == [e.id for e in events]
-    statuses = await runs_of(handle)
-    assert statuses[:-1] == [WorkflowExecutionStatus.CONTINUED_AS_NEW] * (len(statuses) - 1)
-    assert statuses[-1] == WorkflowExecutionStatus.RUNNING and len(statuses) == info.run
+    runs = await runs_of(stack.client, handle)
+    statuses = [status for status, _ in runs]
+    assert statuses[:-1] == [WorkflowExecutionStatus.CONTINUED_AS_NEW] * (len(runs) - 1)
+    assert statuses[-1] == WorkflowExecutionStatus.RUNNING and len(runs) == info.run
+    phases = {phase for _, phase in runs[1:]}
+    assert phases == {"idle", "turn"}, f"hand-overs both between turns and inside one: {phases}"
 
 
 async def _until_all_answered(handle: WorkflowHandle, sent: list[str]) -> list[SessionEvent]:
