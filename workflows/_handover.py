@@ -12,23 +12,41 @@ on the new one: none is lost, none is taken twice.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
+from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from corral.contract.activities import ArchiveLogInput
+    from corral.contract.carry import CLIENT_ID_WINDOW, ArchiveIndex, SessionCarry
+    from corral.contract.context import view
+    from corral.contract.events import ErrorType
     from corral.contract.session import MAX_UPDATES_PER_RUN, SessionInput
     from corral.names import ACTIVITY_ARCHIVE_LOG
+    from workflows._context import SessionContext
+    from workflows._inbox import UserInbox
+    from workflows._log import SessionLog
+    from workflows._mcp import RetryState, SessionMcp
     from workflows._outcomes import INFRASTRUCTURE_RETRY
+    from workflows._sandbox import SessionSandbox
+
+Parts = tuple[SessionLog, SessionContext, UserInbox, SessionSandbox, SessionMcp]
+"""The components whose state crosses a hand-over."""
+Report = Callable[[ErrorType, str, RetryState], None]
 
 ARCHIVE_TIMEOUT = timedelta(minutes=2)
 
 
-class HandOverClock:
-    """When this run should hand over to the next one."""
+class HandOver:
+    """This run's place in the session (its number, the archive of the runs before it), when it should hand over
+    to the next one, and the moving of state across: archiving the run, carrying the components, restoring them."""
 
     def __init__(self, input: SessionInput) -> None:
+        self.run = 1
+        self.archive = ArchiveIndex()
         self._after_events = input.continue_as_new_after_events
         self.requests = 0
         """Updates and signals this run took."""
@@ -50,6 +68,48 @@ class HandOverClock:
         """The hand-over failed: try again once the history has grown by half a run."""
         self._not_before = workflow.info().get_current_history_length() + self._after_events // 2
         self.requests = min(self.requests, MAX_UPDATES_PER_RUN // 2)
+
+    async def archive_run(self, log: SessionLog, task_queue: str, report: Report) -> ArchiveIndex | None:
+        """Refuse updates from now on, let handlers finish, and write this run's final events to the archive: the
+        archive the next run starts from, or None when it could not be written (reported; tried again later)."""
+        self.handing_over = True
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        through = log.final_through()
+        try:
+            chunks = await archive_log(log.base, through, task_queue)
+        except ActivityError as err:
+            self.handing_over = False
+            if isinstance(err.cause, CancelledError):
+                raise
+            report("unknown_error", f"could not continue as new (the session goes on): {err.cause}", "retrying")
+            self.postpone()
+            return None
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return ArchiveIndex(through=through, chunks=self.archive.chunks + chunks)
+
+    @staticmethod
+    def carried(parts: Parts, archive: ArchiveIndex, delta_start: int) -> dict[str, Any]:
+        """The components' state for `SessionCarry`: the log's tail and the context view, the inbox, the hands."""
+        log, context, inbox, sandbox, mcp = parts
+        return {
+            "tail": log.events[archive.through - log.base :],
+            "conversation": view(log.conversation, context.watermark, context.max_block_chars),
+            "unseen_from": context.unseen(delta_start),
+            "watermark": context.watermark,
+            **inbox.carried(CLIENT_ID_WINDOW),
+            "sandbox": sandbox.carried(),
+            "mcp": mcp.carried(),
+        }
+
+    def restore(self, carry: SessionCarry, parts: Parts) -> None:
+        """Start the components from the state the previous run handed over."""
+        log, context, inbox, sandbox, mcp = parts
+        self.run, self.archive = carry.run, carry.archive
+        log.resume(carry.archive.through, carry.tail, carry.conversation)
+        inbox.resume(carry)
+        context.watermark, context.carried_unseen = carry.watermark, carry.unseen_from
+        sandbox.resume(carry.sandbox)
+        mcp.resume(carry.mcp)
 
 
 async def archive_log(after: int, through: int, task_queue: str) -> list[int]:

@@ -20,8 +20,8 @@ with workflow.unsafe.imports_passed_through():
         ModelTurnInput,
         ModelTurnResult,
     )
-    from corral.contract.carry import CLIENT_ID_WINDOW, ArchiveIndex, Phase, SessionCarry
-    from corral.contract.context import ContextView, view
+    from corral.contract.carry import Phase, SessionCarry
+    from corral.contract.context import ContextView
     from corral.contract.errors import ModelErrorInfo
     from corral.contract.events import (
         AgentCustomToolUse,
@@ -76,7 +76,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows._context import SessionContext
     from workflows._fork import start_fork
-    from workflows._handover import HandOverClock, archive_log
+    from workflows._handover import HandOver, Parts
     from workflows._hands import call_model, execute_on_hand
     from workflows._inbox import UserInbox
     from workflows._log import SessionLog
@@ -113,9 +113,7 @@ class SessionWorkflow:
         self._sandbox = SessionSandbox(
             workflow.info().workflow_id, input.sandbox_environment(), lambda: self._mcp.clones(input.resources)
         )
-        self._run_number = 1
-        self._archive = ArchiveIndex()
-        self._clock = HandOverClock(input)
+        self._runs = HandOver(input)
         if input.carry is not None:
             self._resume(input.carry)
         if input.fork is not None:
@@ -156,36 +154,19 @@ class SessionWorkflow:
     # ---- hand-over to the next run (workflows/_handover.py) ----------------------------------------------------
 
     def _hand_over_due(self) -> bool:
-        return self._clock.due()
+        return self._runs.due()
 
     async def _hand_over(self, phase: Phase) -> None:
         """Continue as new from here (`phase`). Returns only when the archive could not be written: that is a
         `session.error`, and the session goes on in this run and tries again later."""
-        self._clock.handing_over = True  # updates are refused from here on, and sent again to the next run
-        await workflow.wait_condition(workflow.all_handlers_finished)
-        through = self._log.final_through()
-        try:
-            chunks = await archive_log(self._log.base, through, self._input.model_task_queue)
-        except ActivityError as err:
-            self._clock.handing_over = False
-            if isinstance(err.cause, CancelledError):
-                raise
-            self._report("unknown_error", f"could not continue as new (the session goes on): {err.cause}", "retrying")
-            self._clock.postpone()
+        archive = await self._runs.archive_run(self._log, self._input.model_task_queue, self._report)
+        if archive is None:
             return
-        await workflow.wait_condition(workflow.all_handlers_finished)
-        archive = ArchiveIndex(through=through, chunks=self._archive.chunks + chunks)
         carry = SessionCarry(
-            run=self._run_number + 1,
+            run=self._runs.run + 1,
             phase=phase,
             archive=archive,
-            tail=self._log.events[through - self._log.base :],
-            conversation=view(self._log.conversation, self._context.watermark, self._context.max_block_chars),
-            unseen_from=self._context.unseen(self._delta_start),
-            watermark=self._context.watermark,
-            **self._inbox.carried(CLIENT_ID_WINDOW),
-            sandbox=self._sandbox.carried(),
-            mcp=self._mcp.carried(),
+            **self._runs.carried(self._parts(), archive, self._delta_start),
             usage=self._usage,
             turns=self._turns,
             created_at=self._created_at,
@@ -196,15 +177,13 @@ class SessionWorkflow:
 
     def _resume(self, carry: SessionCarry) -> None:
         """Start from the state the previous run handed over."""
-        self._run_number, self._archive = carry.run, carry.archive
-        self._log.resume(carry.archive.through, carry.tail, carry.conversation)
-        self._inbox.resume(carry)
-        self._context.watermark, self._context.carried_unseen = carry.watermark, carry.unseen_from
-        self._sandbox.resume(carry.sandbox)
-        self._mcp.resume(carry.mcp)
+        self._runs.restore(carry, self._parts())
         self._usage, self._turns, self._created_at = carry.usage, carry.turns, carry.created_at
         self._status, self._stop_reason = carry.status, carry.stop_reason
         self._delta_start = len(self._log.conversation)  # the model worker reads the carried view through a query
+
+    def _parts(self) -> Parts:
+        return self._log, self._context, self._inbox, self._sandbox, self._mcp
 
     # ---- waiting and turns ----------------------------------------------------------------------------------
 
@@ -406,7 +385,7 @@ class SessionWorkflow:
     def _describe(self) -> None:
         """The current details the Temporal Web UI shows for this session."""
         reason = f" ({self._stop_reason})" if self._stop_reason else ""
-        run = f" · run {self._run_number} (positions {self._log.base + 1}-)" if self._run_number > 1 else ""
+        run = f" · run {self._runs.run} (positions {self._log.base + 1}-)" if self._runs.run > 1 else ""
         workflow.set_current_details(
             f"**{self._status}**{reason}{run} · model `{self._input.agent.model}` · {self._turns} model turns · "
             f"{self._log.last_position} events · {len(self._inbox.pending)} queued · "
@@ -431,7 +410,7 @@ class SessionWorkflow:
     @workflow.signal(name=SIGNAL_USER_MESSAGE)
     def user_message(self, input: UserMessageSignal) -> None:
         """Fire-and-forget message; prefer the `send_events` update to learn whether it was accepted."""
-        self._clock.requests += 1
+        self._runs.requests += 1
         try:
             self._inbox.accept_message(UserMessageParams(type="user.message", content=input.content, id=input.id))
         except ValueError as exc:
@@ -440,18 +419,18 @@ class SessionWorkflow:
     @workflow.signal(name=SIGNAL_INTERRUPT)
     def interrupt(self, input: InterruptSignal | None = None) -> None:
         """Stop the current work; the session goes idle and stays usable."""
-        self._clock.requests += 1
+        self._runs.requests += 1
         self._inbox.accept(UserInterruptParams(type="user.interrupt", id=input.id if input else None))
 
     @workflow.update(name=UPDATE_SEND_EVENTS)
     def send_events(self, input: SendEventsInput) -> SendEventsResult:
         """Append a batch of user events; returns their ids once they are in history."""
-        self._clock.requests += 1
+        self._runs.requests += 1
         return SendEventsResult(event_ids=self._inbox.accept_batch(input))
 
     @send_events.validator
     def _validate_send_events(self, input: SendEventsInput) -> None:
-        if self._clock.handing_over:
+        if self._runs.handing_over:
             # Nothing is written: the client sends again, and the next run takes it (corral.client.send_events).
             raise ApplicationError("the session is continuing as new: send again", type=HANDING_OVER)
         self._inbox.validate(input)
@@ -479,13 +458,13 @@ class SessionWorkflow:
             usage=self._usage,
             stop_reason=self._stop_reason,
             metadata=self._input.metadata,
-            run=self._run_number,
+            run=self._runs.run,
             archived_through=self._log.base,
         )
 
     @workflow.query(name=QUERY_EVENTS)
     def events(self, query: EventsQuery | None = None) -> EventPage:
-        return self._log.page(query or EventsQuery(), self._archive)
+        return self._log.page(query or EventsQuery(), self._runs.archive)
 
     @workflow.query(name=QUERY_CONTEXT_VIEW)
     def context_view(self) -> ContextView:
