@@ -239,8 +239,8 @@ def ls_command(
 ) -> None:
     """List sessions, newest first.
 
-    Runs the visibility query `WorkflowType='SessionWorkflow' [AND CorralStatus='idle']`; the same query works
-    in the Temporal Web UI and with `temporal workflow list --query "…"`.
+    Runs the visibility query `WorkflowType='SessionWorkflow' AND ExecutionStatus!='ContinuedAsNew'
+    [AND CorralStatus='idle']`; the same query works in the Temporal Web UI and with `temporal workflow list`.
     """
     from cli import session_ops
     from cli.render import sessions_table

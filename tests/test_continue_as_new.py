@@ -22,7 +22,8 @@ from typing import Any
 import docker
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
-from corral.client import read_events, send_events, send_text, session_info
+from cli.session_ops import list_sessions, sessions_query
+from corral.client import fork_session, read_events, send_events, send_text, session_info
 from corral.contract.events import RequiresAction, SessionEvent, UserMessage
 from corral.contract.session import DEFAULT_RUN_HISTORY_EVENTS, SessionInput
 from corral.names import SIGNAL_USER_MESSAGE
@@ -106,6 +107,15 @@ async def test_messages_sent_during_hand_overs_are_each_answered_once(stack: Sta
     assert statuses[-1] == WorkflowExecutionStatus.RUNNING and len(runs) == info.run
     phases = {phase for _, phase in runs[1:]}
     assert phases == {"idle", "turn"}, f"hand-overs both between turns and inside one: {phases}"
+    listed = await list_sessions(stack.client, sessions_query(None), limit=1000)
+    assert [row[0] for row in listed].count(handle.id) == 1, "`corral ls` lists the session once"
+
+    # A fork at a position of an earlier run copies it from the archive.
+    at = info.archived_through - 10
+    fork = await fork_session(stack.client, handle.id, at)
+    stack.started.append(fork)
+    forked = await read_events(fork, before=at + 1)
+    assert [e.model_dump() for e in forked] == [e.model_dump() for e in events[:at]]
 
 
 async def _until_all_answered(handle: WorkflowHandle, sent: list[str]) -> list[SessionEvent]:
