@@ -194,22 +194,26 @@ async def event_pages(
     archive: ArchiveIndex | None = None
     while limit is None or count < limit:
         page_size = 1000 if limit is None else min(limit - count, 1000)
-        if archive is not None and after < archive.through:
+        page: EventPage | None = None
+        if archive is None or after >= archive.through:
+            query = EventsQuery(after=after, before=before, types=types, limit=page_size)
+            page = await handle.query(QUERY_EVENTS, query, result_type=EventPage)
+            archive = page.archive or archive
+        if archive is not None and after < archive.through:  # in an earlier run: read it from the archive
             end = archive.through + 1 if before is None else min(before, archive.through + 1)
-            store = blobs or open_blob_store()
-            events, after = await asyncio.to_thread(
-                _archived_page, store, handle.id, archive, after, end, types, page_size
-            )
+            read = partial(_archived_page, blobs or open_blob_store(), handle.id, archive, after, end, types, page_size)
+            events, after = await asyncio.to_thread(read)
             count += len(events)
             yield events
-            if before is not None and after >= before - 1:
+            if (before is not None and after >= before - 1) or (limit is not None and count >= limit):
                 break
-            continue
-        query = EventsQuery(after=after, before=before, types=types, limit=page_size)
-        page = await handle.query(QUERY_EVENTS, query, result_type=EventPage)
-        if page.archive is not None:  # `after` is in an earlier run: read from the archive, then ask again
-            archive = page.archive
-            continue
+            if page is None or after < archive.through:
+                continue
+            # The archive is read to its end, and the page holds this run's events that follow it.
+            kept = page.events[: page_size - len(events)]
+            if len(kept) < len(page.events):
+                page = EventPage(events=kept, has_more=True, next_after=kept[-1].position if kept else after)
+        assert page is not None
         count += len(page.events)
         yield page.events
         if not page.has_more:

@@ -191,9 +191,11 @@ class SessionLog:
 
     def page(self, query: EventsQuery, archive: ArchiveIndex | None = None) -> EventPage:
         """Events after `query.after` (and before `query.before`), filtered by type, capped by count and bytes.
-        A page that starts in an earlier run's positions is empty and names the `archive` they are read from."""
+        A page that starts in an earlier run's positions names the `archive` that holds them, and holds this run's
+        events after them (so a slice across the boundary costs one query)."""
         if query.after < self.base and archive is not None and archive.through:
-            return EventPage(events=[], has_more=True, next_after=max(query.after, 0), archive=archive)
+            page = self.page(query.model_copy(update={"after": self.base}))
+            return page.model_copy(update={"archive": archive})
         wanted = set(query.types) if query.types else None
         before = query.before if query.before is not None else self.last_position + 1
         selected: list[SessionEvent] = []
