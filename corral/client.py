@@ -33,6 +33,7 @@ from corral.contract.session import (
     SendEventsResult,
     SessionInfo,
     SessionInput,
+    web_ui_summary,
 )
 from corral.names import (
     HANDING_OVER,
@@ -51,21 +52,6 @@ def new_session_id() -> str:
     return SESSION_ID_PREFIX + uuid.uuid4().hex[:26]
 
 
-def _summary(input: SessionInput, namespace: str) -> tuple[str, str]:
-    """Static summary and details the Temporal Web UI shows for a session (a fork links to its source)."""
-    title = input.title or "agent session"
-    tools = ", ".join(tool.name for tool in input.agent.resolved_tools()) or "none"
-    details = [f"**model** `{input.agent.model}`", f"**tools** {tools}"]
-    if input.agent.name:
-        details.insert(0, f"**agent** {input.agent.name}")
-    details += [f"**{key}** {value}" for key, value in sorted(input.metadata.items())]
-    if input.fork is not None:
-        source = input.fork.session_id
-        link = f"[{source}](/namespaces/{namespace}/workflows/{source})"
-        details.append(f"**forked from** {link} at position {input.fork.position}")
-    return f"{title} · {input.agent.model}", "\n\n".join(details)
-
-
 async def start_session(
     client: Client,
     input: SessionInput,
@@ -74,7 +60,7 @@ async def start_session(
     task_queue: str = HARNESS_TASK_QUEUE,
 ) -> WorkflowHandle:
     """Start `SessionWorkflow`; the session id is the workflow id."""
-    summary, details = _summary(input, client.namespace)
+    summary, details = web_ui_summary(input, client.namespace)
     started = await client.start_workflow(
         SESSION_WORKFLOW,
         input,

@@ -20,6 +20,7 @@ import sys
 from typing import Any
 
 import docker
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
 from cli.session_ops import list_sessions, sessions_query
@@ -110,6 +111,10 @@ async def test_messages_sent_during_hand_overs_are_each_answered_once(stack: Sta
     assert statuses[-1] == WorkflowExecutionStatus.RUNNING and len(runs) == info.run
     phases = {phase for _, phase in runs[1:]}
     assert phases == {"idle", "turn"}, f"hand-overs both between turns and inside one: {phases}"
+    details = await (await handle.describe()).static_details()
+    metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    current = metadata.current_details  # what the Web UI shows
+    assert details is None and "**tools** echo" in current and f"run {info.run} (positions" in current
     listed = await list_sessions(stack.client, sessions_query(None), limit=1000)
     assert [row[0] for row in listed].count(handle.id) == 1, "`corral ls` lists the session once"
 

@@ -59,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         UserInterruptParams,
         UserMessageParams,
         UserMessageSignal,
+        web_ui_summary,
     )
     from corral.names import (
         EVENT_ID_PREFIX,
@@ -114,9 +115,10 @@ class SessionWorkflow:
             workflow.info().workflow_id, input.sandbox_environment(), lambda: self._mcp.clones(input.resources)
         )
         self._runs = HandOver(input)
+        self._static = web_ui_summary(input, workflow.info().namespace)
         if input.carry is not None:
             self._resume(input.carry)
-        if input.fork is not None:
+        if input.fork is not None and input.carry is None:
             self._inbox.hold()  # the copy of the source's log takes the first positions
         if input.message is not None:
             self._inbox.accept_message(UserMessageParams(type="user.message", content=input.message))
@@ -127,7 +129,7 @@ class SessionWorkflow:
     async def run(self, input: SessionInput) -> None:
         workflow.upsert_search_attributes([STATUS_KEY.value_set(self._status), MODEL_KEY.value_set(input.agent.model)])
         self._describe()
-        if input.fork is not None:
+        if input.fork is not None and input.carry is None:
             sandboxed = any(isinstance(tool, SandboxTool) for tool in self._tools.values())
             await start_fork(self._log, self._inbox, input, sandboxed, self._report)
             self._delta_start = len(self._log.conversation)  # the model worker reads the copy through a query
@@ -173,7 +175,7 @@ class SessionWorkflow:
             status=self._status,
             stop_reason=self._stop_reason,
         )
-        workflow.continue_as_new(self._input.model_copy(update={"carry": carry, "message": None, "fork": None}))
+        workflow.continue_as_new(self._input.model_copy(update={"carry": carry, "message": None}))
 
     def _resume(self, carry: SessionCarry) -> None:
         """Start from the state the previous run handed over."""
@@ -386,8 +388,11 @@ class SessionWorkflow:
         """The current details the Temporal Web UI shows for this session."""
         reason = f" ({self._stop_reason})" if self._stop_reason else ""
         run = f" · run {self._runs.run} (positions {self._log.base + 1}-)" if self._runs.run > 1 else ""
+        # A run after the first has no static summary (continue-as-new sets none): its details say it instead.
+        static = "" if self._runs.run == 1 else "{}\n\n{}\n\n".format(*self._static)
         workflow.set_current_details(
-            f"**{self._status}**{reason}{run} · model `{self._input.agent.model}` · {self._turns} model turns · "
+            f"{static}**{self._status}**{reason}{run} · model `{self._input.agent.model}` · "
+            f"{self._turns} model turns · "
             f"{self._log.last_position} events · {len(self._inbox.pending)} queued · "
             f"{self._usage.input_tokens} in / {self._usage.output_tokens} out tokens · cache "
             f"{self._usage.cache_read_input_tokens} read / {self._usage.cache_creation_input_tokens} written"

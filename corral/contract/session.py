@@ -225,6 +225,21 @@ class SessionInput(BaseModel):
         return self.environment or Environment()
 
 
+def web_ui_summary(input: SessionInput, namespace: str) -> tuple[str, str]:
+    """Static summary and details the Temporal Web UI shows for a session (a fork links to its source)."""
+    title = input.title or "agent session"
+    tools = ", ".join(tool.name for tool in input.agent.resolved_tools()) or "none"
+    details = [f"**model** `{input.agent.model}`", f"**tools** {tools}"]
+    if input.agent.name:
+        details.insert(0, f"**agent** {input.agent.name}")
+    details += [f"**{key}** {value}" for key, value in sorted(input.metadata.items())]
+    if input.fork is not None:
+        source = input.fork.session_id
+        link = f"[{source}](/namespaces/{namespace}/workflows/{source})"
+        details.append(f"**forked from** {link} at position {input.fork.position}")
+    return f"{title} · {input.agent.model}", "\n\n".join(details)
+
+
 class ForkSource(BaseModel):
     """Where a forked session comes from: its log starts as `session_id`'s, up to and including `position`."""
 
