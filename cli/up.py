@@ -23,7 +23,7 @@ from rich.text import Text
 from cli import processes, stack
 from cli.context import CliError, describe_failure
 from cli.stack import Plan, Service, StackConfig, StatePaths, UpOptions
-from corral.names import ENV_TEMPORAL_ADDRESS, ENV_TEMPORAL_NAMESPACE
+from corral.names import ENV_BLOB_STORE, ENV_TEMPORAL_ADDRESS, ENV_TEMPORAL_NAMESPACE
 
 READY_TIMEOUT = {"temporal": 60.0, "http": 30.0}
 OFFLINE_API_KEY = "offline-stand-in"
@@ -363,6 +363,9 @@ async def bring_down(console: Console, paths: StatePaths, *, remove_sandboxes: b
         console.print(f"nothing was running (state dir {paths.root})")
     kept = Text("kept: ", style="bold")
     kept.append(f"sessions and their logs in {paths.database}, process logs in {paths.logs}")
+    blobs = os.environ.get(ENV_BLOB_STORE, "")
+    if blobs:  # set by the CLI: the state dir's, or the user's own store
+        kept.append(f", long sessions' earlier runs and large payloads in {blobs}")
     console.print(kept)
     if dev_vault_stopped:  # a Vault of the user's own (VAULT_ADDR) is not ours to stop, and keeps its data
         console.print(Text("lost: the vaults and credentials of the OpenBao dev server (it keeps them in memory)"))

@@ -265,6 +265,7 @@ def test_up_start_tail_events_ls_down(tmp_path: Path) -> None:
     assert down.returncode == 0, down.stdout + down.stderr
     assert "stopped" in down.stdout
     assert f"kept: sessions and their logs in {state_dir / 'temporal.db'}" in " ".join(down.stdout.split())
+    assert f"large payloads in {env.get('CORRAL_BLOB_STORE') or state_dir / 'blobs'}" in " ".join(down.stdout.split())
     assert "lost: the vaults and credentials of the OpenBao dev server" in " ".join(down.stdout.split())
     assert not list((state_dir / "pids").glob("*.pid"))
     assert all(is_gone(pid) for pid in started.values()), started
