@@ -88,9 +88,10 @@ async def test_messages_sent_during_hand_overs_are_each_answered_once(stack: Sta
     bounds = [(0, 40), (35, 160), (info.archived_through - 20, info.archived_through + 20), (last - 50, last + 1)]
     read = {(a, b): await read_events(handle, after=a, before=b) for a, b in bounds}
     assert_slices_equal(events, read)
-    through = info.archived_through
+    through = info.archived_through  # the session may hand over once more while idle: the log is the same
     across = await read_events(handle, after=through - 5, limit=20)
-    assert [e.position for e in across] == list(range(through - 4, through + 16)), "a limit across the boundary"
+    expected = [position for position in range(through - 4, through + 16) if position <= last]
+    assert [e.position for e in across] == expected, "a limit across the boundary"
     typed = await read_events(handle, types=["user.message"], limit=30)
     assert [e.model_dump() for e in typed] == [m.model_dump() for m in messages[:30]]
     # The CLI reads the same one log: `corral events` and `corral export`, across every run.
