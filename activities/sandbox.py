@@ -17,6 +17,8 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from corral.archive import tool_output_key
+from corral.blobs import BlobStore, BlobStoreError, open_blob_store
 from corral.contract.activities import ExecuteInput
 from corral.contract.errors import SANDBOX_GONE, SANDBOX_UNAVAILABLE
 from corral.contract.sandbox import (
@@ -72,8 +74,11 @@ class SandboxActivities:
         image: str,
         cluster_id: str = "",
         git_proxy_port: int = DEFAULT_GIT_PROXY_PORT,
+        blobs: BlobStore | None = None,
     ) -> None:
         self._docker = client
+        self._blobs = blobs or open_blob_store()
+        """Where a bash call's whole output goes when the model is shown only its head and tail."""
         self._image = image
         self._cluster_id = cluster_id
         self._git_proxy_port = git_proxy_port  # the worker's `CORRAL_GIT_PROXY_PORT`, read once at its start
@@ -155,7 +160,7 @@ class SandboxActivities:
             try:
                 container = await asyncio.to_thread(containers.get_running, self._docker, handle.container_id)
                 if isinstance(params, BashInput):
-                    return await self._bash(container, input.tool_use_id, params, handle)
+                    return await self._bash(container, input.session_id, input.tool_use_id, params, handle)
                 return await self._file_tool(container, input.tool_use_id, input.name, params, handle)
             except SandboxGone as exc:
                 raise _gone(exc) from exc
@@ -171,7 +176,9 @@ class SandboxActivities:
             raise tool_error(str(answer.get("output", f"{name} failed")))
         return cut_output(str(answer.get("output", "")))
 
-    async def _bash(self, container: Any, call_id: str, params: BashInput, handle: SandboxHandle) -> str:
+    async def _bash(
+        self, container: Any, session_id: str, call_id: str, params: BashInput, handle: SandboxHandle
+    ) -> str:
         notes: list[str] = []
         if params.restart:
             await asyncio.to_thread(container.exec_run, ["rm", "-f", "/run/corral/state/cwd", "/run/corral/state/env"])
@@ -191,7 +198,7 @@ class SandboxActivities:
             # A retry: the first attempt's worker may have started (or even finished) this command.
             status = await asyncio.to_thread(containers.run_tool, container, call_id, {"tool": "call_status"}, workdir)
             if status["status"] != "none":
-                return await self._resume(container, call_id, status["status"], timeout, workdir, notes)
+                return await self._resume(container, session_id, call_id, status["status"], timeout, workdir, notes)
         exec_id = await asyncio.to_thread(
             containers.start_bash, self._docker, container, call_id, params.command, workdir
         )
@@ -201,16 +208,16 @@ class SandboxActivities:
         except TimeoutError:
             await self._kill(container, call_id, workdir, waiter)
             notes.append(f"[timed out after {timeout:g}s: the command and its child processes were killed]")
-            return await self._output(container, call_id, workdir, notes)
+            return await self._output(container, session_id, call_id, workdir, notes)
         except asyncio.CancelledError:
             await self._kill(container, call_id, workdir, waiter)
             raise
         if code == ALREADY_STARTED_EXIT:
-            return await self._resume(container, call_id, "running", timeout, workdir, notes)
-        return await self._output(container, call_id, workdir, notes)
+            return await self._resume(container, session_id, call_id, "running", timeout, workdir, notes)
+        return await self._output(container, session_id, call_id, workdir, notes)
 
     async def _resume(
-        self, container: Any, call_id: str, status: str, timeout: float, workdir: str, notes: list[str]
+        self, container: Any, session_id: str, call_id: str, status: str, timeout: float, workdir: str, notes: list[str]
     ) -> str:
         """Finish a call an earlier attempt started: never run it again."""
         waited = 0.0
@@ -229,7 +236,17 @@ class SandboxActivities:
             )
         else:
             notes.append("[recovered: this command had already run; its recorded result is shown, it was not re-run]")
-        return await self._output(container, call_id, workdir, notes)
+        return await self._output(container, session_id, call_id, workdir, notes)
+
+    async def _keep_whole_output(self, container: Any, session_id: str, call_id: str) -> str:
+        """Copy a cut output whole to the blob store; what the marker adds to say where (nothing if it failed)."""
+        try:
+            whole = await asyncio.to_thread(containers.call_output_file, container, call_id)
+            await asyncio.to_thread(self._blobs.put, tool_output_key(session_id, call_id), whole)
+        except (SandboxError, BlobStoreError, OSError) as exc:
+            log.warning("the whole output of %s in %s was not kept: %s", call_id, session_id, exc)
+            return ""
+        return f"; the whole output is kept: `corral output {session_id} {call_id}`"
 
     async def _kill(self, container: Any, call_id: str, workdir: str, waiter: asyncio.Future[Any] | None) -> None:
         with contextlib.suppress(SandboxError):
@@ -238,12 +255,13 @@ class SandboxActivities:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(waiter, 10)
 
-    async def _output(self, container: Any, call_id: str, workdir: str, notes: list[str]) -> str:
+    async def _output(self, container: Any, session_id: str, call_id: str, workdir: str, notes: list[str]) -> str:
         request = {"tool": "call_output", "head": OUTPUT_HEAD, "tail": OUTPUT_TAIL}
         answer = await asyncio.to_thread(containers.run_tool, container, call_id, request, workdir)
         text = str(answer.get("output", ""))
         if answer.get("cut_bytes"):
-            text += f"\n[output truncated: {answer['cut_bytes']} of {answer['total_bytes']} bytes cut]\n"
+            kept = await self._keep_whole_output(container, session_id, call_id)
+            text += f"\n[output truncated: {answer['cut_bytes']} of {answer['total_bytes']} bytes cut{kept}]\n"
             text += str(answer.get("output_tail", ""))
         if answer.get("status") == "done" and answer.get("exit_code"):
             notes.append(f"[exit code {answer['exit_code']}]")

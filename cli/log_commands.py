@@ -158,3 +158,40 @@ def export_command(
     written = run(settings, go(), session_id=session)
     where = f" to {output}" if output is not None else ""
     settings.err.print(f"exported {written} event{'s' if written != 1 else ''} of {session}{where}", style="dim")
+
+
+@app.command("output", rich_help_panel=PANEL)
+def output_command(
+    ctx: typer.Context,
+    session: SessionId,
+    tool_use_id: Annotated[
+        str, typer.Argument(metavar="TOOL_USE_ID", help="The agent.tool_use event's id.", show_default=False)
+    ],
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write here (default: stdout).", dir_okay=False)
+    ] = None,
+) -> None:
+    """Write the whole output of a bash call whose output the model saw cut to its head and tail.
+
+    The sandbox keeps it in the blob store when it cuts it; the tool result's marker names this command.
+    """
+    import sys
+
+    from corral.archive import tool_output_key
+    from corral.blobs import BlobStoreError, open_blob_store
+
+    settings = settings_of(ctx)
+    try:
+        whole = open_blob_store().get(tool_output_key(session, tool_use_id))
+    except BlobStoreError as exc:
+        message = f"no whole output is kept for {tool_use_id} of {session}: {exc}"
+        fail(settings, CliError(message, hint="Only a bash output cut for the model is kept; its tool result says so."))
+    if output is None:
+        sys.stdout.buffer.write(whole)
+        sys.stdout.flush()
+        return
+    target = output.expanduser().absolute()
+    if not target.parent.is_dir():
+        fail(settings, CliError(f"cannot write {target}: {target.parent} is not a directory", exit_code=2))
+    target.write_bytes(whole)
+    settings.err.print(f"wrote {len(whole)} bytes of {tool_use_id} to {output}", style="dim")

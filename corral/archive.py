@@ -1,4 +1,5 @@
-"""A session's log beyond its current workflow run: the events of earlier runs, in chunks in the blob store.
+"""A session's log beyond its current workflow run: the events of earlier runs, in chunks in the blob store (and,
+beside them, the whole output of tool calls the model saw cut).
 
 When a session continues as new, the run that ends writes its events (positions `after+1 .. through`) as chunks
 of at most `CHUNK_EVENTS` events, one JSON Lines blob each, keyed by the position of its first event. The next run
@@ -21,6 +22,11 @@ CHUNK_EVENTS = 500
 """Events per chunk: a 100-event slice reads one or two chunks."""
 
 _EVENT: TypeAdapter[SessionEvent] = TypeAdapter(SessionEvent)
+
+
+def tool_output_key(session_id: str, tool_use_id: str) -> str:
+    """Where the whole output of a tool call is kept when the model was shown only its head and tail."""
+    return f"sessions/{session_id}/outputs/{tool_use_id}"
 
 
 def chunk_key(session_id: str, first: int) -> str:

@@ -17,6 +17,7 @@ import json
 import random
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -210,7 +211,7 @@ TEMPORAL_PAYLOAD_LIMIT = 2 * 1024 * 1024
 
 
 async def test_a_10_mb_document_and_a_50_mb_tool_output_stay_out_of_history(
-    sandbox_stack: Stack, docker_client: docker.DockerClient
+    sandbox_stack: Stack, docker_client: docker.DockerClient, tmp_path: Path
 ) -> None:
     stack = sandbox_stack
     spew = {"tool_uses": [{"name": "bash", "input": {"command": "yes | head -c 50000000"}}]}
@@ -230,7 +231,15 @@ async def test_a_10_mb_document_and_a_50_mb_tool_output_stay_out_of_history(
     assert message.content[1].model_dump()["source"]["data"] == document, "the log returns the whole document"
     (output,) = texts(events, "agent.tool_result")
     assert output.startswith("y\ny\n") and len(output) < 101_000, "the model got the hand's head and tail of 50 MB"
-    assert "of 50000000 bytes cut]" in output, "and says how much was cut"
+    assert "of 50000000 bytes cut; the whole output is kept: `corral output" in output, "and where the rest is"
+    (use,) = [e for e in events if e.type == "agent.tool_use"]
+    address = stack.client.service_client.config.target_host
+    cli = [sys.executable, "-m", "cli.main", "--address", address, "output", handle.id]
+    kept = await asyncio.to_thread(subprocess.run, [*cli, use.id, "-o", str(tmp_path / "o")], capture_output=True)
+    assert kept.returncode == 0, kept.stderr
+    assert (tmp_path / "o").read_bytes() == b"y\n" * 25_000_000, "the whole 50 MB, kept out of history"
+    missing = await asyncio.to_thread(subprocess.run, [*cli, "sevt_nothing"], capture_output=True, text=True)
+    assert missing.returncode == 1 and "no whole output is kept for sevt_nothing" in missing.stderr
     asked = str(stack.requests(model)[0]["body"]["messages"])
     assert document[:1000] not in asked and "too large for the model's context" in asked
     history = await handle.fetch_history()

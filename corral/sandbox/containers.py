@@ -236,6 +236,20 @@ def run_tool(container: Container, call_id: str, request: dict[str, Any], workdi
     return answer
 
 
+def call_output_file(container: Container, call_id: str) -> bytes:
+    """The whole output of a bash call, as the container recorded it (SandboxError when it is not there). Read by
+    `cat` in the container: the daemon's archive API does not see the tmpfs the calls are recorded in."""
+    path = f"{STATE_DIR}/calls/{call_id}/out"
+    try:
+        result = container.exec_run(["cat", "--", path], user=f"{SANDBOX_UID}:{SANDBOX_GID}", demux=True)
+    except docker.errors.APIError as exc:
+        raise _gone_or_raise(container, exc) from exc
+    stdout, stderr = result.output
+    if result.exit_code != 0:
+        raise SandboxError(f"the output of call {call_id} could not be read: {(stderr or b'').decode()[-300:]}")
+    return stdout or b""
+
+
 def start_bash(client: docker.DockerClient, container: Container, call_id: str, command: str, workdir: str) -> str:
     """Create the exec of one bash call (in its own session, so its whole process group can be killed)."""
     encoded = base64.b64encode(command.encode()).decode()
