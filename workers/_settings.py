@@ -11,7 +11,7 @@ workers it starts)::
     CORRAL_STREAM_TOKEN              (none)             model: the relay's bearer token
     CORRAL_SANDBOX_IMAGE             built here         sandbox
     CORRAL_STATE_DIR                 .corral            sandbox: where the image is built; model: see below
-    CORRAL_BLOB_STORE                $CORRAL_STATE_DIR/blobs   model: where sessions' earlier runs are archived
+    CORRAL_BLOB_STORE                $CORRAL_STATE_DIR/blobs   model, sandbox: archived runs, kept whole outputs
     CORRAL_REAP_INTERVAL_SECONDS     60                 sandbox, proxy: how often the reaper looks for closed sessions
     CORRAL_GIT_PROXY_PORT            8767               sandbox (where git origins point), proxy (where it listens)
     CORRAL_GIT_PROXY_HOST            0.0.0.0            proxy
