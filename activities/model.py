@@ -264,4 +264,5 @@ def _result(message: anthropic.types.Message) -> ModelTurnResult:
         ),
         model=message.model,
         request_id=getattr(message, "_request_id", None),
+        stop_reason=message.stop_reason,
     )

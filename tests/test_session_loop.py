@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from corral.client import send_text, session_info
-from corral.contract.events import RequiresAction
+from corral.contract.events import AgentToolResult, RequiresAction, SessionError
 from corral.contract.session import SendEventsInput, SendEventsResult, UserMessageSignal
 from corral.names import SIGNAL_USER_MESSAGE, UPDATE_SEND_EVENTS
 from tests.conftest import Stack, assert_log_is_whole, read_events, stop_reason, texts, wait_for_idle
@@ -157,3 +158,27 @@ async def test_web_ui_summary_details_and_search_attributes(stack: Stack) -> Non
         if event.HasField("activity_task_scheduled_event_attributes")
     ]
     assert summaries == ['"model turn 1"']
+
+
+async def test_tool_calls_of_a_reply_cut_off_at_max_tokens_do_not_run(stack: Stack, tmp_path: Path) -> None:
+    """As the API says: a `max_tokens` stop may cut a tool call short, so none runs; the model is told, and goes on."""
+    marker = tmp_path / "runs.txt"
+    cut = {"text": "Writing", "tool_uses": [{"name": "append_line", "input": {"path": str(marker)}}]}
+    model = stack.script([{**cut, "stop_reason": "max_tokens"}, {"text": "Going on."}])
+    tool = stack.hand_tool("append_line", path={"type": "string"})
+    handle = await stack.start(model, "write it", tools=[tool])
+    events = await wait_for_idle(handle)
+    assert stop_reason(events[-1]).type == "end_turn" and texts(events)[-1] == "Going on."
+    (result,) = [e for e in events if isinstance(e, AgentToolResult)]
+    assert result.is_error and "cut off at max_tokens" in texts([result], "agent.tool_result")[0]
+    assert not marker.exists(), "the cut-off call did not run"
+    assert "cut off at max_tokens" in str(stack.requests(model)[1]["body"]["messages"]), "the model was told"
+
+    # Cut off every time: after three replies in a row the turn ends, with a typed error that says what to do.
+    always = stack.script([{**cut, "stop_reason": "max_tokens"}], loop=True)
+    handle = await stack.start(always, "write it", tools=[tool])
+    events = await wait_for_idle(handle)
+    assert stop_reason(events[-1]).type == "retries_exhausted" and not marker.exists()
+    (error,) = [e for e in events if isinstance(e, SessionError)]
+    assert error.error.retry_status.type == "exhausted" and "raise it" in error.error.message
+    assert len(stack.requests(always)) == 3

@@ -86,6 +86,12 @@ with workflow.unsafe.imports_passed_through():
     from workflows._sandbox import SessionSandbox
 
 
+MAX_CUT_OFF = 3
+CUT_OFF_RESULT = (
+    "Not run: your reply was cut off at max_tokens ({max_tokens}), so this call may be incomplete. Go on, and make "
+    "the call again, complete, if it is still needed."
+)
+
 STATUS_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS)
 MODEL_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_MODEL)
 
@@ -211,6 +217,7 @@ class SessionWorkflow:
             if resume == "awaiting_custom":
                 await self._await_custom(list(self._inbox.awaiting_custom.values()))
             await self._mcp.prepare(self._report)
+            cut_off = 0  # replies in a row cut off at max_tokens with tool calls in them
             while True:
                 self._inbox.take_pending()
                 if self._hand_over_due():
@@ -219,7 +226,12 @@ class SessionWorkflow:
                 if result is None:
                     return
                 uses = record_response(self._log, result, self._mcp.spec, self._is_custom)
-                if uses:
+                if uses and result.stop_reason == "max_tokens":
+                    cut_off += 1
+                    if not self._refuse_cut_off_calls(uses, cut_off):
+                        return
+                elif uses:
+                    cut_off = 0
                     await self._run_tools(uses)
                 elif not self._inbox.pending:
                     self._go_idle(EndTurn())
@@ -309,6 +321,19 @@ class SessionWorkflow:
 
     def _context_note(self, message: str) -> None:
         self._report("model_request_failed_error", message, "retrying")
+
+    def _refuse_cut_off_calls(self, uses: list[ToolUseEvent], cut_off: int) -> bool:
+        """A reply cut off at `max_tokens` may hold incomplete tool calls: none runs. Each gets an error result and
+        the model is asked to go on (True), up to `MAX_CUT_OFF` replies in a row; then the turn ends (False)."""
+        for use in uses:
+            self._log.answer(use, CUT_OFF_RESULT.format(max_tokens=self._input.agent.max_tokens), True)
+        if cut_off < MAX_CUT_OFF:
+            return True
+        limit = self._input.agent.max_tokens
+        message = f"{cut_off} replies in a row were cut off at max_tokens ({limit}) in a tool call: raise it"
+        self._report("model_request_failed_error", message, "exhausted")
+        self._go_idle(RetriesExhausted())
+        return False
 
     def _is_custom(self, name: str) -> bool:
         return isinstance(self._tools.get(name), CustomTool)

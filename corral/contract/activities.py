@@ -93,6 +93,8 @@ class ModelTurnResult(BaseModel):
     usage: ModelUsage
     model: str
     request_id: str | None = None
+    stop_reason: str | None = None
+    """The API's: `max_tokens` means the reply was cut off, and its tool calls may be incomplete."""
 
 
 class ModelContextQuery(BaseModel):
