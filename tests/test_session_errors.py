@@ -12,7 +12,7 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 
 from corral.client import send_text, session_info
 from corral.contract.events import SessionError
-from corral.contract.session import SendEventsInput, SendEventsResult
+from corral.contract.session import MAX_MESSAGE_BYTES, SendEventsInput, SendEventsResult
 from corral.names import SIGNAL_INTERRUPT, SIGNAL_USER_MESSAGE, UPDATE_SEND_EVENTS
 from tests.conftest import Stack, assert_log_is_whole, read_events, stop_reason, texts, wait_for_idle
 from workers.roles import model_worker
@@ -60,6 +60,7 @@ async def test_invalid_signal_is_dropped_without_failing_the_session(stack: Stac
     handle = await stack.start(model)
     await handle.signal(SIGNAL_USER_MESSAGE, {"content": ""})
     await handle.signal(SIGNAL_USER_MESSAGE, {"text": "wrong field"})
+    await handle.signal(SIGNAL_USER_MESSAGE, {"content": "x" * (MAX_MESSAGE_BYTES + 1)})  # what send_events refuses
     await handle.signal(SIGNAL_USER_MESSAGE, {"content": "valid"})
     events = await wait_for_idle(handle)
     assert texts(events, "user.message") == ["valid"]

@@ -80,7 +80,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows._handover import HandOver, Parts
     from workflows._hands import call_model, execute_on_hand
     from workflows._inbox import UserInbox
-    from workflows._log import SessionLog
+    from workflows._log import SessionLog, parse_user_events
     from workflows._mcp import RetryState, SessionMcp
     from workflows._outcomes import ToolUseEvent, add_usage, model_error_info, record_response
     from workflows._sandbox import SessionSandbox
@@ -441,8 +441,11 @@ class SessionWorkflow:
     def user_message(self, input: UserMessageSignal) -> None:
         """Fire-and-forget message; prefer the `send_events` update to learn whether it was accepted."""
         self._runs.requests += 1
-        try:
-            self._inbox.accept_message(UserMessageParams(type="user.message", content=input.content, id=input.id))
+        try:  # the same checks as a `send_events` batch of one, the size limit included
+            (params,) = parse_user_events(
+                SendEventsInput(events=[{"type": "user.message", **input.model_dump(exclude_none=True)}])
+            )
+            self._inbox.accept(params)
         except ValueError as exc:
             workflow.logger.warning("dropped an invalid user_message signal: %s", exc)
 
