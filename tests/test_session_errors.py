@@ -13,7 +13,7 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from corral.client import send_text, session_info
 from corral.contract.events import SessionError
 from corral.contract.session import MAX_MESSAGE_BYTES, SendEventsInput, SendEventsResult
-from corral.names import SIGNAL_INTERRUPT, SIGNAL_USER_MESSAGE, UPDATE_SEND_EVENTS
+from corral.names import ACTIVITY_PROXY_BIND_SESSION, SIGNAL_INTERRUPT, SIGNAL_USER_MESSAGE, UPDATE_SEND_EVENTS
 from tests.conftest import Stack, assert_log_is_whole, read_events, stop_reason, texts, wait_for_idle
 from workers.roles import model_worker
 
@@ -193,3 +193,25 @@ async def test_unreachable_model_endpoint_is_retried_then_exhausted(stack: Stack
     ]
     assert "connection error" in errors[0].error.message
     assert stop_reason(events[-1]).type == "retries_exhausted"
+
+
+async def test_an_interrupt_while_the_session_binds_at_the_proxy_is_honoured(stack: Stack) -> None:
+    """No proxy worker answers here, so the bind waits; an interrupt then ends the turn like any other: processed,
+    no error, the model not called, and the next turn binds again."""
+    model = stack.script([{"text": "should not be reached"}], loop=True)
+    mcp = {"mcp_servers": [{"type": "url", "name": "tools", "url": "http://127.0.0.1:9/mcp"}]}
+    agent = {"model": model, **mcp, "tools": [{"type": "mcp_toolset", "mcp_server_name": "tools"}]}
+    handle = await stack.start(model, "hello", agent=agent)
+    async with asyncio.timeout(30):
+        while ACTIVITY_PROXY_BIND_SESSION not in (await handle.fetch_history()).to_json():
+            await asyncio.sleep(0.1)
+    await handle.signal(SIGNAL_INTERRUPT)
+    events = await wait_for_idle(handle, within_seconds=30)
+    assert stop_reason(events[-1]).type == "end_turn"
+    assert not [e for e in events if e.type == "session.error"], [e.model_dump() for e in events]
+    (interrupt,) = [e for e in events if e.type == "user.interrupt"]
+    assert interrupt.processed_at is not None and not stack.requests(model), "the model was not called"
+    await send_text(handle, "again")
+    async with asyncio.timeout(30):  # the next turn asks the proxy again
+        while (await handle.fetch_history()).to_json().count(f'"{ACTIVITY_PROXY_BIND_SESSION}"') < 2:
+            await asyncio.sleep(0.1)

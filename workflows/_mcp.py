@@ -6,6 +6,7 @@ so replay never calls a server. Calls go through the proxy too. No credential ev
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Literal
@@ -72,7 +73,15 @@ class SessionMcp:
         left out, the session goes on with the others."""
         if self.ready:
             return
+        try:
+            await self._bind_and_discover(report)
+        except (asyncio.CancelledError, ActivityError):  # an interrupt: bind and discover again on the next turn
+            self.tools = {}
+            raise
         self.ready = True
+
+    async def _bind_and_discover(self, report: ReportError) -> None:
+        """Raises only when cancelled (an interrupt), with an ActivityError or CancelledError."""
         try:
             bound: BindSessionResult = await self._proxy(
                 ACTIVITY_PROXY_BIND_SESSION,
@@ -81,6 +90,8 @@ class SessionMcp:
                 "bind session to its vaults",
             )
         except ActivityError as err:
+            if isinstance(err.cause, CancelledError):
+                raise
             report("mcp_authentication_failed_error", f"the proxy refused the session: {_message(err)}", "exhausted")
             return
         self.reference = bound.reference
@@ -103,6 +114,8 @@ class SessionMcp:
                 )
                 return specs
             except ActivityError as err:
+                if isinstance(err.cause, CancelledError):
+                    raise
                 error_type, retryable = _classify(err)
                 last = attempt == DISCOVERY_ATTEMPTS or not retryable
                 message = f"MCP server {server.name} ({server.url}): {_message(err)}"
