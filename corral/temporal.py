@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -14,7 +13,6 @@ from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSe
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, GetClusterInfoRequest, UpdateNamespaceRequest
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 
 from corral.names import (
@@ -44,11 +42,12 @@ def temporal_namespace() -> str:
 
 
 def data_converter() -> DataConverter:
-    """Every corral client and worker's: pydantic models as JSON, and payloads over 256 KiB in the blob store
-    (`CORRAL_BLOB_STORE`) with only a reference in history."""
+    """Every corral client and worker's: pydantic models as JSON (input that does not fit is a typed failure,
+    corral.converter), and payloads over 256 KiB in the blob store (`CORRAL_BLOB_STORE`), a reference in history."""
     from corral.blobs import payload_storage  # not at the top: the CLI imports this module, and fast
+    from corral.converter import CorralPayloadConverter
 
-    return dataclasses.replace(pydantic_data_converter, external_storage=payload_storage())
+    return DataConverter(payload_converter_class=CorralPayloadConverter, external_storage=payload_storage())
 
 
 async def connect(address: str | None = None, namespace: str | None = None) -> Client:

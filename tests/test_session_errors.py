@@ -8,13 +8,20 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
-from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 
 from corral.client import send_text, session_info
 from corral.contract.events import SessionError
 from corral.contract.session import MAX_MESSAGE_BYTES, SendEventsInput, SendEventsResult
-from corral.names import ACTIVITY_PROXY_BIND_SESSION, SIGNAL_INTERRUPT, SIGNAL_USER_MESSAGE, UPDATE_SEND_EVENTS
-from tests.conftest import Stack, assert_log_is_whole, read_events, stop_reason, texts, wait_for_idle
+from corral.names import (
+    ACTIVITY_PROXY_BIND_SESSION,
+    SESSION_WORKFLOW,
+    SIGNAL_INTERRUPT,
+    SIGNAL_USER_MESSAGE,
+    UPDATE_SEND_EVENTS,
+)
+from tests.conftest import Stack, assert_log_is_whole, read_events, stop_reason, texts, unique, wait_for_idle
 from workers.roles import model_worker
 
 
@@ -215,3 +222,16 @@ async def test_an_interrupt_while_the_session_binds_at_the_proxy_is_honoured(sta
     async with asyncio.timeout(30):  # the next turn asks the proxy again
         while (await handle.fetch_history()).to_json().count(f'"{ACTIVITY_PROXY_BIND_SESSION}"') < 2:
             await asyncio.sleep(0.1)
+
+
+async def test_a_bad_start_input_fails_the_session_at_once_saying_why(stack: Stack) -> None:
+    """What the `temporal` CLI (or any raw client) can send: a start input that fails validation ends the workflow
+    with a typed, non-retryable failure listing each problem, instead of a workflow task retried forever."""
+    bad = {"agent": {"model": "m", "max_tokens": 0}, "colour": "red"}
+    handle = await stack.client.start_workflow(SESSION_WORKFLOW, bad, id=unique("bad"), task_queue=stack.harness_queue)
+    with pytest.raises(WorkflowFailureError) as failed:
+        await asyncio.wait_for(handle.result(), 30)
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput" and cause.non_retryable
+    assert "agent.max_tokens: Input should be greater than or equal to 1" in cause.message
+    assert "colour: Extra inputs are not permitted" in cause.message
