@@ -8,7 +8,9 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
+from temporalio.api.common.v1 import Payload
 from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from corral.client import send_text, session_info
@@ -62,12 +64,21 @@ async def test_malformed_send_events_is_rejected_and_nothing_is_written(
     assert not any(e.HasField("workflow_execution_failed_event_attributes") for e in history.events)
 
 
+def _json_payload(data: bytes) -> Payload:
+    """A payload as a raw client (the `temporal` CLI, another SDK) may send it: JSON bytes, unchecked."""
+    return Payload(metadata={"encoding": b"json/plain"}, data=data)
+
+
 async def test_invalid_signal_is_dropped_without_failing_the_session(stack: Stack) -> None:
     model = stack.script([{"text": "fine"}], loop=True)
     handle = await stack.start(model)
     await handle.signal(SIGNAL_USER_MESSAGE, {"content": ""})
     await handle.signal(SIGNAL_USER_MESSAGE, {"text": "wrong field"})
     await handle.signal(SIGNAL_USER_MESSAGE, {"content": "x" * (MAX_MESSAGE_BYTES + 1)})  # what send_events refuses
+    await handle.signal(SIGNAL_USER_MESSAGE, RawValue(_json_payload(b'{"content": "lone \\ud800 surrogate"}')))
+    with pytest.raises(WorkflowUpdateFailedError, match="Workflow update failed"):
+        batch = b'{"events": [{"type": "user.message", "content": "lone \\ud800 surrogate"}]}'
+        await handle.execute_update(UPDATE_SEND_EVENTS, RawValue(_json_payload(batch)))
     await handle.signal(SIGNAL_USER_MESSAGE, {"content": "valid"})
     events = await wait_for_idle(handle)
     assert texts(events, "user.message") == ["valid"]
