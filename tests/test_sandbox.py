@@ -405,6 +405,6 @@ async def test_ten_megabytes_of_output_are_cut_with_a_marker_and_the_session_goe
     handle = await sandbox_stack.start(model, message="go", tools=TOOLSET)
     events = await wait_for_idle(handle, within_seconds=120)
     first, second = texts(events, "agent.tool_result")
-    assert "[output truncated: 9900011 of 10000011 bytes cut]" in first
+    assert "[output truncated: 9900011 of 10000011 bytes cut; the whole output is kept: `corral output" in first
     assert first.endswith("tail-line") and len(first) < 110_000
     assert second == "next" and texts(events) == ["ok"]
