@@ -1,5 +1,6 @@
-"""Property tests of one log across runs: however a session's events are split into runs and chunks, a slice read
-from the archive and the current run equals the same slice of the whole log (pure functions, no Temporal)."""
+"""Property tests of the log's edges (pure functions, no Temporal): however a session's events are split into runs
+and chunks, a slice read from the archive and the current run equals the same slice of the whole log; and whatever
+a raw client sends, the update validator accepts it or rejects it with a message."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from corral.archive import CHUNK_EVENTS, read_archived, write_chunks
 from corral.blobs import LocalBlobStore
 from corral.contract.carry import ArchiveIndex
 from corral.contract.events import AgentMessage, SessionEvent, SessionStatusIdle, TextBlock, UserMessage
-from corral.contract.session import EventsQuery
-from workflows._log import SessionLog
+from corral.contract.session import EventsQuery, SendEventsInput
+from workflows._log import SessionLog, check_answers, parse_user_events
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 TYPES = ["user.message", "agent.message", "session.status_idle"]
@@ -94,3 +95,40 @@ def test_chunks_hold_at_most_their_share_and_are_read_in_order(tmp_path: Path) -
     read = list(read_archived(store, "sesn_p", index, 0, len(whole) + 1))
     assert [e.position for e in read] == list(range(1, len(whole) + 1))
     assert all(a.position + 1 == b.position for a, b in itertools.pairwise(read))
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3),
+    max_leaves=10,
+)
+USER_EVENTS = st.fixed_dictionaries(
+    {
+        "type": st.sampled_from(
+            ["user.message", "user.interrupt", "user.custom_tool_result", "user.tool_confirmation", "x"]
+        )
+    },
+    optional={
+        "content": st.one_of(st.text(max_size=30), st.lists(JSON_VALUES, max_size=3), JSON_VALUES),
+        "id": st.one_of(st.text(max_size=10), JSON_VALUES),
+        "custom_tool_use_id": st.one_of(st.just("sevt_open"), st.text(max_size=10)),
+        "tool_use_id": st.text(max_size=10),
+        "result": st.sampled_from(["allow", "deny", "maybe"]),
+        "is_error": JSON_VALUES,
+        "extra": JSON_VALUES,
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(USER_EVENTS, st.dictionaries(st.text(max_size=8), JSON_VALUES, max_size=4)), max_size=5))
+def test_the_send_events_validator_rejects_with_a_message_or_accepts(events: list[dict[str, object]]) -> None:
+    """Whatever a raw client sends, the validator either accepts it or raises ValueError with a message: never
+    another exception, which would fail the workflow task instead of rejecting the update."""
+    try:
+        params = parse_user_events(SendEventsInput(events=events))
+        check_answers(params, waiting={"sevt_open"})
+    except ValueError as exc:
+        assert str(exc).strip(), "a rejection says why"
+        return
+    assert len(params) == len(events) and all(p.type == e["type"] for p, e in zip(params, events, strict=True))
