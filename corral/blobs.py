@@ -37,6 +37,13 @@ class BlobStoreError(Exception):
     """The store is misconfigured or a blob is missing; the message says which."""
 
 
+def _checked(key: str) -> str:
+    """`key` if it is a relative `/`-separated path with no empty, `.` or `..` part; else BlobStoreError."""
+    if not key or any(part in ("", ".", "..") for part in key.split("/")):
+        raise BlobStoreError(f"invalid blob key {key!r}")
+    return key
+
+
 class LocalBlobStore:
     """Blobs as files under `root` (made on first write)."""
 
@@ -48,10 +55,7 @@ class LocalBlobStore:
         return self.root.as_uri()
 
     def _path(self, key: str) -> Path:
-        parts = key.split("/")
-        if not key or any(part in ("", ".", "..") for part in parts):
-            raise BlobStoreError(f"invalid blob key {key!r}")
-        return self.root.joinpath(*parts)
+        return self.root.joinpath(*_checked(key).split("/"))
 
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
@@ -89,9 +93,7 @@ class S3BlobStore:
         return f"{where} at {self._endpoint}" if self._endpoint else where
 
     def _key(self, key: str) -> str:
-        if not key or any(part in ("", ".", "..") for part in key.split("/")):
-            raise BlobStoreError(f"invalid blob key {key!r}")
-        return f"{self.prefix}/{key}" if self.prefix else key
+        return f"{self.prefix}/{_checked(key)}" if self.prefix else _checked(key)
 
     def put(self, key: str, data: bytes) -> None:
         self._client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)

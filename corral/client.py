@@ -210,18 +210,14 @@ async def event_pages(
 def _archived_page(
     store: BlobStore, session_id: str, archive: ArchiveIndex, after: int, end: int, types: list[str] | None, limit: int
 ) -> tuple[list[SessionEvent], int]:
-    """Up to `limit` archived events of `types` in `(after, end)`, and the last position looked at."""
+    """Up to `limit` archived events of `types` in `(after, end)`, and the position to read on after."""
     events: list[SessionEvent] = []
-    last = end - 1
     for event in read_archived(store, session_id, archive, after, end):
-        if len(events) >= limit:
-            last = events[-1].position if events else after
-            break
         if types is None or event.type in types:
+            if len(events) == limit:
+                return events, events[-1].position
             events.append(event)
-    else:
-        return events, end - 1
-    return events, last
+    return events, end - 1
 
 
 class SessionClosed(Exception):
