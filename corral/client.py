@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.errordetails.v1 import WorkflowNotReadyFailure
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
@@ -115,8 +116,10 @@ async def send_events(handle: WorkflowHandle, events: list[dict[str, Any]]) -> l
 
     Sent again, with backoff for up to `BUSY_SECONDS`, when Temporal did not take it: past the few updates a
     workflow takes at a time (10 on the dev server) it answers RESOURCE_EXHAUSTED, and an update that arrives while
-    the session continues as new is aborted (UNAVAILABLE) or refused (HANDING_OVER) and belongs to the next run.
-    None of these was applied, so sending again adds no event twice (a client id makes any resend harmless)."""
+    the session continues as new is aborted (UNAVAILABLE) or refused (HANDING_OVER) and belongs to the next run,
+    and one that meets a workflow task the server refused (a continue-as-new while signals were arriving) answers
+    WorkflowNotReady. None of these was applied, so sending again adds no event twice (a client id makes any
+    resend harmless)."""
     delay = RETRY_SECONDS
     deadline = time.monotonic() + BUSY_SECONDS
     while True:
@@ -130,8 +133,7 @@ async def send_events(handle: WorkflowHandle, events: list[dict[str, Any]]) -> l
             if not handing_over or time.monotonic() > deadline:
                 raise
         except RPCError as exc:
-            busy = exc.status in (RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.UNAVAILABLE)
-            if not busy or time.monotonic() > deadline:
+            if not _not_taken(exc) or time.monotonic() > deadline:
                 raise
         await asyncio.sleep(delay * random.uniform(0.5, 1.5))  # jitter: many senders do not come back together
         delay = min(delay * 2, 2.0)
@@ -205,6 +207,14 @@ async def event_pages(
         if not page.has_more:
             break
         after = page.next_after
+
+
+def _not_taken(exc: RPCError) -> bool:
+    """Whether Temporal answered an update without taking it, so that it may simply be sent again."""
+    if exc.status in (RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.UNAVAILABLE):
+        return True
+    details = exc.grpc_status.details if exc.status == RPCStatusCode.FAILED_PRECONDITION else []
+    return any(detail.Is(WorkflowNotReadyFailure.DESCRIPTOR) for detail in details)
 
 
 def _archived_page(

@@ -176,3 +176,20 @@ def test_calculate_is_safe() -> None:
 def test_cut_output_keeps_head_and_tail_and_says_how_much_was_cut() -> None:
     assert cut_output("abcde", head=3, tail=2) == "abcde"
     assert cut_output("abc" + "x" * 7 + "yz", head=3, tail=2) == "abc\n[output truncated: 7 of 12 characters cut]\nyz"
+
+
+def test_an_update_the_server_did_not_take_is_sent_again() -> None:
+    """What the server answered (raw bytes, as seen in a run) when an update met a workflow task it refused during
+    a continue-as-new: WorkflowNotReady, safe to send again; other refusals are not."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from corral.client import _not_taken
+
+    raw = (
+        b"\x08\t\x12TUnable to perform workflow execution update due to unexpected workflow task failure.\x1aJ\n"
+        b"Htype.googleapis.com/temporal.api.errordetails.v1.WorkflowNotReadyFailure"
+    )
+    assert _not_taken(RPCError("not ready", RPCStatusCode.FAILED_PRECONDITION, raw))
+    assert _not_taken(RPCError("busy", RPCStatusCode.RESOURCE_EXHAUSTED, b""))
+    assert not _not_taken(RPCError("other", RPCStatusCode.FAILED_PRECONDITION, b""))
+    assert not _not_taken(RPCError("bad", RPCStatusCode.INVALID_ARGUMENT, b""))
