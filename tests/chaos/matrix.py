@@ -1,0 +1,70 @@
+"""What a fault test records and checks: N from the environment, the log's integrity, and one outcome row.
+
+A fault test starts `chaos_n()` sessions, brings them mid-turn, injects its fault, and asserts its documented
+expectation exactly. It then calls `record(...)` with what it saw; when `CORRAL_CHAOS_RECORD` names a file (set by
+`bench/reliability.py`) the row is appended there as one JSON line, so the report is built from real runs only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from corral.contract.events import SessionEvent
+
+ENV_N = "CORRAL_CHAOS_N"
+ENV_RECORD = "CORRAL_CHAOS_RECORD"
+
+
+def chaos_n(default: int = 2) -> int:
+    """How many sessions each fault test runs: `$CORRAL_CHAOS_N`, else `default` (small, for CI)."""
+    raw = os.environ.get(ENV_N)
+    return max(1, int(raw)) if raw else default
+
+
+@dataclass(frozen=True)
+class LogCheck:
+    """A session log's integrity: positions missing from 1..N, and positions or ids seen more than once."""
+
+    gaps: int
+    duplicates: int
+
+    @property
+    def whole(self) -> bool:
+        return self.gaps == 0 and self.duplicates == 0
+
+
+def check_log(events: Sequence[SessionEvent]) -> LogCheck:
+    positions = [event.position for event in events]
+    highest = max(positions, default=0)
+    gaps = len(set(range(1, highest + 1)) - set(positions))
+    duplicates = (len(positions) - len(set(positions))) + (len(events) - len({event.id for event in events}))
+    return LogCheck(gaps=gaps, duplicates=duplicates)
+
+
+@dataclass
+class Outcome:
+    """One row of the matrix: the fault, how many sessions met it, what was expected and what was seen."""
+
+    fault: str
+    expected: str
+    n: int
+    observed: str
+    lost: int = 0
+    """Events, messages or tool results missing from a session's log (gaps, or a sent message never logged)."""
+    duplicated: int = 0
+    """Events logged twice, or side effects (a sandbox command's marker) that ran more than once."""
+    recovery_seconds: list[float] = field(default_factory=list)
+    """Per session: from the fault to the session being whole again (idle after the turn that met it)."""
+
+
+def record(outcome: Outcome) -> None:
+    """Append the outcome to `$CORRAL_CHAOS_RECORD` (one JSON line) when a reliability run asked for it."""
+    target = os.environ.get(ENV_RECORD)
+    if not target:
+        return
+    with Path(target).open("a", encoding="utf-8") as out:
+        out.write(json.dumps(asdict(outcome)) + "\n")
