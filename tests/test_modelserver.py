@@ -10,6 +10,7 @@ from typing import Any
 
 import anthropic
 import httpx
+import httpx2
 import pytest
 
 from corral.modelserver import ModelServerThread, Script, ScriptStep, create_app
@@ -19,6 +20,7 @@ from corral.modelserver.scripts import (
     ApiError,
     Plan,
     ScriptBook,
+    StreamBreak,
     TextBlock,
     ToolUseBlock,
     default_tool_use_id,
@@ -280,6 +282,69 @@ async def test_fail_mid_stream(client: anthropic.AsyncAnthropic, http: httpx.Asy
         assert await stream.get_final_text() == text
 
 
+async def _read_broken(client: anthropic.AsyncAnthropic, model: str, **options: Any) -> tuple[str, Any]:
+    """(the text received, then the final message or the exception the SDK raised)."""
+    received: list[str] = []
+    try:
+        async with client.messages.stream(model=model, max_tokens=10, messages=USER_HI, **options) as stream:
+            async for event in stream:
+                if event.type == "content_block_delta" and event.delta.type == "text_delta":
+                    received.append(event.delta.text)
+            return "".join(received), await stream.get_final_message()
+    except Exception as exc:
+        return "".join(received), exc
+
+
+@pytest.mark.parametrize(
+    ("kind", "raised"),
+    [
+        ("cut", httpx2.RemoteProtocolError),  # the SDK lets the transport's error through as it is
+        ("malformed", json.JSONDecodeError),
+        ("stall", httpx2.ReadTimeout),  # only a read timeout ends the wait
+    ],
+)
+async def test_a_broken_stream_is_what_the_sdk_sees(
+    client: anthropic.AsyncAnthropic, http: httpx.AsyncClient, script_name: str, kind: str, raised: type
+) -> None:
+    text = "one two three four five six"
+    await register(http, script_name, {"steps": [{"text": text, "break_stream": [{"kind": kind, "after_deltas": 2}]}]})
+    model = f"script:{script_name}"
+    timeout = httpx2.Timeout(30, read=0.5) if kind == "stall" else httpx2.Timeout(30)
+    received, outcome = await _read_broken(client, model, timeout=timeout)
+    assert isinstance(outcome, raised), repr(outcome)
+    assert received == "one two "  # the two deltas before the break, and nothing after it
+    received, outcome = await _read_broken(client, model)  # one break per use: the next use is whole
+    assert received == text and outcome.stop_reason == "end_turn"
+
+
+async def test_a_stream_that_ends_early_has_no_stop_reason(
+    client: anthropic.AsyncAnthropic, http: httpx.AsyncClient, script_name: str
+) -> None:
+    """A body that ends cleanly but before `message_stop`: the SDK raises nothing and hands over the partial message
+    (stop_reason None), so a client must check for it."""
+    steps = [{"text": "one two three", "break_stream": [{"kind": "end"}, {"kind": "end", "after_deltas": 9}]}]
+    await register(http, script_name, {"steps": steps})
+    received, message = await _read_broken(client, f"script:{script_name}")
+    assert received == "one " and message.stop_reason is None
+    received, message = await _read_broken(client, f"script:{script_name}")  # due after the last delta
+    assert received == "one two three" and message.stop_reason is None
+
+
+async def test_a_stalled_stream_is_stopped_when_the_client_goes_away(
+    client: anthropic.AsyncAnthropic, http: httpx.AsyncClient, script_name: str
+) -> None:
+    await register(http, script_name, {"steps": [{"text": "a b", "break_stream": [{"kind": "stall"}]}]})
+    before = (await http.get("/_corral/stats")).json()
+    received, outcome = await _read_broken(client, f"script:{script_name}", timeout=httpx2.Timeout(30, read=0.2))
+    assert isinstance(outcome, httpx2.ReadTimeout) and received == "a "
+    for _ in range(200):
+        stats = (await http.get("/_corral/stats")).json()
+        if stats["cancelled_streams"] > before["cancelled_streams"]:
+            break
+        await asyncio.sleep(0.05)
+    assert stats["cancelled_streams"] > before["cancelled_streams"], stats
+
+
 # --- step selection ------------------------------------------------------------------------------
 
 
@@ -324,6 +389,8 @@ async def test_unknown_script_is_404(client: anthropic.AsyncAnthropic) -> None:
         ({"steps": [{"txt": "typo"}]}, "txt"),
         ({"steps": [{"fail": [{"status": 200}]}]}, "status"),
         ({"steps": [{"stop_reason": "bored"}]}, "stop_reason"),
+        ({"steps": [{"break_stream": [{"kind": "explode"}]}]}, "break_stream.0.kind"),
+        ({"steps": [{"fail_mid_stream": True, "break_stream": [{"kind": "cut"}]}]}, "use break_stream only"),
     ],
 )
 def test_bad_script_is_400(base_url: str, script: dict[str, Any], complaint: str) -> None:
@@ -516,6 +583,18 @@ def test_plan_step_failures_then_success() -> None:
     assert isinstance(second, ApiError) and (second.status, second.type) == (529, "overloaded_error")
     assert second.body()["error"]["message"]
     assert isinstance(third, Plan) and third.blocks == [TextBlock("hi")] and third.stop_reason == "end_turn"
+
+
+def test_stream_breaks_apply_to_the_uses_after_the_failures_in_order() -> None:
+    breaks = [{"kind": "stall"}, {"kind": "cut", "after_deltas": 3}]
+    step = ScriptStep.model_validate({"text": "hi", "fail": [{}], "break_stream": breaks})
+    plans = [plan_step({"messages": USER_HI}, "s", 0, step, hit) for hit in range(4)]
+    assert isinstance(plans[0], ApiError)
+    assert [p.stream_break for p in plans[1:] if isinstance(p, Plan)] == [
+        StreamBreak(kind="stall", after_deltas=1),
+        StreamBreak(kind="cut", after_deltas=3),
+        None,
+    ]
 
 
 def test_script_book_counts_hits_per_step() -> None:

@@ -30,6 +30,7 @@ from corral.modelserver.scripts import (
     PlannedBlock,
     Script,
     ScriptBook,
+    StreamBreak,
     TextBlock,
     content_to_dict,
     estimate_input_tokens,
@@ -45,6 +46,9 @@ logger = logging.getLogger("corral.modelserver")
 
 STAND_IN_MODEL_ID = "corral-offline-stand-in"
 MID_STREAM_ERROR = ApiError(529, "overloaded_error", "Overloaded (scripted mid-stream failure)")
+MALFORMED_FRAME = b"event: content_block_delta\ndata: {this frame is not JSON\n\n"
+STALL_SECONDS = 24 * 3600.0
+"""A stalled stream sends nothing for this long: until the client goes away, in practice."""
 
 
 class RequestIdMiddleware:
@@ -73,12 +77,26 @@ class RequestIdMiddleware:
 STAND_IN_MAX_INPUT_TOKENS = 200_000
 
 
+class _BrokenOff(Exception):
+    """A scripted stream stops here: `cut` leaves the body unfinished, so the connection drops; else it ends cleanly."""
+
+    def __init__(self, cut: bool) -> None:
+        super().__init__("cut" if cut else "end")
+        self.cut = cut
+
+
 class _ClosingStreamingResponse(StreamingResponse):
-    """A StreamingResponse that always closes its generator, so a disconnect runs its cleanup at once."""
+    """A StreamingResponse that always closes its generator, so a disconnect runs its cleanup at once, and that
+    can break off as its generator asks (`_BrokenOff`)."""
 
     async def stream_response(self, send: Send) -> None:
         try:
             await super().stream_response(send)
+        except _BrokenOff as off:
+            if not off.cut:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            # A cut returns with the body unfinished: uvicorn then closes the connection (and logs one line that
+            # the response was incomplete), and the client sees a chunked body that never ends.
         finally:
             closer = getattr(self.body_iterator, "aclose", None)
             if closer is not None:
@@ -191,6 +209,16 @@ class _Pacer:
             await asyncio.sleep(delay)
 
 
+async def _break(how: StreamBreak) -> AsyncIterator[bytes]:
+    """The frames of a scripted break: a frame that is not JSON, or a stall; a cut or an early end stops the stream."""
+    if how.kind == "malformed":
+        yield MALFORMED_FRAME
+    elif how.kind == "stall":
+        await asyncio.sleep(STALL_SECONDS)  # cancelled when the client goes away
+    else:
+        raise _BrokenOff(cut=how.kind == "cut")
+
+
 class ModelServer:
     """Holds options, scripts and stream statistics for one app instance."""
 
@@ -241,7 +269,7 @@ class ModelServer:
                 media_type="text/event-stream",
                 headers={"cache-control": "no-cache"},
             )
-        if outcome.fail_mid_stream:
+        if outcome.fail_mid_stream or outcome.stream_break is not None:
             return error_response(MID_STREAM_ERROR)
         pacer = self._pacer(outcome)
         n_deltas = sum(len(_block_deltas(b)) for b in outcome.blocks)
@@ -261,6 +289,8 @@ class ModelServer:
             yield _sse("ping", {"type": "ping"})
 
             pacer = self._pacer(plan)
+            pending = plan.stream_break
+            sent = 0
             blocks = plan.blocks[:1] if plan.fail_mid_stream else plan.blocks
             for index, block in enumerate(blocks):
                 shell: dict[str, Any] = content_to_dict(block)
@@ -276,10 +306,18 @@ class ModelServer:
                 if plan.fail_mid_stream:
                     deltas = deltas[: math.ceil(len(deltas) / 2)]
                 for delta in deltas:
+                    if pending is not None and sent == pending.after_deltas:
+                        async for frame in _break(pending):
+                            yield frame
+                        pending = None
                     await pacer.tick()
                     yield _sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+                    sent += 1
                 if not plan.fail_mid_stream:
                     yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
+            if pending is not None:  # due after more deltas than the answer has: before its end
+                async for frame in _break(pending):
+                    yield frame
 
             if plan.fail_mid_stream:
                 # Break off mid-generation, as an overloaded API does, so clients exercise their error path.
@@ -298,6 +336,9 @@ class ModelServer:
             )
             yield _sse("message_stop", {"type": "message_stop"})
             finished = True
+        except _BrokenOff:
+            finished = True  # the server sent all it meant to
+            raise
         finally:
             self.stats["active_streams"] -= 1
             self.stats["completed_streams" if finished else "cancelled_streams"] += 1

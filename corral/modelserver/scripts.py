@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from corral.contract.context import SUMMARIZER_SYSTEM, SUMMARY_REQUEST
 
@@ -42,6 +42,23 @@ class FailureSpec(BaseModel):
     retry_after: float | None = Field(default=None, ge=0)
 
 
+StreamBreakKind = Literal["cut", "end", "malformed", "stall"]
+
+
+class StreamBreak(BaseModel):
+    """How one streamed answer breaks partway, so a client's handling of a broken stream can be exercised.
+
+    After `after_deltas` content deltas: `cut` drops the connection (no end of the chunked body), `end` ends the body
+    cleanly but without `message_delta` and `message_stop`, `malformed` sends a data line that is not JSON and then
+    goes on, and `stall` sends nothing more until the client goes away.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: StreamBreakKind
+    after_deltas: int = Field(default=1, ge=0)
+
+
 class ScriptStep(BaseModel):
     """What the stand-in model answers on one turn; extra keys are rejected so typos surface early."""
 
@@ -52,11 +69,20 @@ class ScriptStep(BaseModel):
     stop_reason: StopReason | None = None
     fail: list[FailureSpec] = Field(default_factory=list)
     fail_mid_stream: bool = False
+    break_stream: list[StreamBreak] = Field(default_factory=list)
+    """One per use after the `fail` list, in order, like `fail` (a non-streaming request gets an overloaded error
+    instead)."""
     first_token_latency: float | None = Field(default=None, ge=0)
     tokens_per_second: float | None = Field(default=None, ge=0)
     pace_hits: int | None = Field(default=None, ge=0)
     """Apply this step's pacing only to its first `pace_hits` uses (e.g. slow once, to interrupt it)."""
     echo_last_user: bool = False
+
+    @model_validator(mode="after")
+    def _one_break_per_use(self) -> ScriptStep:
+        if self.fail_mid_stream and self.break_stream:
+            raise ValueError("fail_mid_stream and break_stream both break the first use: use break_stream only")
+        return self
 
 
 class Script(BaseModel):
@@ -100,6 +126,7 @@ class Plan:
     first_token_latency: float | None = None
     tokens_per_second: float | None = None
     fail_mid_stream: bool = False
+    stream_break: StreamBreak | None = None
     cache_read_input_tokens: int = 0
     cache_creation_input_tokens: int = 0
 
@@ -274,7 +301,8 @@ def plan_step(body: dict[str, Any], name: str, step_index: int, step: ScriptStep
         blocks.append(ToolUseBlock(tool_id, tool.name, dict(tool.input)))
 
     stop_reason = step.stop_reason or ("tool_use" if step.tool_uses else "end_turn")
-    paced = step.pace_hits is None or hit - len(step.fail) < step.pace_hits
+    use = hit - len(step.fail)
+    paced = step.pace_hits is None or use < step.pace_hits
     return Plan(
         blocks=blocks,
         stop_reason=stop_reason,
@@ -282,7 +310,8 @@ def plan_step(body: dict[str, Any], name: str, step_index: int, step: ScriptStep
         output_tokens=estimate_output_tokens(blocks),
         first_token_latency=step.first_token_latency if paced else None,
         tokens_per_second=step.tokens_per_second if paced else None,
-        fail_mid_stream=step.fail_mid_stream and hit == len(step.fail),
+        fail_mid_stream=step.fail_mid_stream and use == 0,
+        stream_break=step.break_stream[use] if use < len(step.break_stream) else None,
     )
 
 
