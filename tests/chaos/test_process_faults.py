@@ -1,0 +1,334 @@
+"""The fault matrix, process deaths: each role's real process SIGKILLed while N sessions are mid-turn.
+
+Each role runs as its own entrypoint (`python -m workers.<role>`, `python -m corral.streaming`), configured by its
+environment as in production; the other roles run in the test process. After the kill a fresh process of the role
+starts, and every session must end its turn exactly as the documented outcome says, with a whole log and no side
+effect run twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import docker
+from temporalio.client import WorkflowHandle
+
+from corral.contract.events import SessionEvent
+from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
+from corral.sandbox.containers import remove_session
+from corral.streaming import StreamEvent, StreamPublisher, subscribe
+from tests.chaos._processes import free_port, role_process, temporal_env, until_healthy, worker_argv
+from tests.chaos.matrix import Outcome, chaos_n, check_log, record
+from tests.conftest import Stack, read_events, texts, unique, wait_for_idle
+from workers.roles import model_worker
+
+TOOLSET = [{"type": "agent_toolset_20260401"}]
+RECOVERY_WITHIN = 120.0
+"""Generous: a killed activity is retried once its heartbeat times out, and the machine is shared."""
+
+
+def use(name: str, **input: Any) -> dict[str, Any]:
+    return {"tool_uses": [{"name": name, "input": input}]}
+
+
+def address(stack: Stack) -> str:
+    return stack.client.service_client.config.target_host
+
+
+async def until_all(
+    handles: Sequence[WorkflowHandle], ready: Callable[[WorkflowHandle], Awaitable[bool]], what: str, within: float = 60
+) -> None:
+    """Wait until every session is at the point the fault is meant to meet it."""
+    deadline = time.monotonic() + within
+    pending = list(handles)
+    while pending:
+        pending = [handle for handle in pending if not await ready(handle)]
+        if pending and time.monotonic() > deadline:
+            raise AssertionError(f"{len(pending)} of {len(handles)} sessions never reached {what}")
+        await asyncio.sleep(0.1)
+
+
+def logged(event_type: str, count: int = 1) -> Callable[[WorkflowHandle], Awaitable[bool]]:
+    async def ready(handle: WorkflowHandle) -> bool:
+        return [event.type for event in await read_events(handle)].count(event_type) >= count
+
+    return ready
+
+
+async def recover(handles: Sequence[WorkflowHandle], killed_at: float) -> tuple[list[list[SessionEvent]], list[float]]:
+    """Each session's whole log once its turn ended (idle), and the seconds from the kill to that idle."""
+
+    async def one(handle: WorkflowHandle) -> float:
+        await wait_for_idle(handle, within_seconds=RECOVERY_WITHIN)
+        return round(time.monotonic() - killed_at, 2)
+
+    recovery = list(await asyncio.gather(*(one(handle) for handle in handles)))
+    return [await read_events(handle) for handle in handles], recovery
+
+
+def integrity(logs: Sequence[Sequence[SessionEvent]]) -> tuple[int, int]:
+    """(gaps, duplicates) summed over the logs; each log is also asserted whole."""
+    checks = [check_log(log) for log in logs]
+    return sum(check.gaps for check in checks), sum(check.duplicates for check in checks)
+
+
+def assert_whole(logs: Sequence[Sequence[SessionEvent]]) -> None:
+    for log in logs:
+        check = check_log(log)
+        assert check.whole, f"log of {len(log)} events has {check.gaps} gaps and {check.duplicates} duplicates"
+
+
+# ---- harness ------------------------------------------------------------------------------------------------------
+
+
+async def test_harness_worker_sigkilled_mid_turn(stack: Stack, tmp_path: Path) -> None:
+    """SIGKILL of the harness worker while N sessions wait on a tool call, after another tool already ran: a fresh
+    harness replays each session from history and the turn ends cleanly (a clean resume), with no event lost or
+    logged twice and the tool that ran before the kill not run again."""
+    n = chaos_n()
+    harness_stack = dataclasses.replace(stack, harness_queue=HARNESS_TASK_QUEUE)  # the entrypoint's own queue
+    tools = [harness_stack.hand_tool("append_line"), harness_stack.hand_tool("sleep")]
+    markers = [tmp_path / f"marker-{index}" for index in range(n)]
+    with role_process("harness", worker_argv("harness"), tmp_path, **temporal_env(address(stack))) as harness:
+        handles = []
+        for marker in markers:
+            model = stack.script([use("append_line", path=str(marker)), use("sleep", seconds=3), {"text": "done"}])
+            handles.append(await harness_stack.start(model, message="go", tools=tools))
+        await until_all(handles, logged("agent.tool_use", 2), "the second tool call")
+        killed_at = harness.kill()
+        harness.start()
+        logs, recovery = await recover(handles, killed_at)
+
+    assert_whole(logs)
+    for log in logs:
+        assert texts(log, "agent.tool_result") == ["1", "slept"]
+        assert texts(log) == ["done"]
+        assert [event.type for event in log].count("session.status_idle") == 1
+    runs = [len(marker.read_text().splitlines()) for marker in markers]
+    assert runs == [1] * n, "a tool that ran before the kill ran again"
+    gaps, duplicates = integrity(logs)
+    record(
+        Outcome(
+            fault="harness worker SIGKILLed mid-turn",
+            expected="clean resume: a fresh harness replays the session and ends the turn once",
+            n=n,
+            observed=f"{n}/{n} turns ended once; tools ran once each",
+            lost=gaps,
+            duplicated=duplicates + sum(runs) - n,
+            recovery_seconds=recovery,
+        )
+    )
+
+
+# ---- model --------------------------------------------------------------------------------------------------------
+
+
+async def test_model_worker_sigkilled_mid_stream(stack: Stack, tmp_path: Path) -> None:
+    """SIGKILL of the model worker while N sessions' replies stream: the model turn is retried on a fresh worker
+    once its heartbeat times out (a clean resume), each reply is logged exactly once, and the tool call before it
+    is not run again."""
+    n = chaos_n()
+    model_stack = dataclasses.replace(stack, model_queue=MODEL_TASK_QUEUE)  # the entrypoint's own queue
+    tools = [model_stack.hand_tool("append_line")]
+    markers = [tmp_path / f"marker-{index}" for index in range(n)]
+    reply = " ".join(f"word{index}" for index in range(30))
+    environment = temporal_env(address(stack)) | {
+        "ANTHROPIC_API_KEY": "test-key",  # the offline model server takes any key
+        "ANTHROPIC_BASE_URL": str(stack.model_server.base_url),
+        "CORRAL_STREAM_URL": "",
+    }
+    with role_process("model", worker_argv("model"), tmp_path, **environment) as model_process:
+        handles = []
+        for marker in markers:
+            model = stack.script(
+                [
+                    use("append_line", path=str(marker)),
+                    {"text": reply, "first_token_latency": 1, "tokens_per_second": 5, "pace_hits": 1},
+                ]
+            )
+            handles.append(await model_stack.start(model, message="go", tools=tools))
+        await until_all(handles, logged("span.model_request_start", 2), "the streaming reply")
+        await asyncio.sleep(1.5)  # the replies are streaming
+        killed_at = model_process.kill()
+        model_process.start()
+        logs, recovery = await recover(handles, killed_at)
+
+    assert_whole(logs)
+    for log in logs:
+        assert texts(log) == [reply], "the reply must be logged once, whole"
+        assert texts(log, "agent.tool_result") == ["1"]
+    runs = [len(marker.read_text().splitlines()) for marker in markers]
+    assert runs == [1] * n
+    gaps, duplicates = integrity(logs)
+    record(
+        Outcome(
+            fault="model worker SIGKILLed mid-stream",
+            expected="clean resume: the model turn is retried on a fresh worker; the reply is logged once",
+            n=n,
+            observed=f"{n}/{n} replies logged once, whole",
+            lost=gaps,
+            duplicated=duplicates + sum(runs) - n,
+            recovery_seconds=recovery,
+        )
+    )
+
+
+# ---- sandbox ------------------------------------------------------------------------------------------------------
+
+
+def _container_processes(engine: docker.DockerClient, session_id: str) -> str:
+    from corral.sandbox.containers import SESSION_LABEL
+
+    running = engine.containers.list(filters={"label": f"{SESSION_LABEL}={session_id}", "status": "running"})
+    return "".join(container.exec_run(["ps", "-eo", "args"]).output.decode() for container in running)
+
+
+async def test_sandbox_worker_sigkilled_mid_command(
+    stack: Stack, docker_client: docker.DockerClient, sandbox_image: str, tmp_path: Path
+) -> None:
+    """SIGKILL of the sandbox worker while N sessions' bash commands run in their containers: a fresh worker finds
+    each command's own record in its container and reports its output with a `[recovered: …]` note instead of
+    running it again (a clean resume); the marker file each command appends to has one line."""
+    n = chaos_n()
+    command = "echo ran >> /workspace/count; sleep 4; echo finished"
+    environment = temporal_env(address(stack)) | {
+        "CORRAL_SANDBOX_IMAGE": sandbox_image,
+        "CORRAL_GIT_PROXY_PORT": str(free_port()),
+    }
+    handles: list[WorkflowHandle] = []
+    try:
+        with role_process("sandbox", worker_argv("sandbox"), tmp_path, **environment) as sandbox:
+            for _ in range(n):
+                model = stack.script(
+                    [
+                        {"tool_uses": [{"name": "bash", "input": {"command": command}}]},
+                        {"tool_uses": [{"name": "bash", "input": {"command": "wc -l < /workspace/count"}}]},
+                        {"text": "done"},
+                    ]
+                )
+                handles.append(await stack.start(model, message="go", tools=TOOLSET))
+
+            async def command_runs(handle: WorkflowHandle) -> bool:
+                return "sleep 4" in await asyncio.to_thread(_container_processes, docker_client, handle.id)
+
+            await until_all(handles, command_runs, "its bash command running in the container", within=120)
+            killed_at = sandbox.kill()
+            sandbox.start()
+            logs, recovery = await recover(handles, killed_at)
+            for handle in handles:
+                await handle.terminate("test finished")  # before the worker stops: no sandbox activity is left
+    finally:
+        for handle in handles:
+            await asyncio.to_thread(remove_session, docker_client, handle.id, True)
+
+    assert_whole(logs)
+    counts = []
+    for log in logs:
+        first, count = texts(log, "agent.tool_result")
+        assert first.startswith("finished") and "[recovered: this command had already run" in first, first
+        counts.append(int(count))
+        assert texts(log) == ["done"]
+    assert counts == [1] * n, "a command ran twice"
+    gaps, duplicates = integrity(logs)
+    record(
+        Outcome(
+            fault="sandbox worker SIGKILLed mid-command",
+            expected="clean resume: the command's output is recovered from the container, not run again",
+            n=n,
+            observed=f"{n}/{n} commands ran once; output recovered with a note",
+            lost=gaps,
+            duplicated=duplicates + sum(counts) - n,
+            recovery_seconds=recovery,
+        )
+    )
+
+
+# ---- stream relay -------------------------------------------------------------------------------------------------
+
+
+async def test_stream_relay_sigkilled_mid_stream(stack: Stack, tmp_path: Path) -> None:
+    """SIGKILL of the stream relay while N sessions' replies stream live: the turn is not disturbed (live deltas
+    are best-effort; the reply is logged once, whole), and after a fresh relay starts on the same address the next
+    turn's deltas reach a subscriber again."""
+    n = chaos_n()
+    port = free_port()
+    relay_url = f"http://127.0.0.1:{port}"
+    argv = [sys.executable, "-m", "corral.streaming", "--host", "127.0.0.1", "--port", str(port)]
+    queue = unique("model-relay")
+    model_client = anthropic.AsyncAnthropic(base_url=stack.model_server.base_url, api_key="test-key", max_retries=0)
+    relay_stack = dataclasses.replace(stack, model_queue=queue)
+    reply = " ".join(f"word{index}" for index in range(30))
+    later = "the next turn, live again"
+    with role_process("stream-relay", argv, tmp_path) as relay:
+        await until_healthy(relay_url, relay)
+        publisher = StreamPublisher(relay_url)
+        received: dict[str, list[StreamEvent]] = {}
+        listeners: list[asyncio.Task[None]] = []
+
+        async def listen(session_id: str) -> None:
+            async for event in subscribe(relay_url, session_id, max_retry_delay=0.5):
+                received.setdefault(session_id, []).append(event)
+
+        async with model_worker(stack.client, model_client, queue, stream=publisher):
+            handles = []
+            for _ in range(n):
+                model = stack.script(
+                    [
+                        {"text": reply, "first_token_latency": 0.3, "tokens_per_second": 5},
+                        {"text": later, "tokens_per_second": 5},
+                    ]
+                )
+                handle = await relay_stack.start(model)
+                listeners.append(asyncio.create_task(listen(handle.id)))
+                handles.append(handle)
+            await asyncio.sleep(0.3)  # subscribed before the first delta is published
+            for handle in handles:
+                await handle.signal("user_message", {"content": "go"})
+
+            async def streaming(handle: WorkflowHandle) -> bool:
+                return any(event.type == "delta" for event in received.get(handle.id, []))
+
+            try:
+                await until_all(handles, streaming, "a live delta at the subscriber")
+                killed_at = relay.kill()
+                relay.start()
+                await until_healthy(relay_url, relay)
+                logs, recovery = await recover(handles, killed_at)
+                for handle in handles:
+                    received[handle.id] = []
+                    await handle.signal("user_message", {"content": "again"})
+                for log, handle in zip(logs, handles, strict=True):
+                    await wait_for_idle(handle, after=log[-1].position, within_seconds=RECOVERY_WITHIN)
+                await asyncio.sleep(0.5)  # the last deltas reach the subscribers
+            finally:
+                for listener in listeners:
+                    listener.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await listener
+            logs = [await read_events(handle) for handle in handles]
+
+    assert_whole(logs)
+    for log in logs:
+        assert texts(log) == [reply, later], "each reply logged once, whole"
+    live_again = ["".join(event.text for event in received[handle.id] if event.type == "delta") for handle in handles]
+    assert live_again == [later] * n, "the next turn's deltas did not reach the subscriber through the new relay"
+    gaps, duplicates = integrity(logs)
+    record(
+        Outcome(
+            fault="stream relay SIGKILLed mid-stream",
+            expected="the turn goes on (live deltas are best-effort); a fresh relay serves the next turn live",
+            n=n,
+            observed=f"{n}/{n} replies logged once, whole; the next turn streamed live through the new relay",
+            lost=gaps,
+            duplicated=duplicates,
+            recovery_seconds=recovery,
+        )
+    )
