@@ -151,7 +151,7 @@ class Service:
     """A word its command line contains: a pid file whose pid was reused by another program is stale."""
     ready: Readiness
     """It accepts a Temporal client / answers GET /healthz / still runs after a few seconds / it was started and
-    checked by its own set-up (Vault: `proxy.ensure_dev_vault`, dockerd: `corral.sandbox.ensure_docker_engine`)."""
+    checked by its own set-up (Vault: `proxy.ensure_local_vault`, dockerd: `corral.sandbox.ensure_docker_engine`)."""
     command: Callable[[Plan], list[str]] | None = None
     """None for the two `corral up` does not spawn as a plain process (`ready="ensured"`)."""
     ports: tuple[Port, ...] = ()
@@ -177,7 +177,7 @@ class Plan:
     new_workers: bool
     """Some of `workers` is not running yet: the Docker engine and the sandbox image are needed."""
     vault_env: dict[str, str]
-    """What the proxy worker gets to reach Vault: the user's VAULT_* (or BAO_*), or the dev server's."""
+    """What the proxy worker gets to reach Vault: the user's VAULT_* (or BAO_*), or the state dir's OpenBao's."""
     ports: dict[str, int] = field(default_factory=dict)
     sandbox_image: str | None = None
 
@@ -247,8 +247,8 @@ SERVICES: tuple[Service, ...] = (
     Service(TEMPORAL, "Temporal dev server", marker="temporal", ready="temporal", command=temporal_command,
             ports=(Port("temporal_port", "Temporal gRPC", lambda config: config.temporal_port),
                    Port("ui_port", "Temporal Web UI", lambda config: config.ui_port))),
-    # The user's Vault (VAULT_ADDR or BAO_ADDR) if there is one, else an OpenBao dev server here.
-    Service(VAULT, "OpenBao dev server", marker="bao", ready="ensured",
+    # The user's Vault (VAULT_ADDR or BAO_ADDR) if there is one, else OpenBao with its storage in the state dir.
+    Service(VAULT, "OpenBao server", marker="bao", ready="ensured",
             when=lambda plan: not (os.environ.get("VAULT_ADDR") or os.environ.get("BAO_ADDR"))),
     _http_server(MODEL_SERVER, "offline model server", "corral.modelserver", port="model_port",
                  url=lambda config: config.model_url, when=lambda plan: plan.offline),

@@ -60,16 +60,35 @@ def down_command(
             "lost), the corral-egress container and its networks. The sandbox images stay (a cache).",
         ),
     ] = False,
+    purge: Annotated[
+        bool,
+        typer.Option(
+            "--purge",
+            help="Remove everything after stopping: the sandboxes and the whole state dir (every session, vault, "
+            "credential, log and blob in it). Asks first.",
+        ),
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before --purge (for scripts).")] = False,
 ) -> None:
-    """Stop the local stack: SIGTERM each process (workers first), SIGKILL after 10 s.
+    """Stop the local stack: SIGTERM each process group (workers first), SIGKILL after 10 s.
 
-    Says what it stopped and what it keeps: the Temporal database (sessions and their logs), the logs, and, unless
-    --sandboxes, the sandboxes on the Docker engine.
+    Says what it stopped and what it keeps: the Temporal database (sessions and their logs), the vaults and
+    credentials (OpenBao's storage, sealed), the logs, and, unless --sandboxes, the sandboxes on the Docker engine.
     """
+    import sys
+
     from cli import up
+    from cli.context import CliError, fail
 
     settings = settings_of(ctx)
-    run(settings, up.bring_down(settings.out, settings.paths, remove_sandboxes=sandboxes))
+    if purge and not yes:
+        listing = "\n".join(f"  - {line}" for line in up.purge_list(settings.paths))
+        if not sys.stdin.isatty():
+            fail(settings, CliError(f"--purge would remove:\n{listing}", hint="add --yes to confirm", exit_code=2))
+        settings.out.print(f"corral down --purge removes, for good:\n{listing}")
+        if not typer.confirm("Remove all of this?", default=False):
+            fail(settings, CliError("nothing was stopped or removed", exit_code=1))
+    run(settings, up.bring_down(settings.out, settings.paths, remove_sandboxes=sandboxes, purge=purge))
 
 
 @app.command("status", rich_help_panel=PANEL)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -248,19 +249,27 @@ async def _until_ready(console: Console, service: Service, plan: Plan, process: 
 
 
 async def _ensure_vault(console: Console, plan: Plan) -> tuple[int, bool] | None:
-    """The OpenBao dev server this state dir records, if it answers, else a new one: its address and token are for
-    the proxy worker alone."""
-    from proxy import ProxyError, ensure_dev_vault
+    """The state dir's OpenBao: reused if it answers, else started and unsealed (initialised on the first `up`).
+    Its address and token are for the proxy worker alone."""
+    from proxy import ProxyError, ensure_local_vault
 
     running = processes.running_pid(plan.paths, stack.VAULT)
-    with console.status("starting the OpenBao dev server (Vault API) …"):
+    with console.status("starting OpenBao (Vault API, durable storage in the state dir) …"):
         try:
-            vault = await asyncio.to_thread(ensure_dev_vault, plan.paths.root)
+            local = await asyncio.to_thread(ensure_local_vault, plan.paths.root)
         except ProxyError as exc:
             raise CliError(f"Vault is not available: {exc}", hint="or set VAULT_ADDR and VAULT_TOKEN") from exc
+    vault = local.vault
     plan.vault_env = {"VAULT_ADDR": vault.address, "VAULT_TOKEN": vault.root_token.get_secret_value()}
-    if vault.pid is None:
-        return None
+    if local.arrival == "initialised":
+        console.print(
+            Text("✓ ", style="green")
+            + Text(f"OpenBao initialised in {local.directory}: its unseal key and root token are in init.json there, ")
+            + Text("readable by you alone; back up the state dir to keep your vaults", style="yellow")
+        )
+    elif local.arrival == "unsealed":
+        console.print(Text("✓ ", style="green") + Text(f"OpenBao unsealed with the key in {local.directory}"))
+    assert vault.pid is not None
     plan.paths.pid_file(stack.VAULT).write_text(f"{vault.pid}\n")
     return vault.pid, running != vault.pid
 
@@ -332,14 +341,19 @@ def stack_panel(report: UpReport, paths: StatePaths) -> Panel:
     return Panel(Group(*parts), title="corral is up", title_align="left", border_style="green", expand=False)
 
 
-async def bring_down(console: Console, paths: StatePaths, *, remove_sandboxes: bool = False) -> None:
+async def bring_down(
+    console: Console, paths: StatePaths, *, remove_sandboxes: bool = False, purge: bool = False
+) -> None:
     """Stop every recorded process in reverse start order (workers first, Temporal last), and say what is kept.
+
+    With `purge` (which implies `remove_sandboxes`), the state dir goes too: sessions, vaults, logs, blobs.
 
     With `remove_sandboxes`, every sandbox on the engine goes too, after the workers (so none makes a new one) and
     before a `dockerd` this stack started (the engine must answer to remove them).
     """
-    stopped, dev_vault_stopped = 0, False
+    stopped = 0
     sandboxes_done = False
+    remove_sandboxes |= purge
     recorded = stack.read_stack(paths)
     scope = recorded.sandbox_scope if recorded is not None else None
     for name in reversed(processes.known_processes(paths)):
@@ -348,7 +362,6 @@ async def bring_down(console: Console, paths: StatePaths, *, remove_sandboxes: b
             sandboxes_done = True
         with console.status(f"stopping {name} …"):
             pid, outcome = await asyncio.to_thread(processes.stop, paths, name)
-        dev_vault_stopped |= name == stack.VAULT and outcome != "not running"
         if outcome == "stopped":
             stopped += 1
             console.print(Text("✓ ", style="green") + Text(f"{name} stopped (pid {pid})"))
@@ -361,14 +374,48 @@ async def bring_down(console: Console, paths: StatePaths, *, remove_sandboxes: b
         console.print("corral stack stopped", style="green")
     else:
         console.print(f"nothing was running (state dir {paths.root})")
+    if purge:
+        await asyncio.to_thread(_purge_state, console, paths)
+        return
+    from proxy.localvault import local_vault_dir
+
     kept = Text("kept: ", style="bold")
     kept.append(f"sessions and their logs in {paths.database}, process logs in {paths.logs}")
+    if local_vault_dir(paths.root).is_dir():  # sealed once stopped; `corral up` unseals it
+        kept.append(f", vaults and credentials in {local_vault_dir(paths.root)} (sealed)")
     blobs = os.environ.get(ENV_BLOB_STORE, "")
     if blobs:  # set by the CLI: the state dir's, or the user's own store
         kept.append(f", long sessions' earlier runs and large payloads in {blobs}")
     console.print(kept)
-    if dev_vault_stopped:  # a Vault of the user's own (VAULT_ADDR) is not ours to stop, and keeps its data
-        console.print(Text("lost: the vaults and credentials of the OpenBao dev server (it keeps them in memory)"))
+
+
+def purge_list(paths: StatePaths) -> list[str]:
+    """What `corral down --purge` removes, one line each, to show before asking."""
+    lines = [
+        f"the state dir {paths.root}: every session and its log, every vault and credential, logs and pid files",
+        "every sandbox of this stack: containers, workspace volumes, networks",
+    ]
+    blobs = os.environ.get(ENV_BLOB_STORE, "")
+    if blobs and not _inside(blobs, paths.root):
+        lines.append(f"(not the blob store at {blobs}: it is outside the state dir, so it is yours to remove)")
+    return lines
+
+
+def _purge_state(console: Console, paths: StatePaths) -> None:
+    import shutil
+
+    if not paths.root.exists():
+        console.print(f"nothing to remove: {paths.root} does not exist")
+        return
+    shutil.rmtree(paths.root)
+    console.print(Text("✓ ", style="green") + Text(f"removed {paths.root}: sessions, vaults, logs and blobs in it"))
+    console.print("kept: the sandbox images on the Docker engine (a cache; `docker image rm` removes them)")
+
+
+def _inside(location: str, root: Path) -> bool:
+    if "://" in location:
+        return False
+    return Path(location).resolve().is_relative_to(root.resolve())
 
 
 async def _sandboxes_at_down(console: Console, scope: str | None, remove: bool) -> None:

@@ -1,8 +1,8 @@
 """`corral vault`: vaults and their credentials. Secrets are write-only: read from stdin or a file, never from an
 argument (arguments end up in shell history and `ps`), and never printed back.
 
-Vault access comes from `VAULT_ADDR` + `VAULT_TOKEN` (an operator's own), else from the OpenBao dev server that
-`corral up` started (its address and token are kept in the state directory, readable by this user only).
+Vault access comes from `VAULT_ADDR` + `VAULT_TOKEN` (an operator's own), else from the state dir's durable OpenBao
+that `corral up` runs (its address and token are kept in the state directory, readable by this user only).
 """
 
 from __future__ import annotations
@@ -29,10 +29,11 @@ vault_app = typer.Typer(name="vault", help="Vaults of credentials for MCP server
 
 
 def vault_store(settings: Settings) -> VaultStore:
-    """The Vault this CLI user may write to: `VAULT_ADDR`/`VAULT_TOKEN`, else `corral up`'s dev server."""
+    """The Vault this CLI user may write to: `VAULT_ADDR`/`VAULT_TOKEN`, else the state dir's OpenBao."""
     import hvac
 
-    from proxy import ProxyError, VaultStore, ensure_dev_vault
+    from cli import stack
+    from proxy import ProxyError, VaultStore, ensure_local_vault
 
     address = os.environ.get("VAULT_ADDR") or os.environ.get("BAO_ADDR")
     token = os.environ.get("VAULT_TOKEN") or os.environ.get("BAO_TOKEN")
@@ -40,9 +41,12 @@ def vault_store(settings: Settings) -> VaultStore:
         client = hvac.Client(url=address, token=token)
     else:
         try:
-            client = ensure_dev_vault(settings.state_dir).client()
+            local = ensure_local_vault(settings.state_dir)
         except ProxyError as exc:
             raise CliError(f"no Vault: {exc}", hint="run `corral up`, or set VAULT_ADDR and VAULT_TOKEN") from exc
+        settings.paths.ensure()  # started here if `corral up` has not: `corral down` stops it all the same
+        settings.paths.pid_file(stack.VAULT).write_text(f"{local.vault.pid}\n")
+        client = local.vault.client()
     return VaultStore(client, os.environ.get("CORRAL_VAULT_MOUNT", "corral"))
 
 

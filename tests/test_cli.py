@@ -252,7 +252,7 @@ def test_up_start_tail_events_ls_down(tmp_path: Path) -> None:
         assert not [text for text in outputs if canary in text]
         assert "proxy-worker" in pids_in(state_dir) and "vault" in pids_in(state_dir)
         vault_environ = Path(f"/proc/{started['vault']}/environ").read_bytes()
-        assert env["GITHUB_TOKEN"].encode() not in vault_environ, "the dev Vault got the user's environment"
+        assert env["GITHUB_TOKEN"].encode() not in vault_environ, "OpenBao got the user's environment"
         environ = {name: Path(f"/proc/{pid}/environ").read_bytes() for name, pid in started.items() if name != "vault"}
         assert [name for name, text in environ.items() if b"VAULT_TOKEN=" in text] == ["proxy-worker"]
 
@@ -266,7 +266,7 @@ def test_up_start_tail_events_ls_down(tmp_path: Path) -> None:
     assert "stopped" in down.stdout
     assert f"kept: sessions and their logs in {state_dir / 'temporal.db'}" in " ".join(down.stdout.split())
     assert f"large payloads in {env.get('CORRAL_BLOB_STORE') or state_dir / 'blobs'}" in " ".join(down.stdout.split())
-    assert "lost: the vaults and credentials of the OpenBao dev server" in " ".join(down.stdout.split())
+    assert f"vaults and credentials in {state_dir / 'openbao'} (sealed)" in " ".join(down.stdout.split())
     assert not list((state_dir / "pids").glob("*.pid"))
     assert all(is_gone(pid) for pid in started.values()), started
 

