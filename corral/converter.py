@@ -8,10 +8,12 @@ A bad signal is still dropped with a warning and a bad update still rejected: th
 
 from __future__ import annotations
 
+import types
+import typing
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from temporalio.api.common.v1 import Payload
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.exceptions import ApplicationError
@@ -23,9 +25,36 @@ MAX_PROBLEMS = 10
 class CorralPayloadConverter(PydanticPayloadConverter):
     def from_payloads(self, payloads: Sequence[Payload], type_hints: list[type] | None = None) -> list[Any]:
         try:
-            return super().from_payloads(payloads, type_hints)
+            values = super().from_payloads(payloads, type_hints)
         except ValidationError as exc:
             raise ApplicationError(describe(exc), type=INVALID_INPUT, non_retryable=True) from None
+        except Exception as exc:  # an unknown encoding, a protobuf that does not parse, bytes that are not UTF-8
+            raise ApplicationError(f"invalid input: {exc}", type=INVALID_INPUT, non_retryable=True) from None
+        for index, (value, hint) in enumerate(zip(values, type_hints or [], strict=False)):
+            # A `binary/null` or `binary/plain` payload decodes to None or bytes whatever the handler declares.
+            expected = _model_types(hint)
+            if expected and not isinstance(value, expected):
+                encoding = payloads[index].metadata.get("encoding", b"").decode(errors="replace") or "no encoding"
+                raise ApplicationError(
+                    f"invalid {' or '.join(t.__name__ for t in expected)}: got a {encoding} payload",
+                    type=INVALID_INPUT,
+                    non_retryable=True,
+                )
+        return values
+
+
+def _model_types(hint: Any) -> tuple[type, ...]:
+    """The types a value decoded for `hint` may have, when `hint` is a model or an optional model; else ()."""
+    options = (
+        typing.get_args(hint)
+        if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+        else (hint,)
+    )
+    if not all(
+        option is type(None) or (isinstance(option, type) and issubclass(option, BaseModel)) for option in options
+    ):
+        return ()
+    return tuple(options)
 
 
 def describe(exc: ValidationError) -> str:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from corral.contract.carry import ArchiveIndex, SessionCarry
 from corral.contract.events import ContentBlock, ModelUsage, SessionEvent, TextBlock
+from corral.contract.limits import SendableInput
 from corral.contract.proxy import GitRepositoryResource, McpServerUrl, McpToolset
 from corral.contract.sandbox import (
     SANDBOX_TOOL_DESCRIPTIONS,
@@ -101,7 +102,7 @@ UTILITY_TOOLS: tuple[HandTool, ...] = (
 )
 
 
-class AgentConfig(BaseModel):
+class AgentConfig(SendableInput):
     """The agent a session runs: model, system prompt, tools."""
 
     model_config = ConfigDict(extra="forbid")
@@ -180,8 +181,10 @@ def normalize_content(content: MessageContent) -> list[ContentBlock]:
     return blocks
 
 
-class SessionInput(BaseModel):
+class SessionInput(SendableInput):
     """Start input of `SessionWorkflow`. Only `agent.model` is required."""
+
+    unchecked_fields = ("carry",)
 
     model_config = ConfigDict(extra="forbid")
     agent: AgentConfig
@@ -251,7 +254,7 @@ class ForkSource(BaseModel):
 # ---- inputs of signals and the send_events update ------------------------------------------------------
 
 
-class UserMessageSignal(BaseModel):
+class UserMessageSignal(SendableInput):
     """Input of the `user_message` signal: `{"content": "..."}` plus an optional client id for de-duplication."""
 
     model_config = ConfigDict(extra="forbid")
@@ -302,7 +305,7 @@ UserEventParams = Annotated[
 ]
 
 
-class SendEventsInput(BaseModel):
+class SendEventsInput(SendableInput):
     """Input of the `send_events` update. Events are validated by the update's validator, so a malformed
     event is rejected with a readable message instead of failing to decode."""
 
@@ -315,7 +318,7 @@ class SendEventsResult(BaseModel):
     event_ids: list[str]
 
 
-class InterruptSignal(BaseModel):
+class InterruptSignal(SendableInput):
     """Input of the `interrupt` signal (may be omitted)."""
 
     id: str | None = None
@@ -327,7 +330,7 @@ MAX_QUERY_BYTES = 1_000_000
 """A query answer stays under this many bytes of JSON; callers page with `after`."""
 
 
-class EventsQuery(BaseModel):
+class EventsQuery(SendableInput):
     """Input of the `events` query: positions strictly after `after` and before `before`."""
 
     model_config = ConfigDict(extra="forbid")
