@@ -2,7 +2,7 @@
 
     ApplicationError (temporalio)               what the workflow does
     ├── type=ModelRetryableError                 session.error(retrying) + status_rescheduled, retries later
-    │     details: ModelErrorInfo(retry_after)   honouring the server's retry-after
+    │     details: ModelErrorInfo(retry_after)   honouring the server's retry-after; also a ModelStreamBroken
     ├── type=ModelFatalError                     session.error(exhausted), the session goes idle
     └── type=ToolError                           an `is_error` tool result the model sees
 
@@ -18,6 +18,7 @@ import time
 from collections.abc import Mapping
 
 import anthropic
+import httpx2
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from corral.contract.errors import MODEL_FATAL, MODEL_RETRYABLE, TOOL_ERROR, ModelErrorInfo, ModelErrorType
@@ -28,10 +29,33 @@ __all__ = [
     "TOOL_ERROR",
     "ModelErrorInfo",
     "ModelErrorType",
+    "ModelStreamBroken",
     "classify",
     "model_error",
     "parse_retry_after",
+    "stream_broken",
 ]
+
+
+class ModelStreamBroken(Exception):
+    """A response stream that broke after it began: cut off, malformed, stalled, or ended before `message_stop`.
+
+    The SDK lets these through as its transport's or JSON's own errors (or, for an early end, as a message with no
+    stop reason); they are the endpoint's or the network's fault, and a fresh request is the remedy."""
+
+
+def stream_broken(exc: Exception, stall_seconds: float) -> ModelStreamBroken | None:
+    """What a failure while reading a response stream means; None if the SDK typed it already (an `error` event,
+    a status) or it is not the stream's."""
+    if isinstance(exc, anthropic.AnthropicError):
+        return None
+    if isinstance(exc, httpx2.TimeoutException):  # the per-read timeout: no byte for `stall_seconds`
+        return ModelStreamBroken(f"the stream stalled: no data for {stall_seconds:g} s")
+    if isinstance(exc, httpx2.HTTPError):
+        return ModelStreamBroken(f"the stream broke off: {str(exc) or type(exc).__name__}")
+    if isinstance(exc, ValueError):  # a data line that is not JSON (or not UTF-8), an event out of its place
+        return ModelStreamBroken(f"the stream was malformed: {exc}")
+    return None
 
 
 def parse_retry_after(headers: Mapping[str, str]) -> float | None:
@@ -63,6 +87,8 @@ _BODY_TYPES: dict[str, tuple[ModelErrorType, bool]] = {
 
 def classify(exc: Exception) -> ModelErrorInfo | None:
     """Map an `anthropic` exception to what corral does with it; None if it is not a model API error."""
+    if isinstance(exc, ModelStreamBroken):
+        return ModelErrorInfo(error_type="model_request_failed_error", status=None, retryable=True)
     if isinstance(exc, anthropic.APIConnectionError):  # includes APITimeoutError
         return ModelErrorInfo(error_type="model_request_failed_error", status=None, retryable=True)
     if not isinstance(exc, anthropic.APIStatusError):
@@ -98,7 +124,10 @@ def classify(exc: Exception) -> ModelErrorInfo | None:
 
 def model_error(exc: Exception, info: ModelErrorInfo) -> ApplicationError:
     """The ApplicationError the model activity raises for a classified vendor error."""
-    status = f"HTTP {info.status}" if info.status else "connection error"
+    if info.status:
+        status = f"HTTP {info.status}"
+    else:
+        status = "broken stream" if isinstance(exc, ModelStreamBroken) else "connection error"
     message = f"model request failed ({status}): {_safe_message(exc)}"
     return ApplicationError(
         message,

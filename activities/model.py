@@ -1,7 +1,9 @@
 """The model-turn activity: one streaming Messages API call through the official `anthropic` SDK.
 
 Credentials and endpoint come from this worker's environment only (`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`).
-The SDK's own retries are off (`max_retries=0`): the session workflow owns retries, see `errors.py`.
+The SDK's own retries are off (`max_retries=0`): the session workflow owns retries, see `errors.py`. A stream that
+sends no byte for the stall timeout ends the attempt (the SDK's per-read timeout), so a stalled endpoint costs that
+long, not the activity's 10-minute timeout; a stream that breaks in any other way ends it too, as a retryable error.
 """
 
 from __future__ import annotations
@@ -10,15 +12,17 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
 import anthropic
+from anthropic.lib.streaming import AsyncMessageStream, ParsedMessageStreamEvent
 from temporalio import activity
 from temporalio.client import Client
 
 from activities.context import build_messages, build_tools, with_cache_breakpoints
-from activities.errors import classify, model_error
+from activities.errors import ModelStreamBroken, classify, model_error, stream_broken
 from corral.archive import write_chunks
 from corral.blobs import BlobStore, open_blob_store
 from corral.client import event_pages
@@ -43,6 +47,7 @@ from corral.names import (
     ACTIVITY_ARCHIVE_LOG,
     ACTIVITY_MODEL_TURN,
     ACTIVITY_READ_LOG,
+    DEFAULT_MODEL_STALL_TIMEOUT_SECONDS,
     QUERY_EVENTS,
     QUERY_MODEL_CONTEXT,
 )
@@ -87,12 +92,15 @@ class ModelActivities:
         model: anthropic.AsyncAnthropic | None = None,
         stream: StreamPublisher | None = None,
         blobs: BlobStore | None = None,
+        stall_timeout_seconds: float = DEFAULT_MODEL_STALL_TIMEOUT_SECONDS,
     ) -> None:
         self._temporal = temporal
         self._blobs = blobs or open_blob_store()
         self._model = model or anthropic.AsyncAnthropic(max_retries=0)
         self._cache = ConversationCache()
         self._stream = stream
+        self._stall_seconds = stall_timeout_seconds
+        self._timeout = _with_read_timeout(self._model.timeout, stall_timeout_seconds)
 
     async def _context(self, input: ModelTurnInput) -> tuple[_CachedSession, list[SessionEvent]]:
         """The agent and the full conversation for this turn: cached entries + the input's delta."""
@@ -166,15 +174,19 @@ class ModelActivities:
                 request["tools"] = tools
             with_cache_breakpoints(request)
             try:
-                async with self._live(input) as live, self._model.messages.stream(**request) as stream:
-                    async for event in stream:
+                async with (
+                    self._live(input) as live,
+                    self._model.messages.stream(**request, timeout=self._timeout) as stream,
+                    contextlib.aclosing(_whole(stream, self._stall_seconds)) as events,
+                ):
+                    async for event in events:
                         if live is not None and event.type == "content_block_delta":
                             if event.delta.type == "text_delta":
                                 await live.delta(event.index, "text", event.delta.text)
                             elif event.delta.type == "thinking_delta":
                                 await live.delta(event.index, "thinking", event.delta.thinking)
                     message = await stream.get_final_message()
-            except (anthropic.APIStatusError, anthropic.APIConnectionError) as exc:
+            except (anthropic.APIStatusError, anthropic.APIConnectionError, ModelStreamBroken) as exc:
                 info = classify(exc)
                 assert info is not None
                 log.warning("model turn %s of %s failed: %s", input.turn, input.session_id, exc)
@@ -221,6 +233,32 @@ class ModelActivities:
         # Attempts grow across both retry layers: the workflow's own (visible) and Temporal's (lost workers).
         attempt = input.stream_attempt * 1000 + activity.info().attempt
         return self._stream.attempt(input.session_id, input.stream_id, attempt)
+
+
+async def _whole(
+    stream: AsyncMessageStream[Any], stall_seconds: float
+) -> AsyncGenerator[ParsedMessageStreamEvent[Any]]:
+    """The stream's events, to its `message_stop`; a stream that breaks before (cut off, a frame that is not JSON, no
+    byte for `stall_seconds`, or a clean end too early, which the SDK takes for a whole message) is ModelStreamBroken.
+    Only the stream's own failures are translated: what the caller does with an event is not run in here."""
+    stopped = False
+    try:
+        async for event in stream:
+            stopped = event.type == "message_stop"
+            yield event
+    except Exception as exc:
+        broken = stream_broken(exc, stall_seconds)
+        if broken is None:
+            raise
+        raise broken from exc
+    if not stopped:
+        raise ModelStreamBroken("the stream ended before its message_stop event")
+
+
+def _with_read_timeout(timeout: float | anthropic.Timeout | None, read_seconds: float) -> anthropic.Timeout:
+    """The client's own timeouts, but at most `read_seconds` between two reads of a response (the stall timeout)."""
+    base = timeout if isinstance(timeout, anthropic.Timeout) else anthropic.Timeout(timeout)
+    return anthropic.Timeout(connect=base.connect, read=read_seconds, write=base.write, pool=base.pool)
 
 
 def _summary_request(

@@ -57,3 +57,7 @@ DEFAULT_TEMPORAL_ADDRESS: Final = "127.0.0.1:7233"
 DEFAULT_TEMPORAL_NAMESPACE: Final = "default"
 DEFAULT_GIT_PROXY_PORT: Final = 8767
 """Where the proxy worker's git proxy listens and sandboxes' git origins point (`CORRAL_GIT_PROXY_PORT`)."""
+ENV_MODEL_STALL_TIMEOUT: Final = "CORRAL_MODEL_STALL_TIMEOUT_SECONDS"
+DEFAULT_MODEL_STALL_TIMEOUT_SECONDS: Final = 120.0
+"""A model response stream that sends no byte for this long (pings count) has stalled: the model worker ends the
+attempt and the session retries it. Long enough for a large prompt's first token, far below the 10-minute turn."""

@@ -110,6 +110,15 @@ def test_a_bad_number_names_its_variable(name: str, value: str) -> None:
         SandboxSettings.from_environment({name: value})
 
 
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "nan", "inf"])
+def test_the_model_stall_timeout_is_read_and_checked(value: str) -> None:
+    key, name = {"ANTHROPIC_API_KEY": "k"}, "CORRAL_MODEL_STALL_TIMEOUT_SECONDS"
+    assert ModelSettings.from_environment(key).stall_timeout_seconds == 120.0
+    assert ModelSettings.from_environment({**key, name: "7.5"}).stall_timeout_seconds == 7.5
+    with pytest.raises(SettingsError, match=f"^{name} must be a number of seconds greater than 0"):
+        ModelSettings.from_environment({**key, name: value})
+
+
 def test_a_stream_url_must_be_a_url() -> None:
     with pytest.raises(SettingsError, match=r"^CORRAL_STREAM_URL must be an http:// or https:// URL"):
         ModelSettings.from_environment({"ANTHROPIC_API_KEY": "k", "CORRAL_STREAM_URL": "localhost:8766"})

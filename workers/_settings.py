@@ -9,6 +9,7 @@ workers it starts)::
     ANTHROPIC_BASE_URL               Anthropic's API    model: any Messages-API-compatible endpoint
     CORRAL_STREAM_URL                (no live deltas)   model: the stream relay that text deltas are published to
     CORRAL_STREAM_TOKEN              (none)             model: the relay's bearer token
+    CORRAL_MODEL_STALL_TIMEOUT_SECONDS  120             model: a response stream silent this long is retried
     CORRAL_SANDBOX_IMAGE             built here         sandbox
     CORRAL_STATE_DIR                 .corral            sandbox: where the image is built; model: see below
     CORRAL_BLOB_STORE                $CORRAL_STATE_DIR/blobs   model, sandbox: archived runs, kept whole outputs
@@ -38,8 +39,10 @@ from urllib.parse import urlsplit
 
 from corral.names import (
     DEFAULT_GIT_PROXY_PORT,
+    DEFAULT_MODEL_STALL_TIMEOUT_SECONDS,
     DEFAULT_TEMPORAL_ADDRESS,
     DEFAULT_TEMPORAL_NAMESPACE,
+    ENV_MODEL_STALL_TIMEOUT,
     ENV_TEMPORAL_ADDRESS,
     ENV_TEMPORAL_NAMESPACE,
 )
@@ -76,12 +79,17 @@ class TemporalSettings:
 
 @dataclass(frozen=True)
 class ModelSettings:
-    """The model role: the only one that holds the model API key, and the relay its live text deltas go to."""
+    """The model role: the only one that holds the model API key, the relay its live text deltas go to, and how long
+    a response stream may stay silent before the attempt is retried."""
 
     api_key: str = field(repr=False)
     base_url: str | None = None
     stream_url: str | None = None
     stream_token: str | None = field(default=None, repr=False)
+    stall_timeout_seconds: float = DEFAULT_MODEL_STALL_TIMEOUT_SECONDS
+
+    def __post_init__(self) -> None:
+        _check_positive(ENV_MODEL_STALL_TIMEOUT, self.stall_timeout_seconds)
 
     @classmethod
     def from_environment(cls, environ: Environ | None = None) -> ModelSettings:
@@ -97,6 +105,7 @@ class ModelSettings:
             base_url=_url(environ, "ANTHROPIC_BASE_URL"),
             stream_url=_url(environ, "CORRAL_STREAM_URL"),
             stream_token=_text(environ, "CORRAL_STREAM_TOKEN"),
+            stall_timeout_seconds=_seconds(environ, ENV_MODEL_STALL_TIMEOUT, DEFAULT_MODEL_STALL_TIMEOUT_SECONDS),
         )
 
 
@@ -268,8 +277,12 @@ def _url(environ: Environ, name: str) -> str | None:
 
 
 def _check_interval(seconds: float) -> None:
+    _check_positive(REAP_INTERVAL, seconds)
+
+
+def _check_positive(name: str, seconds: float) -> None:
     if not (math.isfinite(seconds) and seconds > 0):
-        raise _invalid(REAP_INTERVAL, seconds, "a number of seconds greater than 0")
+        raise _invalid(name, seconds, "a number of seconds greater than 0")
 
 
 def _check_port(port: int) -> None:

@@ -16,7 +16,7 @@ def model_role(client: Client, settings: ModelSettings) -> Worker:
     # The SDK's own retries are off: Temporal owns retries.
     model = anthropic.AsyncAnthropic(api_key=settings.api_key, base_url=settings.base_url, max_retries=0)
     stream = StreamPublisher(settings.stream_url, token=settings.stream_token) if settings.stream_url else None
-    return model_worker(client, model, stream=stream)
+    return model_worker(client, model, stream=stream, stall_timeout_seconds=settings.stall_timeout_seconds)
 
 
 async def _serve(settings: ModelWorkerSettings) -> None:

@@ -15,7 +15,13 @@ from activities.sandbox import SandboxActivities
 from corral.blobs import BlobStore
 from corral.hands import make_execute_activity
 from corral.hands.utility import UTILITY_TOOLS
-from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE, SANDBOX_TASK_QUEUE, UTILITY_HAND_TASK_QUEUE
+from corral.names import (
+    DEFAULT_MODEL_STALL_TIMEOUT_SECONDS,
+    HARNESS_TASK_QUEUE,
+    MODEL_TASK_QUEUE,
+    SANDBOX_TASK_QUEUE,
+    UTILITY_HAND_TASK_QUEUE,
+)
 from corral.streaming import StreamPublisher
 from workers._run import GRACEFUL_SHUTDOWN, STICKY_TIMEOUT
 from workflows import SessionWorkflow
@@ -46,10 +52,12 @@ def model_worker(
     task_queue: str = MODEL_TASK_QUEUE,
     stream: StreamPublisher | None = None,
     blobs: BlobStore | None = None,
+    stall_timeout_seconds: float = DEFAULT_MODEL_STALL_TIMEOUT_SECONDS,
 ) -> Worker:
     """Model-turn activities; the only role that holds the model API key. With a stream relay, text deltas are
-    published live to clients. Sessions' earlier runs are archived to `blobs` (default: `open_blob_store()`)."""
-    activities = ModelActivities(client, model, stream, blobs)
+    published live to clients. Sessions' earlier runs are archived to `blobs` (default: `open_blob_store()`). A
+    response stream silent for `stall_timeout_seconds` is retried."""
+    activities = ModelActivities(client, model, stream, blobs, stall_timeout_seconds)
     return Worker(
         client,
         task_queue=task_queue,
