@@ -7,12 +7,14 @@ so replay never calls a server. Calls go through the proxy too. No credential ev
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Literal
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError, TimeoutType
 
 with workflow.unsafe.imports_passed_through():
     from corral.contract.carry import McpCarry
@@ -44,6 +46,19 @@ with workflow.unsafe.imports_passed_through():
 MCP_CALL_TIMEOUT = timedelta(minutes=5)
 PROXY_SCHEDULE_TO_START = timedelta(seconds=60)
 DISCOVERY_ATTEMPTS = 3
+HEARTBEAT_TIMEOUT = "TemporalTimeout:Heartbeat"
+"""How the Temporal server names a heartbeat timeout among a retry policy's non-retryable error types: the prefix
+and the type's short name (the long enum name, `TIMEOUT_TYPE_HEARTBEAT`, is silently ignored)."""
+MCP_CALL_RETRY = dataclasses.replace(
+    INFRASTRUCTURE_RETRY,
+    non_retryable_error_types=[*(INFRASTRUCTURE_RETRY.non_retryable_error_types or []), HEARTBEAT_TIMEOUT],
+)
+"""As for every proxy call, except that a call whose worker stopped heartbeating (it died, or hung) is not made
+again: the MCP server may already have acted on it (DESIGN invariant 5)."""
+OUTCOME_UNKNOWN = (
+    "the proxy worker making this call stopped while the call was in flight, so its outcome is unknown; "
+    "it was not made again (check whether it took effect before calling it again)"
+)
 
 RetryState = Literal["retrying", "exhausted"]
 ReportError = Callable[[ErrorType, str, RetryState], None]
@@ -162,12 +177,14 @@ class SessionMcp:
                 McpCallToolResult,
                 f"tool {mcp_tool_name(server.name, use.name)}",
                 timeout=MCP_CALL_TIMEOUT,
+                retry=MCP_CALL_RETRY,
             )
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
                 raise
             error_type, _ = _classify(err)
-            message = f"MCP server {server.name}: {_message(err)}"
+            lost = isinstance(err.cause, TimeoutError) and err.cause.type == TimeoutType.HEARTBEAT
+            message = f"MCP server {server.name}: {OUTCOME_UNKNOWN if lost else _message(err)}"
             report(error_type, message, "exhausted")
             return f"Tool error: {message}", True
         return result.text, result.is_error
@@ -192,6 +209,7 @@ class SessionMcp:
         result_type: Any,
         summary: str,
         timeout: timedelta = timedelta(minutes=1),
+        retry: RetryPolicy = INFRASTRUCTURE_RETRY,
     ) -> Any:
         return await workflow.execute_activity(
             activity,
@@ -201,7 +219,7 @@ class SessionMcp:
             start_to_close_timeout=timeout,
             schedule_to_start_timeout=PROXY_SCHEDULE_TO_START,
             heartbeat_timeout=timedelta(seconds=10),
-            retry_policy=INFRASTRUCTURE_RETRY,
+            retry_policy=retry,
             summary=summary,
         )
 

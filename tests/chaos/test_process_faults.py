@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import sys
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,13 +23,18 @@ import anthropic
 import docker
 from temporalio.client import WorkflowHandle
 
-from corral.contract.events import SessionEvent
+from corral.contract.events import AgentMcpToolResult, SessionError, SessionEvent
 from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
 from corral.sandbox.containers import remove_session
+from corral.serving import ServerThread
 from corral.streaming import StreamEvent, StreamPublisher, subscribe
+from proxy import StaticBearerParams, VaultStore
 from tests.chaos._processes import free_port, role_process, temporal_env, until_healthy, worker_argv
 from tests.chaos.matrix import Outcome, chaos_n, check_log, record
 from tests.conftest import Stack, read_events, texts, unique, wait_for_idle
+from tests.proxy_servers.devvault import shared_dev_vault
+from tests.proxy_servers.mcp_server import create_mcp_app
+from tests.proxy_servers.tokens import TokenAuthority
 from workers.roles import model_worker
 
 TOOLSET = [{"type": "agent_toolset_20260401"}]
@@ -58,7 +65,8 @@ async def until_all(
 
 def logged(event_type: str, count: int = 1) -> Callable[[WorkflowHandle], Awaitable[bool]]:
     async def ready(handle: WorkflowHandle) -> bool:
-        return [event.type for event in await read_events(handle)].count(event_type) >= count
+        types: list[str] = [event.type for event in await read_events(handle)]
+        return types.count(event_type) >= count
 
     return ready
 
@@ -329,6 +337,91 @@ async def test_stream_relay_sigkilled_mid_stream(stack: Stack, tmp_path: Path) -
             observed=f"{n}/{n} replies logged once, whole; the next turn streamed live through the new relay",
             lost=gaps,
             duplicated=duplicates,
+            recovery_seconds=recovery,
+        )
+    )
+
+
+# ---- proxy --------------------------------------------------------------------------------------------------------
+
+
+async def test_proxy_worker_sigkilled_mid_mcp_call(stack: Stack, tmp_path: Path) -> None:
+    """SIGKILL of the proxy worker while N sessions' MCP tool calls are in flight: the call is not made again
+    (the server may already have acted on it); once the dead worker's heartbeat times out, the model gets a tool
+    error saying the call's outcome is unknown, with a typed `mcp_connection_failed_error` (retry status
+    `exhausted`), and the session goes on: the next MCP call works through a fresh proxy worker."""
+    n = chaos_n()
+    authority = TokenAuthority(client_secret="canary-client-secret-" + uuid.uuid4().hex)
+    dev_vault = shared_dev_vault()
+    store = VaultStore(dev_vault.client())
+    vault = store.create_vault(unique("chaos-proxy"))
+    environment = temporal_env(address(stack)) | {
+        "VAULT_ADDR": dev_vault.address,
+        "VAULT_TOKEN": dev_vault.root_token.get_secret_value(),
+        "CORRAL_VAULT_MOUNT": dev_vault.mount,
+        "CORRAL_GIT_PROXY_HOST": "127.0.0.1",
+        "CORRAL_GIT_PROXY_PORT": str(free_port()),
+    }
+    app = functools.partial(create_mcp_app, authority)
+    with (
+        ServerThread(app, name="mcp", lifespan="on", app_takes_url=True) as mcp,
+        role_process("proxy", worker_argv("proxy"), tmp_path, **environment) as proxy_process,
+    ):
+        mcp_url = f"{mcp.base_url}/mcp"
+        token = authority.issue_access_token()
+        store.add_credential(vault.id, StaticBearerParams(mcp_server_url=mcp_url, token=token))
+        agent_tools = {
+            "mcp_servers": [{"type": "url", "name": "tools", "url": mcp_url}],
+            "tools": [{"type": "mcp_toolset", "mcp_server_name": "tools"}],
+        }
+        handles = []
+        for index in range(n):
+            model = stack.script(
+                [
+                    use("mcp__tools__slow", seconds=4),
+                    use("mcp__tools__add", a=index, b=40),
+                    {"text": "went on"},
+                ]
+            )
+            agent = {"model": model, **agent_tools}
+            handles.append(await stack.start(model, message="go", vault_ids=[vault.id], agent=agent))
+
+        def slow_calls() -> int:
+            return [tool for tool, _ in authority.tool_calls].count("slow")
+
+        for _ in range(600):
+            if slow_calls() >= n:
+                break
+            await asyncio.sleep(0.1)
+        assert slow_calls() == n, "the MCP calls never reached the server"
+        killed_at = proxy_process.kill()
+        proxy_process.start()
+        logs, recovery = await recover(handles, killed_at)
+        await asyncio.sleep(4)  # long enough for a call made again to reach the server (the slow tool takes 4 s)
+        made = slow_calls()
+
+    assert_whole(logs)
+    for index, log in enumerate(logs):
+        results = [event for event in log if isinstance(event, AgentMcpToolResult)]
+        assert [result.is_error for result in results] == [True, False]
+        assert "outcome is unknown" in texts(log, "agent.mcp_tool_result")[0]
+        assert texts(log, "agent.mcp_tool_result")[1] == str(index + 40)
+        errors = [event for event in log if isinstance(event, SessionError)]
+        assert [(e.error.type, e.error.retry_status.type) for e in errors] == [
+            ("mcp_connection_failed_error", "exhausted")
+        ]
+        assert texts(log) == ["went on"]
+    assert made == n, f"{made - n} MCP calls were made again after the proxy worker died"
+    gaps, duplicates = integrity(logs)
+    record(
+        Outcome(
+            fault="proxy worker SIGKILLed mid MCP call",
+            expected="a tool error the model sees (outcome unknown, not made again) and a typed "
+            "mcp_connection_failed_error (exhausted); the next MCP call works",
+            n=n,
+            observed=f"{n}/{n} calls made once, reported unknown; the next call worked",
+            lost=gaps,
+            duplicated=duplicates + made - n,
             recovery_seconds=recovery,
         )
     )
