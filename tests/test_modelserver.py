@@ -330,6 +330,17 @@ async def test_a_stream_that_ends_early_has_no_stop_reason(
     assert received == "one two three" and message.stop_reason is None
 
 
+async def test_a_break_fails_a_non_streaming_request_once(
+    client: anthropic.AsyncAnthropic, http: httpx.AsyncClient, script_name: str
+) -> None:
+    await register(http, script_name, {"steps": [{"text": "whole", "break_stream": [{"kind": "cut"}]}]})
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        await client.messages.create(model=f"script:{script_name}", max_tokens=10, messages=USER_HI)
+    assert caught.value.status_code == 529
+    message = await client.messages.create(model=f"script:{script_name}", max_tokens=10, messages=USER_HI)
+    assert message.content[0].text == "whole"  # type: ignore[union-attr]
+
+
 async def test_a_stalled_stream_is_stopped_when_the_client_goes_away(
     client: anthropic.AsyncAnthropic, http: httpx.AsyncClient, script_name: str
 ) -> None:

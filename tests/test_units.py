@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from datetime import UTC, datetime
 from typing import Any
 
 import anthropic
 import httpx
+import httpx2
 import pytest
 from pydantic import ValidationError
 
 from activities.context import build_messages, build_tools
-from activities.errors import classify, parse_retry_after
+from activities.errors import (
+    ModelErrorInfo,
+    ModelStreamBroken,
+    classify,
+    model_error,
+    parse_retry_after,
+    stream_broken,
+)
 from corral.contract.events import (
     AgentMessage,
     AgentToolResult,
@@ -157,6 +166,23 @@ def test_classify_status_codes(status: int, error_type: str, retryable: bool) ->
 def test_classify_errors_inside_a_stream_by_body_type() -> None:
     info = classify(_status_error(200, body={"type": "error", "error": {"type": "overloaded_error"}}))
     assert info is not None and info.error_type == "model_overloaded_error" and info.retryable
+
+
+def test_a_broken_stream_is_a_retryable_error_that_says_how_it_broke() -> None:
+    request = httpx2.Request("POST", "http://model/v1/messages")
+    cases = [
+        (httpx2.ReadTimeout("", request=request), "the stream stalled: no data for 90 s"),
+        (httpx2.RemoteProtocolError("peer closed connection", request=request), "the stream broke off: peer closed"),
+        (json.JSONDecodeError("Expecting value", "{x", 1), "the stream was malformed: Expecting value"),
+    ]
+    for raised, says in cases:
+        broken = stream_broken(raised, stall_seconds=90)
+        assert isinstance(broken, ModelStreamBroken) and says in str(broken)
+        info = classify(broken)
+        assert info == ModelErrorInfo(error_type="model_request_failed_error", status=None, retryable=True)
+        assert model_error(broken, info).message.startswith("model request failed (broken stream): the stream ")
+    assert stream_broken(_status_error(529), stall_seconds=90) is None  # an `error` event: the SDK typed it
+    assert stream_broken(KeyError("ours"), stall_seconds=90) is None  # not the stream's
 
 
 def test_retry_after_forms() -> None:
