@@ -38,6 +38,7 @@ import mcp_types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 
 from proxy._ids import now
 from proxy._kv import CasMismatch
@@ -214,6 +215,12 @@ class McpProxy:
             rpc_errors = [leaf for leaf in leaves if isinstance(leaf, MCPError)]
             if rpc_errors:
                 raise rpc_errors[0] from None
+            malformed = [leaf for leaf in leaves if isinstance(leaf, ValidationError)]
+            if malformed:
+                # The server answered, with something that is not MCP: like an answer that is not JSON (which the
+                # SDK itself turns into a parse error), it is the server's answer, final, and never worth
+                # sending the request again (a retried tool call would run its side effects again).
+                raise _malformed_answer(server, malformed[0]) from None
             raise
 
 
@@ -236,6 +243,16 @@ def _connection_failure(
         detail = f"HTTP {client_errors[0]}" if client_errors else "no MCP handshake"
         return McpConnectionFailed(f"{where} could not be connected to ({detail}): is the URL an MCP endpoint?")
     return None
+
+
+def _malformed_answer(server: McpServer, error: ValidationError) -> MCPError:
+    """A JSON-RPC error standing for an answer that does not validate; it names the first fields that are wrong,
+    never their values (they are the server's words, of any size)."""
+    wrong = "; ".join(
+        f"{'.'.join(str(part) for part in problem['loc'])}: {problem['msg']}" for problem in error.errors()[:3]
+    )
+    message = f"MCP server {server.name} answered with a result that is not valid MCP ({wrong})"
+    return MCPError(mcp_types.INTERNAL_ERROR, message)
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:

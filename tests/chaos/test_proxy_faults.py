@@ -1,0 +1,473 @@
+"""The fault matrix's proxy rows: MCP servers that are down, slow or answer garbage, Vault frozen and back, and a
+credential revoked mid-session.
+
+Each test runs `chaos_n()` sessions that bind at the real proxy worker, discover the tools of two real MCP servers
+(`gate` and `tools`, `mcp` SDK servers behind a fault switch, `tests/proxy_servers/faulty_mcp.py`) and call
+`mcp__gate__echo`, which the gate holds: every session is then mid-turn, inside a tool call. The test injects its
+fault, opens the gate, and the sessions' next call (`mcp__tools__echo`) meets it. The scripted model answers with
+the last tool result it read, so each test asserts what the model saw, not only what the log says. A later turn,
+with the fault gone, shows that the session goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import signal
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import hvac
+import pytest
+from temporalio.client import WorkflowHandle
+
+from activities.proxy import ProxyActivities
+from corral.client import send_text
+from corral.contract.events import AgentMcpToolResult, SessionError, SessionEvent
+from corral.serving import ServerThread
+from proxy import McpProxy, StaticBearerParams, Vault, VaultStore
+from proxy.devvault import DevVault, start_dev_vault
+from tests.chaos.matrix import Outcome, chaos_n, check_log, record
+from tests.conftest import Stack, assert_log_is_whole, history_text, read_events, stop_reason, texts, wait_for_idle
+from tests.proxy_servers.devvault import scan_for, shared_dev_vault
+from tests.proxy_servers.faulty_mcp import Fault, FaultyMcp, McpFaults
+from tests.proxy_servers.mcp_server import create_mcp_app
+from tests.proxy_servers.tokens import TokenAuthority
+from workers.proxy import proxy_worker
+
+WAIT = 180  # seconds: generous, the machine is shared; no test asserts on how long anything took
+GATE_CALL = {"name": "mcp__gate__echo", "input": {"text": "gate"}}
+
+
+def tools_call(text: str) -> dict[str, Any]:
+    return {"tool_uses": [{"name": "mcp__tools__echo", "input": {"text": text}}]}
+
+
+TIMED_OUT = re.compile(r"timed out|did not answer in time")
+"""The proxy's words for a call past its timeout (the HTTP read or the SDK's wait for the answer fires first)."""
+
+SAW = {"text": "saw:", "echo_last_user": True}
+"""The model's answer after a tool call: `saw:` and the tool result it was given (what the model saw)."""
+
+
+@dataclass
+class McpServerUnderTest:
+    """One MCP server in its thread, with its fault switch and the token the session's vault holds for it."""
+
+    name: str
+    faults: McpFaults
+    thread: ServerThread
+    token: str = ""
+    credential_id: str = ""
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.thread.port}/mcp"
+
+
+@dataclass
+class ProxyChaos:
+    stack: Stack
+    store: VaultStore
+    vault: Vault
+    authority: TokenAuthority
+    gate: McpServerUnderTest
+    tools: McpServerUnderTest
+    handles: list[WorkflowHandle] = field(default_factory=list)
+
+    def agent(self, model: str) -> dict[str, Any]:
+        servers = [self.gate, self.tools]
+        return {
+            "model": model,
+            "mcp_servers": [{"type": "url", "name": s.name, "url": s.url} for s in servers],
+            "tools": [{"type": "mcp_toolset", "mcp_server_name": s.name} for s in servers],
+        }
+
+    async def start(self, n: int, steps: list[dict[str, Any]], message: str = "go") -> list[WorkflowHandle]:
+        model = self.stack.script(steps)
+        for _ in range(n):
+            handle = await self.stack.start(model, message=message, vault_ids=[self.vault.id], agent=self.agent(model))
+            self.handles.append(handle)
+        return self.handles
+
+    async def all_at_the_gate(self, n: int) -> None:
+        """Wait until `n` sessions are inside their gated tool call (mid-turn)."""
+        deadline = time.monotonic() + WAIT
+        while self.gate.faults.held < n:
+            assert time.monotonic() < deadline, f"only {self.gate.faults.held} of {n} sessions reached the gate"
+            await asyncio.sleep(0.1)
+
+    def secrets(self) -> list[str]:
+        return list(self.authority.access_tokens)
+
+    def calls_run(self, server: McpServerUnderTest) -> int:
+        """How many tool calls the real server behind `server` ran (its side effects), told apart by token."""
+        return sum(1 for _, token in self.authority.tool_calls if token == server.token)
+
+
+def _mcp_server(authority: TokenAuthority, name: str, faults: McpFaults) -> McpServerUnderTest:
+    def app(base_url: str) -> Any:
+        return FaultyMcp(create_mcp_app(authority, base_url), faults)
+
+    thread = ServerThread(app, name=f"chaos-mcp-{name}", lifespan="on", app_takes_url=True)
+    thread.start()
+    return McpServerUnderTest(name=name, faults=faults, thread=thread)
+
+
+@contextlib.asynccontextmanager
+async def proxy_chaos(
+    stack: Stack, *, mcp_timeout: float = 60.0, dev_vault: DevVault | None = None, vault_timeout: float = 10
+) -> AsyncIterator[ProxyChaos]:
+    """Two MCP servers (the gate held shut), a vault with a credential for each, and a proxy worker whose MCP
+    calls give up after `mcp_timeout` and whose Vault reads after `vault_timeout` seconds."""
+    authority = TokenAuthority()
+    gate = _mcp_server(authority, "gate", McpFaults(fault="hold"))
+    tools = _mcp_server(authority, "tools", McpFaults())
+    vault_server = dev_vault or shared_dev_vault()
+    raw = hvac.Client(url=vault_server.address, token=vault_server.root_token.get_secret_value(), timeout=vault_timeout)
+    store = VaultStore(raw)
+    vault = store.create_vault(f"chaos-{uuid.uuid4().hex[:8]}")
+    for server in (gate, tools):
+        server.token = authority.issue_access_token(prefix=f"at-canary-{server.name}")
+        params = StaticBearerParams(mcp_server_url=server.url, token=server.token)
+        server.credential_id = store.add_credential(vault.id, params).id
+    world = ProxyChaos(stack, store, vault, authority, gate, tools)
+    try:
+        async with proxy_worker(stack.client, ProxyActivities(store, McpProxy(store, timeout=mcp_timeout))):
+            yield world
+    finally:
+        for server in (gate, tools):
+            server.faults.release()
+            server.thread.stop()
+
+
+@pytest.fixture
+def worker_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    caplog.set_level(logging.DEBUG)
+    yield caplog
+
+
+async def idle_after(
+    handles: list[WorkflowHandle], positions: list[int], since: float
+) -> tuple[list[list[SessionEvent]], list[float]]:
+    """Each session's events up to its next idle after `positions`, and the seconds from `since` to that idle."""
+
+    async def one(handle: WorkflowHandle, after: int) -> tuple[list[SessionEvent], float]:
+        events = await wait_for_idle(handle, after=after, within_seconds=WAIT)
+        return events, time.monotonic() - since
+
+    done = await asyncio.gather(*(one(h, p) for h, p in zip(handles, positions, strict=True)))
+    return [events for events, _ in done], [seconds for _, seconds in done]
+
+
+def tools_results(events: list[SessionEvent]) -> list[AgentMcpToolResult]:
+    return [e for e in events if isinstance(e, AgentMcpToolResult)]
+
+
+def errors_of(events: list[SessionEvent]) -> list[tuple[str, str]]:
+    return [(e.error.type, e.error.retry_status.type) for e in events if isinstance(e, SessionError)]
+
+
+async def whole_logs(world: ProxyChaos) -> tuple[int, int]:
+    """Every session's log is whole and clean of secrets; returns (lost, duplicated) summed over the sessions."""
+    lost = duplicated = 0
+    for handle in world.handles:
+        events = await read_events(handle)
+        check = check_log(events)
+        lost, duplicated = lost + check.gaps, duplicated + check.duplicates
+        assert_log_is_whole(events)
+        dumped = "\n".join(event.model_dump_json() for event in events)
+        assert scan_for(world.secrets(), dumped, await history_text(handle)) == []
+    return lost, duplicated
+
+
+async def recover(world: ProxyChaos, turn: list[list[SessionEvent]], text: str) -> None:
+    """The fault is gone: a new message to every session runs the tool again, and the model reads its result."""
+    positions = [events[-1].position for events in turn]
+    for handle in world.handles:
+        await send_text(handle, "again")
+    after, _ = await idle_after(world.handles, positions, time.monotonic())
+    for events in after:
+        [result] = tools_results(events)
+        assert (result.is_error, result.content[0].text) == (False, text)
+        assert texts(events)[-1] == f"saw:\n{text}" and errors_of(events) == []
+
+
+async def test_an_mcp_server_that_goes_down_mid_turn_is_a_connection_error_and_the_session_goes_on(
+    stack: Stack, worker_log: pytest.LogCaptureFixture
+) -> None:
+    """An MCP server that stops while sessions are mid-turn: their next call to it is a tool error the model reads
+    ("could not be reached") and a `session.error` `mcp_connection_failed_error` (exhausted: a tool call is not
+    retried); the turn ends normally, and once the server is back the next turn's call works."""
+    n = chaos_n()
+    async with proxy_chaos(stack) as world:
+        await world.start(n, [{"tool_uses": [GATE_CALL]}, tools_call("during"), SAW, tools_call("after"), SAW])
+        await world.all_at_the_gate(n)
+        world.tools.thread.stop()
+        fault = time.monotonic()
+        world.gate.faults.release()
+        turn, recovery = await idle_after(world.handles, [0] * n, fault)
+        for events in turn:
+            [gate, during] = tools_results(events)
+            assert not gate.is_error and during.is_error
+            assert "could not be reached" in during.content[0].text
+            assert texts(events)[-1] == "saw:\n" + during.content[0].text, "the model must read the tool error"
+            assert errors_of(events) == [("mcp_connection_failed_error", "exhausted")]
+            assert stop_reason(events[-1]).type == "end_turn"
+        world.tools.thread.start()  # the same port: the sessions' agents name this URL
+        await recover(world, turn, "after")
+        lost, duplicated = await whole_logs(world)
+        ran = world.calls_run(world.tools)
+        assert (world.calls_run(world.gate), ran) == (n, n), "each call ran once; none reached the server while down"
+    assert scan_for(world.secrets(), worker_log.text) == []
+    record(
+        Outcome(
+            fault="MCP server down mid-turn",
+            expected="tool error (mcp_connection_failed_error, exhausted); the session goes on",
+            n=n,
+            observed="tool error 'could not be reached' read by the model; next turn's call worked",
+            lost=lost,
+            duplicated=duplicated + ran - n,
+            recovery_seconds=recovery,
+        )
+    )
+
+
+async def test_an_mcp_server_slower_than_the_proxy_timeout_is_a_tool_error_not_a_hang(
+    stack: Stack, worker_log: pytest.LogCaptureFixture
+) -> None:
+    """An MCP server that takes a call and never answers: the proxy gives up at its timeout, the model reads a
+    tool error ("timed out") with a `session.error` `mcp_connection_failed_error` (exhausted), nothing hangs, and
+    once the server answers again the next turn's call works."""
+    n = chaos_n()
+    async with proxy_chaos(stack, mcp_timeout=3) as world:
+        world.gate.faults.release()  # no gate: the slow server holds the sessions mid-turn by itself
+        world.tools.faults.fault = "hold"
+        fault = time.monotonic()
+        await world.start(n, [tools_call("during"), SAW, tools_call("after"), SAW])
+        turn, recovery = await idle_after(world.handles, [0] * n, fault)
+        for events in turn:
+            [during] = tools_results(events)
+            assert during.is_error and TIMED_OUT.search(during.content[0].text), during.content[0].text
+            assert texts(events)[-1] == "saw:\n" + during.content[0].text
+            assert errors_of(events) == [("mcp_connection_failed_error", "exhausted")]
+        assert world.tools.faults.held == n, "each session's call reached the server once: no retry of a tool call"
+        world.tools.faults.fault = "none"
+        world.tools.faults.release()  # the abandoned calls go on to a server session the proxy has closed
+        await recover(world, turn, "after")
+        lost, duplicated = await whole_logs(world)
+        assert n <= world.calls_run(world.tools) <= 2 * n, "the recovered call ran once, an abandoned one at most once"
+    assert scan_for(world.secrets(), worker_log.text) == []
+    record(
+        Outcome(
+            fault="MCP server slower than the proxy's timeout",
+            expected="tool error (mcp_connection_failed_error, exhausted) at the proxy's timeout; no hang",
+            n=n,
+            observed="tool error 'timed out' read by the model after the timeout; next turn's call worked",
+            lost=lost,
+            duplicated=duplicated + world.tools.faults.held - n,
+            recovery_seconds=recovery,
+        )
+    )
+
+
+async def test_an_mcp_server_answering_garbage_is_a_tool_error_and_the_proxy_worker_stays_up(
+    stack: Stack, worker_log: pytest.LogCaptureFixture
+) -> None:
+    """An MCP server whose answer to a tool call is not JSON, is a JSON-RPC response to another request id, or is
+    a result that is not a `CallToolResult`: each is one tool error the model reads (the call is never sent again),
+    the proxy worker stays up, and the next call to a sane server works. Not JSON and a malformed result are
+    tool-level errors (no `session.error`); an answer for another id leaves the call unanswered until the proxy's
+    timeout (`mcp_connection_failed_error`, exhausted)."""
+    n = chaos_n()
+    async with proxy_chaos(stack, mcp_timeout=10) as world:
+        steps = [{"tool_uses": [GATE_CALL]}, tools_call("garbage"), SAW, tools_call("bad result"), SAW]
+        steps += [tools_call("wrong id"), SAW, tools_call("after"), SAW]
+        await world.start(n, steps)
+        await world.all_at_the_gate(n)
+        world.tools.faults.fault = "garbage"
+        fault = time.monotonic()
+        world.gate.faults.release()
+        turn, recovery = await idle_after(world.handles, [0] * n, fault)
+        for events in turn:
+            [_, garbage] = tools_results(events)
+            assert garbage.is_error and "Failed to parse JSON response" in garbage.content[0].text
+            assert texts(events)[-1] == "saw:\n" + garbage.content[0].text
+            assert errors_of(events) == []
+        turns = [turn]
+        expectations: list[tuple[Fault, re.Pattern[str], list[tuple[str, str]]]] = [
+            ("bad_result", re.compile("not valid MCP"), []),
+            ("wrong_id", TIMED_OUT, [("mcp_connection_failed_error", "exhausted")]),
+        ]
+        for fault_kind, said, errors in expectations:
+            world.tools.faults.fault = fault_kind
+            positions = [events[-1].position for events in turns[-1]]
+            for handle in world.handles:
+                await send_text(handle, fault_kind)
+            since = time.monotonic()
+            turn, seconds = await idle_after(world.handles, positions, since)
+            recovery += seconds
+            for events in turn:
+                [result] = tools_results(events)
+                assert result.is_error and said.search(result.content[0].text), (fault_kind, result.content[0].text)
+                assert texts(events)[-1] == "saw:\n" + result.content[0].text
+                assert errors_of(events) == errors, fault_kind
+            turns.append(turn)
+        calls_met = world.tools.faults.calls
+        assert calls_met == 3 * n, f"{calls_met} tool calls reached the server for {3 * n} the model made"
+        world.tools.faults.fault = "none"
+        await recover(world, turns[-1], "after")
+        lost, duplicated = await whole_logs(world)
+        assert world.calls_run(world.tools) == n
+    assert scan_for(world.secrets(), worker_log.text) == []
+    record(
+        Outcome(
+            fault="MCP server answering garbage (not JSON, another request id, a malformed result)",
+            expected="one tool error per call, read by the model; the proxy worker stays up",
+            n=n,
+            observed="parse error and malformed-result tool errors; a timeout for another id; next call worked",
+            lost=lost,
+            duplicated=duplicated + calls_met - 3 * n,
+            recovery_seconds=recovery,
+        )
+    )
+
+
+@contextlib.contextmanager
+def frozen(vault: DevVault) -> Iterator[None]:
+    """Vault unreachable: its process stopped (SIGSTOP). Connections are accepted by the kernel and never
+    answered, the worst kind of down; SIGCONT brings it back with everything it held."""
+    assert vault.pid is not None
+    os.kill(vault.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(vault.pid, signal.SIGCONT)
+
+
+async def calls_retried(handles: list[WorkflowHandle]) -> None:
+    """Wait until every session's MCP call activity has failed at least once and is being tried again."""
+    deadline = time.monotonic() + WAIT
+    for handle in handles:
+        while True:
+            pending = (await handle.describe()).raw_description.pending_activities
+            if any(a.activity_type.name == "mcp_call_tool" and a.attempt >= 2 for a in pending):
+                break
+            assert time.monotonic() < deadline, f"{handle.id}: its MCP call was never retried"
+            await asyncio.sleep(0.1)
+
+
+async def test_vault_frozen_mid_turn_is_a_tool_error_and_a_shorter_freeze_is_retried_away(
+    stack: Stack, worker_log: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """Vault unreachable (its process stopped) while sessions are mid-turn: the call's activity retries
+    (`VaultUnavailable` is retryable, 5 attempts), and when Vault stays away past them the model reads a tool error
+    naming Vault with a `session.error` `mcp_connection_failed_error` (exhausted). Vault back during the retries:
+    the call succeeds and the session sees nothing. Nothing in Vault is lost."""
+    n = chaos_n()
+    dev_vault = start_dev_vault(tmp_path / "vault")
+    try:
+        async with proxy_chaos(stack, dev_vault=dev_vault, vault_timeout=2) as world:
+            steps = [{"tool_uses": [GATE_CALL]}, tools_call("during"), SAW, tools_call("retried"), SAW]
+            await world.start(n, [*steps, tools_call("after"), SAW])
+            await world.all_at_the_gate(n)
+            with frozen(dev_vault):
+                fault = time.monotonic()
+                world.gate.faults.release()
+                turn, recovery = await idle_after(world.handles, [0] * n, fault)
+            for events in turn:
+                [_, during] = tools_results(events)
+                assert during.is_error and "Vault at" in during.content[0].text, during.content[0].text
+                assert texts(events)[-1] == "saw:\n" + during.content[0].text
+                assert errors_of(events) == [("mcp_connection_failed_error", "exhausted")]
+            assert world.calls_run(world.tools) == 0
+
+            positions = [events[-1].position for events in turn]
+            with frozen(dev_vault):
+                for handle in world.handles:
+                    await send_text(handle, "again")
+                await calls_retried(world.handles)
+                back = time.monotonic()
+            retried, seconds = await idle_after(world.handles, positions, back)
+            for events in retried:
+                [result] = tools_results(events)
+                assert (result.is_error, result.content[0].text, errors_of(events)) == (False, "retried", [])
+            await recover(world, retried, "after")
+            lost, duplicated = await whole_logs(world)
+            assert world.calls_run(world.tools) == 2 * n, "each call that succeeded ran once"
+    finally:
+        dev_vault.stop()
+    assert scan_for([*world.secrets(), dev_vault.root_token.get_secret_value()], worker_log.text) == []
+    record(
+        Outcome(
+            fault="Vault stopped (SIGSTOP: unreachable), then back (SIGCONT)",
+            expected="a freeze past the call's retries is a tool error (mcp_connection_failed_error, exhausted); "
+            "a shorter one is retried away; the session goes on",
+            n=n,
+            observed="tool error naming Vault read by the model; a freeze ended during the retries went unseen",
+            lost=lost,
+            duplicated=duplicated + world.calls_run(world.tools) - 2 * n,
+            recovery_seconds=[*recovery, *seconds],
+        )
+    )
+
+
+async def test_a_credential_revoked_mid_session_is_an_authentication_tool_error(
+    stack: Stack, worker_log: pytest.LogCaptureFixture
+) -> None:
+    """A credential revoked mid-session, first by the MCP server (it rejects the token), then by deleting it from
+    the vault: each next call is a tool error the model reads and a `session.error`
+    `mcp_authentication_failed_error` (exhausted); no token reaches an event, the history or a log line, and a
+    new credential added to the vault works at the next call."""
+    n = chaos_n()
+    async with proxy_chaos(stack) as world:
+        steps = [{"tool_uses": [GATE_CALL]}, tools_call("revoked"), SAW, tools_call("deleted"), SAW]
+        await world.start(n, [*steps, tools_call("after"), SAW])
+        await world.all_at_the_gate(n)
+        world.authority.expire(world.tools.token)
+        fault = time.monotonic()
+        world.gate.faults.release()
+        turn, recovery = await idle_after(world.handles, [0] * n, fault)
+        for events in turn:
+            [_, revoked] = tools_results(events)
+            assert revoked.is_error and "rejected credential" in revoked.content[0].text, revoked.content[0].text
+            assert texts(events)[-1] == "saw:\n" + revoked.content[0].text
+            assert errors_of(events) == [("mcp_authentication_failed_error", "exhausted")]
+
+        world.store.delete_credential(world.vault.id, world.tools.credential_id)
+        positions = [events[-1].position for events in turn]
+        for handle in world.handles:
+            await send_text(handle, "again")
+        deleted, seconds = await idle_after(world.handles, positions, time.monotonic())
+        for events in deleted:
+            [result] = tools_results(events)
+            assert result.is_error and "no credential for MCP server tools" in result.content[0].text
+            assert errors_of(events) == [("mcp_authentication_failed_error", "exhausted")]
+
+        old = world.tools.token
+        world.tools.token = world.authority.issue_access_token(prefix="at-canary-new")
+        params = StaticBearerParams(mcp_server_url=world.tools.url, token=world.tools.token)
+        world.store.add_credential(world.vault.id, params)
+        await recover(world, deleted, "after")
+        lost, duplicated = await whole_logs(world)
+        assert world.calls_run(world.tools) == n and old in world.authority.rejected
+        assert not any(token == old for _, token in world.authority.tool_calls), "a revoked token ran a tool"
+    assert scan_for([*world.secrets(), old], worker_log.text) == []
+    record(
+        Outcome(
+            fault="credential revoked mid-session (rejected by the MCP server, then deleted from the vault)",
+            expected="tool error (mcp_authentication_failed_error, exhausted); no secret anywhere; the session goes on",
+            n=n,
+            observed="authentication tool errors read by the model; a new credential worked at the next call",
+            lost=lost,
+            duplicated=duplicated + world.calls_run(world.tools) - n,
+            recovery_seconds=[*recovery, *seconds],
+        )
+    )
