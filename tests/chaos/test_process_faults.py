@@ -12,6 +12,10 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import json
+import os
+import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -21,15 +25,20 @@ from typing import Any
 
 import anthropic
 import docker
+import httpx
+import pytest
 from temporalio.client import WorkflowHandle
 
+from corral.client import start_session
 from corral.contract.events import AgentMcpToolResult, SessionError, SessionEvent
+from corral.contract.session import AgentConfig, SessionInput
 from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
 from corral.sandbox.containers import remove_session
 from corral.serving import ServerThread
 from corral.streaming import StreamEvent, StreamPublisher, subscribe
+from corral.temporal import connect
 from proxy import StaticBearerParams, VaultStore
-from tests.chaos._processes import free_port, role_process, temporal_env, until_healthy, worker_argv
+from tests.chaos._processes import ROOT, free_port, role_process, temporal_env, until_healthy, worker_argv
 from tests.chaos.matrix import Outcome, chaos_n, check_log, record
 from tests.conftest import Stack, read_events, texts, unique, wait_for_idle
 from tests.proxy_servers.devvault import shared_dev_vault
@@ -425,3 +434,95 @@ async def test_proxy_worker_sigkilled_mid_mcp_call(stack: Stack, tmp_path: Path)
             recovery_seconds=recovery,
         )
     )
+
+
+# ---- the Temporal server ------------------------------------------------------------------------------------------
+
+
+def corral(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """The CLI as a user runs it, in its own process."""
+    argv = [sys.executable, "-m", "cli.main", *args]
+    return subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.timeout(400)
+async def test_temporal_server_sigkilled_mid_turn_then_restarted_by_corral_up(
+    docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    """SIGKILL of the Temporal server (the local stack's dev server, SQLite file) while N sessions' bash commands run
+    in their sandboxes, then `corral up` again, which starts it on the same database and port: the workers, still
+    running, reconnect and every turn ends cleanly (a clean resume), the log whole, each command run once."""
+    n = chaos_n()
+    state = tmp_path / "state"
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("ANTHROPIC_", "CORRAL_", "VAULT_"))}
+    env["CORRAL_STATE_DIR"] = str(state)  # offline: the stack's own model server plays the scripts
+    ports = [f"--{name}-port" for name in ("temporal", "ui", "model", "stream", "git-proxy")]
+    up_args = ["up", *[part for option in ports for part in (option, str(free_port()))]]
+    command = "echo ran >> /workspace/count; sleep 4; echo finished"
+    try:
+        up = await asyncio.to_thread(corral, env, *up_args)
+        assert up.returncode == 0, up.stdout + up.stderr
+        recorded = json.loads((state / "stack.json").read_text())
+        client = await connect(recorded["temporal_address"], recorded["namespace"])
+        handles = []
+        async with httpx.AsyncClient(base_url=recorded["model_url"], timeout=10) as model_server:
+            for _ in range(n):
+                name = unique("chaos-temporal")
+                steps = [
+                    {"tool_uses": [{"name": "bash", "input": {"command": command}}]},
+                    {"tool_uses": [{"name": "bash", "input": {"command": "wc -l < /workspace/count"}}]},
+                    {"text": "done"},
+                ]
+                (await model_server.put(f"/_corral/scripts/{name}", json={"steps": steps})).raise_for_status()
+                agent = AgentConfig.model_validate({"model": f"script:{name}", "tools": TOOLSET})
+                handles.append(await start_session(client, SessionInput(agent=agent, message="go")))
+
+        async def command_runs(handle: WorkflowHandle) -> bool:
+            return "sleep 4" in await asyncio.to_thread(_container_processes, docker_client, handle.id)
+
+        await until_all(handles, command_runs, "its bash command running in the container", within=180)
+        temporal_pid = int((state / "pids" / "temporal.pid").read_text())
+        os.kill(temporal_pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        while Path(f"/proc/{temporal_pid}").exists() and "\nState:\tZ" not in _status(temporal_pid):
+            await asyncio.sleep(0.05)
+        again = await asyncio.to_thread(corral, env, *up_args)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "temporal started" in again.stdout, again.stdout
+        assert again.stdout.count("already running") >= 1, again.stdout  # the workers were left alone
+        client = await connect(recorded["temporal_address"], recorded["namespace"])
+        handles = [client.get_workflow_handle(handle.id) for handle in handles]
+        logs, recovery = await recover(handles, killed_at)
+        for handle in handles:
+            await handle.terminate("test finished")
+    finally:
+        down = await asyncio.to_thread(corral, env, "down", "--sandboxes")
+    assert down.returncode == 0, down.stdout + down.stderr
+
+    assert_whole(logs)
+    counts = []
+    for log in logs:
+        first, count = texts(log, "agent.tool_result")
+        assert first.startswith("finished"), first
+        counts.append(int(count))
+        assert texts(log) == ["done"]
+    assert counts == [1] * n, "a command ran twice"
+    gaps, duplicates = integrity(logs)
+    record(
+        Outcome(
+            fault="Temporal server SIGKILLed mid-turn, restarted by `corral up`",
+            expected="clean resume: the workers reconnect, every turn ends once, each command runs once",
+            n=n,
+            observed=f"{n}/{n} turns ended once; commands ran once each",
+            lost=gaps,
+            duplicated=duplicates + sum(counts) - n,
+            recovery_seconds=recovery,
+        )
+    )
+
+
+def _status(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return "\nState:\tZ"
