@@ -151,6 +151,9 @@ def _credentialed_services(
     with step("storing the demo tokens in Vault", log=settings.paths.log_file("vault")):
         store = vault_store(settings)
         vault = store.create_vault("corral demo")
+        # Its token is for a server that lives as long as this demo: the vault goes with it, rather than pile up
+        # in the durable Vault run after run.
+        services.callback(store.delete_vault, vault.id)
         store.add_credential(vault.id, StaticBearerParams(mcp_server_url=mcp_url, token=SecretStr(mcp_token)))
         store.store_repository_token(session_id, "demo", git_url, git_token)
     base: dict[str, Any] = {

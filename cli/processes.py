@@ -101,12 +101,38 @@ def spawn(paths: StatePaths, name: str, argv: list[str], env: Mapping[str, str])
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
-    """Signal the process group we created with `start_new_session`, or just the pid if it is not a leader."""
+    """Signal the process group we created with `start_new_session` (it outlives its leader while children of the
+    leader remain), or just the pid if there is no such group."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        if os.getpgid(pid) == pid:
-            os.killpg(pid, sig)
-        else:
-            os.kill(pid, sig)
+        os.killpg(pid, sig)
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def _group_left(leader: int) -> bool:
+    """Whether a process of the group `leader` started (its children) outlives it: they are stopped with it."""
+    try:
+        os.killpg(leader, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return any(_group_of(pid) == leader and not _zombie(pid) for pid in (int(entry.name) for entry in _proc_entries()))
+
+
+def _proc_entries() -> list[Path]:
+    return [entry for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+
+
+def _group_of(pid: int) -> int | None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        return os.getpgid(pid)
+    return None
+
+
+def _zombie(pid: int) -> bool:
+    with contextlib.suppress(OSError):
+        return "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    return True
 
 
 StopOutcome = Literal["stopped", "killed", "not running"]
@@ -121,12 +147,12 @@ def stop(paths: StatePaths, name: str, timeout: float = 10.0) -> tuple[int | Non
         _signal_group(state.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if not is_alive(state.pid, name):
+            if not is_alive(state.pid, name) and not _group_left(state.pid):
                 return state.pid, "stopped"
             time.sleep(0.1)
         _signal_group(state.pid, signal.SIGKILL)
         deadline = time.monotonic() + 5
-        while is_alive(state.pid, name) and time.monotonic() < deadline:
+        while (is_alive(state.pid, name) or _group_left(state.pid)) and time.monotonic() < deadline:
             time.sleep(0.1)
         return state.pid, "killed"
     finally:
