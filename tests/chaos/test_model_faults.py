@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -80,28 +81,40 @@ def errors_of(events: list[SessionEvent]) -> list[tuple[str, str]]:
     return [(e.error.type, e.error.retry_status.type) for e in events if isinstance(e, SessionError)]
 
 
+def logged_errors(events: list[SessionEvent]) -> str:
+    """The session.errors of a log, counted: `3 x session.error model_overloaded_error (retrying)`."""
+    counted = Counter(errors_of(events))
+    return ", ".join(f"{n} x session.error {kind} ({status})" for (kind, status), n in counted.items()) or "no error"
+
+
 def tool_runs(session: Session) -> int:
     return len(session.marker.read_text().splitlines()) if session.marker.exists() else 0
 
 
 def recovery_seconds(events: list[SessionEvent]) -> float:
-    """From the start of the first model request that failed to the end of the turn, in workflow time."""
+    """From the start of the first model request that failed to the end of its turn, in workflow time."""
     ends = {getattr(e, "model_request_start_id", None) for e in events if getattr(e, "is_error", False)}
     failed = next(e for e in events if e.id in ends)
-    return (events[-1].created_at - failed.created_at).total_seconds()
+    idle = next(e for e in events if e.type == "session.status_idle" and e.position > failed.position)
+    return (idle.created_at - failed.created_at).total_seconds()
 
 
-async def outcome_of(sessions: list[Session], fault: str, expected: str, observed: str) -> Outcome:
-    """Each session's whole log checked (no gap, no duplicate), the answer logged once, the tool run once."""
+async def outcome_of(stack: Stack, sessions: list[Session], fault: str, expected: str) -> Outcome:
+    """The row of the matrix, from each session's whole log: gaps and duplicates, the answer logged once, the tool
+    run once; what was observed is told from the errors logged and the requests the model server saw."""
     lost = duplicated = 0
     seconds = []
+    seen: Counter[str] = Counter()
     for session in sessions:
         events = await read_events(session.handle)
         check = check_log(events)
-        answers = texts(events).count(ANSWER)
-        lost += check.gaps + (answers == 0) + (tool_runs(session) == 0)
-        duplicated += check.duplicates + max(0, answers - 1) + max(0, tool_runs(session) - 1)
+        answers, runs = texts(events).count(ANSWER), tool_runs(session)
+        lost += check.gaps + (answers == 0) + (runs == 0)
+        duplicated += check.duplicates + max(0, answers - 1) + max(0, runs - 1)
         seconds.append(recovery_seconds(events))
+        requests = len(stack.requests(session.model))
+        seen[f"{logged_errors(events)}; {requests} requests; answer logged {answers}x, tool run {runs}x"] += 1
+    observed = "; ".join(f"{count} of {len(sessions)}: {what}" for what, count in seen.items())
     return Outcome(fault, expected, len(sessions), observed, lost, duplicated, seconds)
 
 
@@ -144,10 +157,10 @@ async def test_a_429_with_retry_after_is_waited_out_then_the_turn_resumes(stack:
         assert next_request.created_at - rescheduled.created_at >= timedelta(seconds=2)
     record(
         await outcome_of(
+            stack,
             sessions,
             "model: 429 with retry-after",
             "session.error(model_rate_limited_error, retrying); waits retry-after; clean resume",
-            "as expected: 1 retrying error per session, a 2 s timer, 3 requests each",
         )
     )
 
@@ -165,10 +178,10 @@ async def test_a_burst_of_529s_is_retried_and_resumes_with_nothing_twice(stack: 
         assert_resumed_whole(stack, session, events, requests=5)
     record(
         await outcome_of(
+            stack,
             sessions,
             "model: burst of 529s (3 in a row)",
             "3 x session.error(model_overloaded_error, retrying); clean resume",
-            "as expected: 3 retrying errors per session, 5 requests each",
         )
     )
 
@@ -197,10 +210,10 @@ async def test_a_stream_cut_mid_message_is_retried_and_logged_once(
         assert_resumed_whole(stack, session, events, requests=3)
     record(
         await outcome_of(
+            stack,
             sessions,
             f"model: stream {'cut' if kind == 'cut' else 'ended early (no message_stop)'} mid-message",
             "session.error(model_request_failed_error, retrying); the whole answer logged once",
-            "as expected: 1 retrying error per session, no partial message, 3 requests each",
         )
     )
 
@@ -220,10 +233,10 @@ async def test_a_malformed_stream_is_retried(stack: Stack, tmp_path: Path) -> No
         assert_resumed_whole(stack, session, events, requests=3)
     record(
         await outcome_of(
+            stack,
             sessions,
             "model: malformed SSE (a data line that is not JSON)",
             "session.error(model_request_failed_error, retrying); clean resume",
-            "as expected: 1 retrying error per session, 3 requests each",
         )
     )
 
@@ -264,15 +277,16 @@ async def test_a_stream_that_stalls_after_its_first_token_is_noticed_and_retried
         message = next(e for e in events if isinstance(e, SessionError)).error.message
         assert f"the stream stalled: no data for {STALL_SECONDS:g} s" in message
         assert_resumed_whole(stack, session, events, requests=3)
-    # The stalled streams were closed by the worker, not left open on the server.
-    assert cancelled_streams(stack) - cancelled_before >= n
+    async with asyncio.timeout(WAIT):  # the stalled streams were closed by the worker, not left open on the server
+        while cancelled_streams(stack) - cancelled_before < n:
+            await asyncio.sleep(0.1)
     record(
         await outcome_of(
+            stack,
             sessions,
             "model: stream stalls after its first token",
             f"noticed after the stall timeout ({STALL_SECONDS:g} s here); "
             "session.error(model_request_failed_error, retrying); clean resume",
-            "as expected: 1 retrying error per session, 3 requests each",
         )
     )
 
@@ -309,9 +323,9 @@ async def test_a_400_no_retry_fixes_is_tried_once_and_the_next_message_works(sta
         assert_log_is_whole(await read_events(session.handle))
     record(
         await outcome_of(
+            stack,
             sessions,
             "model: 400 that no retry fixes",
             "session.error(model_request_failed_error, exhausted), tried once; the next message works",
-            "as expected: 1 exhausted error per session, 1 request for the failed turn, the next turn answered",
         )
     )
