@@ -6,6 +6,7 @@ the tool use it answers always match, whatever ids the model produced.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from corral.contract.events import (
@@ -18,6 +19,7 @@ from corral.contract.events import (
     AgentToolUse,
     ContentBlock,
     SessionEvent,
+    TextBlock,
     UserCustomToolResult,
     UserMessage,
 )
@@ -31,9 +33,15 @@ def _block(block: ContentBlock) -> dict[str, Any]:
     return block.model_dump(exclude_none=True)
 
 
-def _tool_result(tool_use_id: str, content: list[ContentBlock], is_error: bool) -> dict[str, Any]:
+def _blocks(content: Sequence[ContentBlock]) -> list[dict[str, Any]]:
+    """The blocks the API takes: it refuses a text block that is empty or only whitespace (a 400 no retry fixes),
+    which a user's message beside an image, a tool's output or a model's reply may hold."""
+    return [_block(b) for b in content if not (isinstance(b, TextBlock) and not b.text.strip())]
+
+
+def _tool_result(tool_use_id: str, content: Sequence[ContentBlock], is_error: bool) -> dict[str, Any]:
     result: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id}
-    result["content"] = [_block(b) for b in content] if content else [{"type": "text", "text": "(empty)"}]
+    result["content"] = _blocks(content) or [{"type": "text", "text": "(empty)"}]
     if is_error:
         result["is_error"] = True
     return result
@@ -43,13 +51,14 @@ def _entry_blocks(entry: SessionEvent) -> tuple[str, list[dict[str, Any]]] | Non
     """The role and blocks an entry contributes, or None for entries the model does not see."""
     match entry:
         case UserMessage():
-            return "user", [_block(b) for b in entry.content]
+            blocks = _blocks(entry.content)
+            return ("user", blocks) if blocks else None
         case UserCustomToolResult():
-            return "user", [_tool_result(entry.custom_tool_use_id, list(entry.content), entry.is_error)]
+            return "user", [_tool_result(entry.custom_tool_use_id, entry.content, entry.is_error)]
         case AgentToolResult():
-            return "user", [_tool_result(entry.tool_use_id, list(entry.content), entry.is_error)]
+            return "user", [_tool_result(entry.tool_use_id, entry.content, entry.is_error)]
         case AgentMcpToolResult():
-            return "user", [_tool_result(entry.mcp_tool_use_id, list(entry.content), entry.is_error)]
+            return "user", [_tool_result(entry.mcp_tool_use_id, entry.content, entry.is_error)]
         case AgentThreadContextCompacted():
             note = (
                 f"[A summary of the conversation from its start to log position {entry.end_position}, written when "
@@ -57,7 +66,7 @@ def _entry_blocks(entry: SessionEvent) -> tuple[str, list[dict[str, Any]]] | Non
             )
             return "user", [{"type": "text", "text": note}]
         case AgentMessage():
-            blocks = [_block(b) for b in entry.content if b.text]
+            blocks = _blocks(entry.content)
             return ("assistant", blocks) if blocks else None
         case AgentToolUse() | AgentCustomToolUse():
             return "assistant", [{"type": "tool_use", "id": entry.id, "name": entry.name, "input": entry.input}]

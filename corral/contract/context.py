@@ -7,7 +7,7 @@ The log is never changed: a view only elides and summarises. Two steps, cheap fi
 2. When that is not enough, older turns are summarised by a model call; the summary is an
    `agent.thread_context_compacted` event in the conversation, and the view shows it in place of the positions it
    stands for (always from the session's start, so the latest summary is the only one that counts). A summary ends
-   just before a user message, so no tool call is cut from its result.
+   just before a user message, and never takes a tool call whose result it leaves (`compaction_end`).
 """
 
 from __future__ import annotations
@@ -131,16 +131,21 @@ def fit_blocks(entry: SessionEvent, max_chars: int | None) -> SessionEvent:
 
 def compaction_end(entries: list[SessionEvent]) -> int | None:
     """The last position a new summary should stand for: just before the user message that opens the
-    `KEEP_TURNS`-th latest turn; None when there is no older turn left to summarise."""
+    `KEEP_TURNS`-th latest turn, or an earlier one; None when there is no older turn left to summarise.
+
+    The cut must be whole: every entry shown before the opening positioned before every entry from it on. A message
+    queued while tools ran is in the log before their results, but in the conversation after them: a cut at it
+    would keep the results and summarise their calls away (the API refuses a tool_result with no tool_use)."""
     shown = visible(entries)
     openings = [i for i, entry in enumerate(shown) if isinstance(entry, UserMessage)]
-    if len(openings) <= KEEP_TURNS:
-        return None
-    first_kept = openings[-KEEP_TURNS]
-    older = [entry for entry in shown[:first_kept] if not isinstance(entry, AgentThreadContextCompacted)]
-    if not older:
-        return None
-    return shown[first_kept].position - 1
+    for first_kept in reversed(openings[: len(openings) - KEEP_TURNS + 1] if len(openings) > KEEP_TURNS else []):
+        older = [entry.position for entry in shown[:first_kept] if not isinstance(entry, AgentThreadContextCompacted)]
+        if not older:
+            return None
+        kept = min(entry.position for entry in shown[first_kept:])
+        if max(older) < kept:
+            return kept - 1
+    return None
 
 
 def estimate_tokens(
