@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from temporalio.api.enums.v1 import EventType
+
 from corral.client import send_text, session_info
 from corral.contract.events import AgentToolResult, RequiresAction, SessionError
 from corral.contract.session import SendEventsInput, SendEventsResult, UserMessageSignal
@@ -182,3 +184,31 @@ async def test_tool_calls_of_a_reply_cut_off_at_max_tokens_do_not_run(stack: Sta
     (error,) = [e for e in events if isinstance(e, SessionError)]
     assert error.error.retry_status.type == "exhausted" and "raise it" in error.error.message
     assert len(stack.requests(always)) == 3
+
+
+async def test_sixty_concurrent_sends_and_signals_into_one_session_each_land_once(stack: Stack) -> None:
+    """Past the server's ten in-flight updates per workflow: every send is taken (the client sends again on
+    RESOURCE_EXHAUSTED), each message is logged once under the id returned, and no workflow task fails."""
+    model = stack.script([{"text": "Reply.", "echo_last_user": True}], loop=True)
+    handle = await stack.start(model)
+    sent = [f"burst {number}" for number in range(40)]
+    signalled = [f"signal {number}" for number in range(20)]
+    ids = await asyncio.gather(
+        *(send_text(handle, text, client_id=text) for text in sent),
+        *(handle.signal(SIGNAL_USER_MESSAGE, UserMessageSignal(content=text)) for text in signalled),
+    )
+    events: list = []
+    for _ in range(600):
+        events = await read_events(handle)
+        logged = [e for e in events if e.type == "user.message"]
+        if len(logged) == len(sent) + len(signalled) and events[-1].type == "session.status_idle":
+            break
+        await asyncio.sleep(0.1)
+    assert_log_is_whole(events)
+    logged = [e for e in events if e.type == "user.message"]
+    by_client_id = {e.client_id: e.id for e in logged if e.client_id}
+    assert by_client_id == dict(zip(sent, ids[: len(sent)], strict=True))
+    assert sorted(texts(events, "user.message")) == sorted(sent + signalled)
+    history = await handle.fetch_history()
+    failed = [e for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED]
+    assert not failed, failed[0]
