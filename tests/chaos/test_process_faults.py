@@ -84,7 +84,8 @@ async def recover(handles: Sequence[WorkflowHandle], killed_at: float) -> tuple[
     """Each session's whole log once its turn ended (idle), and the seconds from the kill to that idle."""
 
     async def one(handle: WorkflowHandle) -> float:
-        await wait_for_idle(handle, within_seconds=RECOVERY_WITHIN)
+        asked = max(event.position for event in await read_events(handle) if event.type == "user.message")
+        await wait_for_idle(handle, after=asked, within_seconds=RECOVERY_WITHIN)  # the turn the fault met
         return round(time.monotonic() - killed_at, 2)
 
     recovery = list(await asyncio.gather(*(one(handle) for handle in handles)))
