@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from corral.contract.events import SessionEvent
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -126,3 +128,26 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def log_gaps_and_repeats(events: Sequence[SessionEvent]) -> tuple[int, int]:
+    """A session log's integrity: positions missing from 1..N, and positions or event ids seen more than once."""
+    positions = [event.position for event in events]
+    missing = set(range(1, max(positions, default=0) + 1)) - set(positions)
+    repeated = len(positions) - len(set(positions)) + len(events) - len({event.id for event in events})
+    return len(missing), repeated
+
+
+def child_pid(command: str) -> int | None:
+    """The pid of a child of this process whose command name is `command` (the Temporal dev server the SDK
+    starts), or None (Linux `/proc`)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            name, rest = (entry / "stat").read_text().rsplit(")", 1)
+        except OSError:
+            continue
+        if name.split("(", 1)[1] == command and int(rest.split()[1]) == os.getpid():
+            return int(entry.name)
+    return None

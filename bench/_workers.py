@@ -1,4 +1,5 @@
-"""Worker processes for the benchmarks: spawn `bench.worker_process`, wait until it polls, kill or stop it."""
+"""Worker processes for the benchmarks: spawn `bench.worker_process`, wait until it polls, kill or stop it; and
+corral's HTTP servers (model server, stream relay) as processes of their own, as `corral up` runs them."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
@@ -131,4 +133,34 @@ async def wait_until_polling(
                 raise RuntimeError(f"worker process {worker.roles} exited; see {worker.log}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"worker process {worker.roles} did not poll {queue}; see {worker.log}")
+            await asyncio.sleep(0.1)
+
+
+def spawn_server(module: str, name: str, log_dir: Path, *options: str) -> tuple[WorkerProcess, str]:
+    """Start `python -m <module>` (`corral.modelserver`, `corral.streaming`) on a free local port; returns the
+    process and its base URL. Its output goes to `<log_dir>/<name>.log`."""
+    with socket.socket() as probe:  # a free port now; the server binds it a moment later
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = log_dir / f"{name}.log"
+    with log.open("ab") as out:
+        args = [sys.executable, "-m", module, "--port", str(port), *options]
+        process = subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    return WorkerProcess((name,), process, log), f"http://127.0.0.1:{port}"
+
+
+async def wait_until_healthy(server: WorkerProcess, url: str, within_seconds: float = 30) -> None:
+    """Block until the server answers `GET /healthz`."""
+    deadline = time.monotonic() + within_seconds
+    async with httpx.AsyncClient(timeout=2) as http:
+        while True:
+            try:
+                if (await http.get(f"{url}/healthz")).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if not server.alive():
+                raise RuntimeError(f"{server.roles[0]} exited; see {server.log}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{server.roles[0]} did not answer at {url}; see {server.log}")
             await asyncio.sleep(0.1)
