@@ -422,3 +422,37 @@ def _reference(origin: str) -> str:
     reference = origin.rstrip("/").split("/")[-2]
     assert reference.startswith("pxr_") and len(reference) > 40, origin
     return reference
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect (corral/sandbox, not the proxy): sandboxes with `limited` networking share the internal network "
+    "`corral-limited`, where inter-container traffic is allowed and Docker's DNS resolves `corral-<session>-g0`; "
+    "a sandbox reaches any port of another by its session id, bypassing the egress proxy",
+)
+async def test_a_sandbox_cannot_reach_a_server_another_sessions_sandbox_runs(arena: Arena) -> None:
+    """A's agent serves its workspace on a port inside its sandbox (a dev server, say); B, told A's session id by an
+    injected instruction, asks for it by A's container name, past the egress proxy. B must get nothing."""
+    victim, attacker = f"sesn_{uuid.uuid4().hex[:26]}", f"sesn_{uuid.uuid4().hex[:26]}"
+    private = f"canary-A-workspace-{uuid.uuid4().hex}"
+    limited = {"networking": {"type": "limited", "allowed_hosts": ["example.invalid"]}}
+    serve = (
+        f"mkdir -p /workspace/site && echo {private} > /workspace/site/notes.txt && cd /workspace/site && "
+        "(setsid nohup python3 -m http.server 8000 >/dev/null 2>&1 </dev/null &); "
+        "for i in $(seq 100); do curl -sf --noproxy '*' http://127.0.0.1:8000/notes.txt && break; sleep 0.1; done"
+    )
+    model_a = arena.stack.script([{"tool_uses": [{"name": "bash", "input": {"command": serve}}]}, {"text": "served"}])
+    handle_a = await arena.start(
+        victim, {"model": model_a, "tools": [{"type": "agent_toolset_20260401"}]}, message="serve", environment=limited
+    )
+    events_a = await wait_for_idle(handle_a, within_seconds=WAIT)
+    assert texts(events_a, "agent.tool_result") == [private], "A's server must be up for the attack to mean anything"
+
+    steal = f"curl -s --noproxy '*' --max-time 5 http://corral-{victim}-g0:8000/notes.txt; echo \"curl exit $?\""
+    model_b = arena.stack.script([{"tool_uses": [{"name": "bash", "input": {"command": steal}}]}, {"text": "done"}])
+    handle_b = await arena.start(
+        attacker, {"model": model_b, "tools": [{"type": "agent_toolset_20260401"}]}, message="x", environment=limited
+    )
+    events_b = await wait_for_idle(handle_b, within_seconds=WAIT)
+    [stolen] = texts(events_b, "agent.tool_result")
+    assert private not in stolen and "curl exit 0" not in stolen, stolen
