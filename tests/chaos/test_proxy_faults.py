@@ -471,3 +471,49 @@ async def test_a_credential_revoked_mid_session_is_an_authentication_tool_error(
             recovery_seconds=[*recovery, *seconds],
         )
     )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect (workflows/_mcp.py): a bind that failed because Vault was away still marks the session's MCP "
+    "ready, so it never binds again and its MCP tools stay gone after Vault is back",
+)
+async def test_vault_away_when_a_session_binds_is_a_session_error_and_the_next_turn_binds_again(
+    stack: Stack, worker_log: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """Vault unreachable while sessions bind at the proxy (their first turn): the bind's retries run out, a
+    `session.error` says the proxy could not serve the session, and the turn goes on without MCP tools. Once Vault
+    is back, the next turn binds again and its MCP call works."""
+    n = chaos_n()
+    dev_vault = start_dev_vault(tmp_path / "vault")
+    try:
+        async with proxy_chaos(stack, dev_vault=dev_vault, vault_timeout=2) as world:
+            world.gate.faults.release()
+            with frozen(dev_vault):
+                fault = time.monotonic()
+                await world.start(n, [{"text": "without tools"}, tools_call("after"), SAW])
+                turn, recovery = await idle_after(world.handles, [0] * n, fault)
+            for events in turn:
+                [(kind, retry)] = errors_of(events)
+                assert retry == "exhausted" and texts(events) == ["without tools"]
+            positions = [events[-1].position for events in turn]
+            for handle in world.handles:
+                await send_text(handle, "again")
+            after, seconds = await idle_after(world.handles, positions, time.monotonic())
+            observed = [texts(events)[-1].removeprefix("saw:\n") for events in after]  # what the model read
+            lost, duplicated = await whole_logs(world)
+            calls = world.calls_run(world.tools)
+    finally:
+        dev_vault.stop()
+    record(
+        Outcome(
+            fault="Vault away while a session binds at the proxy, then back",
+            expected=f"{kind} (exhausted) in the first turn; the next turn binds again and its MCP call works",
+            n=n,
+            observed=f"next turn's MCP call got: {observed[0][:160]}",
+            lost=lost + n - calls,
+            duplicated=duplicated,
+            recovery_seconds=[*recovery, *seconds],
+        )
+    )
+    assert observed == ["after"] * n and calls == n
