@@ -105,11 +105,16 @@ async def client_of(settings: Settings) -> Client:
 
 
 def _check_session_id(value: str) -> str:
-    """A session id is a workflow id: not empty, no whitespace (Temporal itself only says "WorkflowId is not set")."""
+    """A session id is a workflow id: UTF-8 text, not empty, no whitespace (Temporal itself only says "WorkflowId is
+    not set")."""
     if not value.strip():
         raise typer.BadParameter("the session id is empty; `corral ls` lists the sessions")
     if value != value.strip() or any(char.isspace() for char in value):
         raise typer.BadParameter(f"{value!r} is not a session id: it contains whitespace")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # an argument that is not UTF-8 reaches Python as lone surrogates
+        raise typer.BadParameter(f"{value!r} is not a session id: it is not UTF-8 text") from None
     return value
 
 

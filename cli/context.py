@@ -143,12 +143,19 @@ def unreachable(address: str) -> CliError:
 
 def translate(error: BaseException, address: str, session_id: str | None = None) -> CliError | None:
     """The user-facing form of an error from the Temporal client, or None when it is a bug to show as such."""
+    from pydantic import ValidationError
     from temporalio.client import WorkflowUpdateFailedError
     from temporalio.exceptions import ApplicationError
     from temporalio.service import RPCError, RPCStatusCode
 
     if isinstance(error, CliError):
         return error
+    if isinstance(error, ValidationError):  # what the user gave does not fit the contract (corral.contract)
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in problem['loc']) or 'input'}: {problem['msg']}"
+            for problem in error.errors(include_url=False)[:5]
+        )
+        return CliError(f"invalid input: {problems}", exit_code=2)
     if isinstance(error, RuntimeError) and str(error).startswith("Failed client connect"):
         return unreachable(address)
     if isinstance(error, WorkflowUpdateFailedError):

@@ -60,11 +60,17 @@ def describe_validation_error(error: ValidationError) -> str:
 
 def load_input_file(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_bytes().decode("utf-8"))
     except OSError as exc:
         raise CliError(f"cannot read {path}: {exc.strerror}", exit_code=2) from None
+    except UnicodeDecodeError as exc:
+        raise CliError(
+            f"{path} is not UTF-8 text: byte {exc.start} is {exc.object[exc.start : exc.start + 1]!r}", exit_code=2
+        ) from None
     except json.JSONDecodeError as exc:
         raise CliError(f"{path} is not valid JSON: {exc}", exit_code=2) from None
+    except RecursionError:
+        raise CliError(f"{path} is nested too deep to read as JSON", exit_code=2) from None
     if not isinstance(data, dict):
         raise CliError(f"{path} must hold one JSON object (a SessionInput), not {type(data).__name__}", exit_code=2)
     return data

@@ -69,6 +69,13 @@ def _read_secret(source: Path | None, what: str) -> SecretStr:
     return SecretStr(secret)
 
 
+def _as_cli_error(error: Exception) -> CliError:
+    """A Vault failure as a message; a ValueError is the store refusing the input (a name too long, say)."""
+    if isinstance(error, CliError):
+        return error
+    return CliError(str(error), exit_code=2 if isinstance(error, ValueError) else 1)
+
+
 @vault_app.command("create")
 def create(ctx: typer.Context, name: Annotated[str, typer.Argument(help="A display name.")]) -> None:
     """Create a vault; prints its id (`vlt_…`)."""
@@ -77,8 +84,8 @@ def create(ctx: typer.Context, name: Annotated[str, typer.Argument(help="A displ
     settings = settings_of(ctx)
     try:
         vault = vault_store(settings).create_vault(name)
-    except (CliError, ProxyError) as exc:
-        fail(settings, exc if isinstance(exc, CliError) else CliError(str(exc)))
+    except (CliError, ProxyError, ValueError) as exc:
+        fail(settings, _as_cli_error(exc))
     print(vault.id)
 
 
@@ -145,8 +152,8 @@ def add_credential(
         credential = vault_store(settings).add_credential(vault_id, params)
     except ValidationError as exc:
         fail(settings, CliError(f"invalid credential: {exc.errors()[0]['msg']}", exit_code=2))
-    except (CliError, ProxyError) as exc:
-        fail(settings, exc if isinstance(exc, CliError) else CliError(str(exc)))
+    except (CliError, ProxyError, ValueError) as exc:
+        fail(settings, _as_cli_error(exc))
     print(credential.id)
 
 
@@ -175,8 +182,8 @@ def list_vaults(
             for credential in store.list_credentials(vault_id):
                 expires = str(credential.expires_at) if credential.expires_at else "—"
                 table.add_row(credential.id, credential.kind, credential.mcp_server_url, expires)
-    except (CliError, ProxyError) as exc:
-        fail(settings, exc if isinstance(exc, CliError) else CliError(str(exc)))
+    except (CliError, ProxyError, ValueError) as exc:
+        fail(settings, _as_cli_error(exc))
     settings.out.print(table)
 
 

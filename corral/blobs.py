@@ -38,9 +38,14 @@ class BlobStoreError(Exception):
 
 
 def _checked(key: str) -> str:
-    """`key` if it is a relative `/`-separated path with no empty, `.` or `..` part; else BlobStoreError."""
-    if not key or any(part in ("", ".", "..") for part in key.split("/")):
+    """`key` if it is a relative `/`-separated path with no empty, `.` or `..` part, as UTF-8 with no NUL; else
+    BlobStoreError."""
+    if not key or "\x00" in key or any(part in ("", ".", "..") for part in key.split("/")):
         raise BlobStoreError(f"invalid blob key {key!r}")
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: no file or object can be named by it
+        raise BlobStoreError(f"invalid blob key {key!r}") from None
     return key
 
 
@@ -69,6 +74,8 @@ class LocalBlobStore:
             return self._path(key).read_bytes()
         except FileNotFoundError:
             raise BlobStoreError(f"blob {key!r} is not in the store at {self.url}") from None
+        except OSError as exc:  # a key no file can have (a name too long), a folder, no permission
+            raise BlobStoreError(f"blob {key!r} cannot be read from the store at {self.url}: {exc.strerror}") from None
 
 
 class S3BlobStore:
