@@ -36,11 +36,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import re
+import sys
 import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -202,6 +205,8 @@ class Load:
     checked: Checked = field(default_factory=Checked)
     alone_checked: Checked = field(default_factory=Checked)
     """The same reading of the sessions alone: only their queue waits are reported."""
+    logs: dict[str, Path] = field(default_factory=dict)
+    """Each process's log, by process name."""
     log_lines: dict[str, Counter[str]] = field(default_factory=dict)
 
     def pid(self, name: str) -> int:
@@ -419,17 +424,41 @@ async def account(load: Load) -> None:
 
 
 def scan_logs(load: Load) -> None:
-    """Warnings and errors each process logged, by message (timestamps and ids cut off)."""
-    for name, process in load.processes.items():
-        if isinstance(process, int):
-            continue
+    """Warnings and errors each process logged, by message."""
+    for name, log in load.logs.items():
         lines: Counter[str] = Counter()
-        for line in process.log.read_text(errors="replace").splitlines():
+        for line in log.read_text(errors="replace").splitlines():
             found = LOG_LEVEL.search(line)
             if found:
-                message = re.sub(r"[0-9a-f]{8,}|\d+(\.\d+)?", "#", found.group(2).strip())
-                lines[f"{found.group(1)} {message[:160]}"] += 1
+                lines[f"{found.group(1)} {log_message(found.group(2))}"] += 1
         load.log_lines[name] = lines
+
+
+def log_message(text: str) -> str:
+    """What a logged line says, without what varies (times, ids, numbers); of the Temporal server's logfmt lines,
+    their `msg` and `error`."""
+    fields = re.findall(r'\b(msg|error)="([^"]*)"', text)
+    if fields:
+        text = " ".join(f"{key}={value}" for key, value in fields)
+    return re.sub(r"[0-9a-f]{8,}|\d+(\.\d+)?", "#", text.strip())[:160]
+
+
+@contextlib.contextmanager
+def output_to(log: Path) -> Iterator[None]:
+    """Point this process's stdout and stderr at `log` while a child process starts, so that the child writes
+    there: the SDK starts the Temporal dev server with our own output and has no option to change it."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with log.open("ab") as out:
+        os.dup2(out.fileno(), 1)
+        os.dup2(out.fileno(), 2)
+    try:
+        yield
+    finally:
+        for fd, copy in zip((1, 2), saved, strict=True):
+            os.dup2(copy, fd)
+            os.close(copy)
 
 
 async def clean_up(load: Load) -> None:
@@ -470,7 +499,8 @@ async def measure(args: argparse.Namespace) -> Load:
     paced = [f"--first-token-latency={args.first_token_latency}", f"--tokens-per-second={args.tokens_per_second}"]
     model_server, model_url = spawn_server("corral.modelserver", "model-server", log_dir, *paced, "--log-level=warning")
     relay, relay_url = spawn_server("corral.streaming", "stream-relay", log_dir, "--log-level=warning")
-    env = await start_local_temporal(dev_server_log_level="error")
+    with output_to(log_dir / "temporal.log"):
+        env = await start_local_temporal(dev_server_log_level="warn")
     rpc_errors = RpcErrors()
     client = Client(
         env.client.service_client,
@@ -496,6 +526,8 @@ async def measure(args: argparse.Namespace) -> Load:
     if temporal is not None:
         processes["Temporal dev server"] = temporal
     load = Load(args, client, config, relay_url, StreamPublisher(relay_url), engine, processes, rpc_errors)
+    load.logs = {name: process.log for name, process in processes.items() if isinstance(process, WorkerProcess)}
+    load.logs["Temporal dev server"] = log_dir / "temporal.log"
     try:
         for server, url in ((model_server, model_url), (relay, relay_url)):
             await wait_until_healthy(server, url)
