@@ -3,6 +3,7 @@ the accounting of every event, and what went wrong under load."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -118,6 +119,10 @@ def report(load: Load) -> str:
         ["wall time of the load", f"{load.wall:.1f} s"],
         ["throughput", f"{turns_done / load.wall:.2f} turns/s, {checked.events / load.wall:.1f} events/s"],
         ["events logged (all sessions)", f"{checked.events}"],
+        [
+            "machine load average (1 min) when the load began / ended",
+            " / ".join(f"{value:.1f}" for value in load.load_average) + f" ({os.cpu_count()} cores)",
+        ],
         ["lost / duplicated", f"{checked.lost.total()} / {checked.duplicated.total()}"],
     ]
     kinds = "a `calculate` session, then a `bash` session" if args.sandbox_sessions else "a `calculate` session"

@@ -50,7 +50,7 @@ from typing import Any
 
 import docker
 import httpx
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import (
     Client,
     Interceptor,
@@ -202,6 +202,8 @@ class Load:
     baseline: list[Session] = field(default_factory=list)
     loaded: list[Session] = field(default_factory=list)
     wall: float = 0.0
+    load_average: list[float] = field(default_factory=list)
+    """The machine's 1-minute load average when the load began and when it ended (other jobs included)."""
     checked: Checked = field(default_factory=Checked)
     alone_checked: Checked = field(default_factory=Checked)
     """The same reading of the sessions alone: only their queue waits are reported."""
@@ -310,9 +312,11 @@ async def run_load(load: Load) -> None:
     stop = asyncio.Event()
     sampler = asyncio.create_task(sample(load, stop))
     began = time.monotonic()
+    load.load_average.append(os.getloadavg()[0])
     progress = asyncio.create_task(report_progress(load, began))
     await asyncio.gather(*(converse(load, session, args.turns, began) for session in load.loaded))
     load.wall = time.monotonic() - began
+    load.load_average.append(os.getloadavg()[0])
     progress.cancel()
     stop.set()
     await sampler
@@ -371,6 +375,9 @@ async def check_history(checked: Checked, load: Load, session: Session) -> None:
         for event in history.events:
             at = event.event_time.ToMicroseconds() / 1e6
             kind = HISTORY_COUNTED.get(event.event_type)
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+                timeout = event.workflow_task_timed_out_event_attributes.timeout_type
+                kind = f"{kind} ({TimeoutType.Name(timeout).removeprefix('TIMEOUT_TYPE_')})"
             if kind is not None:
                 checked.findings[kind] += 1
             if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
@@ -385,7 +392,8 @@ async def check_history(checked: Checked, load: Load, session: Session) -> None:
                 started = event.activity_task_started_event_attributes
                 queue, since = scheduled[started.scheduled_event_id]
                 if started.attempt > 1:
-                    checked.findings["activity attempts after the first (retries)"] += 1
+                    checked.findings[f"{queue} started again (attempt > 1)"] += 1
+                    checked.messages[f"{queue} retried after: {started.last_failure.message}"] += 1
                 else:
                     checked.waits.setdefault(queue, []).append(at - since)
             elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
