@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,30 @@ class WorkerConfig:
     engine_queue: str | None = None
     """The sandbox engine's queue (`corral-sandbox@<engine>`), to know when a sandbox worker polls it."""
     log_dir: Path = field(default_factory=lambda: Path("/tmp"))
+
+    @classmethod
+    def fresh(
+        cls,
+        client: Client,
+        log_dir: Path,
+        *,
+        model_url: str = "",
+        stream_url: str | None = None,
+        image: str | None = None,
+        engine_queue: str | None = None,
+    ) -> WorkerConfig:
+        """Connecting where `client` does, on harness and model queues of their own (no run shares a queue)."""
+        suffix = uuid.uuid4().hex[:8]
+        return cls(
+            client.service_client.config.target_host,
+            f"bench-harness-{suffix}",
+            f"bench-model-{suffix}",
+            model_url,
+            stream_url,
+            image,
+            engine_queue,
+            log_dir,
+        )
 
     def queues(self, roles: tuple[str, ...]) -> list[tuple[str, TaskQueueType.ValueType]]:
         """The task queues a process with these roles polls."""

@@ -516,16 +516,9 @@ async def measure(args: argparse.Namespace) -> Load:
         data_converter=env.client.data_converter,
         interceptors=[rpc_errors],
     )
-    suffix = uuid.uuid4().hex[:8]
-    config = WorkerConfig(
-        address=env.client.service_client.config.target_host,
-        harness_queue=f"bench-harness-{suffix}",
-        model_queue=f"bench-model-{suffix}",
-        model_url=model_url,
-        stream_url=relay_url,
-        image=image,
-        engine_queue=engine_task_queue(engine) if engine is not None else None,
-        log_dir=log_dir,
+    engine_queue = engine_task_queue(engine) if engine is not None else None
+    config = WorkerConfig.fresh(
+        env.client, log_dir, model_url=model_url, stream_url=relay_url, image=image, engine_queue=engine_queue
     )
     roles = ["harness", "model", "utility"] + (["sandbox"] if engine is not None else [])
     workers = {f"{role} worker": spawn_worker(config, (role,), role) for role in roles}
@@ -543,7 +536,7 @@ async def measure(args: argparse.Namespace) -> Load:
             await wait_until_polling(client, config, worker)
         kinds = (False, True) if engine is not None else (False,)
         for sandbox in kinds:
-            load.scripts[sandbox] = f"load-{suffix}-{'sandbox' if sandbox else 'utility'}"
+            load.scripts[sandbox] = f"load-{uuid.uuid4().hex[:8]}-{'sandbox' if sandbox else 'utility'}"
             await register_script(model_url, load.scripts[sandbox], sandbox)
         print(f"stack up (logs in {log_dir}); warming up, then one session alone", flush=True)
         for sandbox in kinds:
