@@ -187,6 +187,12 @@ class SandboxActivities:
             notes.append("[bash session restarted before this command]")
         if not params.command or not params.command.strip():
             raise tool_error("bash: command is required (or restart: true)")
+        size = len(params.command.encode(errors="surrogatepass"))
+        if size > containers.MAX_COMMAND_BYTES:
+            raise tool_error(
+                f"bash: the command is {size} bytes, over the limit of {containers.MAX_COMMAND_BYTES} bytes: put long "
+                "content in a file with the write tool, then run it"
+            )
         timeout = handle.bash_timeout_seconds
         if params.timeout_ms:
             timeout = params.timeout_ms / 1000
@@ -199,10 +205,8 @@ class SandboxActivities:
             status = await asyncio.to_thread(containers.run_tool, container, call_id, {"tool": "call_status"}, workdir)
             if status["status"] != "none":
                 return await self._resume(container, session_id, call_id, status["status"], timeout, workdir, notes)
-        exec_id = await asyncio.to_thread(
-            containers.start_bash, self._docker, container, call_id, params.command, workdir
-        )
-        waiter = asyncio.ensure_future(asyncio.to_thread(containers.wait_bash, self._docker, exec_id))
+        exec_id = await asyncio.to_thread(containers.start_bash, self._docker, container, call_id, workdir)
+        waiter = asyncio.ensure_future(asyncio.to_thread(containers.wait_bash, self._docker, exec_id, params.command))
         try:
             code = await asyncio.wait_for(asyncio.shield(waiter), timeout)
         except TimeoutError:
@@ -263,6 +267,21 @@ class SandboxActivities:
             kept = await self._keep_whole_output(container, session_id, call_id)
             text += f"\n[output truncated: {answer['cut_bytes']} of {answer['total_bytes']} bytes cut{kept}]\n"
             text += str(answer.get("output_tail", ""))
+        if answer.get("output_full"):
+            notes.append(
+                f"[output limit reached: the sandbox keeps at most {containers.OUTPUT_TMPFS_MB} MB of bash output "
+                "at a time, and writing more failed with 'No space left on device'; redirect large output to a file]"
+            )
+        if answer.get("oom_kills"):
+            limit = f" of {answer['memory_limit_mb']} MB" if answer.get("memory_limit_mb") else ""
+            notes.append(
+                f"[out of memory: the sandbox's memory limit{limit} was reached while this command ran, and the kernel "
+                f"killed {answer['oom_kills']} process(es)]"
+            )
         if answer.get("status") == "done" and answer.get("exit_code"):
             notes.append(f"[exit code {answer['exit_code']}]")
+        # Free the output's space now that it is read (and kept whole): a retry reads the recorded head and tail.
+        compact = {"tool": "compact_call", "head": OUTPUT_HEAD, "tail": OUTPUT_TAIL}
+        with contextlib.suppress(SandboxError):
+            await asyncio.to_thread(containers.run_tool, container, call_id, compact, workdir)
         return "\n".join(part for part in [text.rstrip("\n"), *notes] if part) or "(no output)"

@@ -6,17 +6,18 @@ translate `SandboxGone` into what the session shows the model.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import io
 import json
 import logging
+import socket
 from dataclasses import dataclass
 from typing import Any
 
 import docker
 import docker.errors
 from docker.models.containers import Container
+from docker.utils.socket import STDERR, STDOUT, frames_iter
 
 from corral.contract.sandbox import Environment, RepositoryClone
 from corral.names import DEFAULT_GIT_PROXY_PORT
@@ -34,6 +35,11 @@ TOOL_RUNNER = "/opt/corral/bin/corral-tool"
 BASH_RUNNER = "/opt/corral/bin/corral-run"
 ALREADY_STARTED_EXIT = 97
 STATE_DIR = "/run/corral"
+OUTPUT_DIR = "/run/corral-out"
+"""A tmpfs of its own for bash calls' outputs: endless output fills it, never the calls' records in STATE_DIR."""
+OUTPUT_TMPFS_MB = 64
+MAX_COMMAND_BYTES = 512 * 1024
+"""The longest bash command (UTF-8): as much as the write tool's content, more than a model writes in one reply."""
 """Where a sandbox's git origin points: the proxy worker's git proxy (both workers read `CORRAL_GIT_PROXY_PORT`)."""
 
 
@@ -189,6 +195,7 @@ def _run_options(environment: Environment, volume: str) -> dict[str, Any]:
         tmpfs={
             "/tmp": f"rw,nosuid,nodev,size={limits.tmp_mb}m",
             STATE_DIR: f"rw,nosuid,nodev,noexec,size=64m,uid={SANDBOX_UID},gid={SANDBOX_GID},mode=0700",
+            OUTPUT_DIR: f"rw,nosuid,nodev,noexec,size={OUTPUT_TMPFS_MB}m,uid={SANDBOX_UID},gid={SANDBOX_GID},mode=0700",
             "/home/sandbox": f"rw,nosuid,nodev,size=16m,uid={SANDBOX_UID},gid={SANDBOX_GID},mode=0755",
         },
     )
@@ -217,59 +224,89 @@ def describe_death(container: Container) -> str:
 
 def run_tool(container: Container, call_id: str, request: dict[str, Any], workdir: str) -> dict[str, Any]:
     """Run `corral-tool` for one request and return its JSON answer; SandboxGone if the container died."""
-    encoded = base64.b64encode(json.dumps(request).encode()).decode()
+    client = container.client
+    assert client is not None
     try:
-        result = container.exec_run(
-            [TOOL_RUNNER, call_id, encoded],
-            user=f"{SANDBOX_UID}:{SANDBOX_GID}",
-            environment={"CORRAL_WORKDIR": workdir},
-        )
+        exec_id = _create_exec(client, container, [TOOL_RUNNER, call_id], workdir)
+        stdout, stderr = _feed_exec(client, exec_id, json.dumps(request).encode())
+        exit_code = client.api.exec_inspect(exec_id).get("ExitCode")
     except docker.errors.APIError as exc:
         raise _gone_or_raise(container, exc) from exc
-    output = result.output.decode(errors="replace") if isinstance(result.output, bytes) else str(result.output)
-    if result.exit_code != 0:
+    output = (stdout + stderr).decode(errors="replace")
+    if exit_code != 0:
         container.reload()
         if container.status != "running":
             raise SandboxGone(describe_death(container))
-        raise SandboxError(f"corral-tool failed (exit {result.exit_code}): {output[-500:]}")
-    answer: dict[str, Any] = json.loads(output)
+        raise SandboxError(f"corral-tool failed (exit {exit_code}): {output[-500:]}")
+    try:
+        answer: dict[str, Any] = json.loads(stdout)
+    except ValueError:
+        raise SandboxError(f"corral-tool answered no JSON: {output[-500:]}") from None
     return answer
+
+
+def _create_exec(client: docker.DockerClient, container: Container, command: list[str], workdir: str) -> str:
+    created = client.api.exec_create(
+        container.id,
+        command,
+        stdin=True,
+        stdout=True,
+        stderr=True,
+        user=f"{SANDBOX_UID}:{SANDBOX_GID}",
+        environment={"CORRAL_WORKDIR": workdir},
+    )
+    return str(created["Id"])
+
+
+def _feed_exec(client: docker.DockerClient, exec_id: str, data: bytes) -> tuple[bytes, bytes]:
+    """Start the exec, write `data` to its stdin and close it, and return its stdout and stderr once it ends.
+
+    Through stdin, not the command line: Linux caps one argument at 128 KiB (MAX_ARG_STRLEN), which a write's
+    content or a long command passes ("argument list too long"). The frames are joined once at the end: the
+    SDK's own `demux` adds them up one by one, which takes minutes for tens of megabytes.
+    """
+    stream = client.api.exec_start(exec_id, socket=True)
+    raw = getattr(stream, "_sock", stream)
+    chunks: dict[int, list[bytes]] = {STDOUT: [], STDERR: []}
+    try:
+        raw.sendall(data)
+        raw.shutdown(socket.SHUT_WR)
+        for stream_id, chunk in frames_iter(stream, tty=False):
+            chunks.setdefault(stream_id, []).append(chunk)
+    finally:
+        stream.close()
+    return b"".join(chunks[STDOUT]), b"".join(chunks[STDERR])
 
 
 def call_output_file(container: Container, call_id: str) -> bytes:
     """The whole output of a bash call, as the container recorded it (SandboxError when it is not there). Read by
     `cat` in the container: the daemon's archive API does not see the tmpfs the calls are recorded in."""
-    path = f"{STATE_DIR}/calls/{call_id}/out"
+    script = f'cat -- "{OUTPUT_DIR}/$1" 2>/dev/null || cat -- "{STATE_DIR}/calls/$1/out"'
+    client = container.client
+    assert client is not None
     try:
-        result = container.exec_run(["cat", "--", path], user=f"{SANDBOX_UID}:{SANDBOX_GID}", demux=True)
+        exec_id = _create_exec(client, container, ["sh", "-c", script, "output", call_id], "/")
+        stdout, stderr = _feed_exec(client, exec_id, b"")
+        exit_code = client.api.exec_inspect(exec_id).get("ExitCode")
     except docker.errors.APIError as exc:
         raise _gone_or_raise(container, exc) from exc
-    stdout, stderr = result.output
-    if result.exit_code != 0:
-        raise SandboxError(f"the output of call {call_id} could not be read: {(stderr or b'').decode()[-300:]}")
-    return stdout or b""
+    if exit_code != 0:
+        raise SandboxError(f"the output of call {call_id} could not be read: {stderr.decode()[-300:]}")
+    return stdout
 
 
-def start_bash(client: docker.DockerClient, container: Container, call_id: str, command: str, workdir: str) -> str:
+def start_bash(client: docker.DockerClient, container: Container, call_id: str, workdir: str) -> str:
     """Create the exec of one bash call (in its own session, so its whole process group can be killed)."""
-    encoded = base64.b64encode(command.encode()).decode()
     try:
-        created = client.api.exec_create(
-            container.id,
-            ["setsid", "--wait", BASH_RUNNER, call_id, encoded],
-            stdout=True,
-            stderr=True,
-            user=f"{SANDBOX_UID}:{SANDBOX_GID}",
-            environment={"CORRAL_WORKDIR": workdir},
-        )
+        return _create_exec(client, container, ["setsid", "--wait", BASH_RUNNER, call_id], workdir)
     except docker.errors.APIError as exc:
         raise _gone_or_raise(container, exc) from exc
-    return str(created["Id"])
 
 
-def wait_bash(client: docker.DockerClient, exec_id: str) -> int | None:
-    """Block until the bash call's exec ends; its exit code (None if the engine lost it)."""
-    client.api.exec_start(exec_id)
+def wait_bash(client: docker.DockerClient, exec_id: str, command: str) -> int | None:
+    """Start the bash call's exec with `command` on its stdin and block until it ends; its exit code (None if the
+    engine lost it)."""
+    _feed_exec(client, exec_id, command.encode())
     code = client.api.exec_inspect(exec_id).get("ExitCode")
     return None if code is None else int(code)
 
