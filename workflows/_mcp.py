@@ -60,6 +60,9 @@ OUTCOME_UNKNOWN = (
     "it was not made again (check whether it took effect before calling it again)"
 )
 
+BIND_AGAIN = "mcp-bind-again-after-a-passing-failure"
+"""The patch that stopped a bind failing for a passing reason (Vault away) from ending MCP for the session."""
+
 RetryState = Literal["retrying", "exhausted"]
 ReportError = Callable[[ErrorType, str, RetryState], None]
 """(error type, message, retry status) -> appends a `session.error`."""
@@ -89,14 +92,15 @@ class SessionMcp:
         if self.ready:
             return
         try:
-            await self._bind_and_discover(report)
+            self.ready = await self._bind_and_discover(report)
         except (asyncio.CancelledError, ActivityError):  # an interrupt: bind and discover again on the next turn
             self.tools = {}
             raise
-        self.ready = True
 
-    async def _bind_and_discover(self, report: ReportError) -> None:
-        """Raises only when cancelled (an interrupt), with an ActivityError or CancelledError."""
+    async def _bind_and_discover(self, report: ReportError) -> bool:
+        """Whether it is done: False when the bind met something that passes (Vault or the proxy away), so that
+        the next turn binds again. Raises only when cancelled (an interrupt), with an ActivityError or
+        CancelledError."""
         try:
             bound: BindSessionResult = await self._proxy(
                 ACTIVITY_PROXY_BIND_SESSION,
@@ -107,14 +111,24 @@ class SessionMcp:
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
                 raise
+            _, passes = _classify(err)
+            if passes and workflow.patched(BIND_AGAIN):
+                report(
+                    "mcp_connection_failed_error",
+                    f"the proxy could not serve the session: {_message(err)}; its MCP tools are not available in "
+                    "this turn, and the next turn tries again",
+                    "exhausted",
+                )
+                return False
             report("mcp_authentication_failed_error", f"the proxy refused the session: {_message(err)}", "exhausted")
-            return
+            return True
         self.reference = bound.reference
         for server, toolset in self._toolsets:
             specs = await self._discover(server.name, report)
             for spec in specs:
                 if toolset.enabled(spec.name):
                     self.tools[spec.model_name] = spec
+        return True
 
     async def _discover(self, server_name: str, report: ReportError) -> list[McpToolSpec]:
         assert self.reference is not None
