@@ -49,6 +49,9 @@ from proxy.vault import ResolvedMcpCredential, VaultStore
 
 T = TypeVar("T")
 _PAGE_CAP = 100
+_SERVER_TROUBLE = (mcp_types.PARSE_ERROR, mcp_types.INTERNAL_ERROR)
+"""JSON-RPC errors that say the server is in trouble rather than refusing: an answer that is not JSON (the SDK's
+parse error), one that is not MCP (`_malformed_answer`), or the server's own internal error."""
 
 
 @dataclass
@@ -95,15 +98,17 @@ class McpProxy:
         try:
             return await self._with_credential(binding, server, operation)
         except MCPError as exc:
-            raise McpError(
-                f"MCP server {server.name} answered tools/list with error {exc.code}: {exc.message}"
-            ) from None
+            answered = f"MCP server {server.name} answered tools/list with error {exc.code}: {exc.message}"
+            if exc.code in _SERVER_TROUBLE:
+                raise McpConnectionFailed(answered) from None  # garbage or a crash: a later attempt may do better
+            raise McpError(answered) from None
 
     async def call_tool(
         self, binding: SessionBinding, server: McpServer, tool: str, arguments: dict[str, Any] | None = None
     ) -> ToolOutcome:
         """Call one tool. A tool-level failure (the tool raised, or the server refused the request with a JSON-RPC
-        error such as an unknown tool) is a `ToolOutcome` with `is_error=True`, for the model to read; transport
+        error such as an unknown tool, or answered with something that is not MCP) is a `ToolOutcome` with
+        `is_error=True`, for the model to read, and is never sent again; transport
         and credential failures raise `McpConnectionFailed` / `McpAuthenticationFailed`."""
 
         async def operation(client: Client) -> ToolOutcome:

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from corral.client import send_text
+from corral.contract.events import SessionError
 from proxy import StaticBearerParams
 from proxy.devvault import start_dev_vault
 from tests.chaos._proxy_world import (
@@ -300,11 +301,47 @@ async def test_a_credential_revoked_mid_session_is_an_authentication_tool_error(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect (workflows/_mcp.py): a bind that failed because Vault was away still marks the session's MCP "
-    "ready, so it never binds again and its MCP tools stay gone after Vault is back",
-)
+async def test_an_mcp_server_answering_discovery_with_garbage_is_a_connection_error_retried(
+    stack: Stack, worker_log: pytest.LogCaptureFixture
+) -> None:
+    """An MCP server that answers `tools/list` with garbage (not JSON, or a result that is not MCP) is a server in
+    trouble, not a refused credential: discovery reports `mcp_connection_failed_error` (retrying twice, then
+    exhausted), and the session goes on with its other servers' tools."""
+    n = chaos_n()
+    async with proxy_chaos(stack) as world:
+        world.gate.faults.release()
+        world.tools.faults.methods = frozenset({"tools/list"})
+        rows = []
+        for fault_kind, said in (("garbage", "Failed to parse JSON response"), ("bad_result", "not valid MCP")):
+            world.tools.faults.fault = fault_kind  # type: ignore[assignment]
+            fault = time.monotonic()
+            handles = await world.start(n, [{"tool_uses": [GATE_CALL]}, SAW])
+            turn, recovery = await idle_after(handles[-n:], [0] * n, fault)
+            for events in turn:
+                assert errors_of(events) == [
+                    ("mcp_connection_failed_error", "retrying"),
+                    ("mcp_connection_failed_error", "retrying"),
+                    ("mcp_connection_failed_error", "exhausted"),
+                ], (fault_kind, [e.error.message for e in events if isinstance(e, SessionError)])
+                messages = [e.error.message for e in events if isinstance(e, SessionError)]
+                assert all(said in message for message in messages), messages
+                assert texts(events) == ["saw:\ngate"], "the other server's tools still work"
+            rows.append(recovery)
+        lost, duplicated = await whole_logs(world)
+    assert scan_for(world.secrets(), worker_log.text) == []
+    record(
+        Outcome(
+            fault="MCP server answering discovery (tools/list) with garbage",
+            expected="mcp_connection_failed_error, retried twice then exhausted; the other servers' tools work",
+            n=2 * n,
+            observed="connection errors naming the bad answer; the session went on with the gate server's tools",
+            lost=lost,
+            duplicated=duplicated,
+            recovery_seconds=[seconds for row in rows for seconds in row],
+        )
+    )
+
+
 async def test_vault_away_when_a_session_binds_is_a_session_error_and_the_next_turn_binds_again(
     stack: Stack, worker_log: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:

@@ -1,8 +1,9 @@
 """A fault switch in front of a real MCP server: tool calls can be held (slow, or a gate a test opens), answered
 with garbage, or answered with JSON-RPC that does not fit the request, while discovery keeps working.
 
-Only `tools/call` requests are touched; `server/discover`, `initialize` and `tools/list` reach the real server,
-so a session binds and discovers its tools before the fault bites, mid-turn.
+By default only `tools/call` requests are touched; `server/discover`, `initialize` and `tools/list` reach the real
+server, so a session binds and discovers its tools before the fault bites, mid-turn. `methods` widens that (to
+`tools/list`, for a server that answers discovery with garbage).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ class McpFaults:
     """
 
     fault: Fault = "none"
+    methods: frozenset[str] = frozenset({"tools/call"})
+    """The JSON-RPC methods the fault applies to."""
     calls: int = 0
     held: int = 0
     _released: threading.Event = field(default_factory=threading.Event, repr=False)
@@ -61,7 +64,7 @@ class FaultyMcp:
             message = await receive()
             body += message.get("body", b"")
             more = message.get("more_body", False)
-        request_id = _tool_call_id(body)
+        request_id = _request_id(body, self.faults.methods)
         fault = self.faults.fault
         if request_id is not None:
             self.faults._count(holding=fault == "hold")
@@ -83,13 +86,13 @@ class FaultyMcp:
         await self.app(scope, replay, send)
 
 
-def _tool_call_id(body: bytes) -> Any:
-    """The JSON-RPC id of a `tools/call` request, else None."""
+def _request_id(body: bytes, methods: frozenset[str]) -> Any:
+    """The JSON-RPC id of a request for one of `methods`, else None."""
     try:
         message = json.loads(body)
     except ValueError:
         return None
-    if isinstance(message, dict) and message.get("method") == "tools/call":
+    if isinstance(message, dict) and message.get("method") in methods:
         return message.get("id")
     return None
 
