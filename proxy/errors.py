@@ -13,7 +13,7 @@ The hierarchy, so callers catch exactly as much as they mean to::
     ├── CredentialInvalid          a credential input that cannot be stored (e.g. a rotation changing its kind)
     ├── BindingRejected            a session reference that is unknown, revoked, or belongs to another session
     └── McpError                   an MCP call failed (raised as itself: the server answered tools/list with an error)
-        ├── McpConnectionFailed        down, unreachable, timed out, 5xx, or not an MCP endpoint (retryable)
+        ├── McpConnectionFailed        down, unreachable, timed out, 5xx, not MCP, or answering garbage (retryable)
         └── McpAuthenticationFailed    no credential for the server, or it stays rejected (not retryable)
             └── McpTokenRefreshFailed  the token endpoint refused the refresh token
 
@@ -79,7 +79,8 @@ class McpError(ProxyError):
 
 
 class McpConnectionFailed(McpError):
-    """The MCP server (or its token endpoint) is down, unreachable, timed out or answered with a 5xx status."""
+    """The MCP server (or its token endpoint) is down, unreachable, timed out, answered with a 5xx status, or
+    answered something that is not MCP (a body that does not parse, an internal error)."""
 
     retryable = True
 
