@@ -205,8 +205,10 @@ class SandboxActivities:
             status = await asyncio.to_thread(containers.run_tool, container, call_id, {"tool": "call_status"}, workdir)
             if status["status"] != "none":
                 return await self._resume(container, session_id, call_id, status["status"], timeout, workdir, notes)
-        exec_id = await asyncio.to_thread(containers.start_bash, self._docker, container, call_id, workdir)
-        waiter = asyncio.ensure_future(asyncio.to_thread(containers.wait_bash, self._docker, exec_id, params.command))
+        exec_id, stdin = await asyncio.to_thread(
+            containers.start_bash, self._docker, container, call_id, params.command, workdir
+        )
+        waiter = asyncio.ensure_future(asyncio.to_thread(containers.wait_bash, self._docker, exec_id, stdin))
         try:
             code = await asyncio.wait_for(asyncio.shield(waiter), timeout)
         except TimeoutError:

@@ -6,6 +6,7 @@ translate `SandboxGone` into what the session shows the model.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import json
@@ -38,6 +39,8 @@ STATE_DIR = "/run/corral"
 OUTPUT_DIR = "/run/corral-out"
 """A tmpfs of its own for bash calls' outputs: endless output fills it, never the calls' records in STATE_DIR."""
 OUTPUT_TMPFS_MB = 64
+MAX_ARGUMENT_BYTES = 96 * 1024
+"""Below Linux's 128 KiB for one command-line argument (MAX_ARG_STRLEN); larger requests go on stdin."""
 MAX_COMMAND_BYTES = 512 * 1024
 """The longest bash command (UTF-8): as much as the write tool's content, more than a model writes in one reply."""
 """Where a sandbox's git origin points: the proxy worker's git proxy (both workers read `CORRAL_GIT_PROXY_PORT`)."""
@@ -227,8 +230,9 @@ def run_tool(container: Container, call_id: str, request: dict[str, Any], workdi
     client = container.client
     assert client is not None
     try:
-        exec_id = _create_exec(client, container, [TOOL_RUNNER, call_id], workdir)
-        stdout, stderr = _feed_exec(client, exec_id, json.dumps(request).encode())
+        argument, stdin = _argument_or_stdin(json.dumps(request).encode())
+        exec_id = _create_exec(client, container, [TOOL_RUNNER, call_id, *argument], workdir)
+        stdout, stderr = _feed_exec(client, exec_id, stdin)
         exit_code = client.api.exec_inspect(exec_id).get("ExitCode")
     except docker.errors.APIError as exc:
         raise _gone_or_raise(container, exc) from exc
@@ -243,6 +247,13 @@ def run_tool(container: Container, call_id: str, request: dict[str, Any], workdi
     except ValueError:
         raise SandboxError(f"corral-tool answered no JSON: {output[-500:]}") from None
     return answer
+
+
+def _argument_or_stdin(data: bytes) -> tuple[list[str], bytes]:
+    """Small data as a base64 argument, which the tools of every image read; larger data on stdin, which only the
+    tools of images since stdin was added read (so containers made earlier keep working through an upgrade)."""
+    encoded = base64.b64encode(data).decode()
+    return ([encoded], b"") if len(encoded) <= MAX_ARGUMENT_BYTES else ([], data)
 
 
 def _create_exec(client: docker.DockerClient, container: Container, command: list[str], workdir: str) -> str:
@@ -295,18 +306,22 @@ def call_output_file(container: Container, call_id: str) -> bytes:
     return stdout
 
 
-def start_bash(client: docker.DockerClient, container: Container, call_id: str, workdir: str) -> str:
-    """Create the exec of one bash call (in its own session, so its whole process group can be killed)."""
+def start_bash(
+    client: docker.DockerClient, container: Container, call_id: str, command: str, workdir: str
+) -> tuple[str, bytes]:
+    """Create the exec of one bash call (in its own session, so its whole process group can be killed); its id and
+    what `wait_bash` writes to its stdin."""
+    argument, stdin = _argument_or_stdin(command.encode())
     try:
-        return _create_exec(client, container, ["setsid", "--wait", BASH_RUNNER, call_id], workdir)
+        return _create_exec(client, container, ["setsid", "--wait", BASH_RUNNER, call_id, *argument], workdir), stdin
     except docker.errors.APIError as exc:
         raise _gone_or_raise(container, exc) from exc
 
 
-def wait_bash(client: docker.DockerClient, exec_id: str, command: str) -> int | None:
-    """Start the bash call's exec with `command` on its stdin and block until it ends; its exit code (None if the
-    engine lost it)."""
-    _feed_exec(client, exec_id, command.encode())
+def wait_bash(client: docker.DockerClient, exec_id: str, stdin: bytes) -> int | None:
+    """Start the bash call's exec, write `stdin` and block until it ends; its exit code (None if the engine lost
+    it)."""
+    _feed_exec(client, exec_id, stdin)
     code = client.api.exec_inspect(exec_id).get("ExitCode")
     return None if code is None else int(code)
 
