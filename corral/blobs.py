@@ -14,6 +14,7 @@ writing one key twice with the same bytes is harmless: activities that write blo
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import os
 import tempfile
@@ -21,7 +22,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from google.protobuf.message import DecodeError
 from temporalio.api.common.v1 import Payload
+from temporalio.api.sdk.v1.external_storage_pb2 import ExternalStorageReference
 from temporalio.converter import (
     ExternalStorage,
     StorageDriver,
@@ -37,15 +40,19 @@ class BlobStoreError(Exception):
     """The store is misconfigured or a blob is missing; the message says which."""
 
 
+class BlobNotFound(BlobStoreError):
+    """No blob has this key, or no blob could (a key corral never writes); the store itself answered."""
+
+
 def _checked(key: str) -> str:
     """`key` if it is a relative `/`-separated path with no empty, `.` or `..` part, as UTF-8 with no NUL; else
     BlobStoreError."""
     if not key or "\x00" in key or any(part in ("", ".", "..") for part in key.split("/")):
-        raise BlobStoreError(f"invalid blob key {key!r}")
+        raise BlobNotFound(f"invalid blob key {key!r}")
     try:
         key.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate: no file or object can be named by it
-        raise BlobStoreError(f"invalid blob key {key!r}") from None
+        raise BlobNotFound(f"invalid blob key {key!r}") from None
     return key
 
 
@@ -72,9 +79,11 @@ class LocalBlobStore:
     def get(self, key: str) -> bytes:
         try:
             return self._path(key).read_bytes()
-        except FileNotFoundError:
-            raise BlobStoreError(f"blob {key!r} is not in the store at {self.url}") from None
-        except OSError as exc:  # a key no file can have (a name too long), a folder, no permission
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            raise BlobNotFound(f"blob {key!r} is not in the store at {self.url}") from None
+        except OSError as exc:
+            if exc.errno == errno.ENAMETOOLONG:  # a key no file can have
+                raise BlobNotFound(f"blob {key!r} is not in the store at {self.url}: {exc.strerror}") from None
             raise BlobStoreError(f"blob {key!r} cannot be read from the store at {self.url}: {exc.strerror}") from None
 
 
@@ -112,7 +121,7 @@ class S3BlobStore:
             body: bytes = self._client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
-                raise BlobStoreError(f"blob {key!r} is not in the store at {self.url}") from None
+                raise BlobNotFound(f"blob {key!r} is not in the store at {self.url}") from None
             raise BlobStoreError(f"the store at {self.url} refused to read {key!r}: {exc}") from None
         return body
 
@@ -183,14 +192,47 @@ class BlobStoreDriver(StorageDriver):
     def _retrieve_all(self, claims: Sequence[StorageDriverClaim]) -> list[Payload]:
         payloads = []
         for claim in claims:
-            payload = Payload()
-            payload.ParseFromString(self._store.get(claim.claim_data["key"]))
+            key = claim.claim_data.get("key")
+            try:
+                data = self._store.get(key) if isinstance(key, str) else None
+                payload = Payload()
+                payload.ParseFromString(data or b"")
+                if data is None or not payload.metadata:
+                    raise BlobNotFound(f"blob {key!r} does not hold a payload")
+            except (BlobNotFound, DecodeError) as exc:
+                # A reference to what is not there: forged by a raw client, or sent by a client whose blob store is
+                # not this one. Failing here would fail the workflow task that decodes it, again and again; the
+                # payload converter refuses this stand-in instead (a dropped signal, a rejected update).
+                payload = missing_blob(str(exc))
             payloads.append(payload)
         return payloads
 
 
+MISSING_BLOB_ENCODING = b"corral/missing-blob"
+
+
+def missing_blob(message: str) -> Payload:
+    """What a reference to a blob that is not in the store decodes to (corral.converter refuses it)."""
+    return Payload(metadata={"encoding": MISSING_BLOB_ENCODING}, data=message.encode("utf-8", "replace"))
+
+
+class CorralExternalStorage(ExternalStorage):
+    """Temporal's external storage, except that a reference this store cannot have written (an unknown driver, a
+    claim that does not parse) is left as it is for the payload converter to refuse, instead of failing the
+    workflow task that decodes it (the SDK raises there: a raw client could wedge a session with one signal)."""
+
+    def _decode_reference(self, payload: Payload) -> ExternalStorageReference | None:
+        try:
+            reference = super()._decode_reference(payload)
+        except Exception:  # a reference whose JSON does not parse
+            return None
+        if reference is not None and reference.driver_name not in self._driver_map:
+            return None
+        return reference
+
+
 def payload_storage(store: BlobStore | None = None) -> ExternalStorage:
     """Large payloads of every Temporal client and worker to `store` (default: `open_blob_store()`)."""
-    return ExternalStorage(
+    return CorralExternalStorage(
         drivers=[BlobStoreDriver(store or open_blob_store())], payload_size_threshold=PAYLOAD_THRESHOLD
     )

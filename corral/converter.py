@@ -18,12 +18,26 @@ from temporalio.api.common.v1 import Payload
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.exceptions import ApplicationError
 
+from corral.blobs import MISSING_BLOB_ENCODING
+
 INVALID_INPUT = "InvalidInput"
 MAX_PROBLEMS = 10
 
 
+class MissingBlobError(RuntimeError):
+    """A payload referred to a blob that is not in the store (corral.blobs.missing_blob).
+
+    Not an ApplicationError on purpose: a signal carrying one is dropped and an update rejected, as for any input
+    that does not decode, while a workflow task that decodes an activity result or a run's input this way fails and
+    is retried (the blob may be in a store this worker does not see: a misconfiguration to fix, not a session to end).
+    """
+
+
 class CorralPayloadConverter(PydanticPayloadConverter):
     def from_payloads(self, payloads: Sequence[Payload], type_hints: list[type] | None = None) -> list[Any]:
+        for payload in payloads:
+            if payload.metadata.get("encoding") == MISSING_BLOB_ENCODING:
+                raise MissingBlobError(payload.data.decode("utf-8", "replace"))
         try:
             values = super().from_payloads(payloads, type_hints)
         except ValidationError as exc:

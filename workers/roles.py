@@ -25,6 +25,7 @@ from corral.names import (
 from corral.streaming import StreamPublisher
 from workers._run import GRACEFUL_SHUTDOWN, STICKY_TIMEOUT
 from workflows import SessionWorkflow
+from workflows._signals import SignalArgumentsInterceptor
 
 HARNESS_WORKFLOW_RUNNER = SandboxedWorkflowRunner(
     restrictions=SandboxRestrictions.default.with_passthrough_all_modules()
@@ -41,6 +42,7 @@ def harness_worker(client: Client, task_queue: str = HARNESS_TASK_QUEUE) -> Work
         task_queue=task_queue,
         workflows=[SessionWorkflow],
         workflow_runner=HARNESS_WORKFLOW_RUNNER,
+        interceptors=[SignalArgumentsInterceptor()],
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
     )

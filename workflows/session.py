@@ -438,9 +438,12 @@ class SessionWorkflow:
     # ---- user input ---------------------------------------------------------------------------------------
 
     @workflow.signal(name=SIGNAL_USER_MESSAGE)
-    def user_message(self, input: UserMessageSignal) -> None:
+    def user_message(self, input: UserMessageSignal | None = None) -> None:
         """Fire-and-forget message; prefer the `send_events` update to learn whether it was accepted."""
         self._runs.requests += 1
+        if input is None:  # a raw client may send the signal with no argument at all
+            workflow.logger.warning("dropped a user_message signal with no content")
+            return
         try:  # the same checks as a `send_events` batch of one, the size limit included
             (params,) = parse_user_events(
                 SendEventsInput(events=[{"type": "user.message", **input.model_dump(exclude_none=True)}])
