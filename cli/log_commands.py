@@ -115,7 +115,7 @@ def export_command(
     ctx: typer.Context,
     session: SessionId,
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Write here (default: stdout).", dir_okay=False)
+        Path | None, typer.Option("--output", "-o", help="Write here (default, or '-': stdout).", dir_okay=False)
     ] = None,
 ) -> None:
     """Write a session's whole log as JSON Lines, one event per line, in order (the raw events, nothing elided).
@@ -131,6 +131,7 @@ def export_command(
     from corral.client import event_pages
 
     settings = settings_of(ctx)
+    output = None if output is not None and str(output) == "-" else output  # `-o -`: stdout, as is usual
 
     async def go() -> int:
         handle = (await client_of(settings)).get_workflow_handle(session)
@@ -168,7 +169,7 @@ def output_command(
         str, typer.Argument(metavar="TOOL_USE_ID", help="The agent.tool_use event's id.", show_default=False)
     ],
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Write here (default: stdout).", dir_okay=False)
+        Path | None, typer.Option("--output", "-o", help="Write here (default, or '-': stdout).", dir_okay=False)
     ] = None,
 ) -> None:
     """Write the whole output of a bash call whose output the model saw cut to its head and tail.
@@ -181,6 +182,7 @@ def output_command(
     from corral.blobs import BlobStoreError, open_blob_store
 
     settings = settings_of(ctx)
+    output = None if output is not None and str(output) == "-" else output  # `-o -`: stdout, as is usual
     try:
         whole = open_blob_store().get(tool_output_key(session, tool_use_id))
     except BlobStoreError as exc:

@@ -213,6 +213,7 @@ async def test_against_a_running_session_every_command_answers_or_exits_with_a_m
     @example(argv=["fork", handle.id, "--at", "1" + "0" * 30]).via("a position past 64 bits")
     @example(argv=["events", handle.id, "--after", "1" + "0" * 30, "--limit", "1" + "0" * 30]).via("huge numbers")
     @example(argv=["start", "--input", "big.json"]).via("a 3 MB system prompt")
+    @example(argv=["export", handle.id, "--output", "-"]).via("`-o -` wrote a file named '-'")
     @settings(max_examples=100, deadline=None)
     @given(argv=st.data())
     def each(argv: Any) -> None:
@@ -223,6 +224,7 @@ async def test_against_a_running_session_every_command_answers_or_exits_with_a_m
         with environment(free_port()) as env:
             argv = ["--state-dir", str(tmp_path / "state"), "--address", address, *args]
             result = runner.invoke(app, argv, env=env)
+        assert not Path("-").exists(), "`-o -` writes to stdout, not to a file named '-'"
         if args[0] in ("start", "fork") and result.exit_code == 0:
             started.extend(line.strip() for line in result.stdout.splitlines() if line.startswith("sesn_"))
         check(result, args)
