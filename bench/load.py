@@ -449,6 +449,7 @@ def scan_logs(load: Load) -> None:
 def log_message(text: str) -> str:
     """What a logged line says, without what varies (times, ids, numbers); of the Temporal server's logfmt lines,
     their `msg` and `error`."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # the SDK core's colours
     fields = re.findall(r'\b(msg|error)="([^"]*)"', text)
     if fields:
         text = " ".join(f"{key}={value}" for key, value in fields)
