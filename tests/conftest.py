@@ -43,7 +43,7 @@ from corral.sandbox import (
 )
 from corral.sandbox.cleanup import EGRESS_NETWORKS
 from corral.sandbox.containers import remove_session
-from corral.sandbox.egress import EGRESS_CONTAINER
+from corral.sandbox.egress import EGRESS_CONTAINER, NETWORK_LABEL
 from corral.streaming import StreamPublisher, StreamRelayThread
 from corral.temporal import cluster_id, start_local_temporal
 from tests.hand_tools import TEST_TOOLS
@@ -140,7 +140,8 @@ def _remove_unused_egress(client: docker.DockerClient, keep: Iterable[str]) -> N
     """Remove the egress proxy and its networks (except `keep`), unless a container still uses them: a sandbox of
     this run is a leftover the check reports, and one of another run needs the proxy."""
     users: set[str] = set()
-    for name in EGRESS_NETWORKS:
+    sandbox_networks = [str(network.name) for network in client.networks.list(filters={"label": NETWORK_LABEL})]
+    for name in [*EGRESS_NETWORKS, *sandbox_networks]:
         with contextlib.suppress(docker.errors.NotFound):
             attached = client.networks.get(name).attrs.get("Containers") or {}
             users |= {str(endpoint.get("Name")) for endpoint in attached.values()} - {EGRESS_CONTAINER}

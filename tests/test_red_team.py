@@ -424,12 +424,6 @@ def _reference(origin: str) -> str:
     return reference
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect (corral/sandbox, not the proxy): sandboxes with `limited` networking share the internal network "
-    "`corral-limited`, where inter-container traffic is allowed and Docker's DNS resolves `corral-<session>-g0`; "
-    "a sandbox reaches any port of another by its session id, bypassing the egress proxy",
-)
 async def test_a_sandbox_cannot_reach_a_server_another_sessions_sandbox_runs(arena: Arena) -> None:
     """A's agent serves its workspace on a port inside its sandbox (a dev server, say); B, told A's session id by an
     injected instruction, asks for it by A's container name, past the egress proxy. B must get nothing."""

@@ -19,7 +19,7 @@ from corral.contract.sandbox import Environment
 from corral.sandbox import SandboxResources, connect_docker, list_sandbox_resources, remove_all_sandboxes
 from corral.sandbox.cleanup import EGRESS_NETWORKS
 from corral.sandbox.containers import ensure_container, remove_session
-from corral.sandbox.egress import EGRESS_CONTAINER
+from corral.sandbox.egress import EGRESS_CONTAINER, EGRESS_NETWORK
 
 LIMITED = Environment.model_validate({"networking": {"type": "limited", "allowed_hosts": ["example.invalid"]}})
 
@@ -63,8 +63,9 @@ def test_removing_one_stacks_sandboxes_leaves_the_others_and_keeps_the_images(
     docker_client: docker.DockerClient, sandbox_image: str, made: Made
 ) -> None:
     """`corral down --sandboxes` removes the sandboxes of its own Temporal server (the `corral.scope` label): a
-    running limited sandbox and a stopped later generation of it, with their workspace volume. Another stack's
-    sandbox on the same engine stays, and so does the egress proxy while any other sandbox may need it."""
+    running limited sandbox and a stopped later generation of it, with their workspace volume and their own
+    networks. Another stack's sandbox on the same engine stays, and so does the egress proxy while any other sandbox
+    may need it."""
     ours_scope, their_scope = f"test-{uuid.uuid4().hex[:8]}/default", f"test-{uuid.uuid4().hex[:8]}/default"
     images = {image.id for image in docker_client.images.list()}
     session_id = made.session()
@@ -80,7 +81,11 @@ def test_removing_one_stacks_sandboxes_leaves_the_others_and_keeps_the_images(
     assert {running.container_name, stopped.container_name} <= set(removed.containers)
     assert theirs.container_name not in removed.containers and theirs.volume not in removed.volumes
     assert removed.volumes == (running.volume,)
-    assert EGRESS_CONTAINER not in removed.containers and not removed.networks, "another sandbox may still need it"
+    assert sorted(removed.networks) == sorted([running.container_name, stopped.container_name]), "their own networks"
+    assert EGRESS_CONTAINER not in removed.containers, "another sandbox may still need it"
+    for name in removed.networks:
+        with pytest.raises(docker.errors.NotFound):
+            docker_client.networks.get(name)
     for name in (running.container_name, stopped.container_name):
         with pytest.raises(docker.errors.NotFound):
             docker_client.containers.get(name)
@@ -94,7 +99,8 @@ def test_removing_one_stacks_sandboxes_leaves_the_others_and_keeps_the_images(
     left = remove_all_sandboxes(docker_client, their_scope)
     others = list_sandbox_resources(docker_client)
     if not [name for name in others.containers if name != EGRESS_CONTAINER]:
-        assert EGRESS_CONTAINER in left.containers and sorted(left.networks) == sorted(EGRESS_NETWORKS)
+        assert EGRESS_CONTAINER in left.containers and set(left.networks) <= set(EGRESS_NETWORKS)
+        assert EGRESS_NETWORK in left.networks
     else:  # another stack (a demo left running, a test run beside this one) still has a sandbox here
         assert EGRESS_CONTAINER not in left.containers
 

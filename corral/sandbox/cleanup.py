@@ -1,9 +1,11 @@
 """Every sandbox on an engine at once, listed or removed: what `corral down --sandboxes` clears.
 
-A sandbox is a session's containers (label `corral.session`) and its workspace volume (label `corral.session`,
-or named `corral-ws-*`); the egress proxy `corral-egress` and its two networks serve all limited sandboxes of the
-engine. Images are never touched: the base sandbox image and the package images derived from it are a cache that
-takes minutes to rebuild, and a session that outlives the removal makes its sandbox again from them.
+A sandbox is a session's containers (label `corral.session`), its workspace volume (label `corral.session`, or
+named `corral-ws-*`) and the network of each container that has networking (labels `corral.session` and
+`corral.network`); the egress proxy `corral-egress` and its routed network serve all limited sandboxes of the
+engine (as did `corral-limited`, the network they shared before each had its own: removed when found). Images are
+never touched: the base sandbox image and the package images derived from it are a cache that takes minutes to
+rebuild, and a session that outlives the removal makes its sandbox again from them.
 
 Removal is idempotent: whatever another process removed meanwhile (NotFound) is simply not reported. No Temporal
 here: the CLI and the tests call these functions directly.
@@ -20,12 +22,14 @@ import requests
 from docker.models.containers import Container
 
 from corral.sandbox.containers import SCOPE_LABEL, SESSION_LABEL, volume_name
-from corral.sandbox.egress import EGRESS_CONTAINER, EGRESS_NETWORK, LIMITED_NETWORK
+from corral.sandbox.egress import EGRESS_CONTAINER, EGRESS_NETWORK, LIMITED_NETWORK, NETWORK_LABEL
 from corral.sandbox.errors import SandboxError
+from corral.sandbox.networks import remove_network
 
 EGRESS_LABEL = "corral=egress"
-"""The label `egress.ensure_egress` puts on the proxy container and on both of its networks."""
-EGRESS_NETWORKS = [LIMITED_NETWORK, EGRESS_NETWORK]
+"""The label `egress.ensure_egress` puts on the proxy container and on its network."""
+EGRESS_NETWORKS = [EGRESS_NETWORK, LIMITED_NETWORK]
+"""The egress proxy's network, and the one limited sandboxes shared before (listed only where it still exists)."""
 WORKSPACE_PREFIX = volume_name("")
 """`corral-ws-`: a volume so named is a workspace even without the label."""
 
@@ -72,7 +76,8 @@ def connect_docker(ping_timeout: float = 5.0) -> docker.DockerClient | None:
 
 
 def list_sandbox_resources(client: docker.DockerClient, scope: str | None = None) -> SandboxResources:
-    """Every sandbox container and workspace volume on the engine, the egress proxy and its networks; read only.
+    """Every sandbox container, workspace volume and network on the engine, the egress proxy and its networks;
+    read only.
 
     With `scope` (`<Temporal cluster id>/<namespace>`, the `corral.scope` label), only the sandboxes of that
     server's sessions; the egress proxy and its networks are shared by every sandbox of the engine, so they are
@@ -92,28 +97,33 @@ def list_sandbox_resources(client: docker.DockerClient, scope: str | None = None
         for volume in client.volumes.list()
         if SESSION_LABEL in (volume.attrs.get("Labels") or {}) or str(volume.name).startswith(WORKSPACE_PREFIX)
     }
-    networks = {str(network.name) for network in client.networks.list(filters={"label": EGRESS_LABEL})}
-    networks |= {str(network.name) for network in client.networks.list(names=EGRESS_NETWORKS)} & set(EGRESS_NETWORKS)
+    shared = {str(network.name) for network in client.networks.list(filters={"label": EGRESS_LABEL})}
+    shared |= {str(network.name) for network in client.networks.list(names=EGRESS_NETWORKS)} & set(EGRESS_NETWORKS)
+    own = {str(network.name) for network in client.networks.list(filters={"label": [SESSION_LABEL, NETWORK_LABEL]})}
     return SandboxResources(
         containers=tuple(sorted(containers)) + tuple(sorted(egress - containers)),
         volumes=tuple(sorted(volumes)),
-        networks=tuple(sorted(networks)),
+        networks=tuple(sorted(own)) + tuple(sorted(shared - own)),
     )
 
 
 def _of_scope(client: docker.DockerClient, scope: str, sandboxes: list[Container]) -> SandboxResources:
-    """The sandboxes labelled with `scope`, their volumes, and the egress when no other sandbox needs it."""
+    """The sandboxes labelled with `scope`, their volumes and networks, and the egress when no other sandbox needs
+    it."""
     ours = [c for c in sandboxes if c.labels.get(SCOPE_LABEL) == scope]
     sessions = {str(c.labels[SESSION_LABEL]) for c in ours}
     labelled = client.volumes.list(filters={"label": f"{SCOPE_LABEL}={scope}"})
     volumes = {str(volume.name) for volume in labelled}
     volumes |= {volume_name(session) for session in sessions if _volume_exists(client, volume_name(session))}
+    own = client.networks.list(filters={"label": [f"{SCOPE_LABEL}={scope}", NETWORK_LABEL]})
+    networks = sorted(str(network.name) for network in own)
     shared = list_sandbox_resources(client) if len(ours) == len(sandboxes) else SandboxResources()
     egress = tuple(name for name in shared.containers if name == EGRESS_CONTAINER)
+    shared_networks = tuple(name for name in shared.networks if name in EGRESS_NETWORKS)
     return SandboxResources(
         containers=tuple(sorted(str(c.name) for c in ours)) + egress,
         volumes=tuple(sorted(volumes)),
-        networks=shared.networks,
+        networks=tuple(networks) + shared_networks,
     )
 
 
@@ -156,8 +166,8 @@ def _remove_each(
                 client.containers.get(name).remove(force=True)
             elif kind == "volume":
                 client.volumes.get(name).remove(force=True)
-            else:
-                client.networks.get(name).remove()
+            elif not remove_network(client, name):  # the egress proxy taken off it first
+                continue
         except docker.errors.NotFound:
             continue
         except docker.errors.APIError as exc:

@@ -22,7 +22,7 @@ from docker.utils.socket import STDERR, STDOUT, frames_iter
 
 from corral.contract.sandbox import Environment, RepositoryClone
 from corral.names import DEFAULT_GIT_PROXY_PORT
-from corral.sandbox import egress
+from corral.sandbox import egress, networks
 from corral.sandbox.errors import SandboxError, SandboxGone, SandboxSetupError
 from corral.sandbox.workspace import SANDBOX_GID, SANDBOX_UID, hardened_run_options, prepare_workspace_volume
 
@@ -113,26 +113,23 @@ def ensure_container(
     name = container_name(session_id, generation)
     volume = volume_name(session_id)
     image = environment.image or packages_image(client, base_image, environment)
-    git_host = _git_host(client, environment, base_image) if repositories else None
-    if git_host is not None and environment.networking.type != "unrestricted":
+    git_host = None
+    if repositories and environment.networking.type != "unrestricted":
         # The git proxy must be reachable even with networking `none`: through the egress proxy, and nothing else.
+        git_host = _egress_git_host(client, base_image)
         allowed = sorted({*environment.networking.allowed_hosts, git_host})
         environment = environment.model_copy(
             update={
                 "networking": environment.networking.model_copy(update={"type": "limited", "allowed_hosts": allowed})
             }
         )
-    try:
-        container = client.containers.get(name)
-    except docker.errors.NotFound:
-        container = None
-    if container is not None and container.status not in ("running", "created", "exited"):
-        container.remove(force=True)  # dead or being removed: make a fresh one
-        container = None
+    networking = environment.networking.type
+    labels = {SESSION_LABEL: session_id, GENERATION_LABEL: str(generation), SCOPE_LABEL: scope}
+    container = _reusable_container(client, name, networking)
+    if networking != "none":
+        networks.ensure_network(client, name, networking, {SESSION_LABEL: session_id, SCOPE_LABEL: scope})
     if container is None:
-        labels = {SESSION_LABEL: session_id, GENERATION_LABEL: str(generation), SCOPE_LABEL: scope}
-        if environment.networking.type == "limited":
-            egress.ensure_egress(client, base_image)
+        if networking == "limited":
             labels[egress.ALLOWED_HOSTS_LABEL] = json.dumps(environment.networking.allowed_hosts)
         try:
             client.volumes.get(volume)
@@ -140,24 +137,48 @@ def ensure_container(
             volume_labels = {SESSION_LABEL: session_id, SCOPE_LABEL: scope}
             prepare_workspace_volume(client, volume, image, labels=volume_labels)
         container = client.containers.create(
-            image, ["sleep", "infinity"], name=name, labels=labels, **_run_options(environment, volume)
+            image, ["sleep", "infinity"], name=name, labels=labels, **_run_options(environment, volume, name)
         )
+    if networking == "limited":
+        egress.ensure_egress(client, base_image)  # made once per engine (and again if it was removed since)
+        egress.connect_proxy(client, name)  # before the sandbox starts: its first request finds the proxy
     if container.status != "running":
         container.start()
-    if environment.networking.type == "limited":
-        egress.ensure_egress(client, base_image)  # the proxy may have been removed since
+    if networking == "limited":
         egress.refresh_policy(client)
     if environment.working_dir != "/workspace":
         container.exec_run(["mkdir", "-p", environment.working_dir])
+    if repositories and git_host is None:
+        git_host = egress.gateway(client, name)  # unrestricted: the host, at the gateway of the sandbox's network
     for repository in repositories or []:
         _clone(container, repository, f"http://{git_host}:{git_proxy_port}")
     return Provisioned(container_id=container.id or name, container_name=name, volume=volume, image=image)
 
 
-def _git_host(client: docker.DockerClient, environment: Environment, base_image: str) -> str:
-    """The host address a sandbox of this recipe reaches the git proxy at."""
-    if environment.networking.type == "unrestricted":
-        return egress.gateway(client, "bridge")
+def _reusable_container(client: docker.DockerClient, name: str, networking: str) -> Container | None:
+    """The container `name` if it can run again as it is; one that is dead, or that shares a network with other
+    sandboxes (made before each had its own), is removed (its workspace is a volume, and is kept)."""
+    try:
+        container = client.containers.get(name)
+    except docker.errors.NotFound:
+        return None
+    if container.status not in ("running", "created", "exited"):
+        container.remove(force=True)  # dead or being removed: make a fresh one
+        return None
+    if container.attrs.get("HostConfig", {}).get("NetworkMode") != _network_mode(name, networking):
+        log.info("sandbox %s shares a network with other sandboxes; making it again on a network of its own", name)
+        container.remove(force=True)
+        return None
+    return container
+
+
+def _network_mode(name: str, networking: str) -> str:
+    """A sandbox's network: its own (named after it) unless it has none."""
+    return "none" if networking == "none" else name
+
+
+def _egress_git_host(client: docker.DockerClient, base_image: str) -> str:
+    """The host address a limited sandbox reaches the git proxy at, through the egress proxy."""
     egress.ensure_egress(client, base_image)
     return egress.gateway(client, egress.EGRESS_NETWORK)
 
@@ -181,7 +202,7 @@ def _clone(container: Container, repository: RepositoryClone, proxy: str) -> Non
         raise SandboxSetupError(f"could not clone repository {repository.repository_id} into {mount}: {output}")
 
 
-def _run_options(environment: Environment, volume: str) -> dict[str, Any]:
+def _run_options(environment: Environment, volume: str, name: str) -> dict[str, Any]:
     """The hardened defaults, with the recipe's limits and networking."""
     limits = environment.limits
     options = hardened_run_options(volume)
@@ -191,7 +212,7 @@ def _run_options(environment: Environment, volume: str) -> dict[str, Any]:
         memswap_limit=f"{limits.memory_mb}m",
         nano_cpus=int(limits.cpus * 1e9),
         pids_limit=limits.pids,
-        network_mode={"none": "none", "limited": egress.LIMITED_NETWORK, "unrestricted": "bridge"}[networking],
+        network_mode=_network_mode(name, networking),
         working_dir=environment.working_dir,
         # Nothing from the host: the image's PATH, LANG and HOME, plus the egress proxy for limited networking.
         environment=egress.proxy_environment() if networking == "limited" else {},
@@ -349,6 +370,7 @@ def remove_session(client: docker.DockerClient, session_id: str, remove_volume: 
     containers = client.containers.list(all=True, filters={"label": f"{SESSION_LABEL}={session_id}"})
     for container in containers:
         container.remove(force=True)
+    networks.remove_networks(client, f"{SESSION_LABEL}={session_id}")
     if remove_volume:
         try:
             client.volumes.get(volume_name(session_id)).remove(force=True)
@@ -360,6 +382,12 @@ def remove_session(client: docker.DockerClient, session_id: str, remove_volume: 
 
 
 def session_ids_with_containers(client: docker.DockerClient, scope: str) -> set[str]:
-    """Sessions of `scope` (cluster and namespace) that have a container (running or stopped) on this engine."""
+    """Sessions of `scope` (cluster and namespace) that have a container (running or stopped) on this engine, or
+    a sandbox network left without one (its worker died between making the network and the container)."""
     containers = client.containers.list(all=True, filters={"label": f"{SCOPE_LABEL}={scope}"})
-    return {str(container.labels[SESSION_LABEL]) for container in containers}
+    sessions = {str(container.labels[SESSION_LABEL]) for container in containers}
+    for network in client.networks.list(filters={"label": [f"{SCOPE_LABEL}={scope}", egress.NETWORK_LABEL]}):
+        session_id = (network.attrs.get("Labels") or {}).get(SESSION_LABEL)
+        if session_id:
+            sessions.add(str(session_id))
+    return sessions

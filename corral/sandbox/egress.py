@@ -1,10 +1,12 @@
-"""`limited` networking: an internal network with no route out, and one allow-list proxy per engine.
+"""`limited` networking: an internal network per sandbox with no route out, and one allow-list proxy per engine.
 
-Sandboxes with `networking.type = limited` join the internal network `corral-limited` and get HTTP(S)_PROXY set
-to the egress proxy, a container (`corral-egress`, running `corral-egress` from the sandbox image) that sits on both
-that network and a routed one. The proxy lets a request through only if its host is on the allow list of the
-sandbox it comes from, keyed by the sandbox's address; the worker rewrites the whole policy from the running
-sandboxes' labels whenever one starts or goes, so an address that is reused never inherits a stale list.
+Each sandbox with `networking.type = limited` sits alone on an internal network of its own (`networks.py`, named
+after its container) and gets HTTP(S)_PROXY set to the egress proxy, a container (`corral-egress`, running
+`corral-egress` from the sandbox image) that sits on a routed network and joins every limited sandbox's network
+under the alias `corral-egress`. Sandboxes never share a network, so one cannot reach another, only the proxy.
+The proxy lets a request through only if its host is on the allow list of the sandbox it comes from, keyed by the
+sandbox's address (unique: the sandboxes' subnets never overlap); the worker rewrites the whole policy from the
+running sandboxes' labels whenever one starts or goes, so an address that is reused never inherits a stale list.
 """
 
 from __future__ import annotations
@@ -23,6 +25,13 @@ from corral.sandbox.workspace import SANDBOX_GID, SANDBOX_UID
 log = logging.getLogger(__name__)
 
 LIMITED_NETWORK = "corral-limited"
+"""The internal network all limited sandboxes shared before each got its own: gone once no old sandbox needs it."""
+SUBNET_POOL = "10.199.0.0/16"
+"""Where each sandbox's network gets its subnet (`networks.py`); the proxy refuses to connect to any address in it.
+Outside docker0 (172.17/16), Docker's default pools (172.17-31/16, 192.168/16) and the test ranges (10.213/16)."""
+DENIED_ENV = "CORRAL_EGRESS_DENIED"
+NETWORK_LABEL = "corral.network"
+"""On a sandbox's own network: the networking it serves, `limited` or `unrestricted`."""
 EGRESS_NETWORK = "corral-egress-net"
 EGRESS_CONTAINER = "corral-egress"
 EGRESS_PORT = 3128
@@ -51,17 +60,22 @@ def _network(client: docker.DockerClient, name: str, internal: bool) -> None:
 
 
 def ensure_egress(client: docker.DockerClient, image: str) -> None:
-    """The internal network, the routed network and the proxy container on both, made once per engine."""
+    """The routed network and the proxy container on it, made once per engine; a proxy made again (it was removed)
+    joins every limited sandbox's network at once, so the sandboxes already running keep their way out."""
     try:
-        _network(client, LIMITED_NETWORK, internal=True)
         _network(client, EGRESS_NETWORK, internal=False)
         try:
             proxy = client.containers.get(EGRESS_CONTAINER)
+        except docker.errors.NotFound:
+            proxy = None
+        if proxy is not None and f"{DENIED_ENV}={SUBNET_POOL}" not in (proxy.attrs["Config"].get("Env") or []):
+            log.info("replacing the egress proxy: it predates the refusal to reach sandboxes")
+            proxy.remove(force=True)
+            proxy = None
+        if proxy is not None:
             if proxy.status != "running":
                 proxy.start()
             return
-        except docker.errors.NotFound:
-            pass
         proxy = client.containers.create(
             image,
             ["/opt/corral/bin/corral-egress"],
@@ -74,15 +88,31 @@ def ensure_egress(client: docker.DockerClient, image: str) -> None:
             mem_limit="256m",
             init=True,
             network=EGRESS_NETWORK,
-            environment={"CORRAL_EGRESS_POLICY": EGRESS_POLICY, "CORRAL_EGRESS_PORT": str(EGRESS_PORT)},
+            environment={
+                "CORRAL_EGRESS_POLICY": EGRESS_POLICY,
+                "CORRAL_EGRESS_PORT": str(EGRESS_PORT),
+                DENIED_ENV: SUBNET_POOL,
+            },
             tmpfs={"/run/corral-egress": f"rw,size=4m,uid={SANDBOX_UID},gid={SANDBOX_GID},mode=0755"},
             restart_policy={"Name": "unless-stopped"},
             labels={"corral": "egress"},
         )
-        client.networks.get(LIMITED_NETWORK).connect(proxy, aliases=[EGRESS_CONTAINER])
         proxy.start()
+        for network in client.networks.list(filters={"label": f"{NETWORK_LABEL}=limited"}):
+            connect_proxy(client, str(network.name))
     except docker.errors.APIError as exc:
         raise SandboxSetupError(f"could not set up the egress proxy for limited networking: {exc}") from exc
+
+
+def connect_proxy(client: docker.DockerClient, network: str) -> None:
+    """Put the egress proxy on a limited sandbox's network under the name the sandbox's HTTP(S)_PROXY uses; a
+    proxy already there is left as it is."""
+    try:
+        client.networks.get(network).connect(EGRESS_CONTAINER, aliases=[EGRESS_CONTAINER])
+    except docker.errors.APIError as exc:
+        attached = client.networks.get(network).attrs.get("Containers") or {}
+        if not any(endpoint.get("Name") == EGRESS_CONTAINER for endpoint in attached.values()):
+            raise SandboxSetupError(f"could not connect the egress proxy to {network}: {exc}") from exc
 
 
 def gateway(client: docker.DockerClient, network: str) -> str:
@@ -119,6 +149,8 @@ def refresh_policy(client: docker.DockerClient) -> dict[str, list[str]]:
 
 
 def _address(container: Container) -> str | None:
+    """The sandbox's address on its own network (named after it), or on the shared one of an older sandbox."""
     networks = container.attrs.get("NetworkSettings", {}).get("Networks", {})
-    address = networks.get(LIMITED_NETWORK, {}).get("IPAddress")
+    network = networks.get(str(container.name)) or networks.get(LIMITED_NETWORK) or {}
+    address = network.get("IPAddress")
     return str(address) if address else None
