@@ -248,3 +248,31 @@ def test_subnets_are_chosen_by_name_and_taken_ones_are_skipped_even_in_a_race(
     chosen = [ipaddress.IPv4Network(network.attrs["IPAM"]["Config"][0]["Subnet"]) for network in made]
     assert len(set(chosen)) == 2 and pool[slot] not in chosen, chosen
     assert all(subnet.subnet_of(SUBNET_POOL) for subnet in chosen)
+
+
+def test_a_sandbox_made_on_a_shared_network_before_the_upgrade_is_made_again_on_its_own(
+    sandboxes: Sandboxes, docker_client: docker.DockerClient, sandbox_image: str
+) -> None:
+    """A stopped sandbox of an earlier corral sits on the engine's shared bridge: started again as it is, it could
+    reach its neighbours. It is made again on a network of its own, and its workspace is kept."""
+    first = sandboxes.make("unrestricted")
+    session_id = sandboxes.sessions[-1]
+    sh(docker_client.containers.get(first.container_name), "echo kept > /workspace/mark")
+    docker_client.containers.get(first.container_name).remove(force=True)
+    docker_client.networks.get(first.container_name).remove()
+    labels = {"corral.session": session_id, "corral.generation": "0", "corral.scope": SCOPE}
+    docker_client.containers.create(
+        sandbox_image, ["sleep", "infinity"], name=first.container_name, labels=labels, network_mode="bridge"
+    )
+
+    again = ensure_container(
+        docker_client,
+        session_id,
+        Environment.model_validate({"networking": {"type": "unrestricted"}}),
+        0,
+        sandbox_image,
+    )
+
+    container = docker_client.containers.get(again.container_name)
+    assert list(container.attrs["NetworkSettings"]["Networks"]) == [again.container_name]
+    assert sh(container, "cat /workspace/mark").strip() == "kept"

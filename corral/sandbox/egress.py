@@ -30,6 +30,7 @@ SUBNET_POOL = "10.199.0.0/16"
 """Where each sandbox's network gets its subnet (`networks.py`); the proxy refuses to connect to any address in it.
 Outside docker0 (172.17/16), Docker's default pools (172.17-31/16, 192.168/16) and the test ranges (10.213/16)."""
 DENIED_ENV = "CORRAL_EGRESS_DENIED"
+"""The proxy's variable naming the networks it must never connect to; a proxy made without it is made again."""
 NETWORK_LABEL = "corral.network"
 """On a sandbox's own network: the networking it serves, `limited` or `unrestricted`."""
 EGRESS_NETWORK = "corral-egress-net"
@@ -76,32 +77,51 @@ def ensure_egress(client: docker.DockerClient, image: str) -> None:
             if proxy.status != "running":
                 proxy.start()
             return
-        proxy = client.containers.create(
-            image,
-            ["/opt/corral/bin/corral-egress"],
-            name=EGRESS_CONTAINER,
-            user=f"{SANDBOX_UID}:{SANDBOX_GID}",
-            read_only=True,
-            cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
-            pids_limit=256,
-            mem_limit="256m",
-            init=True,
-            network=EGRESS_NETWORK,
-            environment={
-                "CORRAL_EGRESS_POLICY": EGRESS_POLICY,
-                "CORRAL_EGRESS_PORT": str(EGRESS_PORT),
-                DENIED_ENV: SUBNET_POOL,
-            },
-            tmpfs={"/run/corral-egress": f"rw,size=4m,uid={SANDBOX_UID},gid={SANDBOX_GID},mode=0755"},
-            restart_policy={"Name": "unless-stopped"},
-            labels={"corral": "egress"},
-        )
+        try:
+            proxy = _create_proxy(client, image)
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:
+                raise
+            return  # another worker made it at the same moment, and joins it to the networks
         proxy.start()
-        for network in client.networks.list(filters={"label": f"{NETWORK_LABEL}=limited"}):
-            connect_proxy(client, str(network.name))
+        # Every limited sandbox's network, and the shared one of sandboxes made before each had its own (so that
+        # those keep their way out through an upgrade, until they are made again on networks of their own).
+        limited = client.networks.list(filters={"label": f"{NETWORK_LABEL}=limited"})
+        for name in [str(network.name) for network in limited] + _existing(client, LIMITED_NETWORK):
+            connect_proxy(client, name)
     except docker.errors.APIError as exc:
         raise SandboxSetupError(f"could not set up the egress proxy for limited networking: {exc}") from exc
+
+
+def _existing(client: docker.DockerClient, network: str) -> list[str]:
+    try:
+        return [str(client.networks.get(network).name)]
+    except docker.errors.NotFound:
+        return []
+
+
+def _create_proxy(client: docker.DockerClient, image: str) -> Container:
+    return client.containers.create(
+        image,
+        ["/opt/corral/bin/corral-egress"],
+        name=EGRESS_CONTAINER,
+        user=f"{SANDBOX_UID}:{SANDBOX_GID}",
+        read_only=True,
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        pids_limit=256,
+        mem_limit="256m",
+        init=True,
+        network=EGRESS_NETWORK,
+        environment={
+            "CORRAL_EGRESS_POLICY": EGRESS_POLICY,
+            "CORRAL_EGRESS_PORT": str(EGRESS_PORT),
+            DENIED_ENV: SUBNET_POOL,
+        },
+        tmpfs={"/run/corral-egress": f"rw,size=4m,uid={SANDBOX_UID},gid={SANDBOX_GID},mode=0755"},
+        restart_policy={"Name": "unless-stopped"},
+        labels={"corral": "egress"},
+    )
 
 
 def connect_proxy(client: docker.DockerClient, network: str) -> None:
