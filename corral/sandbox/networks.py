@@ -34,6 +34,7 @@ SUBNET_PREFIX = 28
 MAX_ATTEMPTS = 32
 """Subnets tried before giving up: each failure but a lost race is answered by skipping every subnet in use."""
 ICC_OPTION = "com.docker.network.bridge.enable_icc"
+INHIBIT_IPV4_OPTION = "com.docker.network.bridge.inhibit_ipv4"
 
 
 def subnets() -> list[ipaddress.IPv4Network]:
@@ -87,12 +88,19 @@ def _create(
         name,
         driver="bridge",
         internal=networking == "limited",
-        # Limited: the sandbox talks to the egress proxy on it. Unrestricted: only the sandbox, nothing to talk to.
-        options={ICC_OPTION: "true" if networking == "limited" else "false"},
+        options=_options(networking),
         ipam=ipam,
         check_duplicate=True,
         labels={**labels, NETWORK_LABEL: networking},
     )
+
+
+def _options(networking: str) -> dict[str, str]:
+    if networking == "limited":
+        # The sandbox talks to the egress proxy on it, and to nothing else: the host gets no address on the bridge,
+        # so a service of the host listening on every address is not reachable at the network's gateway either.
+        return {ICC_OPTION: "true", INHIBIT_IPV4_OPTION: "true"}
+    return {ICC_OPTION: "false"}  # only the sandbox is on it: nothing to talk to; the host is at its gateway
 
 
 def remove_network(client: docker.DockerClient, name: str) -> bool:
