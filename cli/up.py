@@ -407,6 +407,13 @@ def _purge_state(console: Console, paths: StatePaths) -> None:
     if not paths.root.exists():
         console.print(f"nothing to remove: {paths.root} does not exist")
         return
+    marks = (paths.stack_file, paths.database, paths.pids, paths.root / "openbao")
+    if not any(mark.exists() for mark in marks):  # a --state-dir typo must not take a home directory with it
+        raise CliError(
+            f"{paths.root} does not look like a corral state dir (no stack.json, temporal.db, pids/ or "
+            "openbao/ in it): nothing was removed",
+            exit_code=2,
+        )
     shutil.rmtree(paths.root)
     console.print(Text("✓ ", style="green") + Text(f"removed {paths.root}: sessions, vaults, logs and blobs in it"))
     console.print("kept: the sandbox images on the Docker engine (a cache; `docker image rm` removes them)")

@@ -86,3 +86,14 @@ def test_vaults_survive_down_and_up_nothing_is_left_running_and_purge_asks_first
     assert f"removed {state_dir}" in " ".join(purge.stdout.split())
     assert not state_dir.exists()
     assert not _stack_processes(set(), state_dir)
+
+
+def test_purge_refuses_a_directory_that_is_not_a_state_dir(tmp_path: Path) -> None:
+    """A `--state-dir` typo must not take a directory of the user's with it."""
+    precious = tmp_path / "notes.txt"
+    precious.write_text("mine")
+    env = {key: value for key, value in os.environ.items() if not key.startswith("CORRAL_")}
+    purge = corral(env, "--state-dir", str(tmp_path), "down", "--purge", "--yes")
+    assert purge.returncode == 2, purge.stdout + purge.stderr
+    assert "does not look like a corral state dir" in purge.stderr and "nothing was removed" in purge.stderr
+    assert precious.read_text() == "mine"
