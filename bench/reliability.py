@@ -34,14 +34,15 @@ PROPERTY_SUITES = (
     "tests/test_properties_contract.py",
     "tests/test_properties_context.py",
     "tests/test_properties_cli.py",
+    "tests/test_properties_raw_client.py",
     "tests/test_units.py",
     "tests/test_session_errors.py",
 )
 """Where the hypothesis tests are (a suite that is missing is skipped, and the report says so)."""
 
 _EXAMPLES = re.compile(r"(\d+) passing, (\d+) failing, and (\d+) invalid test cases")
-_TEST_ID = re.compile(r"^(tests/\S+::\S+):\s*$")
-_RESULT = re.compile(r"^(PASSED|FAILED|ERROR) (tests/\S+)")
+_TEST_ID = re.compile(r"^(tests/\S+::.+):\s*$")
+_RESULT = re.compile(r"^(PASSED|FAILED|ERROR) (tests/\S+::.+?)(?: - .*)?$")
 
 
 @dataclass
@@ -115,7 +116,13 @@ def matrix_section(outcomes: list[dict[str, object]], results: dict[str, str], n
 
 
 def fuzzing_section(fuzzed: list[Fuzzed], missing: list[str], results: dict[str, str]) -> str:
-    rows = [[f"`{entry.test}`", entry.passing, entry.failing, entry.invalid] for entry in fuzzed]
+    rows: list[list[object]] = [[_cell(entry.test), entry.passing, entry.failing, entry.invalid] for entry in fuzzed]
+    counted = {entry.test for entry in fuzzed}
+    rows += [
+        [_cell(test), "not reported", "-", "-"]  # no statistics printed for it
+        for test, result in sorted(results.items())
+        if test.startswith("tests/test_properties_") and test not in counted and result == "PASSED"
+    ]
     failed = sorted(test for test, result in results.items() if result != "PASSED")
     text = [
         f"{len(fuzzed)} property-based tests, {sum(entry.passing for entry in fuzzed):,} generated inputs passed, "
@@ -123,9 +130,20 @@ def fuzzing_section(fuzzed: list[Fuzzed], missing: list[str], results: dict[str,
         "",
         markdown_table(["test", "passing examples", "failing", "invalid (filtered out)"], rows),
     ]
+    if len(rows) > len(fuzzed):
+        text += [
+            "",
+            '"not reported": the test drives hypothesis inside a live session, where pytest prints no '
+            "statistics; it passed, with the example count its `settings` give.",
+        ]
     if missing:
         text += ["", "Not found, so not run: " + ", ".join(f"`{suite}`" for suite in missing)]
     return "\n".join(text)
+
+
+def _cell(test: str) -> str:
+    """A test id as a table cell: code, with the `|` of a parameter's type (`A | B`) escaped."""
+    return "`" + test.replace("|", "\\|") + "`"
 
 
 def load_section() -> str:

@@ -23,11 +23,11 @@ from temporalio.client import WorkflowHandle
 
 from activities.proxy import ProxyActivities
 from corral.client import send_text
-from corral.contract.events import AgentMcpToolResult, SessionError, SessionEvent
+from corral.contract.events import AgentMcpToolResult, SessionEvent
 from corral.serving import ServerThread
 from proxy import McpProxy, StaticBearerParams, Vault, VaultStore
 from proxy.devvault import DevVault
-from tests.chaos.matrix import check_log
+from tests.chaos.matrix import check_log, errors_of
 from tests.conftest import Stack, assert_log_is_whole, history_text, read_events, texts, wait_for_idle
 from tests.proxy_servers.devvault import scan_for, shared_dev_vault
 from tests.proxy_servers.faulty_mcp import FaultyMcp, McpFaults
@@ -156,10 +156,6 @@ async def idle_after(
 
 def tools_results(events: list[SessionEvent]) -> list[AgentMcpToolResult]:
     return [e for e in events if isinstance(e, AgentMcpToolResult)]
-
-
-def errors_of(events: list[SessionEvent]) -> list[tuple[str, str]]:
-    return [(e.error.type, e.error.retry_status.type) for e in events if isinstance(e, SessionError)]
 
 
 async def whole_logs(world: ProxyChaos) -> tuple[int, int]:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from corral.contract.events import SessionEvent
+from corral.contract.events import SessionError, SessionEvent
 
 ENV_N = "CORRAL_CHAOS_N"
 ENV_RECORD = "CORRAL_CHAOS_RECORD"
@@ -43,6 +43,17 @@ def check_log(events: Sequence[SessionEvent]) -> LogCheck:
     gaps = len(set(range(1, highest + 1)) - set(positions))
     duplicates = (len(positions) - len(set(positions))) + (len(events) - len({event.id for event in events}))
     return LogCheck(gaps=gaps, duplicates=duplicates)
+
+
+def integrity(logs: Sequence[Sequence[SessionEvent]]) -> tuple[int, int]:
+    """(gaps, duplicates) summed over the sessions' logs."""
+    checks = [check_log(log) for log in logs]
+    return sum(check.gaps for check in checks), sum(check.duplicates for check in checks)
+
+
+def errors_of(events: Sequence[SessionEvent]) -> list[tuple[str, str]]:
+    """The log's `session.error`s as (error type, retry status)."""
+    return [(e.error.type, e.error.retry_status.type) for e in events if isinstance(e, SessionError)]
 
 
 @dataclass

@@ -25,7 +25,7 @@ from temporalio.client import WorkflowHandle
 
 from corral.client import send_text
 from corral.contract.events import SessionError, SessionEvent
-from tests.chaos.matrix import Outcome, chaos_n, check_log, record
+from tests.chaos.matrix import Outcome, chaos_n, check_log, errors_of, record
 from tests.conftest import Stack, assert_log_is_whole, read_events, stop_reason, texts, wait_for_idle
 from workers.roles import model_worker
 
@@ -75,10 +75,6 @@ async def start_sessions(stack: Stack, tmp_path: Path, n: int, answer: dict[str,
 
 async def turn_of(session: Session) -> list[SessionEvent]:
     return await wait_for_idle(session.handle, within_seconds=WAIT)
-
-
-def errors_of(events: list[SessionEvent]) -> list[tuple[str, str]]:
-    return [(e.error.type, e.error.retry_status.type) for e in events if isinstance(e, SessionError)]
 
 
 def logged_errors(events: list[SessionEvent]) -> str:

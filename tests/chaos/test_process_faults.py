@@ -39,7 +39,7 @@ from corral.streaming import StreamEvent, StreamPublisher, subscribe
 from corral.temporal import connect
 from proxy import StaticBearerParams, VaultStore
 from tests.chaos._processes import ROOT, free_port, role_process, temporal_env, until_healthy, worker_argv
-from tests.chaos.matrix import Outcome, chaos_n, check_log, record
+from tests.chaos.matrix import Outcome, chaos_n, check_log, integrity, record
 from tests.conftest import Stack, read_events, texts, unique, wait_for_idle
 from tests.proxy_servers.devvault import shared_dev_vault
 from tests.proxy_servers.mcp_server import create_mcp_app
@@ -90,12 +90,6 @@ async def recover(handles: Sequence[WorkflowHandle], killed_at: float) -> tuple[
 
     recovery = list(await asyncio.gather(*(one(handle) for handle in handles)))
     return [await read_events(handle) for handle in handles], recovery
-
-
-def integrity(logs: Sequence[Sequence[SessionEvent]]) -> tuple[int, int]:
-    """(gaps, duplicates) summed over the logs; each log is also asserted whole."""
-    checks = [check_log(log) for log in logs]
-    return sum(check.gaps for check in checks), sum(check.duplicates for check in checks)
 
 
 def assert_whole(logs: Sequence[Sequence[SessionEvent]]) -> None:

@@ -31,7 +31,6 @@ from tests.chaos._proxy_world import (
     SAW,
     TIMED_OUT,
     calls_retried,
-    errors_of,
     frozen,
     idle_after,
     proxy_chaos,
@@ -40,7 +39,7 @@ from tests.chaos._proxy_world import (
     tools_results,
     whole_logs,
 )
-from tests.chaos.matrix import Outcome, chaos_n, record
+from tests.chaos.matrix import Outcome, chaos_n, errors_of, record
 from tests.conftest import Stack, stop_reason, texts
 from tests.proxy_servers.devvault import scan_for
 from tests.proxy_servers.faulty_mcp import Fault

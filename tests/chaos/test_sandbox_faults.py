@@ -30,7 +30,7 @@ from corral.contract.events import SessionEvent
 from corral.sandbox._host import find_program, system_env
 from corral.sandbox.containers import remove_session
 from corral.temporal import cluster_id
-from tests.chaos.matrix import Outcome, chaos_n, check_log, record
+from tests.chaos.matrix import Outcome, chaos_n, integrity, record
 from tests.conftest import Stack, texts, wait_for_idle
 from tests.test_sandbox import TOOLSET, bash, processes, session_containers
 from workers.roles import sandbox_workers
@@ -45,10 +45,11 @@ def tool_results(events: Sequence[SessionEvent]) -> list[tuple[str, bool]]:
     return list(zip(outputs, errors, strict=True))
 
 
-def integrity(logs: Sequence[Sequence[SessionEvent]]) -> tuple[int, int]:
-    checks = [check_log(log) for log in logs]
-    assert all(check.whole for check in checks), checks
-    return sum(c.gaps for c in checks), sum(c.duplicates for c in checks)
+def whole(logs: Sequence[Sequence[SessionEvent]]) -> tuple[int, int]:
+    """(gaps, duplicates) over the logs, each asserted whole."""
+    gaps, duplicates = integrity(logs)
+    assert (gaps, duplicates) == (0, 0), (gaps, duplicates)
+    return gaps, duplicates
 
 
 async def start_all(stack: Stack, n: int, steps: list[dict[str, Any]], **extra: Any) -> list[WorkflowHandle]:
@@ -76,7 +77,7 @@ async def test_command_oom_killed_mid_turn(sandbox_stack: Stack, docker_client: 
         [container] = session_containers(docker_client, handle.id)
         assert container.status == "running", "the container outlives the OOM kill of one command"
     assert counts == [1] * n, "a command ran twice"
-    gaps, duplicates = integrity(logs)
+    gaps, duplicates = whole(logs)
     record(
         Outcome(
             fault="a sandbox command OOM-killed (memory limit 128 MB)",
@@ -112,7 +113,7 @@ async def test_command_fills_tmp_mid_turn(sandbox_stack: Stack, docker_client: d
         counts.append(int(count))
         assert texts(log) == ["done"]
     assert counts == [1] * n, "a command ran twice"
-    gaps, duplicates = integrity(logs)
+    gaps, duplicates = whole(logs)
     record(
         Outcome(
             fault="a sandbox command fills /tmp (32 MB tmpfs)",
@@ -271,7 +272,7 @@ async def test_docker_engine_restarted_mid_command(
         assert texts(log) == ["done"]
         assert len(made) == 2, "the next call ran in a fresh container"
     assert counts == [1] * n, "a command ran twice"
-    gaps, duplicates = integrity(logs)
+    gaps, duplicates = whole(logs)
     record(
         Outcome(
             fault="the Docker engine restarted mid-command",
