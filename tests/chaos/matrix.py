@@ -51,6 +51,13 @@ def integrity(logs: Sequence[Sequence[SessionEvent]]) -> tuple[int, int]:
     return sum(check.gaps for check in checks), sum(check.duplicates for check in checks)
 
 
+def assert_whole(logs: Sequence[Sequence[SessionEvent]]) -> None:
+    """Each log has no gap and no duplicate."""
+    for log in logs:
+        check = check_log(log)
+        assert check.whole, f"log of {len(log)} events has {check.gaps} gaps and {check.duplicates} duplicates"
+
+
 def errors_of(events: Sequence[SessionEvent]) -> list[tuple[str, str]]:
     """The log's `session.error`s as (error type, retry status)."""
     return [(e.error.type, e.error.retry_status.type) for e in events if isinstance(e, SessionError)]
@@ -79,3 +86,28 @@ def record(outcome: Outcome) -> None:
         return
     with Path(target).open("a", encoding="utf-8") as out:
         out.write(json.dumps(asdict(outcome)) + "\n")
+
+
+def record_logs(
+    logs: Sequence[Sequence[SessionEvent]],
+    recovery: Sequence[float],
+    *,
+    fault: str,
+    expected: str,
+    observed: str,
+    extra_runs: int = 0,
+) -> None:
+    """Record the row of a fault met by `len(logs)` sessions: lost and duplicated are the logs' gaps and duplicates,
+    plus `extra_runs`, the runs of a side effect beyond one per session."""
+    gaps, duplicates = integrity(logs)
+    record(
+        Outcome(
+            fault=fault,
+            expected=expected,
+            n=len(logs),
+            observed=observed,
+            lost=gaps,
+            duplicated=duplicates + extra_runs,
+            recovery_seconds=list(recovery),
+        )
+    )

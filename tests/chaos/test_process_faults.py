@@ -39,7 +39,7 @@ from corral.streaming import StreamEvent, StreamPublisher, subscribe
 from corral.temporal import connect
 from proxy import StaticBearerParams, VaultStore
 from tests.chaos._processes import ROOT, free_port, role_process, temporal_env, until_healthy, worker_argv
-from tests.chaos.matrix import Outcome, chaos_n, check_log, integrity, record
+from tests.chaos.matrix import assert_whole, chaos_n, record_logs
 from tests.conftest import Stack, read_events, texts, unique, wait_for_idle
 from tests.proxy_servers.devvault import shared_dev_vault
 from tests.proxy_servers.mcp_server import create_mcp_app
@@ -92,12 +92,6 @@ async def recover(handles: Sequence[WorkflowHandle], killed_at: float) -> tuple[
     return [await read_events(handle) for handle in handles], recovery
 
 
-def assert_whole(logs: Sequence[Sequence[SessionEvent]]) -> None:
-    for log in logs:
-        check = check_log(log)
-        assert check.whole, f"log of {len(log)} events has {check.gaps} gaps and {check.duplicates} duplicates"
-
-
 # ---- harness ------------------------------------------------------------------------------------------------------
 
 
@@ -126,17 +120,13 @@ async def test_harness_worker_sigkilled_mid_turn(stack: Stack, tmp_path: Path) -
         assert [event.type for event in log].count("session.status_idle") == 1
     runs = [len(marker.read_text().splitlines()) for marker in markers]
     assert runs == [1] * n, "a tool that ran before the kill ran again"
-    gaps, duplicates = integrity(logs)
-    record(
-        Outcome(
-            fault="harness worker SIGKILLed mid-turn",
-            expected="clean resume: a fresh harness replays the session and ends the turn once",
-            n=n,
-            observed=f"{n}/{n} turns ended once; tools ran once each",
-            lost=gaps,
-            duplicated=duplicates + sum(runs) - n,
-            recovery_seconds=recovery,
-        )
+    record_logs(
+        logs,
+        recovery,
+        fault="harness worker SIGKILLed mid-turn",
+        expected="clean resume: a fresh harness replays the session and ends the turn once",
+        observed=f"{n}/{n} turns ended once; tools ran once each",
+        extra_runs=sum(runs) - n,
     )
 
 
@@ -179,17 +169,13 @@ async def test_model_worker_sigkilled_mid_stream(stack: Stack, tmp_path: Path) -
         assert texts(log, "agent.tool_result") == ["1"]
     runs = [len(marker.read_text().splitlines()) for marker in markers]
     assert runs == [1] * n
-    gaps, duplicates = integrity(logs)
-    record(
-        Outcome(
-            fault="model worker SIGKILLed mid-stream",
-            expected="clean resume: the model turn is retried on a fresh worker; the reply is logged once",
-            n=n,
-            observed=f"{n}/{n} replies logged once, whole",
-            lost=gaps,
-            duplicated=duplicates + sum(runs) - n,
-            recovery_seconds=recovery,
-        )
+    record_logs(
+        logs,
+        recovery,
+        fault="model worker SIGKILLed mid-stream",
+        expected="clean resume: the model turn is retried on a fresh worker; the reply is logged once",
+        observed=f"{n}/{n} replies logged once, whole",
+        extra_runs=sum(runs) - n,
     )
 
 
@@ -249,17 +235,13 @@ async def test_sandbox_worker_sigkilled_mid_command(
         counts.append(int(count))
         assert texts(log) == ["done"]
     assert counts == [1] * n, "a command ran twice"
-    gaps, duplicates = integrity(logs)
-    record(
-        Outcome(
-            fault="sandbox worker SIGKILLed mid-command",
-            expected="clean resume: the command's output is recovered from the container, not run again",
-            n=n,
-            observed=f"{n}/{n} commands ran once; output recovered with a note",
-            lost=gaps,
-            duplicated=duplicates + sum(counts) - n,
-            recovery_seconds=recovery,
-        )
+    record_logs(
+        logs,
+        recovery,
+        fault="sandbox worker SIGKILLed mid-command",
+        expected="clean resume: the command's output is recovered from the container, not run again",
+        observed=f"{n}/{n} commands ran once; output recovered with a note",
+        extra_runs=sum(counts) - n,
     )
 
 
@@ -332,17 +314,12 @@ async def test_stream_relay_sigkilled_mid_stream(stack: Stack, tmp_path: Path) -
         assert texts(log) == [reply, later], "each reply logged once, whole"
     live_again = ["".join(event.text for event in received[handle.id] if event.type == "delta") for handle in handles]
     assert live_again == [later] * n, "the next turn's deltas did not reach the subscriber through the new relay"
-    gaps, duplicates = integrity(logs)
-    record(
-        Outcome(
-            fault="stream relay SIGKILLed mid-stream",
-            expected="the turn goes on (live deltas are best-effort); a fresh relay serves the next turn live",
-            n=n,
-            observed=f"{n}/{n} replies logged once, whole; the next turn streamed live through the new relay",
-            lost=gaps,
-            duplicated=duplicates,
-            recovery_seconds=recovery,
-        )
+    record_logs(
+        logs,
+        recovery,
+        fault="stream relay SIGKILLed mid-stream",
+        expected="the turn goes on (live deltas are best-effort); a fresh relay serves the next turn live",
+        observed=f"{n}/{n} replies logged once, whole; the next turn streamed live through the new relay",
     )
 
 
@@ -416,18 +393,14 @@ async def test_proxy_worker_sigkilled_mid_mcp_call(stack: Stack, tmp_path: Path)
         ]
         assert texts(log) == ["went on"]
     assert made == n, f"{made - n} MCP calls were made again after the proxy worker died"
-    gaps, duplicates = integrity(logs)
-    record(
-        Outcome(
-            fault="proxy worker SIGKILLed mid MCP call",
-            expected="a tool error the model sees (outcome unknown, not made again) and a typed "
-            "mcp_connection_failed_error (exhausted); the next MCP call works",
-            n=n,
-            observed=f"{n}/{n} calls made once, reported unknown; the next call worked",
-            lost=gaps,
-            duplicated=duplicates + made - n,
-            recovery_seconds=recovery,
-        )
+    record_logs(
+        logs,
+        recovery,
+        fault="proxy worker SIGKILLed mid MCP call",
+        expected="a tool error the model sees (outcome unknown, not made again) and a typed "
+        "mcp_connection_failed_error (exhausted); the next MCP call works",
+        observed=f"{n}/{n} calls made once, reported unknown; the next call worked",
+        extra_runs=made - n,
     )
 
 
@@ -502,17 +475,13 @@ async def test_temporal_server_sigkilled_mid_turn_then_restarted_by_corral_up(
         counts.append(int(count))
         assert texts(log) == ["done"]
     assert counts == [1] * n, "a command ran twice"
-    gaps, duplicates = integrity(logs)
-    record(
-        Outcome(
-            fault="Temporal server SIGKILLed mid-turn, restarted by `corral up`",
-            expected="clean resume: the workers reconnect, every turn ends once, each command runs once",
-            n=n,
-            observed=f"{n}/{n} turns ended once; commands ran once each",
-            lost=gaps,
-            duplicated=duplicates + sum(counts) - n,
-            recovery_seconds=recovery,
-        )
+    record_logs(
+        logs,
+        recovery,
+        fault="Temporal server SIGKILLed mid-turn, restarted by `corral up`",
+        expected="clean resume: the workers reconnect, every turn ends once, each command runs once",
+        observed=f"{n}/{n} turns ended once; commands ran once each",
+        extra_runs=sum(counts) - n,
     )
 
 

@@ -30,7 +30,7 @@ from corral.contract.events import SessionEvent
 from corral.sandbox._host import find_program, system_env
 from corral.sandbox.containers import remove_session
 from corral.temporal import cluster_id
-from tests.chaos.matrix import Outcome, chaos_n, integrity, record
+from tests.chaos.matrix import assert_whole, chaos_n, record_logs
 from tests.conftest import Stack, texts, wait_for_idle
 from tests.test_sandbox import TOOLSET, bash, processes, session_containers
 from workers.roles import sandbox_workers
@@ -43,13 +43,6 @@ def tool_results(events: Sequence[SessionEvent]) -> list[tuple[str, bool]]:
     outputs = texts(list(events), "agent.tool_result")
     errors = [bool(getattr(e, "is_error", False)) for e in events if e.type == "agent.tool_result"]
     return list(zip(outputs, errors, strict=True))
-
-
-def whole(logs: Sequence[Sequence[SessionEvent]]) -> tuple[int, int]:
-    """(gaps, duplicates) over the logs, each asserted whole."""
-    gaps, duplicates = integrity(logs)
-    assert (gaps, duplicates) == (0, 0), (gaps, duplicates)
-    return gaps, duplicates
 
 
 async def start_all(stack: Stack, n: int, steps: list[dict[str, Any]], **extra: Any) -> list[WorkflowHandle]:
@@ -77,17 +70,14 @@ async def test_command_oom_killed_mid_turn(sandbox_stack: Stack, docker_client: 
         [container] = session_containers(docker_client, handle.id)
         assert container.status == "running", "the container outlives the OOM kill of one command"
     assert counts == [1] * n, "a command ran twice"
-    gaps, duplicates = whole(logs)
-    record(
-        Outcome(
-            fault="a sandbox command OOM-killed (memory limit 128 MB)",
-            expected="a result the model sees (exit code 137, an out-of-memory note); same container, next call works",
-            n=n,
-            observed=f"{n}/{n} commands killed once with the note; the next call ran in the same container",
-            lost=gaps,
-            duplicated=duplicates + sum(counts) - n,
-            recovery_seconds=recovery,
-        )
+    assert_whole(logs)
+    record_logs(
+        logs,
+        recovery,
+        fault="a sandbox command OOM-killed (memory limit 128 MB)",
+        expected="a result the model sees (exit code 137, an out-of-memory note); same container, next call works",
+        observed=f"{n}/{n} commands killed once with the note; the next call ran in the same container",
+        extra_runs=sum(counts) - n,
     )
 
 
@@ -113,17 +103,14 @@ async def test_command_fills_tmp_mid_turn(sandbox_stack: Stack, docker_client: d
         counts.append(int(count))
         assert texts(log) == ["done"]
     assert counts == [1] * n, "a command ran twice"
-    gaps, duplicates = whole(logs)
-    record(
-        Outcome(
-            fault="a sandbox command fills /tmp (32 MB tmpfs)",
-            expected="ENOSPC in the output the model sees; the host disk untouched; the next call works",
-            n=n,
-            observed=f"{n}/{n} writes stopped at 32 MB with ENOSPC; the next call ran",
-            lost=gaps,
-            duplicated=duplicates + sum(counts) - n,
-            recovery_seconds=recovery,
-        )
+    assert_whole(logs)
+    record_logs(
+        logs,
+        recovery,
+        fault="a sandbox command fills /tmp (32 MB tmpfs)",
+        expected="ENOSPC in the output the model sees; the host disk untouched; the next call works",
+        observed=f"{n}/{n} writes stopped at 32 MB with ENOSPC; the next call ran",
+        extra_runs=sum(counts) - n,
     )
 
 
@@ -272,16 +259,13 @@ async def test_docker_engine_restarted_mid_command(
         assert texts(log) == ["done"]
         assert len(made) == 2, "the next call ran in a fresh container"
     assert counts == [1] * n, "a command ran twice"
-    gaps, duplicates = whole(logs)
-    record(
-        Outcome(
-            fault="the Docker engine restarted mid-command",
-            expected="a tool error the model sees (the container stopped; /workspace kept); the next call gets a "
-            "fresh container",
-            n=n,
-            observed=f"{n}/{n} running calls ended as tool errors; the next call ran in a new container",
-            lost=gaps,
-            duplicated=duplicates + sum(counts) - n,
-            recovery_seconds=recovery,
-        )
+    assert_whole(logs)
+    record_logs(
+        logs,
+        recovery,
+        fault="the Docker engine restarted mid-command",
+        expected="a tool error the model sees (the container stopped; /workspace kept); the next call gets a "
+        "fresh container",
+        observed=f"{n}/{n} running calls ended as tool errors; the next call ran in a new container",
+        extra_runs=sum(counts) - n,
     )
