@@ -42,7 +42,6 @@ from proxy.errors import BaoBinaryNotFound, DevVaultError, VaultUnavailable
 DEFAULT_MOUNT = "corral"
 ENV_BAO_BINARY = "CORRAL_BAO_BINARY"
 _LOG_NAME = "openbao-dev.log"
-_STATE_NAME = "openbao-dev.json"
 
 
 def find_bao_binary() -> Path:
