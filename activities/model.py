@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 from collections import OrderedDict
 from collections.abc import AsyncGenerator
@@ -55,6 +56,12 @@ from corral.streaming import AttemptStream, StreamPublisher
 
 log = logging.getLogger(__name__)
 
+KEEPALIVE_SECONDS = 30.0
+HEARTBEAT_INTERVAL_SECONDS = 0.3
+"""How often a model turn records a heartbeat. The SDK core sends at most one per 0.8 x the heartbeat timeout
+(workflows/_hands.py MODEL_HEARTBEAT_TIMEOUT, 1.5 s) from its own thread; recording several per window means a
+busy event loop has to stall for over a second before the server misses one."""
+
 
 @dataclass
 class _CachedSession:
@@ -84,7 +91,9 @@ class ConversationCache:
 
 
 class ModelActivities:
-    """Holds the Temporal client (to read the log) and the model client; both are made once per worker."""
+    """Holds the Temporal client (to read the log) and the model client; both are made once per worker. With a
+    `worker_task_queue` (this worker's own queue), each result names it, so the session routes its next turn here,
+    where the conversation is cached (workflows/_hands.py `ModelRoute`)."""
 
     def __init__(
         self,
@@ -93,10 +102,12 @@ class ModelActivities:
         stream: StreamPublisher | None = None,
         blobs: BlobStore | None = None,
         stall_timeout_seconds: float = DEFAULT_MODEL_STALL_TIMEOUT_SECONDS,
+        worker_task_queue: str | None = None,
     ) -> None:
         self._temporal = temporal
+        self._worker_task_queue = worker_task_queue
         self._blobs = blobs or open_blob_store()
-        self._model = model or anthropic.AsyncAnthropic(max_retries=0)
+        self._model = model or anthropic.AsyncAnthropic(max_retries=0, http_client=warm_http_client())
         self._cache = ConversationCache()
         self._stream = stream
         self._stall_seconds = stall_timeout_seconds
@@ -156,7 +167,7 @@ class ModelActivities:
     @activity.defn(name=ACTIVITY_MODEL_TURN)
     async def model_turn(self, input: ModelTurnInput) -> ModelTurnResult:
         """Stream one model response and return its blocks, stop reason and usage."""
-        async with heartbeating():
+        async with heartbeating(HEARTBEAT_INTERVAL_SECONDS):
             session, entries = await self._context(input)
             agent = session.agent
             if input.summarize_through is None:
@@ -191,7 +202,7 @@ class ModelActivities:
                 assert info is not None
                 log.warning("model turn %s of %s failed: %s", input.turn, input.session_id, exc)
                 raise model_error(exc, info) from exc
-        return _result(message)
+        return _result(message, self._worker_task_queue)
 
     @activity.defn(name=ACTIVITY_READ_LOG)
     async def read_log(self, input: ReadLogInput) -> EventPage:
@@ -230,9 +241,33 @@ class ModelActivities:
         """Live deltas for clients (ephemeral, never in history); nothing when no relay is configured."""
         if self._stream is None or input.stream_id is None:
             return contextlib.nullcontext(None)
-        # Attempts grow across both retry layers: the workflow's own (visible) and Temporal's (lost workers).
-        attempt = input.stream_attempt * 1000 + activity.info().attempt
+        # Attempts grow across both retry layers: the workflow's own (visible) and Temporal's (lost workers). A
+        # routed turn comes before any attempt on the shared queue, which replaces it if its worker was lost.
+        attempt = input.stream_attempt * 1000 + (0 if input.routed else activity.info().attempt)
         return self._stream.attempt(input.session_id, input.stream_id, attempt)
+
+
+def warm_http_client() -> anthropic.DefaultAsyncHttpxClient:
+    """The `anthropic` SDK's own HTTP client, but an idle connection stays in the pool for `KEEPALIVE_SECONDS`
+    (httpx's default is 5 s): a user's next message usually comes later than that, and should not pay a new
+    connection (TCP and TLS) before its first token. A connection the server closed meanwhile is not reused."""
+    limits = copy.copy(anthropic.DEFAULT_CONNECTION_LIMITS)  # the SDK's own class of its own HTTP library
+    limits.keepalive_expiry = KEEPALIVE_SECONDS
+    return anthropic.DefaultAsyncHttpxClient(limits=limits)
+
+
+async def warm_up(model: anthropic.AsyncAnthropic, timeout_seconds: float = 5.0) -> bool:
+    """Open a connection to the model API before the first turn needs one (`GET /v1/models`, which costs no
+    tokens), so the first turn pays no connect. True if it answered; an endpoint that does not is only logged:
+    the worker starts anyway, and the first turn connects as it would have."""
+    try:
+        await model.models.list(limit=1, timeout=timeout_seconds)
+    except anthropic.APIStatusError:
+        return True  # it answered: the connection is open and pooled all the same
+    except anthropic.APIError as exc:
+        log.info("model API not reachable at start (%s); the first turn will connect", type(exc).__name__)
+        return False
+    return True
 
 
 async def _whole(
@@ -282,7 +317,7 @@ def _summary_request(
     return messages, system
 
 
-def _result(message: anthropic.types.Message) -> ModelTurnResult:
+def _result(message: anthropic.types.Message, worker_task_queue: str | None) -> ModelTurnResult:
     content: list[ModelOutputBlock] = []
     for block in message.content:
         if block.type == "text":
@@ -303,4 +338,5 @@ def _result(message: anthropic.types.Message) -> ModelTurnResult:
         model=message.model,
         request_id=getattr(message, "_request_id", None),
         stop_reason=message.stop_reason,
+        worker_task_queue=worker_task_queue,
     )

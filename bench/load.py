@@ -382,6 +382,11 @@ async def check_history(checked: Checked, load: Load, session: Session) -> None:
             if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
                 timeout = event.workflow_task_timed_out_event_attributes.timeout_type
                 kind = f"{kind} ({TimeoutType.Name(timeout).removeprefix('TIMEOUT_TYPE_')})"
+            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
+                timed_out = event.activity_task_timed_out_event_attributes
+                timeout = timed_out.failure.timeout_failure_info.timeout_type
+                activity = scheduled.get(timed_out.scheduled_event_id, ("an activity", 0.0))[0]
+                kind = f"{activity} timed out ({TimeoutType.Name(timeout).removeprefix('TIMEOUT_TYPE_')})"
             if kind is not None:
                 checked.findings[kind] += 1
             if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:

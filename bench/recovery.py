@@ -77,8 +77,9 @@ STICKY = STICKY_TIMEOUT.total_seconds()
 RETRY = (INFRASTRUCTURE_RETRY.initial_interval or timedelta(0)).total_seconds()
 GOVERNED_BY = {
     "harness": f"sticky schedule-to-start {STICKY:g} s (STICKY_TIMEOUT), then replay on the standby",
-    "model": f"model heartbeat timeout {HEARTBEAT['model']:g} s (MODEL_HEARTBEAT_TIMEOUT), retry after "
-    f"{RETRY:g} s, the model call made again",
+    "model": f"model heartbeat timeout {HEARTBEAT['model']:g} s (MODEL_HEARTBEAT_TIMEOUT); the turn was routed to "
+    "the killed worker's own queue, so it falls back to the shared queue at once (no retry wait), the model call "
+    "made again",
     "sandbox": f"hand heartbeat timeout {HEARTBEAT['sandbox']:g} s (SANDBOX_HEARTBEAT_TIMEOUT), retry after "
     f"{RETRY:g} s, the command resumed (not re-run)",
 }
@@ -92,6 +93,8 @@ def resume_due(role: str, control: float) -> float:
     when the next event comes in a turn that is not killed."""
     if role == "harness":
         return control + STICKY
+    if role == "model":  # routed to the worker's own queue: no retry there, the workflow falls back at once
+        return HEARTBEAT[role] - KILL_AFTER[role]
     return HEARTBEAT[role] - KILL_AFTER[role] + RETRY
 
 
@@ -226,9 +229,10 @@ async def turn(rig: Rig, handle: WorkflowHandle, number: int, kill: bool) -> tup
 
 async def resumed_at(handle: WorkflowHandle, after_event: int) -> float:
     """When a worker started the work in flight at history event `after_event` anew: the first workflow task
-    started after a timed-out one, or a retried attempt of an activity (its started event carries the attempt).
-    Without either (no kill), when the work's next step started."""
-    timed_out = False
+    started after a timed-out one, a retried attempt of an activity (its started event carries the attempt), or
+    an activity started after one timed out (a routed model turn falls back to the shared queue as a new
+    activity). Without any (no kill), NaN."""
+    timed_out = activity_timed_out = False
     for event in [event async for event in handle.fetch_history_events()]:
         if event.event_id <= after_event:
             continue
@@ -236,10 +240,12 @@ async def resumed_at(handle: WorkflowHandle, after_event: int) -> float:
         kind = event.event_type
         if kind == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
             timed_out = True
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
+            activity_timed_out = True
         elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED and timed_out:
             return at
         elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-            if event.activity_task_started_event_attributes.attempt > 1:
+            if activity_timed_out or event.activity_task_started_event_attributes.attempt > 1:
                 return at
     return float("nan")
 

@@ -3,7 +3,8 @@
     python -m bench.worker_process --address HOST:PORT --roles harness,model,sandbox,utility \
         --harness-queue Q --model-queue Q --model-url URL [--stream-url URL] [--image IMAGE]
 
-`harness` runs `SessionWorkflow`, `model` the model turns (with live deltas when `--stream-url` is given),
+`harness` runs `SessionWorkflow`, `model` the model turns (with live deltas when `--stream-url` is given; on the
+shared queue and its own, as `corral-model` does, unless `--no-model-routing`),
 `sandbox` the Docker hand on `corral-sandbox` and its engine queue, `utility` the `get_time`/`calculate` hand.
 The benchmark kills it with SIGKILL or stops it with SIGTERM; its identity is Temporal's default, `pid@host`.
 """
@@ -17,11 +18,12 @@ import anthropic
 import docker
 from temporalio.worker import Worker
 
+from activities.model import warm_http_client, warm_up
 from activities.sandbox import SandboxActivities
 from corral.streaming import StreamPublisher
 from corral.temporal import cluster_id, connect
 from workers._run import run_until_stopped, setup_logging
-from workers.roles import harness_worker, model_worker, sandbox_workers, utility_hand_worker
+from workers.roles import harness_worker, model_worker, model_workers, sandbox_workers, utility_hand_worker
 
 ROLES = ("harness", "model", "sandbox", "utility")
 
@@ -36,9 +38,15 @@ async def _main(args: argparse.Namespace) -> None:
     if "harness" in roles:
         workers.append(harness_worker(client, args.harness_queue))
     if "model" in roles:
-        model = anthropic.AsyncAnthropic(base_url=args.model_url, api_key="bench", max_retries=0)
+        model = anthropic.AsyncAnthropic(
+            base_url=args.model_url, api_key="bench", max_retries=0, http_client=warm_http_client()
+        )
         stream = StreamPublisher(args.stream_url) if args.stream_url else None
-        workers.append(model_worker(client, model, args.model_queue, stream=stream))
+        if args.no_model_routing:  # as before routing: one queue, the turns go to any worker
+            workers.append(model_worker(client, model, args.model_queue, stream=stream))
+        else:
+            await warm_up(model)
+            workers.extend(model_workers(client, model, args.model_queue, stream=stream))
     if "sandbox" in roles:
         activities = SandboxActivities(docker.from_env(), args.image, await cluster_id(client))
         workers.extend(sandbox_workers(client, activities))
@@ -56,6 +64,11 @@ def main() -> None:
     parser.add_argument("--model-url")
     parser.add_argument("--stream-url")
     parser.add_argument("--image")
+    parser.add_argument(
+        "--no-model-routing",
+        action="store_true",
+        help="model role on the shared queue only, with no warm-up (as before routing)",
+    )
     setup_logging()
     asyncio.run(_main(parser.parse_args()))
 

@@ -31,7 +31,7 @@ from corral.names import SIGNAL_INTERRUPT, UPDATE_SEND_EVENTS
 from corral.sandbox import ensure_docker_engine, ensure_sandbox_image
 from corral.temporal import cluster_id, start_local_temporal
 from tests.hand_tools import TEST_TOOLS
-from workers.roles import harness_worker, model_worker, sandbox_workers
+from workers.roles import harness_worker, model_workers, sandbox_workers
 
 HISTORIES = Path(__file__).parent / "histories"
 STATE_DIR = Path(__file__).resolve().parents[1] / ".corral"
@@ -66,6 +66,14 @@ async def custom_tool_and_interrupt(handle: WorkflowHandle) -> None:
     events = await wait_for_idle(handle, after=events[-1].position)
     await send_text(handle, "after the interrupt")
     await wait_for_idle(handle, after=events[-1].position)
+
+
+async def model_routing(handle: WorkflowHandle) -> None:
+    """Turns after the first go to the model worker's own queue (`workflow.patched("model-turn-routing")`)."""
+    after = (await wait_for_idle(handle))[-1].position
+    for text in ("second", "third"):
+        await send_text(handle, text)
+        after = (await wait_for_idle(handle, after=after))[-1].position
 
 
 async def model_errors(handle: WorkflowHandle) -> None:
@@ -157,6 +165,11 @@ SCENARIOS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], Scenario]
         [_tool("calculate")],
         continue_as_new,
     ),
+    "model_routing": (
+        [{"text": "First."}, {"text": "Second."}, {"text": "Third."}],
+        [],
+        model_routing,
+    ),
     "model_errors": (
         [
             {"text": "after a retry", "fail": [{"status": 529, "retry_after": 0.2}]},
@@ -220,7 +233,7 @@ async def main(names: list[str]) -> None:
         async with contextlib.AsyncExitStack() as workers:
             for worker in [
                 harness_worker(env.client, HARNESS_QUEUE),
-                model_worker(env.client, model, MODEL_QUEUE),
+                *model_workers(env.client, model, MODEL_QUEUE),
                 Worker(env.client, task_queue=HAND_QUEUE, activities=[make_execute_activity(TEST_TOOLS)]),
                 *sandbox_workers(env.client, sandbox),
             ]:

@@ -13,7 +13,7 @@ async def _serve(settings: AllInOneSettings) -> None:
     await ensure_search_attributes(client)
     async with sandbox_role(client, settings.sandbox) as sandbox:
         await run_until_stopped(
-            [harness_worker(client), model_role(client, settings.model), utility_hand_worker(client), *sandbox]
+            [harness_worker(client), *model_role(client, settings.model), utility_hand_worker(client), *sandbox]
         )
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -56,9 +59,10 @@ def model_worker(
     blobs: BlobStore | None = None,
     stall_timeout_seconds: float = DEFAULT_MODEL_STALL_TIMEOUT_SECONDS,
 ) -> Worker:
-    """Model-turn activities; the only role that holds the model API key. With a stream relay, text deltas are
-    published live to clients. Sessions' earlier runs are archived to `blobs` (default: `open_blob_store()`). A
-    response stream silent for `stall_timeout_seconds` is retried."""
+    """Model-turn activities on one queue, without a queue of its own: sessions' turns are not routed to it (see
+    `model_workers` for the deployed role). The only role that holds the model API key. With a stream relay, text
+    deltas are published live to clients. Sessions' earlier runs are archived to `blobs` (default:
+    `open_blob_store()`). A response stream silent for `stall_timeout_seconds` is retried."""
     activities = ModelActivities(client, model, stream, blobs, stall_timeout_seconds)
     return Worker(
         client,
@@ -66,6 +70,42 @@ def model_worker(
         activities=[activities.model_turn, activities.read_log, activities.archive_log],
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
     )
+
+
+def model_workers(
+    client: Client,
+    model: anthropic.AsyncAnthropic | None = None,
+    task_queue: str = MODEL_TASK_QUEUE,
+    stream: StreamPublisher | None = None,
+    blobs: BlobStore | None = None,
+    stall_timeout_seconds: float = DEFAULT_MODEL_STALL_TIMEOUT_SECONDS,
+    worker_id: str | None = None,
+) -> list[Worker]:
+    """The model role as deployed: one set of activities (one conversation cache, one HTTP pool) on the shared
+    queue and on this worker's own, `<task_queue>@<worker_id>`, which sessions use for their next turn so it finds
+    the conversation cached (workflows/_hands.py `ModelRoute`). `worker_id` defaults to host, pid and a random
+    part, so two workers in one process get two queues."""
+    own_queue = model_worker_queue(task_queue, worker_id)
+    activities = ModelActivities(client, model, stream, blobs, stall_timeout_seconds, worker_task_queue=own_queue)
+    return [
+        Worker(
+            client,
+            task_queue=task_queue,
+            activities=[activities.model_turn, activities.read_log, activities.archive_log],
+            graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
+        ),
+        Worker(
+            client,
+            task_queue=own_queue,
+            activities=[activities.model_turn],
+            graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
+        ),
+    ]
+
+
+def model_worker_queue(task_queue: str, worker_id: str | None = None) -> str:
+    """A model worker's own task queue."""
+    return f"{task_queue}@{worker_id or f'{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}'}"
 
 
 def utility_hand_worker(client: Client, task_queue: str = UTILITY_HAND_TASK_QUEUE) -> Worker:

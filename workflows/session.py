@@ -78,7 +78,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows._context import SessionContext
     from workflows._fork import start_fork
     from workflows._handover import HandOver, Parts
-    from workflows._hands import call_model, execute_on_hand
+    from workflows._hands import ModelRoute, execute_on_hand
     from workflows._inbox import UserInbox
     from workflows._log import SessionLog, parse_user_events
     from workflows._mcp import RetryState, SessionMcp
@@ -121,6 +121,7 @@ class SessionWorkflow:
             workflow.info().workflow_id, input.sandbox_environment(), lambda: self._mcp.clones(input.resources)
         )
         self._runs = HandOver(input)
+        self._model_route = ModelRoute(input.model_task_queue)
         self._static = web_ui_summary(input, workflow.info().namespace)
         if input.carry is not None:
             self._resume(input.carry)
@@ -317,7 +318,7 @@ class SessionWorkflow:
         )
 
     async def _model_activity(self, turn: ModelTurnInput, summary: str) -> ModelTurnResult:
-        return await call_model(turn, summary, self._input.model_task_queue)
+        return await self._model_route.call(turn, summary)
 
     def _context_note(self, message: str) -> None:
         self._report("model_request_failed_error", message, "retrying")

@@ -49,6 +49,10 @@ class ModelTurnInput(BaseModel):
     """Indexes into `delta` of entries sent without their content: tool results already in history as the hand's
     own activity result. The model worker reads them through the `model_context` query, so each byte of tool
     output enters history once, and one turn's input stays small however many tools ran in parallel."""
+    routed: bool = False
+    """Sent to the worker-specific queue of the model worker that served the session's previous turn (see
+    workflows/_hands.py `ModelRoute`). Its live deltas are published as an attempt before any on the shared queue,
+    so a fallback after it was lost replaces what it streamed."""
 
 
 class ReadLogInput(BaseModel):
@@ -95,6 +99,9 @@ class ModelTurnResult(BaseModel):
     request_id: str | None = None
     stop_reason: str | None = None
     """The API's: `max_tokens` means the reply was cut off, and its tool calls may be incomplete."""
+    worker_task_queue: str | None = None
+    """The task queue of the model worker that served this turn alone (`<model queue>@<worker id>`): it holds the
+    conversation in its cache, so the session sends its next turn there. None: a worker without one."""
 
 
 class ModelContextQuery(BaseModel):
