@@ -42,13 +42,15 @@ from corral.names import (
     SANDBOX_TASK_QUEUE,
 )
 from corral.sandbox import containers
-from corral.sandbox.containers import ALREADY_STARTED_EXIT
 from corral.sandbox.errors import SandboxError, SandboxGone, SandboxSetupError
+from corral.sandbox.runner import RunnerLost, Runners
 from corral.sandbox.workspace import copy_workspace
 
 log = logging.getLogger(__name__)
 
-POLL_SECONDS = 0.5
+RECOVERED = "[recovered: this command had already run; its recorded result is shown, it was not re-run]"
+RUNNER_GRACE_SECONDS = 30.0
+"""Beyond a bash call's own timeout (which the runner enforces), how long the worker waits for its answer."""
 WHAT_SURVIVES = (
     "Files under /workspace survive (they live on the session's volume); running processes, /tmp, the bash "
     "working directory and exported variables do not. The next tool call starts a fresh container."
@@ -83,6 +85,8 @@ class SandboxActivities:
         self._cluster_id = cluster_id
         self._git_proxy_port = git_proxy_port  # the worker's `CORRAL_GIT_PROXY_PORT`, read once at its start
         self.task_queue = engine_task_queue(client)
+        self._runners = Runners(client)
+        """One open stream per container to its resident runner, opened on the first call."""
 
     # ---- lifecycle --------------------------------------------------------------------------------------------
 
@@ -158,31 +162,41 @@ class SandboxActivities:
             raise tool_error(f"invalid input for {input.name}: {problems}") from None
         async with heartbeating():
             try:
-                container = await asyncio.to_thread(containers.get_running, self._docker, handle.container_id)
                 if isinstance(params, BashInput):
-                    return await self._bash(container, input.session_id, input.tool_use_id, params, handle)
-                return await self._file_tool(container, input.tool_use_id, input.name, params, handle)
+                    return await self._bash(input.session_id, input.tool_use_id, params, handle)
+                return await self._file_tool(input.tool_use_id, input.name, params, handle)
             except SandboxGone as exc:
                 raise _gone(exc) from exc
             except SandboxError as exc:
                 raise tool_error(f"{input.name}: {exc}") from exc
 
-    async def _file_tool(
-        self, container: Any, call_id: str, name: str, params: BaseModel, handle: SandboxHandle
-    ) -> str:
-        request = {"tool": name, "input": params.model_dump(exclude_none=True)}
-        answer = await asyncio.to_thread(containers.run_tool, container, call_id, request, handle.working_dir)
+    async def _ask(self, handle: SandboxHandle, op: str, wait: float | None = None, **fields: Any) -> dict[str, Any]:
+        """One request to the container's resident runner; SandboxGone when the container died (or was removed).
+        A stream that broke while the container runs on (the engine restarted its API) is opened again, once."""
+        for attempt in (1, 2):
+            try:
+                return await self._runners.request(handle.container_id, op, wait, **fields)
+            except RunnerLost:
+                await asyncio.to_thread(containers.get_running, self._docker, handle.container_id)
+                if attempt == 2:
+                    raise
+            except TimeoutError:
+                await asyncio.to_thread(containers.get_running, self._docker, handle.container_id)
+                raise SandboxError(f"the sandbox's runner did not answer within {wait:g}s") from None
+        raise AssertionError("unreachable")
+
+    async def _file_tool(self, call_id: str, name: str, params: BaseModel, handle: SandboxHandle) -> str:
+        input = params.model_dump(exclude_none=True)
+        answer = await self._ask(handle, "tool", call=call_id, tool=name, input=input, workdir=handle.working_dir)
         if not answer.get("ok"):
-            raise tool_error(str(answer.get("output", f"{name} failed")))
+            raise tool_error(str(answer.get("output") or answer.get("error") or f"{name} failed"))
         return cut_output(str(answer.get("output", "")))
 
-    async def _bash(
-        self, container: Any, session_id: str, call_id: str, params: BashInput, handle: SandboxHandle
-    ) -> str:
+    async def _bash(self, session_id: str, call_id: str, params: BashInput, handle: SandboxHandle) -> str:
         notes: list[str] = []
         if params.restart:
-            await asyncio.to_thread(container.exec_run, ["rm", "-f", "/run/corral/state/cwd", "/run/corral/state/env"])
             if not params.command:
+                await self._ask(handle, "reset")
                 return "bash session restarted: working directory and exported variables are reset"
             notes.append("[bash session restarted before this command]")
         if not params.command or not params.command.strip():
@@ -199,54 +213,40 @@ class SandboxActivities:
             if timeout > handle.bash_max_timeout_seconds:
                 notes.append(f"[timeout lowered to the maximum of {handle.bash_max_timeout_seconds:g}s]")
                 timeout = handle.bash_max_timeout_seconds
-        workdir = handle.working_dir
-        if activity.info().attempt > 1:
-            # A retry: the first attempt's worker may have started (or even finished) this command.
-            status = await asyncio.to_thread(containers.run_tool, container, call_id, {"tool": "call_status"}, workdir)
-            if status["status"] != "none":
-                return await self._resume(container, session_id, call_id, status["status"], timeout, workdir, notes)
-        exec_id, stdin = await asyncio.to_thread(
-            containers.start_bash, self._docker, container, call_id, params.command, workdir
-        )
-        waiter = asyncio.ensure_future(asyncio.to_thread(containers.wait_bash, self._docker, exec_id, stdin))
+        request = {
+            "call": call_id,
+            "command": params.command,
+            "workdir": handle.working_dir,
+            "timeout": timeout,
+            "head": OUTPUT_HEAD,
+            "tail": OUTPUT_TAIL,
+            "restart": bool(params.restart),
+        }
         try:
-            code = await asyncio.wait_for(asyncio.shield(waiter), timeout)
-        except TimeoutError:
-            await self._kill(container, call_id, workdir, waiter)
-            notes.append(f"[timed out after {timeout:g}s: the command and its child processes were killed]")
-            return await self._output(container, session_id, call_id, workdir, notes)
-        except asyncio.CancelledError:
-            await self._kill(container, call_id, workdir, waiter)
+            # The runner times the command out itself; this wait only guards against a runner that hangs.
+            answer = await self._ask(handle, "bash", timeout + RUNNER_GRACE_SECONDS, **request)
+        except asyncio.CancelledError:  # an interrupt: kill the command's process group, then let the cancel through
+            with contextlib.suppress(Exception):
+                (await self._runners.stream(handle.container_id)).send_without_answer("kill", call=call_id)
             raise
-        if code == ALREADY_STARTED_EXIT:
-            return await self._resume(container, session_id, call_id, "running", timeout, workdir, notes)
-        return await self._output(container, session_id, call_id, workdir, notes)
-
-    async def _resume(
-        self, container: Any, session_id: str, call_id: str, status: str, timeout: float, workdir: str, notes: list[str]
-    ) -> str:
-        """Finish a call an earlier attempt started: never run it again."""
-        waited = 0.0
-        while status == "running" and waited < timeout:
-            await asyncio.sleep(POLL_SECONDS)
-            waited += POLL_SECONDS
-            answer = await asyncio.to_thread(containers.run_tool, container, call_id, {"tool": "call_status"}, workdir)
-            status = answer["status"]
-        if status == "running":
-            await self._kill(container, call_id, workdir, None)
+        if not answer.get("ok", True) and answer.get("error"):
+            raise SandboxError(f"the sandbox's runner failed: {answer['error']}")
+        if answer.get("recovered"):
+            if answer.get("status") == "lost" and not answer.get("timed_out"):
+                notes.append(
+                    "[outcome unknown: this command was started before, and it did not finish cleanly. It was NOT run "
+                    "again. Check its effects (files, processes) before running it again.]"
+                )
+            else:
+                notes.append(RECOVERED)
+        if answer.get("timed_out"):
             notes.append(f"[timed out after {timeout:g}s: the command and its child processes were killed]")
-        elif status == "lost":
-            notes.append(
-                "[outcome unknown: the sandbox worker was lost while this command ran, and it did not finish "
-                "cleanly. It was NOT run again. Check its effects (files, processes) before running it again.]"
-            )
-        else:
-            notes.append("[recovered: this command had already run; its recorded result is shown, it was not re-run]")
-        return await self._output(container, session_id, call_id, workdir, notes)
+        return await self._bash_output(handle, session_id, call_id, answer, notes)
 
-    async def _keep_whole_output(self, container: Any, session_id: str, call_id: str) -> str:
+    async def _keep_whole_output(self, handle: SandboxHandle, session_id: str, call_id: str) -> str:
         """Copy a cut output whole to the blob store; what the marker adds to say where (nothing if it failed)."""
         try:
+            container = await asyncio.to_thread(containers.get_running, self._docker, handle.container_id)
             whole = await asyncio.to_thread(containers.call_output_file, container, call_id)
             await asyncio.to_thread(self._blobs.put, tool_output_key(session_id, call_id), whole)
         except (SandboxError, BlobStoreError, OSError) as exc:
@@ -254,21 +254,17 @@ class SandboxActivities:
             return ""
         return f"; the whole output is kept: `corral output {session_id} {call_id}`"
 
-    async def _kill(self, container: Any, call_id: str, workdir: str, waiter: asyncio.Future[Any] | None) -> None:
-        with contextlib.suppress(SandboxError):
-            await asyncio.to_thread(containers.run_tool, container, call_id, {"tool": "kill_call"}, workdir)
-        if waiter is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(waiter, 10)
-
-    async def _output(self, container: Any, session_id: str, call_id: str, workdir: str, notes: list[str]) -> str:
-        request = {"tool": "call_output", "head": OUTPUT_HEAD, "tail": OUTPUT_TAIL}
-        answer = await asyncio.to_thread(containers.run_tool, container, call_id, request, workdir)
+    async def _bash_output(
+        self, handle: SandboxHandle, session_id: str, call_id: str, answer: dict[str, Any], notes: list[str]
+    ) -> str:
         text = str(answer.get("output", ""))
         if answer.get("cut_bytes"):
-            kept = await self._keep_whole_output(container, session_id, call_id)
+            kept = await self._keep_whole_output(handle, session_id, call_id)
             text += f"\n[output truncated: {answer['cut_bytes']} of {answer['total_bytes']} bytes cut{kept}]\n"
             text += str(answer.get("output_tail", ""))
+            # Free the output's space now that it is kept whole: a retry reads the recorded head and tail.
+            with contextlib.suppress(SandboxError):
+                await self._ask(handle, "compact", call=call_id, head=OUTPUT_HEAD, tail=OUTPUT_TAIL)
         if answer.get("output_full"):
             notes.append(
                 f"[output limit reached: the sandbox keeps at most {containers.OUTPUT_TMPFS_MB} MB of bash output "
@@ -282,8 +278,4 @@ class SandboxActivities:
             )
         if answer.get("status") == "done" and answer.get("exit_code"):
             notes.append(f"[exit code {answer['exit_code']}]")
-        # Free the output's space now that it is read (and kept whole): a retry reads the recorded head and tail.
-        compact = {"tool": "compact_call", "head": OUTPUT_HEAD, "tail": OUTPUT_TAIL}
-        with contextlib.suppress(SandboxError):
-            await asyncio.to_thread(containers.run_tool, container, call_id, compact, workdir)
         return "\n".join(part for part in [text.rstrip("\n"), *notes] if part) or "(no output)"

@@ -18,9 +18,11 @@ from pydantic import ValidationError
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 
 from corral.client import send_text
+from corral.contract.sandbox import Environment
 from corral.names import SIGNAL_INTERRUPT
-from corral.sandbox.containers import SESSION_LABEL, remove_session, run_tool, volume_name
+from corral.sandbox.containers import SESSION_LABEL, ensure_container, remove_session, volume_name
 from corral.sandbox.egress import EGRESS_NETWORK, ensure_egress
+from corral.sandbox.runner import Runners
 from tests.conftest import Stack, assert_log_is_whole, history_text, read_events, texts, unique, wait_for_idle
 from workers.sandbox import reap_closed_sessions
 
@@ -137,7 +139,8 @@ async def test_a_dead_container_is_a_tool_error_and_the_next_call_gets_a_new_one
             bash("echo kept > /workspace/keep.txt; echo tmp > /tmp/lost.txt; export LOST=1"),
             bash("sleep 60"),  # killed during the call
             bash('cat /workspace/keep.txt; ls /tmp; echo "LOST=${LOST:-unset}"'),
-            bash("echo unreachable"),  # killed between calls, before this one
+            # Killed between calls, before this one: the model takes 3 s to ask for it, time for the kill.
+            {**bash("echo unreachable"), "first_token_latency": 3},
             bash("cat /workspace/keep.txt"),
             {"text": "done"},
         ]
@@ -208,20 +211,48 @@ async def test_sandbox_worker_killed_mid_command_does_not_run_it_twice(
             remove_session(docker_client, handle.id, remove_volume=True)
 
 
-def test_a_started_call_that_left_no_exit_code_is_reported_lost(
+async def test_a_started_call_that_left_no_exit_code_is_reported_lost_and_not_run(
     docker_client: docker.DockerClient, sandbox_image: str
 ) -> None:
-    container = docker_client.containers.run(
-        sandbox_image, ["sleep", "60"], detach=True, remove=True, tmpfs={"/run/corral": "rw,uid=1000,gid=1000"}
-    )
+    session_id = unique("lost")
+    made = await asyncio.to_thread(ensure_container, docker_client, session_id, Environment(), 0, sandbox_image)
+    runners = Runners(docker_client)
     try:
         # A call whose process is gone without recording an exit code: its outcome is unknown.
-        container.exec_run(["bash", "-c", "mkdir -p /run/corral/calls/c1 && echo 999999 > /run/corral/calls/c1/pid"])
-        status = run_tool(container, "c1", {"tool": "call_status"}, "/workspace")
-        assert status == {"ok": True, "status": "lost"}
-        assert run_tool(container, "c2", {"tool": "call_status"}, "/workspace")["status"] == "none"
+        script = "mkdir -p /run/corral/calls/c1 && echo 999999 > /run/corral/calls/c1/pid"
+        await asyncio.to_thread(docker_client.containers.get(made.container_id).exec_run, ["bash", "-c", script])
+        request = {"workdir": "/workspace", "timeout": 10, "head": 100, "tail": 100}
+        lost = await runners.request(made.container_id, "bash", 30, call="c1", command="echo ran", **request)
+        assert (lost["status"], lost["recovered"], lost["output"]) == ("lost", True, "")
+        fresh = await runners.request(made.container_id, "bash", 30, call="c2", command="echo ran", **request)
+        assert (fresh["status"], fresh["recovered"], fresh["output"]) == ("done", False, "ran\n")
     finally:
-        container.kill()
+        runners.close()
+        await asyncio.to_thread(remove_session, docker_client, session_id, True)
+
+
+async def test_a_runner_killed_mid_call_is_a_tool_error_and_the_next_call_gets_a_new_container(
+    sandbox_stack: Stack, docker_client: docker.DockerClient
+) -> None:
+    model = sandbox_stack.script([bash("echo one"), bash("sleep 60"), bash("echo three"), {"text": "done"}])
+    handle = await sandbox_stack.start(model, message="go", tools=TOOLSET)
+    await until_event(handle, "agent.tool_use", 2)
+    for _ in range(100):
+        if "sleep 60" in processes(docker_client, handle.id):
+            break
+        await asyncio.sleep(0.1)
+    [first] = session_containers(docker_client, handle.id)
+    # The runner is the container's main process (under Docker's init, pid 1): kill it, not the container.
+    killed = await asyncio.to_thread(first.exec_run, ["pkill", "-KILL", "-x", "corral-runner"])
+    assert killed.exit_code == 0, killed.output
+    events = await wait_for_idle(handle, within_seconds=120)
+    results = texts(events, "agent.tool_result")
+    errors = [e.is_error for e in events if e.type == "agent.tool_result"]
+    assert errors == [False, True, False]
+    assert "the sandbox container stopped" in results[1] and "Files under /workspace survive" in results[1]
+    assert results[2] == "three"
+    assert len({c.id for c in session_containers(docker_client, handle.id)}) == 2
+    assert_log_is_whole(events)
 
 
 async def test_security_probes_inside_the_sandbox(

@@ -6,7 +6,6 @@ translate `SandboxGone` into what the session shows the model.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import io
 import json
@@ -17,12 +16,14 @@ from typing import Any
 
 import docker
 import docker.errors
-from docker.models.containers import Container
+import docker.types
+import docker.utils
+from docker.models.containers import Container, _create_container_args
 from docker.utils.socket import STDERR, STDOUT, frames_iter
 
 from corral.contract.sandbox import Environment, RepositoryClone
 from corral.names import DEFAULT_GIT_PROXY_PORT
-from corral.sandbox import egress, networks
+from corral.sandbox import egress, networks, runner
 from corral.sandbox.errors import SandboxError, SandboxGone, SandboxSetupError
 from corral.sandbox.workspace import SANDBOX_GID, SANDBOX_UID, hardened_run_options, prepare_workspace_volume
 
@@ -32,18 +33,12 @@ SESSION_LABEL = "corral.session"
 SCOPE_LABEL = "corral.scope"
 """`<temporal cluster id>/<namespace>`: a reaper judges only the sessions of its own server and namespace."""
 GENERATION_LABEL = "corral.generation"
-TOOL_RUNNER = "/opt/corral/bin/corral-tool"
-BASH_RUNNER = "/opt/corral/bin/corral-run"
-ALREADY_STARTED_EXIT = 97
 STATE_DIR = "/run/corral"
 OUTPUT_DIR = "/run/corral-out"
 """A tmpfs of its own for bash calls' outputs: endless output fills it, never the calls' records in STATE_DIR."""
 OUTPUT_TMPFS_MB = 64
-MAX_ARGUMENT_BYTES = 96 * 1024
-"""Below Linux's 128 KiB for one command-line argument (MAX_ARG_STRLEN); larger requests go on stdin."""
 MAX_COMMAND_BYTES = 512 * 1024
 """The longest bash command (UTF-8): as much as the write tool's content, more than a model writes in one reply."""
-"""Where a sandbox's git origin points: the proxy worker's git proxy (both workers read `CORRAL_GIT_PROXY_PORT`)."""
 
 
 def container_name(session_id: str, generation: int) -> str:
@@ -124,7 +119,12 @@ def ensure_container(
             }
         )
     networking = environment.networking.type
-    labels = {SESSION_LABEL: session_id, GENERATION_LABEL: str(generation), SCOPE_LABEL: scope}
+    labels = {
+        SESSION_LABEL: session_id,
+        GENERATION_LABEL: str(generation),
+        SCOPE_LABEL: scope,
+        runner.RUNNER_LABEL: runner.PROTOCOL_VERSION,
+    }
     container = _reusable_container(client, name, networking)
     if networking != "none":
         networks.ensure_network(client, name, networking, {SESSION_LABEL: session_id, SCOPE_LABEL: scope})
@@ -136,9 +136,7 @@ def ensure_container(
         except docker.errors.NotFound:
             volume_labels = {SESSION_LABEL: session_id, SCOPE_LABEL: scope}
             prepare_workspace_volume(client, volume, image, labels=volume_labels)
-        container = client.containers.create(
-            image, ["sleep", "infinity"], name=name, labels=labels, **_run_options(environment, volume, name)
-        )
+        container = _create_with_open_stdin(client, image, name, labels, _run_options(environment, volume, name))
     if networking == "limited":
         egress.ensure_egress(client, base_image)  # made once per engine (and again if it was removed since)
         egress.connect_proxy(client, name)  # before the sandbox starts: its first request finds the proxy
@@ -155,6 +153,28 @@ def ensure_container(
     return Provisioned(container_id=container.id or name, container_name=name, volume=volume, image=image)
 
 
+def _create_with_open_stdin(
+    client: docker.DockerClient, image: str, name: str, labels: dict[str, str], options: dict[str, Any]
+) -> Container:
+    """Create a sandbox whose main process is the resident runner, with a stdin that stays open across attaches.
+
+    The SDK turns `stdin_open` into StdinOnce as well, which closes the container's stdin when the first attached
+    client leaves: the runner would read end-of-file and the sandbox would end with the worker that made it. So
+    the SDK builds the request from the same keyword arguments as `containers.create`, and StdinOnce is cleared."""
+    command = [runner.RUNNER]
+    version = client.api._version  # what `containers.create` passes too
+    args = _create_container_args(
+        {"image": image, "command": command, "name": name, "labels": labels, "version": version, **options}
+    )
+    args.pop("name")
+    if isinstance(args.get("environment"), dict):
+        args["environment"] = docker.utils.format_environment(args["environment"])
+    config = client.api.create_container_config(**args)
+    config["StdinOnce"] = False
+    created = client.api.create_container_from_config(config, name)
+    return client.containers.get(created["Id"])
+
+
 def _reusable_container(client: docker.DockerClient, name: str, networking: str) -> Container | None:
     """The container `name` if it can run again as it is; one that is dead, or that shares a network with other
     sandboxes (made before each had its own), is removed (its workspace is a volume, and is kept)."""
@@ -164,6 +184,10 @@ def _reusable_container(client: docker.DockerClient, name: str, networking: str)
         return None
     if container.status not in ("running", "created", "exited"):
         container.remove(force=True)  # dead or being removed: make a fresh one
+        return None
+    if container.labels.get(runner.RUNNER_LABEL) != runner.PROTOCOL_VERSION:
+        log.info("sandbox %s was made without this version's resident runner; making it again", name)
+        container.remove(force=True)
         return None
     if container.attrs.get("HostConfig", {}).get("NetworkMode") != _network_mode(name, networking):
         log.info("sandbox %s shares a network with other sandboxes; making it again on a network of its own", name)
@@ -214,6 +238,10 @@ def _run_options(environment: Environment, volume: str, name: str) -> dict[str, 
         pids_limit=limits.pids,
         network_mode=_network_mode(name, networking),
         working_dir=environment.working_dir,
+        # The resident runner reads its requests on stdin and answers on stdout, to the attached worker only: no
+        # log driver, so neither commands nor outputs are written to the engine's disk.
+        stdin_open=True,
+        log_config=docker.types.LogConfig(type="none"),
         # Nothing from the host: the image's PATH, LANG and HOME, plus the egress proxy for limited networking.
         environment=egress.proxy_environment() if networking == "limited" else {},
         tmpfs={
@@ -234,6 +262,8 @@ def get_running(client: docker.DockerClient, container_id: str) -> Container:
         raise SandboxGone("the sandbox container no longer exists (it was removed)") from None
     if container.status != "running":
         raise SandboxGone(describe_death(container))
+    if container.labels.get(runner.RUNNER_LABEL) != runner.PROTOCOL_VERSION:
+        raise SandboxGone("the sandbox container was made by an earlier version of corral, without its resident runner")
     return container
 
 
@@ -244,37 +274,6 @@ def describe_death(container: Container) -> str:
     code = state.get("ExitCode")
     reason = " (killed)" if code == 137 else ""
     return f"the sandbox container stopped: it is {container.status}, exit code {code}{reason}"
-
-
-def run_tool(container: Container, call_id: str, request: dict[str, Any], workdir: str) -> dict[str, Any]:
-    """Run `corral-tool` for one request and return its JSON answer; SandboxGone if the container died."""
-    client = container.client
-    assert client is not None
-    try:
-        argument, stdin = _argument_or_stdin(json.dumps(request).encode())
-        exec_id = _create_exec(client, container, [TOOL_RUNNER, call_id, *argument], workdir)
-        stdout, stderr = _feed_exec(client, exec_id, stdin)
-        exit_code = client.api.exec_inspect(exec_id).get("ExitCode")
-    except docker.errors.APIError as exc:
-        raise _gone_or_raise(container, exc) from exc
-    output = (stdout + stderr).decode(errors="replace")
-    if exit_code != 0:
-        container.reload()
-        if container.status != "running":
-            raise SandboxGone(describe_death(container))
-        raise SandboxError(f"corral-tool failed (exit {exit_code}): {output[-500:]}")
-    try:
-        answer: dict[str, Any] = json.loads(stdout)
-    except ValueError:
-        raise SandboxError(f"corral-tool answered no JSON: {output[-500:]}") from None
-    return answer
-
-
-def _argument_or_stdin(data: bytes) -> tuple[list[str], bytes]:
-    """Small data as a base64 argument, which the tools of every image read; larger data on stdin, which only the
-    tools of images since stdin was added read (so containers made earlier keep working through an upgrade)."""
-    encoded = base64.b64encode(data).decode()
-    return ([encoded], b"") if len(encoded) <= MAX_ARGUMENT_BYTES else ([], data)
 
 
 def _create_exec(client: docker.DockerClient, container: Container, command: list[str], workdir: str) -> str:
@@ -325,26 +324,6 @@ def call_output_file(container: Container, call_id: str) -> bytes:
     if exit_code != 0:
         raise SandboxError(f"the output of call {call_id} could not be read: {stderr.decode()[-300:]}")
     return stdout
-
-
-def start_bash(
-    client: docker.DockerClient, container: Container, call_id: str, command: str, workdir: str
-) -> tuple[str, bytes]:
-    """Create the exec of one bash call (in its own session, so its whole process group can be killed); its id and
-    what `wait_bash` writes to its stdin."""
-    argument, stdin = _argument_or_stdin(command.encode())
-    try:
-        return _create_exec(client, container, ["setsid", "--wait", BASH_RUNNER, call_id, *argument], workdir), stdin
-    except docker.errors.APIError as exc:
-        raise _gone_or_raise(container, exc) from exc
-
-
-def wait_bash(client: docker.DockerClient, exec_id: str, stdin: bytes) -> int | None:
-    """Start the bash call's exec, write `stdin` and block until it ends; its exit code (None if the engine lost
-    it)."""
-    _feed_exec(client, exec_id, stdin)
-    code = client.api.exec_inspect(exec_id).get("ExitCode")
-    return None if code is None else int(code)
 
 
 def _gone_or_raise(container: Container, exc: docker.errors.APIError) -> Exception:
