@@ -43,6 +43,7 @@ from corral.names import (
 )
 from corral.sandbox import containers
 from corral.sandbox.errors import SandboxError, SandboxGone, SandboxSetupError
+from corral.sandbox.pool import PoolSettings, WarmPool
 from corral.sandbox.runner import RunnerLost, Runners
 from corral.sandbox.workspace import copy_workspace
 
@@ -75,8 +76,10 @@ class SandboxActivities:
         client: docker.DockerClient,
         image: str,
         cluster_id: str = "",
+        namespace: str = "default",
         git_proxy_port: int = DEFAULT_GIT_PROXY_PORT,
         blobs: BlobStore | None = None,
+        pool: PoolSettings | None = None,
     ) -> None:
         self._docker = client
         self._blobs = blobs or open_blob_store()
@@ -87,29 +90,37 @@ class SandboxActivities:
         self.task_queue = engine_task_queue(client)
         self._runners = Runners(client)
         """One open stream per container to its resident runner, opened on the first call."""
+        self.pool = WarmPool(client, image, f"{cluster_id}/{namespace}", self._runners, pool) if pool else None
+        """Started sandboxes for first calls (None: off); whoever runs the workers runs `pool.maintain()`."""
 
     # ---- lifecycle --------------------------------------------------------------------------------------------
 
     @activity.defn(name=ACTIVITY_PROVISION_SANDBOX)
     async def provision_sandbox(self, input: ProvisionInput) -> SandboxHandle:
-        """Create (or restart) the session's container from its recipe; idempotent, so retries are safe."""
+        """A warm pool member for a session's first container, else create (or restart) the session's container
+        from its recipe; idempotent, so retries are safe."""
+        scope = f"{self._cluster_id}/{input.namespace}"
         async with heartbeating():
             try:
-                made = await asyncio.to_thread(
-                    containers.ensure_container,
-                    self._docker,
-                    input.session_id,
-                    input.environment,
-                    input.generation,
-                    self._image,
-                    f"{self._cluster_id}/{input.namespace}",
-                    input.repositories,
-                    self._git_proxy_port,
-                )
+                made = await self._from_pool(input)
+                if made is None:
+                    made = await asyncio.to_thread(
+                        containers.ensure_container,
+                        self._docker,
+                        input.session_id,
+                        input.environment,
+                        input.generation,
+                        self._image,
+                        scope,
+                        input.repositories,
+                        self._git_proxy_port,
+                        input.volume,
+                    )
             except SandboxSetupError as exc:
                 raise ApplicationError(str(exc), type=SANDBOX_UNAVAILABLE, non_retryable=True) from exc
         environment = input.environment
-        log.info("sandbox %s ready for %s", made.container_name, input.session_id)
+        warm = " (from the warm pool)" if made.from_pool else ""
+        log.info("sandbox %s ready for %s%s", made.container_name, input.session_id, warm)
         return SandboxHandle(
             session_id=input.session_id,
             container_id=made.container_id,
@@ -123,12 +134,25 @@ class SandboxActivities:
             bash_max_timeout_seconds=environment.bash_max_timeout_seconds,
         )
 
+    async def _from_pool(self, input: ProvisionInput) -> containers.Provisioned | None:
+        """A claimed pool member, for a session that has no workspace yet (and nothing to clone into it)."""
+        if self.pool is None or input.repositories or input.volume:
+            return None
+        if await asyncio.to_thread(containers.session_volume, self._docker, input.session_id):
+            return None  # a container or workspace of this session exists: it is the session's, not a fresh one
+        name = containers.container_name(input.session_id, input.generation)
+        owner = f"{self._cluster_id}/{input.namespace}/{name}"
+        return await self.pool.claim(owner, name, input.environment)
+
     @activity.defn(name=ACTIVITY_FORK_WORKSPACE)
     async def fork_workspace(self, input: ForkWorkspaceInput) -> bool:
         """Copy the source session's workspace for its fork; False when it is not on this worker's engine."""
         scope = f"{self._cluster_id}/{input.namespace}"
         labels = {containers.SESSION_LABEL: input.session_id, containers.SCOPE_LABEL: scope}
-        source, target = containers.volume_name(input.source_session_id), containers.volume_name(input.session_id)
+        source = await asyncio.to_thread(containers.session_volume, self._docker, input.source_session_id)
+        if source is None:
+            return False
+        target = containers.volume_name(input.session_id)
         try:
             return await asyncio.to_thread(copy_workspace, self._docker, source, target, self._image, labels=labels)
         except SandboxSetupError as exc:

@@ -14,6 +14,8 @@ workers it starts)::
     CORRAL_STATE_DIR                 .corral            sandbox: where the image is built; model: see below
     CORRAL_BLOB_STORE                $CORRAL_STATE_DIR/blobs   model, sandbox: archived runs, kept whole outputs
     CORRAL_REAP_INTERVAL_SECONDS     60                 sandbox, proxy: how often the reaper looks for closed sessions
+    CORRAL_SANDBOX_POOL_SIZE         2                  sandbox: started sandboxes kept per recipe (0: no warm pool)
+    CORRAL_SANDBOX_POOL_MAX_AGE_SECONDS  3600           sandbox: a pool member older than this is made again
     CORRAL_GIT_PROXY_PORT            8767               sandbox (where git origins point), proxy (where it listens)
     CORRAL_GIT_PROXY_HOST            0.0.0.0            proxy
     VAULT_ADDR or BAO_ADDR           (required)         proxy
@@ -46,10 +48,14 @@ from corral.names import (
     ENV_TEMPORAL_ADDRESS,
     ENV_TEMPORAL_NAMESPACE,
 )
+from corral.sandbox.pool import PoolSettings
 
 Environ = Mapping[str, str]
 
 REAP_INTERVAL = "CORRAL_REAP_INTERVAL_SECONDS"
+POOL_SIZE = "CORRAL_SANDBOX_POOL_SIZE"
+POOL_MAX_AGE = "CORRAL_SANDBOX_POOL_MAX_AGE_SECONDS"
+MAX_POOL_SIZE = 64
 GIT_PROXY_PORT = "CORRAL_GIT_PROXY_PORT"
 DEFAULT_REAP_INTERVAL_SECONDS = 60.0
 
@@ -117,10 +123,16 @@ class SandboxSettings:
     state_dir: Path = Path(".corral")
     reap_interval_seconds: float = DEFAULT_REAP_INTERVAL_SECONDS
     git_proxy_port: int = DEFAULT_GIT_PROXY_PORT
+    pool: PoolSettings = field(default_factory=PoolSettings)
+    """The warm pool: started sandboxes per recipe (`CORRAL_SANDBOX_POOL_SIZE`, 0 turns it off) and their maximum
+    age (`CORRAL_SANDBOX_POOL_MAX_AGE_SECONDS`)."""
 
     def __post_init__(self) -> None:
         _check_interval(self.reap_interval_seconds)
         _check_port(self.git_proxy_port)
+        if not 0 <= self.pool.size <= MAX_POOL_SIZE:
+            raise _invalid(POOL_SIZE, self.pool.size, f"a whole number from 0 (off) to {MAX_POOL_SIZE}")
+        _check_positive(POOL_MAX_AGE, self.pool.max_age_seconds)
 
     @classmethod
     def from_environment(cls, environ: Environ | None = None) -> SandboxSettings:
@@ -130,6 +142,10 @@ class SandboxSettings:
             state_dir=Path(_text(environ, "CORRAL_STATE_DIR") or ".corral"),
             reap_interval_seconds=_seconds(environ, REAP_INTERVAL, DEFAULT_REAP_INTERVAL_SECONDS),
             git_proxy_port=_port(environ, GIT_PROXY_PORT, DEFAULT_GIT_PROXY_PORT),
+            pool=PoolSettings(
+                size=_count(environ, POOL_SIZE, PoolSettings.size),
+                max_age_seconds=_seconds(environ, POOL_MAX_AGE, PoolSettings.max_age_seconds),
+            ),
         )
 
 
@@ -255,6 +271,16 @@ def _seconds(environ: Environ, name: str, default: float) -> float:
         return float(raw)
     except ValueError:
         raise _invalid(name, raw, "a number of seconds greater than 0") from None
+
+
+def _count(environ: Environ, name: str, default: int) -> int:
+    raw = _text(environ, name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise _invalid(name, raw, "a whole number") from None
 
 
 def _port(environ: Environ, name: str, default: int) -> int:

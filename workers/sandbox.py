@@ -20,6 +20,7 @@ from activities.sandbox import SandboxActivities
 from corral.sandbox import containers
 from corral.sandbox.errors import SandboxSetupError
 from corral.sandbox.image import ensure_sandbox_image
+from corral.sandbox.pool import WarmPool
 from corral.temporal import cluster_id
 from workers._reaper import reap_once, reaping
 from workers._run import WorkerStartError, connect_to_temporal, run_until_stopped, run_worker
@@ -81,18 +82,44 @@ async def sandbox_role(temporal: Client, settings: SandboxSettings) -> AsyncIter
     except SandboxSetupError as exc:
         raise WorkerStartError(str(exc)) from exc
     cluster = await cluster_id(temporal)
-    activities = SandboxActivities(engine, image, cluster, git_proxy_port=settings.git_proxy_port)
+    activities = SandboxActivities(
+        engine,
+        image,
+        cluster,
+        temporal.namespace,
+        git_proxy_port=settings.git_proxy_port,
+        pool=settings.pool if settings.pool.enabled else None,
+    )
     log.info("sandbox hand on corral-sandbox and %s", activities.task_queue)
     reaper = SandboxReaper(engine, f"{cluster}/{temporal.namespace}")
-    async with reaping(
-        temporal,
-        settings.reap_interval_seconds,
-        reaper.sessions,
-        reaper.remove,
-        job="reaping the sandboxes of closed sessions",
-        missing_means_closed=True,
+    async with (
+        reaping(
+            temporal,
+            settings.reap_interval_seconds,
+            reaper.sessions,
+            reaper.remove,
+            job="reaping the sandboxes of closed sessions",
+            missing_means_closed=True,
+        ),
+        keeping_filled(activities.pool),
     ):
         yield sandbox_workers(temporal, activities)
+
+
+@contextlib.asynccontextmanager
+async def keeping_filled(pool: WarmPool | None) -> AsyncIterator[None]:
+    """The warm pool's upkeep in the background while the block runs (nothing when the pool is off)."""
+    if pool is None:
+        yield
+        return
+    log.info("warm pool: %d started sandbox(es) per recipe, at most %g s old", pool.settings.size,
+             pool.settings.max_age_seconds)  # fmt: skip
+    task = asyncio.create_task(pool.maintain())
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.wait([task])
 
 
 async def _serve(settings: SandboxWorkerSettings) -> None:

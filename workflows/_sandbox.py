@@ -48,13 +48,16 @@ class SessionSandbox:
         self.handle: SandboxHandle | None = None
         self.stopped = False
         self.generation = 0
+        self.volume: str | None = None
+        """The workspace volume (a warm pool member's is not named after the session): every container mounts it."""
         self._lock = asyncio.Lock()
 
     def carried(self) -> SandboxCarry:
-        return SandboxCarry(handle=self.handle, stopped=self.stopped, generation=self.generation)
+        return SandboxCarry(handle=self.handle, stopped=self.stopped, generation=self.generation, volume=self.volume)
 
     def resume(self, carry: SandboxCarry) -> None:
         self.handle, self.stopped, self.generation = carry.handle, carry.stopped, carry.generation
+        self.volume = carry.volume or (carry.handle.volume if carry.handle else None)
 
     @property
     def running(self) -> bool:
@@ -117,7 +120,7 @@ class SessionSandbox:
                 raise
             self._forget()  # the engine that held the stopped container is gone: start over elsewhere
             handle = await self._provision(SANDBOX_TASK_QUEUE, f"provision sandbox (generation {self.generation})")
-        self.handle, self.stopped = handle, False
+        self.handle, self.stopped, self.volume = handle, False, handle.volume or self.volume
         return handle
 
     async def _provision(self, task_queue: str, summary: str) -> SandboxHandle:
@@ -129,6 +132,7 @@ class SessionSandbox:
                 generation=self.generation,
                 namespace=workflow.info().namespace,
                 repositories=self._repositories(),
+                volume=self.volume,
             ),
             task_queue=task_queue,
             result_type=SandboxHandle,

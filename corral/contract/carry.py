@@ -35,6 +35,8 @@ class SandboxCarry(BaseModel):
     handle: SandboxHandle | None = None
     stopped: bool = False
     generation: int = 0
+    volume: str | None = None
+    """The workspace volume of the session's sandbox, kept when a dead container is forgotten."""
 
 
 class McpCarry(BaseModel):

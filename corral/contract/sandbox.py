@@ -168,6 +168,8 @@ class ProvisionInput(BaseModel):
     """Labels the container, so a reaper only judges the sessions of its own namespace."""
     repositories: list[RepositoryClone] = Field(default_factory=list)
     """Cloned into the workspace through the git proxy (no token enters the container)."""
+    volume: str | None = None
+    """The workspace volume the session's earlier containers had (None: a first container, or not recorded)."""
 
 
 class RepositoryClone(BaseModel):

@@ -1,6 +1,7 @@
 """Every sandbox on an engine at once, listed or removed: what `corral down --sandboxes` clears.
 
-A sandbox is a session's containers (label `corral.session`), its workspace volume (label `corral.session`, or
+A sandbox is a session's containers (label `corral.session`, or `corral.pool` for warm pool members and the
+sessions that claimed them), its workspace volume (label `corral.session`, or
 named `corral-ws-*`) and the network of each container that has networking (labels `corral.session` and
 `corral.network`); the egress proxy `corral-egress` and its routed network serve all limited sandboxes of the
 engine (as did `corral-limited`, the network they shared before each had its own: removed when found). Images are
@@ -25,6 +26,7 @@ from corral.sandbox.containers import SCOPE_LABEL, SESSION_LABEL, volume_name
 from corral.sandbox.egress import EGRESS_CONTAINER, EGRESS_NETWORK, LIMITED_NETWORK, NETWORK_LABEL
 from corral.sandbox.errors import SandboxError
 from corral.sandbox.networks import remove_network
+from corral.sandbox.pool import POOL_LABEL
 
 EGRESS_LABEL = "corral=egress"
 """The label `egress.ensure_egress` puts on the proxy container and on its network."""
@@ -84,6 +86,7 @@ def list_sandbox_resources(client: docker.DockerClient, scope: str | None = None
     included only when no other sandbox is left to need them.
     """
     sandboxes = client.containers.list(all=True, filters={"label": SESSION_LABEL})
+    sandboxes += client.containers.list(all=True, filters={"label": POOL_LABEL})  # warm, or claimed by a session
     if scope is not None:
         return _of_scope(client, scope, sandboxes)
     containers = {str(c.name) for c in sandboxes}
@@ -111,7 +114,7 @@ def _of_scope(client: docker.DockerClient, scope: str, sandboxes: list[Container
     """The sandboxes labelled with `scope`, their volumes and networks, and the egress when no other sandbox needs
     it."""
     ours = [c for c in sandboxes if c.labels.get(SCOPE_LABEL) == scope]
-    sessions = {str(c.labels[SESSION_LABEL]) for c in ours}
+    sessions = {str(c.labels[SESSION_LABEL]) for c in ours if SESSION_LABEL in c.labels}
     labelled = client.volumes.list(filters={"label": f"{SCOPE_LABEL}={scope}"})
     volumes = {str(volume.name) for volume in labelled}
     volumes |= {volume_name(session) for session in sessions if _volume_exists(client, volume_name(session))}

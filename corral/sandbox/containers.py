@@ -10,6 +10,7 @@ import hashlib
 import io
 import json
 import logging
+import re
 import socket
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +26,13 @@ from corral.contract.sandbox import Environment, RepositoryClone
 from corral.names import DEFAULT_GIT_PROXY_PORT
 from corral.sandbox import egress, networks, runner
 from corral.sandbox.errors import SandboxError, SandboxGone, SandboxSetupError
-from corral.sandbox.workspace import SANDBOX_GID, SANDBOX_UID, hardened_run_options, prepare_workspace_volume
+from corral.sandbox.workspace import (
+    SANDBOX_GID,
+    SANDBOX_UID,
+    WORKSPACE,
+    hardened_run_options,
+    prepare_workspace_volume,
+)
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +46,11 @@ OUTPUT_DIR = "/run/corral-out"
 OUTPUT_TMPFS_MB = 64
 MAX_COMMAND_BYTES = 512 * 1024
 """The longest bash command (UTF-8): as much as the write tool's content, more than a model writes in one reply."""
+
+
+POOL_VOLUME_PREFIX = "corral-ws-pool."
+"""A warm pool member's workspace volume (the dot keeps it apart from any session's `corral-ws-<id>`)."""
+CLAIMED_NAME = re.compile(r"^/?corral-(?!pool-)(.+)-g\d+$")
 
 
 def container_name(session_id: str, generation: int) -> str:
@@ -92,6 +104,15 @@ class Provisioned:
     container_name: str
     volume: str
     image: str
+    from_pool: bool = False
+
+
+CPU_PERIOD = 100_000
+"""CPU limits as a quota per period (not NanoCpus), so `docker update` can change them on a warm pool member."""
+
+
+def cpu_quota(cpus: float) -> int:
+    return int(cpus * CPU_PERIOD)
 
 
 def ensure_container(
@@ -103,10 +124,12 @@ def ensure_container(
     scope: str = "",
     repositories: list[RepositoryClone] | None = None,
     git_proxy_port: int = DEFAULT_GIT_PROXY_PORT,
+    volume: str | None = None,
 ) -> Provisioned:
-    """This session's container for `generation`, running: reused if running, started if stopped, else created."""
+    """This session's container for `generation`, running: reused if running, started if stopped, else created.
+    Its workspace is `volume` (the one the session had, perhaps a pool member's), else the session's own."""
     name = container_name(session_id, generation)
-    volume = volume_name(session_id)
+    volume = volume or session_volume(client, session_id) or volume_name(session_id)
     image = environment.image or packages_image(client, base_image, environment)
     git_host = None
     if repositories and environment.networking.type != "unrestricted":
@@ -131,11 +154,7 @@ def ensure_container(
     if container is None:
         if networking == "limited":
             labels[egress.ALLOWED_HOSTS_LABEL] = json.dumps(environment.networking.allowed_hosts)
-        try:
-            client.volumes.get(volume)
-        except docker.errors.NotFound:
-            volume_labels = {SESSION_LABEL: session_id, SCOPE_LABEL: scope}
-            prepare_workspace_volume(client, volume, image, labels=volume_labels)
+        _ensure_volume(client, volume, image, {SESSION_LABEL: session_id, SCOPE_LABEL: scope})
         container = _create_with_open_stdin(client, image, name, labels, _run_options(environment, volume, name))
     if networking == "limited":
         egress.ensure_egress(client, base_image)  # made once per engine (and again if it was removed since)
@@ -151,6 +170,60 @@ def ensure_container(
     for repository in repositories or []:
         _clone(container, repository, f"http://{git_host}:{git_proxy_port}")
     return Provisioned(container_id=container.id or name, container_name=name, volume=volume, image=image)
+
+
+def make_pool_member(
+    client: docker.DockerClient, name: str, environment: Environment, image: str, labels: dict[str, str]
+) -> Provisioned:
+    """A started sandbox for the warm pool (networking none): `name`, a fresh workspace volume of its own."""
+    volume = f"{POOL_VOLUME_PREFIX}{name.removeprefix('corral-')}"
+    _ensure_volume(client, volume, image, {SCOPE_LABEL: labels[SCOPE_LABEL]})
+    labels = {**labels, runner.RUNNER_LABEL: runner.PROTOCOL_VERSION}
+    container = _create_with_open_stdin(client, image, name, labels, _run_options(environment, volume, name))
+    container.start()
+    if environment.working_dir != "/workspace":
+        container.exec_run(["mkdir", "-p", environment.working_dir])
+    return Provisioned(container_id=str(container.id), container_name=name, volume=volume, image=image)
+
+
+def _ensure_volume(client: docker.DockerClient, volume: str, image: str, labels: dict[str, str]) -> None:
+    try:
+        client.volumes.get(volume)
+    except docker.errors.NotFound:
+        prepare_workspace_volume(client, volume, image, labels=labels)
+
+
+def workspace_mount(container: Container) -> str | None:
+    """The name of the volume mounted at the container's /workspace."""
+    for mount in container.attrs.get("Mounts", []):
+        if mount.get("Destination") == WORKSPACE and mount.get("Type") == "volume":
+            return str(mount.get("Name"))
+    return None
+
+
+def session_containers(client: docker.DockerClient, session_id: str) -> list[Container]:
+    """Every container of a session: those made for it (labelled) and warm pool members it claimed (renamed)."""
+    labelled = client.containers.list(all=True, filters={"label": f"{SESSION_LABEL}={session_id}"})
+    pattern = re.compile(rf"^/?{re.escape(container_name(session_id, 0)[:-1])}\d+$")
+    named = client.containers.list(all=True, filters={"name": container_name(session_id, 0)[:-1]})
+    by_id = {str(c.id): c for c in labelled}
+    by_id.update({str(c.id): c for c in named if pattern.match(str(c.name))})
+    return list(by_id.values())
+
+
+def session_volume(client: docker.DockerClient, session_id: str) -> str | None:
+    """The session's workspace volume as it exists on this engine: its own, or the pool member's it claimed."""
+    own = volume_name(session_id)
+    try:
+        client.volumes.get(own)
+        return own
+    except docker.errors.NotFound:
+        pass
+    for container in session_containers(client, session_id):
+        mounted = workspace_mount(container)
+        if mounted:
+            return mounted
+    return None
 
 
 def _create_with_open_stdin(
@@ -230,11 +303,13 @@ def _run_options(environment: Environment, volume: str, name: str) -> dict[str, 
     """The hardened defaults, with the recipe's limits and networking."""
     limits = environment.limits
     options = hardened_run_options(volume)
+    options.pop("nano_cpus")  # a quota instead, which `docker update` can change
     networking = environment.networking.type
     options.update(
         mem_limit=f"{limits.memory_mb}m",
         memswap_limit=f"{limits.memory_mb}m",
-        nano_cpus=int(limits.cpus * 1e9),
+        cpu_period=CPU_PERIOD,
+        cpu_quota=cpu_quota(limits.cpus),
         pids_limit=limits.pids,
         network_mode=_network_mode(name, networking),
         working_dir=environment.working_dir,
@@ -346,15 +421,17 @@ def stop_container(client: docker.DockerClient, container_id: str) -> None:
 
 def remove_session(client: docker.DockerClient, session_id: str, remove_volume: bool) -> int:
     """Remove every container of a session (and its workspace volume); returns how many containers."""
-    containers = client.containers.list(all=True, filters={"label": f"{SESSION_LABEL}={session_id}"})
+    containers = session_containers(client, session_id)
+    volumes = {volume_name(session_id)} | {v for v in map(workspace_mount, containers) if v}
     for container in containers:
         container.remove(force=True)
     networks.remove_networks(client, f"{SESSION_LABEL}={session_id}")
     if remove_volume:
-        try:
-            client.volumes.get(volume_name(session_id)).remove(force=True)
-        except docker.errors.NotFound:
-            pass
+        for volume in volumes:
+            try:
+                client.volumes.get(volume).remove(force=True)
+            except docker.errors.NotFound:
+                pass
     if containers:
         egress.refresh_policy(client)
     return len(containers)
@@ -364,7 +441,10 @@ def session_ids_with_containers(client: docker.DockerClient, scope: str) -> set[
     """Sessions of `scope` (cluster and namespace) that have a container (running or stopped) on this engine, or
     a sandbox network left without one (its worker died between making the network and the container)."""
     containers = client.containers.list(all=True, filters={"label": f"{SCOPE_LABEL}={scope}"})
-    sessions = {str(container.labels[SESSION_LABEL]) for container in containers}
+    sessions = {str(c.labels[SESSION_LABEL]) for c in containers if SESSION_LABEL in c.labels}
+    # Warm pool members claimed by a session carry its name (`corral-<session>-g<n>`), not its label.
+    claimed = (CLAIMED_NAME.match(str(c.name)) for c in containers if SESSION_LABEL not in c.labels)
+    sessions |= {match.group(1) for match in claimed if match}
     for network in client.networks.list(filters={"label": [f"{SCOPE_LABEL}={scope}", egress.NETWORK_LABEL]}):
         session_id = (network.attrs.get("Labels") or {}).get(SESSION_LABEL)
         if session_id:

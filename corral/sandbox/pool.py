@@ -1,0 +1,250 @@
+"""The warm pool: started sandboxes, each with a fresh workspace volume, waiting for a session's first tool call.
+
+A member is made exactly as a session's sandbox is (hardened options, resident runner, its own workspace volume),
+but named `corral-pool-<id>` and labelled with the pool key of the recipe it serves. A session claims one through
+the member's runner: the runner answers every `claim` with the first owner it was given, so a member goes to one
+session only, even when several sandbox workers share the engine and race for it. The winner renames it to the
+session's container name, applies the session's memory and CPU limits with `docker update`, and the session's
+handle records the member's volume as its workspace.
+
+Which recipes a pool serves: those with no network, the default image and no packages (the default recipe, and
+others differing only in limits or working directory). A recipe with a network, packages, an image of its own or
+repositories to clone is provisioned as before. The pool's key covers what cannot change after create (image,
+/tmp size, process limit, working directory); memory and CPU are applied at claim.
+
+No Temporal here: the sandbox worker runs `WarmPool.maintain` beside its workers and asks `claim` from
+`provision_sandbox`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+
+import docker
+import docker.errors
+from docker.models.containers import Container
+
+from corral.contract.sandbox import Environment
+from corral.sandbox import containers
+from corral.sandbox.errors import SandboxError
+from corral.sandbox.runner import RunnerLost, Runners
+
+log = logging.getLogger(__name__)
+
+POOL_LABEL = "corral.pool"
+"""On pool members: the key of the recipe they serve."""
+CREATED_LABEL = "corral.pool.created"
+"""When the member was made (Unix seconds): its age, without parsing the engine's timestamps."""
+MEMBER_PREFIX = "corral-pool-"
+RECENT_SECONDS = 30 * 60
+"""A recipe seen in a claim within this time gets a pool of its own (besides the default recipe's)."""
+MAX_POOLS = 4
+CLAIM_WAIT_SECONDS = 5.0
+IDLE_SECONDS = 1.0
+"""How often the maintenance loop looks again when there is nothing to do (a claim wakes it at once)."""
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    size: int = 2
+    """Started members kept ready per recipe; 0 turns the pool off."""
+    max_age_seconds: float = 3600.0
+    """A member older than this is removed and made again (a fresh one picks up a rebuilt image)."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.size > 0
+
+
+@dataclass
+class PoolStats:
+    hits: int = 0
+    misses: int = 0
+    """Claims the pool could have served but had no member for (a recipe it cannot serve is not counted)."""
+    made: int = 0
+    removed: int = 0
+
+    @property
+    def hit_rate(self) -> float | None:
+        total = self.hits + self.misses
+        return self.hits / total if total else None
+
+
+def pool_key(environment: Environment, image: str) -> str | None:
+    """The key of the pool that serves `environment` with the default `image`; None when no pool can."""
+    if environment.image or not environment.packages.empty() or environment.networking.type != "none":
+        return None
+    fixed = [image, environment.limits.tmp_mb, environment.limits.pids, environment.working_dir]
+    return hashlib.sha256(json.dumps(fixed).encode()).hexdigest()[:16]
+
+
+@dataclass
+class _Recipe:
+    environment: Environment
+    last_seen: float = field(default_factory=time.monotonic)
+
+
+class WarmPool:
+    """One sandbox worker's view of the engine's pools: it claims members (its own or other workers') and keeps
+    its recipes' pools filled."""
+
+    def __init__(
+        self, client: docker.DockerClient, image: str, scope: str, runners: Runners, settings: PoolSettings
+    ) -> None:
+        self._docker = client
+        self._image = image
+        self._scope = scope
+        self._runners = runners
+        self.settings = settings
+        self.stats = PoolStats()
+        self._recipes: dict[str, _Recipe] = {}
+        self._wake = asyncio.Event()
+        default = Environment()
+        key = pool_key(default, image)
+        if key is not None and settings.enabled:
+            self._recipes[key] = _Recipe(default, last_seen=float("inf"))  # the default recipe is never forgotten
+
+    async def claim(self, owner: str, name: str, environment: Environment) -> containers.Provisioned | None:
+        """A started member for `environment`, renamed `name` and given its limits; None when there is none (or
+        the recipe is not one a pool serves). `owner` names the session and generation: a retried provision of
+        the same one wins the same member again."""
+        key = pool_key(environment, self._image)
+        if key is None or not self.settings.enabled:
+            return None
+        recipe = self._recipes.get(key)
+        if recipe is None and len(self._recipes) < MAX_POOLS:
+            self._recipes[key] = _Recipe(environment)
+        elif recipe is not None:
+            recipe.last_seen = max(recipe.last_seen, time.monotonic())
+        self._wake.set()
+        for member in await asyncio.to_thread(self._members, key):
+            try:
+                answer = await self._runners.request(str(member.id), "claim", CLAIM_WAIT_SECONDS, owner=owner)
+            except (RunnerLost, TimeoutError, SandboxError) as exc:
+                log.info("pool member %s did not answer its claim (%s); trying another", member.name, exc)
+                continue
+            if answer.get("owner") != owner:
+                continue  # another session (or worker) claimed it first
+            try:
+                made = await asyncio.to_thread(self._hand_over, member, name, environment)
+            except docker.errors.APIError as exc:
+                log.warning("pool member %s was claimed but could not be handed over: %s", member.name, exc)
+                continue
+            self.stats.hits += 1
+            return made
+        self.stats.misses += 1
+        return None
+
+    def _members(self, key: str) -> list[Container]:
+        """This key's unclaimed members on the engine (not yet renamed), the oldest first."""
+        labels = [f"{POOL_LABEL}={key}", f"{containers.SCOPE_LABEL}={self._scope}"]
+        found = self._docker.containers.list(filters={"label": labels, "status": "running"})
+        ours = [c for c in found if str(c.name).startswith(MEMBER_PREFIX)]
+        return sorted(ours, key=lambda c: str(c.attrs.get("Created", "")))
+
+    def _hand_over(self, member: Container, name: str, environment: Environment) -> containers.Provisioned:
+        if member.name != name:
+            member.rename(name)
+        limits = environment.limits
+        host = member.attrs.get("HostConfig", {})
+        memory = limits.memory_mb * 1024 * 1024
+        quota = containers.cpu_quota(limits.cpus)
+        if host.get("Memory") != memory or host.get("CpuQuota") != quota:
+            member.update(mem_limit=memory, memswap_limit=memory, cpu_period=containers.CPU_PERIOD, cpu_quota=quota)
+        volume = containers.workspace_mount(member) or ""
+        return containers.Provisioned(
+            container_id=str(member.id), container_name=name, volume=volume, image=self._image, from_pool=True
+        )
+
+    # ---- keeping the pools filled ---------------------------------------------------------------------------
+
+    async def maintain(self) -> None:
+        """Until cancelled: remove stale members, then make missing ones, one at a time (a running call never
+        waits for the pool: each step is one Docker call in a thread)."""
+        while True:
+            try:
+                worked = await self.maintain_once()
+            except Exception:  # the engine passing through a hiccup: try again shortly
+                log.exception("keeping the sandbox pool filled failed; trying again")
+                worked = False
+            if not worked:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), IDLE_SECONDS)
+
+    async def maintain_once(self) -> bool:
+        """One step: remove one stale member or make one missing one; False when there was nothing to do."""
+        now = time.monotonic()
+        for key, recipe in list(self._recipes.items()):
+            if now - recipe.last_seen > RECENT_SECONDS:
+                del self._recipes[key]
+        if await self._remove_one_stale():
+            return True
+        for key, recipe in self._recipes.items():
+            members = await asyncio.to_thread(self._members, key)
+            if len(members) < self.settings.size:
+                await self._make(key, recipe.environment)
+                return True
+        return False
+
+    async def remove_unclaimed(self) -> int:
+        """Claim and remove every unclaimed member of this worker's scope (a bench or test ending); how many."""
+        removed = 0
+        while await self._remove_one_stale(everything=True):
+            removed += 1
+        return removed
+
+    async def _remove_one_stale(self, everything: bool = False) -> bool:
+        """Claim (so no session can) and remove one unclaimed member that is too old or no longer running."""
+        labels = [POOL_LABEL, f"{containers.SCOPE_LABEL}={self._scope}"]
+        found = await asyncio.to_thread(self._docker.containers.list, all=True, filters={"label": labels})
+        for member in found:
+            if not str(member.name).startswith(MEMBER_PREFIX):
+                continue  # claimed by a session: never touched
+            created = float(member.labels.get(CREATED_LABEL, "0") or 0)
+            stale = everything or time.time() - created > self.settings.max_age_seconds or member.status != "running"
+            if not stale:
+                continue
+            owner = f"pool-reaper/{os.getpid()}"
+            if member.status == "running":
+                try:
+                    answer = await self._runners.request(str(member.id), "claim", CLAIM_WAIT_SECONDS, owner=owner)
+                except (RunnerLost, TimeoutError, SandboxError):
+                    answer = {"owner": owner}  # a member whose runner does not answer is no use to anyone
+                if answer.get("owner") != owner:
+                    continue
+            await asyncio.to_thread(self._remove, member)
+            return True
+        return False
+
+    def _remove(self, member: Container) -> None:
+        volume = containers.workspace_mount(member)
+        self._runners.forget(str(member.id))
+        with contextlib.suppress(docker.errors.NotFound):
+            member.remove(force=True)
+        if volume:
+            with contextlib.suppress(docker.errors.NotFound):
+                self._docker.volumes.get(volume).remove(force=True)
+        self.stats.removed += 1
+        log.info("removed the stale pool member %s", member.name)
+
+    async def _make(self, key: str, environment: Environment) -> None:
+        member_id = os.urandom(6).hex()
+        labels = {POOL_LABEL: key, containers.SCOPE_LABEL: self._scope, CREATED_LABEL: f"{time.time():.0f}"}
+        made = await asyncio.to_thread(
+            containers.make_pool_member, self._docker, f"{MEMBER_PREFIX}{member_id}", environment, self._image, labels
+        )
+        try:
+            await self._runners.request(made.container_id, "hello", 30)  # its runner is up; the stream stays open
+        except (RunnerLost, TimeoutError) as exc:
+            log.warning("the new pool member %s did not answer: %s", made.container_name, exc)
+            return
+        self.stats.made += 1
+        log.info("pool member %s ready (pool %s)", made.container_name, key)

@@ -1,0 +1,209 @@
+"""The warm pool: started sandboxes claimed by one session each, on the real engine and the real dev server."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from typing import Any
+
+import docker
+import docker.errors
+import pytest
+
+from activities.sandbox import SandboxActivities
+from corral.contract.sandbox import Environment, Networking, ResourceLimits
+from corral.sandbox import containers
+from corral.sandbox.pool import MEMBER_PREFIX, POOL_LABEL, PoolSettings, WarmPool, pool_key
+from corral.sandbox.runner import Runners
+from corral.temporal import cluster_id
+from tests.conftest import Stack, assert_log_is_whole, remove_sandboxes, terminate_sessions, texts, wait_for_idle
+from workers.roles import sandbox_workers
+from workers.sandbox import keeping_filled
+
+TOOLSET = [{"type": "agent_toolset_20260401"}]
+
+
+def bash(command: str) -> dict[str, Any]:
+    return {"tool_uses": [{"name": "bash", "input": {"command": command}}]}
+
+
+def members(client: docker.DockerClient, scope: str) -> list[str]:
+    """The unclaimed members of `scope`, running or not."""
+    found = client.containers.list(all=True, filters={"label": [POOL_LABEL, f"{containers.SCOPE_LABEL}={scope}"]})
+    return sorted(str(c.name) for c in found if str(c.name).startswith(MEMBER_PREFIX))
+
+
+async def fill(pool: WarmPool) -> None:
+    while await pool.maintain_once():
+        pass
+
+
+def remove_scope(client: docker.DockerClient, scope: str) -> None:
+    """Every container and volume a test's pools made, claimed or not."""
+    for container in client.containers.list(all=True, filters={"label": f"{containers.SCOPE_LABEL}={scope}"}):
+        volume = containers.workspace_mount(container)
+        container.remove(force=True)
+        if volume:
+            client.volumes.get(volume).remove(force=True)
+    for volume in client.volumes.list(filters={"label": f"{containers.SCOPE_LABEL}={scope}"}):
+        volume.remove(force=True)
+
+
+@pytest.fixture
+async def scope(docker_client: docker.DockerClient) -> AsyncIterator[str]:
+    name = f"pool-test-{uuid.uuid4().hex[:8]}/default"
+    yield name
+    await asyncio.to_thread(remove_scope, docker_client, name)
+
+
+def new_pool(client: docker.DockerClient, image: str, scope: str, size: int = 2, max_age: float = 3600) -> WarmPool:
+    """A pool as one sandbox worker holds it: its own engine connection and its own runner streams."""
+    engine = docker.from_env()  # the engine `docker_client` reached (the fixture started it if it had to)
+    return WarmPool(engine, image, scope, Runners(engine), PoolSettings(size=size, max_age_seconds=max_age))
+
+
+async def test_concurrent_claims_from_two_workers_never_share_a_member(
+    docker_client: docker.DockerClient, sandbox_image: str, scope: str
+) -> None:
+    first, second = new_pool(docker_client, sandbox_image, scope, size=3), new_pool(docker_client, sandbox_image, scope)
+    await fill(first)
+    ready = members(docker_client, scope)
+    assert len(ready) == 3
+    claims = [
+        pool.claim(f"owner-{n}", containers.container_name(f"sess{n}", 0), Environment())
+        for n, pool in enumerate([first, second] * 4)
+    ]
+    made = [m for m in await asyncio.gather(*claims) if m is not None]
+    assert len(made) == 3, "every member claimed, by one claimant each"
+    assert len({m.container_id for m in made}) == 3 and len({m.volume for m in made}) == 3
+    assert first.stats.hits + second.stats.hits == 3 and first.stats.misses + second.stats.misses == 5
+    for m in made:
+        owner = m.container_name.removeprefix("corral-sess").removesuffix("-g0")
+        answer = await first._runners.request(m.container_id, "claim", 10, owner="someone else")
+        assert answer["owner"] == f"owner-{owner}", "the runner keeps the first claim"
+        assert docker_client.containers.get(m.container_id).name == m.container_name
+    assert members(docker_client, scope) == []
+
+
+async def test_a_claim_applies_the_sessions_limits_and_a_recipe_the_pool_cannot_serve_is_not_served(
+    docker_client: docker.DockerClient, sandbox_image: str, scope: str
+) -> None:
+    pool = new_pool(docker_client, sandbox_image, scope, size=1)
+    await fill(pool)
+    limited = Environment(networking=Networking(type="limited", allowed_hosts=["example.com"]))
+    assert pool_key(limited, sandbox_image) is None
+    assert await pool.claim("a", "corral-a-g0", limited) is None
+    assert await pool.claim("b", "corral-b-g0", Environment(image="debian:bookworm")) is None
+    assert pool.stats.misses == 0, "a recipe no pool serves is not a miss"
+    other_tmp = Environment(limits=ResourceLimits(tmp_mb=32))
+    assert pool_key(other_tmp, sandbox_image) != pool_key(Environment(), sandbox_image)
+    assert await pool.claim("c", "corral-c-g0", other_tmp) is None, "no member was made for that /tmp size yet"
+    assert pool.stats.misses == 1
+    smaller = Environment(limits=ResourceLimits(memory_mb=256, cpus=0.5))
+    made = await pool.claim("d", "corral-d-g0", smaller)
+    assert made is not None and made.from_pool
+    host = docker_client.containers.get(made.container_id).attrs["HostConfig"]
+    assert (host["Memory"], host["CpuQuota"], host["CpuPeriod"]) == (256 * 1024 * 1024, 50_000, 100_000)
+    await fill(pool)  # the recipe just seen gets a pool of its own
+    assert len(members(docker_client, scope)) == 2
+
+
+async def test_stale_members_are_removed_and_claimed_ones_never_touched(
+    docker_client: docker.DockerClient, sandbox_image: str, scope: str
+) -> None:
+    pool = new_pool(docker_client, sandbox_image, scope, size=2)
+    await fill(pool)
+    made = await pool.claim("owner", "corral-claimed-g0", Environment())
+    assert made is not None
+    old = members(docker_client, scope)
+    assert len(old) == 1
+    aged = new_pool(docker_client, sandbox_image, scope, size=2, max_age=0.001)  # everything is stale to it
+    assert await aged._remove_one_stale()
+    assert not await aged._remove_one_stale(), "the claimed member is not the pool's any more"
+    assert members(docker_client, scope) == []
+    with pytest.raises(docker.errors.NotFound):
+        docker_client.volumes.get(containers.POOL_VOLUME_PREFIX + old[0].removeprefix("corral-"))
+    assert docker_client.containers.get(made.container_id).status == "running"
+    assert aged.stats.removed == 1
+
+
+async def test_a_new_worker_claims_the_members_an_earlier_one_made(
+    docker_client: docker.DockerClient, sandbox_image: str, scope: str
+) -> None:
+    earlier = new_pool(docker_client, sandbox_image, scope, size=1)
+    await fill(earlier)
+    earlier._runners.close()  # the worker is gone; its member runs on
+    later = new_pool(docker_client, sandbox_image, scope, size=1)
+    made = await later.claim("owner", "corral-later-g0", Environment())
+    assert made is not None
+    answer = await later._runners.request(made.container_id, "bash", 30, call="c1", command="id -u; pwd",
+                                          workdir="/workspace", timeout=10, head=100, tail=100)  # fmt: skip
+    assert answer["output"] == "1000\n/workspace\n"
+
+
+@pytest.fixture
+async def pool_stack(stack: Stack, docker_client: docker.DockerClient, sandbox_image: str) -> AsyncIterator[Stack]:
+    """`stack` plus a sandbox hand with a warm pool of one, kept filled in the background."""
+    activities = SandboxActivities(
+        docker_client, sandbox_image, await cluster_id(stack.client), pool=PoolSettings(size=1)
+    )
+    assert activities.pool is not None
+    stack.pool = activities.pool  # type: ignore[attr-defined]
+    try:
+        async with AsyncExitStack() as workers, keeping_filled(activities.pool):
+            for worker in sandbox_workers(stack.client, activities):
+                await workers.enter_async_context(worker)
+            yield stack
+            await terminate_sessions(stack.started)
+    finally:
+        remove_sandboxes(docker_client, stack.started)
+        await activities.pool.remove_unclaimed()
+
+
+async def test_a_session_gets_a_warm_sandbox_whose_workspace_outlives_its_container_and_goes_with_it(
+    pool_stack: Stack, docker_client: docker.DockerClient
+) -> None:
+    pool: WarmPool = pool_stack.pool  # type: ignore[attr-defined]
+    for _ in range(600):
+        if pool.stats.made:
+            break
+        await asyncio.sleep(0.1)
+    model = pool_stack.script(
+        [
+            bash("echo kept > note; pkill -KILL -x corral-runner; sleep 30"),
+            bash("cat note"),
+            {"text": "done"},
+        ]
+    )
+    handle = await pool_stack.start(model, message="go", tools=TOOLSET)
+    events = await wait_for_idle(handle, within_seconds=120)
+    assert pool.stats.hits == 1
+    results = texts(events, "agent.tool_result")
+    assert results[1] == "kept", "the second container mounts the pool member's workspace"
+    session = containers.session_containers(docker_client, handle.id)
+    assert len(session) == 2
+    volumes = {containers.workspace_mount(c) for c in session}
+    assert len(volumes) == 1 and str(next(iter(volumes))).startswith(containers.POOL_VOLUME_PREFIX)
+    assert_log_is_whole(events)
+    await handle.cancel()
+    for _ in range(200):
+        if not containers.session_containers(docker_client, handle.id):
+            break
+        await asyncio.sleep(0.1)
+    assert containers.session_containers(docker_client, handle.id) == []
+    with pytest.raises(docker.errors.NotFound):
+        docker_client.volumes.get(volumes.pop() or "")
+
+
+async def test_with_the_pool_off_a_first_call_provisions_as_before(
+    sandbox_stack: Stack, docker_client: docker.DockerClient
+) -> None:
+    model = sandbox_stack.script([bash("pwd"), {"text": "done"}])
+    handle = await sandbox_stack.start(model, message="go", tools=TOOLSET)
+    events = await wait_for_idle(handle, within_seconds=120)
+    assert texts(events, "agent.tool_result") == ["/workspace"]
+    [container] = containers.session_containers(docker_client, handle.id)
+    assert container.labels[containers.SESSION_LABEL] == handle.id and POOL_LABEL not in container.labels
+    assert containers.workspace_mount(container) == containers.volume_name(handle.id)
