@@ -372,7 +372,7 @@ async def test_environment_packages_limits_and_networking_are_applied(
     assert lines[2] == "64"
     [container] = session_containers(docker_client, handle.id)
     config = container.attrs["HostConfig"]
-    assert config["Memory"] == 256 * 1024 * 1024 and config["NanoCpus"] == 500_000_000
+    assert (config["Memory"], config["CpuQuota"], config["CpuPeriod"]) == (256 * 1024 * 1024, 50_000, 100_000)
     assert container.attrs["Config"]["Image"].startswith("corral-sandbox-packages:")
     assert container.attrs["Config"]["WorkingDir"] == "/workspace/project"
 
