@@ -138,8 +138,8 @@ class SandboxActivities:
         """A claimed pool member, for a session that has no workspace yet (and nothing to clone into it)."""
         if self.pool is None or input.repositories or input.volume:
             return None
-        if await asyncio.to_thread(containers.session_volume, self._docker, input.session_id):
-            return None  # a container or workspace of this session exists: it is the session's, not a fresh one
+        if await asyncio.to_thread(containers.has_sandbox, self._docker, input.session_id, input.generation):
+            return None  # a retry that made it already, or a workspace of the session's own (a fork's copy)
         name = containers.container_name(input.session_id, input.generation)
         owner = f"{self._cluster_id}/{input.namespace}/{name}"
         return await self.pool.claim(owner, name, input.environment)

@@ -1,4 +1,8 @@
-"""The bench-only workflow of `bench/sandbox.py` (in its own module: the workflow sandbox imports it by name)."""
+"""The bench-only workflow of `bench/sandbox.py` (in its own module: the workflow sandbox imports it by name).
+
+Each update answers with how long its activities took as the harness sees them: from the workflow task that
+scheduled the first one to the workflow task that saw the last one's result (`workflow.now()`, the server's clock),
+which is what a session's `agent.tool_use` to `agent.tool_result` spans."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ with workflow.unsafe.imports_passed_through():
 
 @workflow.defn(name="SandboxBenchWorkflow")
 class SandboxBenchWorkflow:
-    """A bench-only harness: each update is one sandbox activity, timed by the client around the update."""
+    """A bench-only harness: each update is one or two sandbox activities."""
 
     def __init__(self) -> None:
         self.done = False
@@ -25,7 +29,30 @@ class SandboxBenchWorkflow:
         await workflow.wait_condition(lambda: self.done)
 
     @workflow.update
-    async def provision(self, session_id: str) -> SandboxHandle:
+    async def provision(self, session_id: str) -> float:
+        started = workflow.now()
+        await self._provision(session_id)
+        return (workflow.now() - started).total_seconds()
+
+    @workflow.update
+    async def first_call(self, session_id: str) -> float:
+        """Provision, then `bash true`: a session's first tool call."""
+        started = workflow.now()
+        await self._provision(session_id)
+        await self._bash("true")
+        return (workflow.now() - started).total_seconds()
+
+    @workflow.update
+    async def bash(self, command: str) -> float:
+        started = workflow.now()
+        await self._bash(command)
+        return (workflow.now() - started).total_seconds()
+
+    @workflow.query
+    def sandbox(self) -> SandboxHandle | None:
+        return self.handle
+
+    async def _provision(self, session_id: str) -> None:
         self.handle = await workflow.execute_activity(
             ACTIVITY_PROVISION_SANDBOX,
             ProvisionInput(session_id=session_id, environment=Environment(), generation=0),
@@ -33,10 +60,8 @@ class SandboxBenchWorkflow:
             result_type=SandboxHandle,
             start_to_close_timeout=timedelta(minutes=5),
         )
-        return self.handle
 
-    @workflow.update
-    async def bash(self, command: str) -> str:
+    async def _bash(self, command: str) -> str:
         assert self.handle is not None
         output: str = await workflow.execute_activity(
             ACTIVITY_EXECUTE,

@@ -1,11 +1,14 @@
 """What a sandbox costs through corral, beside raw Docker measured in the same run.
 
-Prints, for N runs (default 10):
-  provision  `provision_sandbox` through the full Temporal path (client update -> workflow -> activity ->
-             volume prepared, container created and started) vs raw `docker run --rm IMAGE true`
-  execute    `execute("bash", "true")` through the full Temporal path (update -> workflow -> activity ->
-             `docker exec` of the recorded-call runner -> output read back) vs raw `docker exec CONTAINER true`
-Usage: `python -m bench.sandbox [--runs N]`. Ratios, not absolute times, are what carries across machines.
+Measures, for N sessions (default 10, after one warm-up), each as the harness sees it (from the workflow task
+that schedules the activity to the one that sees its result, as `agent.tool_use` to `agent.tool_result`):
+  first call   provision + `bash true` with the warm pool on (a member ready) vs raw `docker run --rm IMAGE true`
+  cold start   provision with the pool off (volume prepared, container created and started)
+  execute      `bash true` on a running sandbox (3 per session) vs raw `docker exec CONTAINER true`
+and where an execute's time goes: the runner round trip measured from this process on the same container
+(stream write, command, output read: the runner reports the last two), the rest being Temporal's (update,
+workflow task, activity dispatch and completion). Usage: `python -m bench.sandbox [--runs N]`. Ratios, not
+absolute times, are what carries across machines.
 """
 
 from __future__ import annotations
@@ -17,16 +20,23 @@ import subprocess
 import time
 import uuid
 from contextlib import AsyncExitStack
+from typing import Any
 
+import docker
+from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.sandbox import SandboxActivities
 from bench._report import ROOT
 from bench._sandbox_workflow import SandboxBenchWorkflow
+from corral.contract.sandbox import Environment
 from corral.sandbox import ensure_docker_engine, ensure_sandbox_image
 from corral.sandbox.containers import remove_session
+from corral.sandbox.pool import PoolSettings, WarmPool, pool_key
+from corral.sandbox.runner import Runners
 from corral.temporal import cluster_id, start_local_temporal
 from workers.roles import HARNESS_WORKFLOW_RUNNER, sandbox_workers
+from workers.sandbox import keeping_filled
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -40,6 +50,98 @@ def timed(command: list[str]) -> float:
     return time.perf_counter() - started
 
 
+async def until_ready(pool: WarmPool, image: str) -> None:
+    key = pool_key(Environment(), image)
+    assert key is not None
+    for _ in range(600):
+        if await asyncio.to_thread(pool._members, key):
+            return
+        await asyncio.sleep(0.05)
+    raise RuntimeError("the warm pool made no member within 30 s")
+
+
+class Samples(dict[str, list[float]]):
+    def add(self, name: str, value: float) -> None:
+        self.setdefault(name, []).append(value)
+
+
+def bench_workers(client: Client, queue: str, activities: SandboxActivities) -> list[Worker]:
+    harness = Worker(
+        client, task_queue=queue, workflows=[SandboxBenchWorkflow], workflow_runner=HARNESS_WORKFLOW_RUNNER
+    )
+    return [harness, *sandbox_workers(client, activities)]
+
+
+async def probe_true(probe: Runners, container_id: str, call: str) -> tuple[float, dict[str, Any]]:
+    """`bash true` straight to the container's runner from this process: (seconds, the runner's answer)."""
+    started = time.perf_counter()
+    answer = await probe.request(
+        container_id, "bash", 30, call=call, command="true", workdir="/workspace", timeout=10, head=100, tail=100
+    )
+    return time.perf_counter() - started, answer
+
+
+async def measure(
+    client: Client, queue: str, engine: docker.DockerClient, image: str, runs: int, samples: Samples
+) -> WarmPool:
+    activities = SandboxActivities(engine, image, await cluster_id(client), pool=PoolSettings(size=2))
+    cold = SandboxActivities(engine, image, await cluster_id(client))
+    cold_queue = f"{queue}-cold"
+    pool = activities.pool
+    assert pool is not None
+    probe = Runners(engine)
+    sessions: list[str] = []
+    try:
+        async with AsyncExitStack() as workers:
+            for worker in bench_workers(client, queue, activities):
+                await workers.enter_async_context(worker)
+            await workers.enter_async_context(keeping_filled(pool))
+            for run in range(runs + 1):  # the first run warms up and is not counted
+                session_id = f"sesn_bench{uuid.uuid4().hex[:20]}"
+                sessions.append(session_id)
+                await until_ready(pool, image)
+                handle = await client.start_workflow(SandboxBenchWorkflow.run, id=session_id, task_queue=queue)
+                first = await handle.execute_update(SandboxBenchWorkflow.first_call, session_id)
+                run_took = timed(["docker", "run", "--rm", image, "true"])
+                sandbox = await handle.query(SandboxBenchWorkflow.sandbox)
+                assert sandbox is not None
+                if run:
+                    samples.add("first", first)
+                    samples.add("docker run", run_took)
+                for call in range(3):
+                    started = time.perf_counter()
+                    harness = await handle.execute_update(SandboxBenchWorkflow.bash, "true")
+                    client_took = time.perf_counter() - started
+                    exec_took = timed(["docker", "exec", sandbox.container_id, "true"])
+                    direct, answer = await probe_true(probe, sandbox.container_id, f"probe-{run}-{call}")
+                    if run:
+                        samples.add("execute", harness)
+                        samples.add("execute (client)", client_took)
+                        samples.add("docker exec", exec_took)
+                        samples.add("runner", direct)
+                        samples.add("command", answer["took"]["command_ms"] / 1000)
+                        samples.add("output", answer["took"]["output_ms"] / 1000)
+                await handle.signal(SandboxBenchWorkflow.finish)
+        # Cold starts: the same provision with no pool, on a worker of its own.
+        async with AsyncExitStack() as workers:
+            for worker in bench_workers(client, cold_queue, cold):
+                await workers.enter_async_context(worker)
+            for run in range(runs + 1):
+                session_id = f"sesn_bench{uuid.uuid4().hex[:20]}"
+                sessions.append(session_id)
+                handle = await client.start_workflow(SandboxBenchWorkflow.run, id=session_id, task_queue=cold_queue)
+                took = await handle.execute_update(SandboxBenchWorkflow.provision, session_id)
+                if run:
+                    samples.add("cold", took)
+                await handle.signal(SandboxBenchWorkflow.finish)
+    finally:
+        probe.close()
+        for session_id in sessions:
+            remove_session(engine, session_id, remove_volume=True)
+        await pool.remove_unclaimed()
+    return pool
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=10)
@@ -47,55 +149,39 @@ async def main() -> None:
     engine = ensure_docker_engine(ROOT / ".corral")
     image = ensure_sandbox_image(engine, ROOT / ".corral")
     env = await start_local_temporal()
-    queue = f"bench-sandbox-{uuid.uuid4().hex[:6]}"
-    provision, execute, docker_run, docker_exec = [], [], [], []
-    sessions: list[str] = []
+    samples = Samples()
     try:
-        activities = SandboxActivities(engine, image, await cluster_id(env.client))
-        async with AsyncExitStack() as workers:
-            for worker in [
-                Worker(env.client, task_queue=queue, workflows=[SandboxBenchWorkflow],
-                       workflow_runner=HARNESS_WORKFLOW_RUNNER),
-                *sandbox_workers(env.client, activities),
-            ]:  # fmt: skip
-                await workers.enter_async_context(worker)
-            for run in range(args.runs + 1):  # the first run warms up and is not counted
-                session_id = f"sesn_bench{uuid.uuid4().hex[:20]}"
-                sessions.append(session_id)
-                handle = await env.client.start_workflow(SandboxBenchWorkflow.run, id=session_id, task_queue=queue)
-                started = time.perf_counter()
-                made = await handle.execute_update(SandboxBenchWorkflow.provision, session_id)
-                took = time.perf_counter() - started
-                run_took = timed(["docker", "run", "--rm", image, "true"])
-                if run:
-                    provision.append(took)
-                    docker_run.append(run_took)
-                for _ in range(3):
-                    started = time.perf_counter()
-                    await handle.execute_update(SandboxBenchWorkflow.bash, "true")
-                    took = time.perf_counter() - started
-                    exec_took = timed(["docker", "exec", made.container_id, "true"])
-                    if run:
-                        execute.append(took)
-                        docker_exec.append(exec_took)
-                await handle.signal(SandboxBenchWorkflow.finish)
+        pool = await measure(env.client, f"bench-sandbox-{uuid.uuid4().hex[:6]}", engine, image, args.runs, samples)
     finally:
-        for session_id in sessions:
-            remove_session(engine, session_id, remove_volume=True)
         await env.shutdown()
-    print(f"sandbox image {image}; {args.runs} provisions, {len(execute)} bash calls (after one warm-up run)")
-    print(f"{'measure':<44}{'p50 s':>9}{'p95 s':>9}")
+    p50 = {name: statistics.median(values) for name, values in samples.items()}
+    print(f"sandbox image {image}; {args.runs} sessions, {len(samples['execute'])} bash calls (after one warm-up run)")
+    print(f"{'measure':<58}{'p50 ms':>9}{'p95 ms':>9}")
     rows = [
-        ("provision_sandbox via Temporal", provision),
-        ("raw `docker run --rm IMAGE true`", docker_run),
-        ('execute("bash", "true") via Temporal', execute),
-        ("raw `docker exec CONTAINER true`", docker_exec),
+        ("first call: provision + bash true, warm pool (harness)", "first"),
+        ("cold start: provision with the pool off (harness)", "cold"),
+        ("raw `docker run --rm IMAGE true`", "docker run"),
+        ('execute("bash", "true") (harness: tool_use -> tool_result)', "execute"),
+        ('execute("bash", "true") (client: update round trip)', "execute (client)"),
+        ("raw `docker exec CONTAINER true`", "docker exec"),
+        ("  runner round trip from the worker's side (direct)", "runner"),
+        ("    of which the command (bash start, state, exit)", "command"),
+        ("    of which the output read and cut", "output"),
     ]
-    for name, values in rows:
-        print(f"{name:<44}{percentile(values, 0.5):>9.3f}{percentile(values, 0.95):>9.3f}")
+    for label, name in rows:
+        values = samples[name]
+        print(f"{label:<58}{percentile(values, 0.5) * 1000:>9.1f}{percentile(values, 0.95) * 1000:>9.1f}")
+    temporal = p50["execute"] - p50["runner"]
+    hit_rate = pool.stats.hit_rate
     print(
-        f"ratios: provision / docker run p50 {statistics.median(provision) / statistics.median(docker_run):.2f}; "
-        f"execute / docker exec p50 {statistics.median(execute) / statistics.median(docker_exec):.2f}"
+        f"Temporal's share of an execute, p50: {temporal * 1000:.1f} ms (the harness view minus the direct round trip)"
+    )
+    print(f"warm pool: {pool.stats.hits} hits, {pool.stats.misses} misses (hit rate "
+          f"{'n/a' if hit_rate is None else f'{hit_rate:.0%}'}), {pool.stats.made} members made")  # fmt: skip
+    print(
+        f"ratios (p50): execute / docker exec {p50['execute'] / p50['docker exec']:.2f} (goal <= 1.0); "
+        f"first call / docker run {p50['first'] / p50['docker run']:.2f} (goal <= 0.5, and <= 100 ms: "
+        f"{'met' if p50['first'] <= 0.1 else 'not met'}); cold start / docker run {p50['cold'] / p50['docker run']:.2f}"
     )
 
 

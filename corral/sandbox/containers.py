@@ -211,6 +211,19 @@ def session_containers(client: docker.DockerClient, session_id: str) -> list[Con
     return list(by_id.values())
 
 
+def has_sandbox(client: docker.DockerClient, session_id: str, generation: int) -> bool:
+    """Whether the session already has this generation's container or a workspace volume of its own (a fork's
+    copy, or one made before the warm pool): two lookups by name, for the first call's fast path."""
+    for lookup, name in ((client.containers.get, container_name(session_id, generation)),
+                         (client.volumes.get, volume_name(session_id))):  # fmt: skip
+        try:
+            lookup(name)
+            return True
+        except docker.errors.NotFound:
+            continue
+    return False
+
+
 def session_volume(client: docker.DockerClient, session_id: str) -> str | None:
     """The session's workspace volume as it exists on this engine: its own, or the pool member's it claimed."""
     own = volume_name(session_id)

@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import docker
@@ -85,6 +86,26 @@ def pool_key(environment: Environment, image: str) -> str | None:
     return hashlib.sha256(json.dumps(fixed).encode()).hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class _Member:
+    container_id: str
+    name: str
+    volume: str
+    memory: int
+    cpu_quota: int
+
+    @classmethod
+    def of(cls, container: Container) -> _Member:
+        host = container.attrs.get("HostConfig", {})
+        return cls(
+            container_id=str(container.id),
+            name=str(container.name),
+            volume=containers.workspace_mount(container) or "",
+            memory=int(host.get("Memory") or 0),
+            cpu_quota=int(host.get("CpuQuota") or 0),
+        )
+
+
 @dataclass
 class _Recipe:
     environment: Environment
@@ -105,6 +126,8 @@ class WarmPool:
         self.settings = settings
         self.stats = PoolStats()
         self._recipes: dict[str, _Recipe] = {}
+        self._ready: dict[str, list[_Member]] = {}
+        """Members this worker made, by key, not yet tried: a claim needs no engine listing for them."""
         self._wake = asyncio.Event()
         default = Environment()
         key = pool_key(default, image)
@@ -124,9 +147,9 @@ class WarmPool:
         elif recipe is not None:
             recipe.last_seen = max(recipe.last_seen, time.monotonic())
         self._wake.set()
-        for member in await asyncio.to_thread(self._members, key):
+        async for member in self._candidates(key):
             try:
-                answer = await self._runners.request(str(member.id), "claim", CLAIM_WAIT_SECONDS, owner=owner)
+                answer = await self._runners.request(member.container_id, "claim", CLAIM_WAIT_SECONDS, owner=owner)
             except (RunnerLost, TimeoutError, SandboxError) as exc:
                 log.info("pool member %s did not answer its claim (%s); trying another", member.name, exc)
                 continue
@@ -142,6 +165,19 @@ class WarmPool:
         self.stats.misses += 1
         return None
 
+    async def _candidates(self, key: str) -> AsyncIterator[_Member]:
+        """The members this worker made and has not handed out (no engine call), then every unclaimed member of
+        the key on the engine (other workers' too, and those made before this worker started)."""
+        tried = set()
+        ready = self._ready.get(key, [])
+        while ready:
+            member = ready.pop(0)
+            tried.add(member.container_id)
+            yield member
+        for container in await asyncio.to_thread(self._members, key):
+            if str(container.id) not in tried:
+                yield _Member.of(container)
+
     def _members(self, key: str) -> list[Container]:
         """This key's unclaimed members on the engine (not yet renamed), the oldest first."""
         labels = [f"{POOL_LABEL}={key}", f"{containers.SCOPE_LABEL}={self._scope}"]
@@ -149,19 +185,23 @@ class WarmPool:
         ours = [c for c in found if str(c.name).startswith(MEMBER_PREFIX)]
         return sorted(ours, key=lambda c: str(c.attrs.get("Created", "")))
 
-    def _hand_over(self, member: Container, name: str, environment: Environment) -> containers.Provisioned:
+    def _hand_over(self, member: _Member, name: str, environment: Environment) -> containers.Provisioned:
         if member.name != name:
-            member.rename(name)
-        limits = environment.limits
-        host = member.attrs.get("HostConfig", {})
-        memory = limits.memory_mb * 1024 * 1024
-        quota = containers.cpu_quota(limits.cpus)
-        if host.get("Memory") != memory or host.get("CpuQuota") != quota:
-            member.update(mem_limit=memory, memswap_limit=memory, cpu_period=containers.CPU_PERIOD, cpu_quota=quota)
-        volume = containers.workspace_mount(member) or ""
+            self._docker.api.rename(member.container_id, name)
+        memory = environment.limits.memory_mb * 1024 * 1024
+        quota = containers.cpu_quota(environment.limits.cpus)
+        if (member.memory, member.cpu_quota) != (memory, quota):
+            self._docker.api.update_container(
+                member.container_id,
+                mem_limit=memory,
+                memswap_limit=memory,
+                cpu_period=containers.CPU_PERIOD,
+                cpu_quota=quota,
+            )
         return containers.Provisioned(
-            container_id=str(member.id), container_name=name, volume=volume, image=self._image, from_pool=True
-        )
+            container_id=member.container_id, container_name=name, volume=member.volume, image=self._image,
+            from_pool=True,
+        )  # fmt: skip
 
     # ---- keeping the pools filled ---------------------------------------------------------------------------
 
@@ -226,6 +266,8 @@ class WarmPool:
 
     def _remove(self, member: Container) -> None:
         volume = containers.workspace_mount(member)
+        for ready in self._ready.values():
+            ready[:] = [m for m in ready if m.container_id != member.id]
         self._runners.forget(str(member.id))
         with contextlib.suppress(docker.errors.NotFound):
             member.remove(force=True)
@@ -247,4 +289,10 @@ class WarmPool:
             log.warning("the new pool member %s did not answer: %s", made.container_name, exc)
             return
         self.stats.made += 1
+        limits = environment.limits
+        member = _Member(
+            made.container_id, made.container_name, made.volume, limits.memory_mb * 1024 * 1024,
+            containers.cpu_quota(limits.cpus),
+        )  # fmt: skip
+        self._ready.setdefault(key, []).append(member)
         log.info("pool member %s ready (pool %s)", made.container_name, key)
