@@ -143,6 +143,18 @@ async def test_a_new_worker_claims_the_members_an_earlier_one_made(
     assert answer["output"] == "1000\n/workspace\n"
 
 
+async def test_a_stopping_worker_removes_the_members_it_made_and_leaves_the_others(
+    docker_client: docker.DockerClient, sandbox_image: str, scope: str
+) -> None:
+    other = new_pool(docker_client, sandbox_image, scope, size=1)
+    await fill(other)
+    stopping = new_pool(docker_client, sandbox_image, scope, size=2)
+    await fill(stopping)  # makes one more: the other worker's member counts towards the size
+    assert len(members(docker_client, scope)) == 2
+    assert await stopping.drain() == 1
+    assert members(docker_client, scope) == [other._ready[next(iter(other._ready))][0].name]
+
+
 @pytest.fixture
 async def pool_stack(stack: Stack, docker_client: docker.DockerClient, sandbox_image: str) -> AsyncIterator[Stack]:
     """`stack` plus a sandbox hand with a warm pool of one, kept filled in the background."""

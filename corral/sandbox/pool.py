@@ -241,6 +241,23 @@ class WarmPool:
             removed += 1
         return removed
 
+    async def drain(self) -> int:
+        """Claim and remove the members this worker made and did not hand out (it is stopping); how many. A worker
+        that dies without draining leaves its members to the next one, which claims them as its own."""
+        removed = 0
+        for ready in self._ready.values():
+            while ready:
+                member = ready.pop(0)
+                owner = f"pool-drain/{os.getpid()}"
+                try:
+                    answer = await self._runners.request(member.container_id, "claim", CLAIM_WAIT_SECONDS, owner=owner)
+                except (RunnerLost, TimeoutError, SandboxError):
+                    continue  # gone already, or no longer answering: the upkeep of the next worker removes it
+                if answer.get("owner") == owner:
+                    await asyncio.to_thread(self._remove_member, member.container_id, member.volume, member.name)
+                    removed += 1
+        return removed
+
     async def _remove_one_stale(self, everything: bool = False) -> bool:
         """Claim (so no session can) and remove one unclaimed member that is too old or no longer running."""
         labels = [POOL_LABEL, f"{containers.SCOPE_LABEL}={self._scope}"]
@@ -265,17 +282,19 @@ class WarmPool:
         return False
 
     def _remove(self, member: Container) -> None:
-        volume = containers.workspace_mount(member)
+        self._remove_member(str(member.id), containers.workspace_mount(member), str(member.name))
+
+    def _remove_member(self, container_id: str, volume: str | None, name: str) -> None:
         for ready in self._ready.values():
-            ready[:] = [m for m in ready if m.container_id != member.id]
-        self._runners.forget(str(member.id))
+            ready[:] = [m for m in ready if m.container_id != container_id]
+        self._runners.forget(container_id)
         with contextlib.suppress(docker.errors.NotFound):
-            member.remove(force=True)
+            self._docker.api.remove_container(container_id, force=True)
         if volume:
             with contextlib.suppress(docker.errors.NotFound):
                 self._docker.volumes.get(volume).remove(force=True)
         self.stats.removed += 1
-        log.info("removed the stale pool member %s", member.name)
+        log.info("removed the pool member %s", name)
 
     async def _make(self, key: str, environment: Environment) -> None:
         member_id = os.urandom(6).hex()
