@@ -269,6 +269,8 @@ async def test_security_probes_inside_the_sandbox(
         "user": "id -u; id -g; grep CapEff /proc/self/status; grep NoNewPrivs /proc/self/status",
         # A pattern, not the canary itself: the probe's own command is in history too.
         "secrets on disk": "grep -rsoE 'canary-[0-9a-f]{32}' / --exclude-dir=proc --exclude-dir=sys | head -3; echo end",  # noqa: E501
+        # The runner's stream carries every call's frames: a command must not read or write it through /proc.
+        "runner stream": "p=$(pgrep -x corral-runner); ls /proc/$p/fd 2>&1; echo forged > /proc/$p/fd/1; echo end",
     }
     model = sandbox_stack.script([bash(command) for command in probes.values()] + [{"text": "probed"}])
     handle = await sandbox_stack.start(model, message="probe", tools=TOOLSET)
@@ -288,6 +290,7 @@ async def test_security_probes_inside_the_sandbox(
     assert user[:2] == ["1000", "1000"]
     assert user[2].split()[1] == "0000000000000000" and user[3].split()[1] == "1"
     assert results["secrets on disk"] == "end"
+    assert results["runner stream"].count("Permission denied") == 2 and results["runner stream"].endswith("end")
     history = await history_text(handle)
     assert "probed" in history and canary not in history
 

@@ -1,4 +1,6 @@
-"""Session containers on a Docker engine: create or restart from a recipe, run the in-container tools, remove.
+"""Session containers on a Docker engine: create or restart from a recipe (or make a warm pool member), remove.
+
+Every container's main process is the resident runner (`corral/sandbox/runner.py` talks to it).
 
 No Temporal here: the sandbox activities call these functions (in a thread, the Docker SDK is synchronous) and
 translate `SandboxGone` into what the session shows the model.
