@@ -35,12 +35,13 @@ class SandboxBenchWorkflow:
         return (workflow.now() - started).total_seconds()
 
     @workflow.update
-    async def first_call(self, session_id: str) -> float:
-        """Provision, then `bash true`: a session's first tool call."""
+    async def first_call(self, session_id: str) -> list[float]:
+        """Provision, then `bash true`: a session's first tool call; [its seconds, those of the provision]."""
         started = workflow.now()
         await self._provision(session_id)
+        provisioned = workflow.now()
         await self._bash("true")
-        return (workflow.now() - started).total_seconds()
+        return [(workflow.now() - started).total_seconds(), (provisioned - started).total_seconds()]
 
     @workflow.update
     async def bash(self, command: str) -> float:
