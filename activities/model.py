@@ -57,10 +57,10 @@ from corral.streaming import AttemptStream, StreamPublisher
 log = logging.getLogger(__name__)
 
 KEEPALIVE_SECONDS = 30.0
-HEARTBEAT_INTERVAL_SECONDS = 0.3
-"""How often a model turn records a heartbeat. The SDK core sends at most one per 0.8 x the heartbeat timeout
-(workflows/_hands.py MODEL_HEARTBEAT_TIMEOUT, 1.5 s) from its own thread; recording several per window means a
-busy event loop has to stall for over a second before the server misses one."""
+HEARTBEAT_INTERVAL_SECONDS = 0.25
+"""How often a model turn records a heartbeat. The SDK core sends the latest one at most once a second (workers/roles.py
+MODEL_HEARTBEAT_THROTTLE) from its own thread; recording several per second means a busy event loop has to stall
+for most of the heartbeat timeout (workflows/_hands.py MODEL_HEARTBEAT_TIMEOUT, 2 s) before the server misses one."""
 
 
 @dataclass

@@ -28,6 +28,9 @@ class Sample:
     """Wall-clock times (time.time()) of the steps to the first text, for the breakdown."""
     session_id: str | None = None
     problem: str | None = None
+    next_ttft: float = float("nan")
+    """The next message's TTFT: a second user message into the same session, once the first turn is over."""
+    next_stamps: dict[str, float] = field(default_factory=dict)
 
 
 # ---- reporting -------------------------------------------------------------------------------------------------
@@ -47,6 +50,10 @@ COUPLED_SEGMENTS: list[Segment] = [
     ("client sends -> workflow task starts (RPC, start, matching)", "sandbox_ready", "workflow_task_started"),
     *SESSION_SEGMENTS[1:],
 ]
+NEXT_SEGMENTS: list[Segment] = [
+    ("client sends (update) -> workflow task starts (RPC, matching)", "sent", "workflow_task_started"),
+    *SESSION_SEGMENTS[1:],
+]
 DIRECT_SEGMENTS: list[Segment] = [
     ("client -> model request arrives (HTTP)", "sent", "model_request"),
     ("model: first-token latency (server, configured)", "model_request", "model_first_token"),
@@ -58,28 +65,35 @@ def segments_for(arm: str) -> list[Segment]:
     return {"direct": DIRECT_SEGMENTS, "coupled": COUPLED_SEGMENTS}.get(arm, SESSION_SEGMENTS)
 
 
-def breakdown(samples: list[Sample], arm: str, ftl: float, preamble: bool) -> list[tuple[str, float, float, float]]:
-    """(segment, p50 ms, p95 ms, mean ms) over the samples whose first text came from the first model call."""
+def breakdown(
+    samples: list[Sample], arm: str, ftl: float, preamble: bool, next_message: bool = False
+) -> list[tuple[str, float, float, float]]:
+    """(segment, p50 ms, p95 ms, mean ms) over the samples whose first text came from the first model call (of the
+    first message, or of the next one)."""
     usable = []
+    segments = NEXT_SEGMENTS if next_message and arm != "direct" else segments_for(arm)
     for sample in samples:
-        if sample.problem is not None or (sample.spec.uses_tool and not preamble):
+        if sample.problem is not None or (sample.spec.uses_tool and not preamble and not next_message):
             continue
-        stamps = dict(sample.stamps)
+        stamps = dict(sample.next_stamps if next_message else sample.stamps)
         if "model_request" in stamps:
             stamps["model_first_token"] = stamps["model_request"] + ftl
-        if all(start in stamps and end in stamps for _, start, end in segments_for(arm)):
+        if all(start in stamps and end in stamps for _, start, end in segments):
             usable.append(stamps)
     rows = []
-    for label, start, end in segments_for(arm):
+    for label, start, end in segments:
         spans = [(stamps[end] - stamps[start]) * 1000 for stamps in usable]
         rows.append((label, median(spans), percentile(spans, 0.95), mean(spans)))
     return rows
 
 
-def ttft_row(arm: str, samples: list[Sample], sandboxes: int) -> list[str]:
-    good = [s.ttft for s in samples if s.problem is None]
-    plain = [s.ttft for s in samples if s.problem is None and not s.spec.uses_tool]
-    tools = [s.ttft for s in samples if s.problem is None and s.spec.uses_tool]
+def ttft_row(arm: str, samples: list[Sample], sandboxes: int, next_message: bool = False) -> list[str]:
+    def ttft(sample: Sample) -> float:
+        return sample.next_ttft if next_message else sample.ttft
+
+    good = [ttft(s) for s in samples if s.problem is None]
+    plain = [ttft(s) for s in samples if s.problem is None and not s.spec.uses_tool]
+    tools = [ttft(s) for s in samples if s.problem is None and s.spec.uses_tool]
     failed = len(samples) - len(good)
     return [
         arm,
@@ -97,6 +111,13 @@ def ttft_row(arm: str, samples: list[Sample], sandboxes: int) -> list[str]:
 def report(args: argparse.Namespace, samples: dict[str, list[Sample]], sandboxes: dict[str, int]) -> str:
     def good(arm: str) -> list[float]:
         return [s.ttft for s in samples[arm] if s.problem is None]
+
+    def good_next(arm: str) -> list[float]:
+        return [s.next_ttft for s in samples[arm] if s.problem is None]
+
+    next_p = {arm: (percentile(good_next(arm), 0.5), percentile(good_next(arm), 0.95)) for arm in ARMS}
+    next_ratio = [next_p["decoupled"][i] / next_p["direct"][i] for i in (0, 1)]
+    next_met = [next_ratio[0] <= GOALS["ratio_p50"], next_ratio[1] <= GOALS["ratio_p95"]]
 
     direct, coupled, decoupled = good("direct"), good("coupled"), good("decoupled")
     p = {
@@ -119,11 +140,17 @@ def report(args: argparse.Namespace, samples: dict[str, list[Sample]], sandboxes
         f"before each), in {args.rounds} round(s) that alternate "
         f"the arms; {tool_sessions} of them call `bash` in their first turn "
         f"({how}). "
-        f"First message: {args.first_message}. Temporal: in-memory dev server; workers: "
+        f"First message: {args.first_message}; the next message {args.think:g} s after the first turn is over, with "
+        "the `send_events` update. Temporal: in-memory dev server; workers: "
         + (
             "one process (harness + model + sandbox)."
             if args.one_process
-            else "one process per role (harness, model, sandbox)."
+            else f"one process per role (harness, {args.model_workers} x model, sandbox)."
+        )
+        + (
+            " Model turns routed to the worker that served the session's previous turn (its own queue)."
+            if args.model_routing
+            else " No routing (`--no-model-routing`): every turn on the shared model queue."
         ),
         "",
         "TTFT in seconds (client sends the first message -> first text delta at the client):",
@@ -157,13 +184,51 @@ def report(args: argparse.Namespace, samples: dict[str, list[Sample]], sandboxes
         "",
         f"The harness adds {1000 * (p['decoupled'][0] - p['direct'][0]):.0f} ms at p50 and "
         f"{1000 * (p['decoupled'][1] - p['direct'][1]):.0f} ms at p95 to the model's own first token.",
+        "",
+        "Next-message TTFT in seconds (client sends the second message -> its first text delta at the client):",
+        "",
+        markdown_table(
+            ["arm", "sessions", "p50", "p95", "p99", "mean", "p50 no tool", "p50 tool", "sandboxes made"],
+            [ttft_row(arm, samples[arm], sandboxes.get(arm, 0), next_message=True) for arm in ARMS],
+        ),
+        "",
+        markdown_table(
+            ["comparison", "p50", "p95", "goal p50", "goal p95", "met (p50 / p95)"],
+            [
+                [
+                    "new session: decoupled / direct",
+                    f"{ratio[0]:.2f}",
+                    f"{ratio[1]:.2f}",
+                    f"<= {GOALS['ratio_p50']:.2f}",
+                    f"<= {GOALS['ratio_p95']:.2f}",
+                    f"{_yes(met[2])} / {_yes(met[3])}",
+                ],
+                [
+                    "next message: decoupled / direct",
+                    f"{next_ratio[0]:.2f}",
+                    f"{next_ratio[1]:.2f}",
+                    f"<= {GOALS['ratio_p50']:.2f}",
+                    f"<= {GOALS['ratio_p95']:.2f}",
+                    f"{_yes(next_met[0])} / {_yes(next_met[1])}",
+                ],
+            ],
+        ),
+        "",
+        f"On the next message the harness adds {1000 * (next_p['decoupled'][0] - next_p['direct'][0]):.0f} ms at "
+        f"p50 and {1000 * (next_p['decoupled'][1] - next_p['direct'][1]):.0f} ms at p95.",
     ]
-    for arm in ("decoupled", "direct", "coupled"):
-        rows = breakdown(samples[arm], arm, args.first_token_latency, args.preamble)
-        total = sum(row[3] for row in rows)
+    tables = [(arm, False) for arm in ("decoupled", "direct", "coupled")] + [
+        (arm, True) for arm in ("decoupled", "direct")
+    ]
+    for arm, next_message in tables:
+        rows = breakdown(samples[arm], arm, args.first_token_latency, args.preamble, next_message)
+        total = sum(row[3] for row in rows) or 1.0
+        which = f"{arm} arm, " + (
+            "the next message (ms)" if next_message else "the first message (ms; the first model call's text)"
+        )
         lines += [
             "",
-            f"Where the time goes, {arm} arm (ms; sessions whose first text comes from the first model call):",
+            f"Where the time goes, {which}:",
             "",
             markdown_table(
                 ["step", "p50 ms", "p95 ms", "mean ms", "share of mean"],

@@ -39,6 +39,9 @@ class WorkerConfig:
     engine_queue: str | None = None
     """The sandbox engine's queue (`corral-sandbox@<engine>`), to know when a sandbox worker polls it."""
     log_dir: Path = field(default_factory=lambda: Path("/tmp"))
+    model_routing: bool = True
+    """False: model workers serve the shared queue only, with no warm-up (`bench.worker_process --no-model-routing`),
+    the layout before routing, for a before/after comparison."""
 
     @classmethod
     def fresh(
@@ -130,6 +133,8 @@ def spawn_worker(config: WorkerConfig, roles: tuple[str, ...], name: str) -> Wor
         args += ["--stream-url", config.stream_url]
     if config.image:
         args += ["--image", config.image]
+    if not config.model_routing:
+        args.append("--no-model-routing")
     log = config.log_dir / f"{name}.log"
     with log.open("ab") as out:
         process = subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)

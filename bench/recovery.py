@@ -17,10 +17,13 @@ whose worker is dead while the clock runs.
 What governs the times (corral's settings, read from its code when the report is printed): a lost model worker
 is noticed when the model activity's heartbeat timeout (`MODEL_HEARTBEAT_TIMEOUT`) passes, a lost sandbox worker
 when the hand's (`SANDBOX_HEARTBEAT_TIMEOUT`) does; Temporal then retries after `INFRASTRUCTURE_RETRY`'s first
-interval on the standby, which makes the model call again or resumes the command without running it again. A
-lost harness is noticed when its sticky queue's schedule-to-start timeout (`STICKY_TIMEOUT` in
-workers/_run.py) passes; the standby then replays the history. The report sets beside each role when the
-standby would resume if every timer fired exactly when due.
+interval on the standby, which makes the model call again or resumes the command without running it again. A model
+turn routed to the lost worker's own queue (workflows/_hands.py `ModelRoute`) is not retried there: the session
+sends it to the shared queue at once, where the standby takes it (`--no-model-routing` runs the model workers on the
+shared queue only, as before routing). A lost harness is noticed when its sticky queue's schedule-to-start timeout
+(`STICKY_TIMEOUT` in workers/_run.py) passes; the standby then replays the history. The report sets beside each
+role when the standby would resume if every timer fired exactly when due, and ends with the false heartbeat
+timeouts a `bench.load` run found (`--load-report`, default bench/results/load-heartbeat.md).
 
 After all trials each session's log is checked: positions 1..N with no gap and no duplicate, unique ids, one
 `agent.message` per user message, and (sandbox) each command ran exactly once (a line per run in the workspace).
@@ -37,6 +40,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import re
 import tempfile
 import time
 import uuid
@@ -80,12 +84,15 @@ GOVERNED_BY = {
     "model": f"model heartbeat timeout {HEARTBEAT['model']:g} s (MODEL_HEARTBEAT_TIMEOUT); the turn was routed to "
     "the killed worker's own queue, so it falls back to the shared queue at once (no retry wait), the model call "
     "made again",
+    "model-unrouted": f"model heartbeat timeout {HEARTBEAT['model']:g} s (MODEL_HEARTBEAT_TIMEOUT), retry after "
+    f"{RETRY:g} s on the shared queue, the model call made again",
     "sandbox": f"hand heartbeat timeout {HEARTBEAT['sandbox']:g} s (SANDBOX_HEARTBEAT_TIMEOUT), retry after "
     f"{RETRY:g} s, the command resumed (not re-run)",
 }
+MODEL_HEARTBEAT_TIMEOUTS = re.compile(r"`model_turn` activity timed out \(HEARTBEAT\): (\d+)")
 
 
-def resume_due(role: str, control: float) -> float:
+def resume_due(role: str, control: float, routing: bool = True) -> float:
     """When the standby would start the lost work if Temporal fired each timer exactly when due, in seconds
     after the kill. An activity heartbeats once as it starts and the SDK holds back the next one for 0.8 x the
     timeout, so none reaches the server between the start and the kill: the timeout counts from the start. A
@@ -93,7 +100,7 @@ def resume_due(role: str, control: float) -> float:
     when the next event comes in a turn that is not killed."""
     if role == "harness":
         return control + STICKY
-    if role == "model":  # routed to the worker's own queue: no retry there, the workflow falls back at once
+    if role == "model" and routing:  # routed to the worker's own queue: no retry there, the workflow falls back
         return HEARTBEAT[role] - KILL_AFTER[role]
     return HEARTBEAT[role] - KILL_AFTER[role] + RETRY
 
@@ -111,6 +118,7 @@ class Trial:
 @dataclass
 class RoleResult:
     role: str
+    routing: bool = True
     trials: list[Trial] = field(default_factory=list)
     turns: int = 0
     lost: int = 0
@@ -297,7 +305,7 @@ async def run_role(
     needs = {"harness": ("model",), "model": ("harness",), "sandbox": ("harness", "model")}[role]
     rest = spawn_worker(config, needs, f"rest-{role}")
     rig = Rig(client, config, role, [], rest)
-    result = RoleResult(role)
+    result = RoleResult(role, routing=args.model_routing)
     script = f"recovery-{role}-{suffix}"
     if role == "sandbox":
         steps: list[dict[str, Any]] = [
@@ -348,7 +356,7 @@ async def run_role(
 def late(result: RoleResult) -> float:
     """How much later than due (p50) the standby started the lost work."""
     control = percentile([t.control for t in result.trials], 0.5)
-    return percentile([t.resumed for t in result.trials], 0.5) - resume_due(result.role, control)
+    return percentile([t.resumed for t in result.trials], 0.5) - resume_due(result.role, control, result.routing)
 
 
 def report(args: argparse.Namespace, results: list[RoleResult]) -> str:
@@ -364,7 +372,7 @@ def report(args: argparse.Namespace, results: list[RoleResult]) -> str:
             [
                 result.role,
                 str(len(killed)),
-                f"{resume_due(result.role, percentile(control, 0.5)):.2f}",
+                f"{resume_due(result.role, percentile(control, 0.5), result.routing):.2f}",
                 f"{percentile(resumed, 0.5):.2f}",
                 f"{p50:.2f}",
                 f"{p95:.2f}",
@@ -373,7 +381,7 @@ def report(args: argparse.Namespace, results: list[RoleResult]) -> str:
                 str(result.lost),
                 str(result.duplicated),
                 "yes" if met else "no",
-                GOVERNED_BY[result.role],
+                GOVERNED_BY["model-unrouted" if result.role == "model" and not result.routing else result.role],
             ]
         )
     lines = [
@@ -403,11 +411,11 @@ def report(args: argparse.Namespace, results: list[RoleResult]) -> str:
     lines += [
         "",
         "`resume due`: when the standby would start the lost work if Temporal fired every timer exactly when due "
-        "(activity: heartbeat timeout - kill offset + retry back-off, the last heartbeat being the one sent as it "
-        "started; harness: end of the model call + sticky timeout). `standby resumes`: when it did (the retried "
-        "activity attempt's start, or the workflow task after the timed-out one). Late by, p50: "
-        + ", ".join(f"{r.role} {late(r):.2f} s" for r in results)
-        + ".",
+        "(activity: heartbeat timeout - kill offset + retry back-off, none for a routed model turn, the last "
+        "heartbeat being the one sent as it started; harness: end of the model call + sticky timeout). `standby "
+        "resumes`: when it did (the retried activity attempt's start, the fallback's start for a routed model turn, "
+        "or the workflow task after the timed-out one). Late by, p50 (the dev server fires timers up to about a "
+        "second late): " + ", ".join(f"{r.role} {late(r):.2f} s" for r in results) + ".",
     ]
     notes = [f"- {r.role}: {note}" for r in results for note in r.notes]
     notes += [
@@ -417,7 +425,34 @@ def report(args: argparse.Namespace, results: list[RoleResult]) -> str:
     ]
     if notes:
         lines += ["", *notes]
+    if not args.model_routing:
+        lines += ["", "Model workers: the shared queue only (`--no-model-routing`), as before routing."]
+    lines += load_section(args.load_report)
     return "\n".join(lines)
+
+
+def load_section(name: str) -> list[str]:
+    """False heartbeat timeouts under the load test's conditions: what `bench.load --output NAME` found in every
+    session's history (the model activity's timeouts, by type), quoted from its results file."""
+    path = ROOT / "bench" / "results" / f"{name}.md"
+    if not path.exists():
+        return ["", f"No load results at {path.relative_to(ROOT)}: run `python -m bench.load --output {name}`."]
+    text = path.read_text()
+    head = [line for line in text.splitlines() if line.startswith(("Machine:", "Command:"))]
+    found = [
+        line
+        for line in text.split("What went wrong under load:", 1)[-1].splitlines()
+        if line.startswith("- ") and ("model_turn" in line or "eartbeat" in line)
+    ]
+    timeouts = sum(int(match) for match in MODEL_HEARTBEAT_TIMEOUTS.findall(text))
+    return [
+        "",
+        f"False heartbeat timeouts under load ({path.relative_to(ROOT)}; {' '.join(head)}): "
+        f"**{timeouts}** `model_turn` heartbeat timeouts in every session's history, with no worker killed "
+        f"(heartbeat timeout {HEARTBEAT['model']:g} s). What the load run found about the model activity:",
+        "",
+        *(found or ["- nothing: no `model_turn` timeout, retry or failure"]),
+    ]
 
 
 def figure(results: list[RoleResult]) -> Any:
@@ -461,6 +496,7 @@ async def measure(args: argparse.Namespace) -> list[RoleResult]:
         image=image,
         engine_queue=engine_task_queue(engine),
         log_dir=Path(tempfile.mkdtemp(prefix="corral-bench-recovery-")),
+        model_routing=args.model_routing,
     )
     print(f"worker logs in {base.log_dir}", flush=True)
     try:
@@ -478,6 +514,17 @@ def main() -> None:
     parser.add_argument("--tokens-per-second", type=float, default=50.0, help="default 50")
     parser.add_argument("--output", default="recovery", help="results file name in bench/results/")
     parser.add_argument("--quick", action="store_true", help="2 kills per role, results in recovery-quick.md")
+    parser.add_argument(
+        "--no-model-routing",
+        dest="model_routing",
+        action="store_false",
+        help="model workers on the shared queue only (as before routing), to compare",
+    )
+    parser.add_argument(
+        "--load-report",
+        default="load-heartbeat",
+        help="results of a `bench.load` run to quote for false heartbeat timeouts (default load-heartbeat)",
+    )
     args = parser.parse_args()
     args.roles = [role for role in args.roles.split(",") if role]
     if args.quick:

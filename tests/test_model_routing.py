@@ -13,19 +13,21 @@ import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import anthropic
 from temporalio.api.enums.v1 import EventType, TaskQueueType, TimeoutType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
-from temporalio.worker import Replayer
+from temporalio.worker import Replayer, SlotReleaseContext, SlotReserveContext
 
 from corral.client import send_text
 from corral.contract.events import SessionError
 from corral.names import ACTIVITY_MODEL_TURN
 from corral.temporal import connect, data_converter
 from tests.conftest import Stack, assert_log_is_whole, history_text, read_events, texts, unique, wait_for_idle
+from workers._slots import SharedSlots
 from workers.roles import model_worker_queue, model_workers
 from workflows import SessionWorkflow
 from workflows._hands import MODEL_ROUTING_PATCH
@@ -195,3 +197,25 @@ async def _until_started(handle: WorkflowHandle, within: float = 30) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"the model activity did not start within {within}s")
+
+
+async def test_shared_slots_limit_both_workers_together_and_survive_a_cancelled_wait() -> None:
+    """The model role's two workers draw on one pool: no more reservations than slots, a release hands the slot
+    to the oldest waiter, and a waiter cancelled while waiting takes none."""
+    slots = SharedSlots(2)
+    context = cast(SlotReserveContext, None)  # the supplier does not look at it
+    first, second = await slots.reserve_slot(context), await slots.reserve_slot(context)
+    assert (first, second) != (None, None) and slots.try_reserve_slot(context) is None
+    cancelled = asyncio.create_task(slots.reserve_slot(context))
+    waiting = asyncio.create_task(slots.reserve_slot(context))
+    await asyncio.sleep(0.01)
+    assert not cancelled.done() and not waiting.done()
+    cancelled.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await cancelled
+    await asyncio.to_thread(slots.release_slot, cast(SlotReleaseContext, None))  # from another thread, as the SDK
+    await asyncio.wait_for(waiting, 5)
+    assert slots.free == 0
+    slots.release_slot(cast(SlotReleaseContext, None))
+    slots.release_slot(cast(SlotReleaseContext, None))
+    assert slots.free == 2

@@ -6,11 +6,12 @@ import os
 import socket
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import anthropic
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import FixedSizeSlotSupplier, Worker, WorkerTuner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.model import ModelActivities
@@ -27,6 +28,7 @@ from corral.names import (
 )
 from corral.streaming import StreamPublisher
 from workers._run import GRACEFUL_SHUTDOWN, STICKY_TIMEOUT
+from workers._slots import SharedSlots
 from workflows import SessionWorkflow
 from workflows._signals import SignalArgumentsInterceptor
 
@@ -36,6 +38,13 @@ HARNESS_WORKFLOW_RUNNER = SandboxedWorkflowRunner(
 """Keeps the sandbox's checks on non-deterministic calls, but imports no module anew per workflow run: our workflow
 modules hold no mutable module state, and this saves several ms on every session's first task (measured: first
 workflow task p50 ~17 ms -> ~10 ms), which users feel as time to first token."""
+
+
+MODEL_ACTIVITY_SLOTS = 100
+"""Model turns one model worker process runs at once, over its two queues (the SDK's default for one worker)."""
+MODEL_HEARTBEAT_THROTTLE = timedelta(seconds=1)
+"""The SDK core sends an activity's heartbeats at most this often (by default 0.8 x the heartbeat timeout, which
+would leave a heartbeat only 0.4 s to reach a busy server before the 2 s model heartbeat timeout)."""
 
 
 def harness_worker(client: Client, task_queue: str = HARNESS_TASK_QUEUE) -> Worker:
@@ -68,6 +77,7 @@ def model_worker(
         client,
         task_queue=task_queue,
         activities=[activities.model_turn, activities.read_log, activities.archive_log],
+        max_heartbeat_throttle_interval=MODEL_HEARTBEAT_THROTTLE,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
     )
 
@@ -87,17 +97,30 @@ def model_workers(
     part, so two workers in one process get two queues."""
     own_queue = model_worker_queue(task_queue, worker_id)
     activities = ModelActivities(client, model, stream, blobs, stall_timeout_seconds, worker_task_queue=own_queue)
+    # Both queues draw on one pool of slots, the SDK's default for one worker: a burst on both queues runs no more
+    # model turns in this event loop than one worker would (more would starve their heartbeats).
+    slots = SharedSlots(MODEL_ACTIVITY_SLOTS)
+    tuner = WorkerTuner.create_composite(
+        workflow_supplier=FixedSizeSlotSupplier(1),
+        activity_supplier=slots,
+        local_activity_supplier=FixedSizeSlotSupplier(1),
+        nexus_supplier=FixedSizeSlotSupplier(1),
+    )
     return [
         Worker(
             client,
             task_queue=task_queue,
             activities=[activities.model_turn, activities.read_log, activities.archive_log],
+            tuner=tuner,
+            max_heartbeat_throttle_interval=MODEL_HEARTBEAT_THROTTLE,
             graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
         ),
         Worker(
             client,
             task_queue=own_queue,
             activities=[activities.model_turn],
+            tuner=tuner,
+            max_heartbeat_throttle_interval=MODEL_HEARTBEAT_THROTTLE,
             graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
         ),
     ]

@@ -22,12 +22,14 @@ with workflow.unsafe.imports_passed_through():
     from workflows._outcomes import INFRASTRUCTURE_RETRY, tool_failure
 
 MODEL_TURN_TIMEOUT = timedelta(minutes=10)
-MODEL_HEARTBEAT_TIMEOUT = timedelta(seconds=1.5)
-"""A lost model worker is noticed within this time (plus the server's timer lag, about 1 s on the dev server). The
-SDK core sends a heartbeat at most every 0.8 x this, from its own thread; the activity records one every 0.3 s
-(activities/model.py), so core always has one to send and only an event loop stalled for over a second could miss a
-beat. Was 3 s: recovery after SIGKILL took 5.9 s p50, over the 5 s target (bench/results/recovery.md). The timeout
-is a command attribute Temporal does not compare on replay, so recorded histories with 3 s still replay."""
+MODEL_HEARTBEAT_TIMEOUT = timedelta(seconds=2)
+"""A lost model worker is noticed within this time, plus the server's timer lag (about 1.5 s on the dev server). The
+model worker sends a heartbeat every second from the SDK core's own thread (workers/roles.py
+`MODEL_HEARTBEAT_THROTTLE`), and the activity records one every 0.25 s (activities/model.py), so a heartbeat is
+missed only if the worker's event loop stalls for over 1.5 s or one takes over a second to arrive. Was 3 s:
+recovery after SIGKILL took 5.9 s p50, over the 5 s target (bench/results/recovery.md); 1.5 s was faster still but
+gave false timeouts under bench.load's 200 sessions on 2 cores. The timeout is a command attribute Temporal does
+not compare on replay, so histories recorded with 3 s still replay."""
 MODEL_ROUTING_PATCH = "model-turn-routing"
 ROUTED_SCHEDULE_TO_START = timedelta(seconds=1.5)
 """A turn sent to the worker that served the previous one goes to the shared queue if that worker does not pick it
