@@ -199,6 +199,8 @@ async def test_a_session_gets_a_warm_sandbox_whose_workspace_outlives_its_contai
     volumes = {containers.workspace_mount(c) for c in session}
     assert len(volumes) == 1 and str(next(iter(volumes))).startswith(containers.POOL_VOLUME_PREFIX)
     assert_log_is_whole(events)
+    scope = f"{await cluster_id(pool_stack.client)}/default"
+    assert handle.id in containers.session_ids_with_containers(docker_client, scope), "the reaper sees the session"
     await handle.cancel()
     for _ in range(200):
         if not containers.session_containers(docker_client, handle.id):
