@@ -48,6 +48,14 @@ def processes(client: docker.DockerClient, session_id: str) -> str:
     return "".join(c.exec_run(["ps", "-eo", "args"]).output.decode() for c in running)
 
 
+async def until_running(client: docker.DockerClient, session_id: str, command: str) -> None:
+    for _ in range(100):
+        if command in await asyncio.to_thread(processes, client, session_id):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{command!r} did not start in the session's container")
+
+
 async def until_event(handle: WorkflowHandle, event_type: str, count: int = 1) -> None:
     for _ in range(400):
         types: list[str] = [e.type for e in await read_events(handle)]
@@ -147,10 +155,7 @@ async def test_a_dead_container_is_a_tool_error_and_the_next_call_gets_a_new_one
     )
     handle = await sandbox_stack.start(model, message="go", tools=TOOLSET)
     await until_event(handle, "agent.tool_use", 2)
-    for _ in range(100):
-        if "sleep 60" in processes(docker_client, handle.id):
-            break
-        await asyncio.sleep(0.1)
+    await until_running(docker_client, handle.id, "sleep 60")
     [first] = session_containers(docker_client, handle.id)
     first.kill()
     await until_event(handle, "agent.tool_result", 3)
@@ -237,10 +242,7 @@ async def test_a_runner_killed_mid_call_is_a_tool_error_and_the_next_call_gets_a
     model = sandbox_stack.script([bash("echo one"), bash("sleep 60"), bash("echo three"), {"text": "done"}])
     handle = await sandbox_stack.start(model, message="go", tools=TOOLSET)
     await until_event(handle, "agent.tool_use", 2)
-    for _ in range(100):
-        if "sleep 60" in processes(docker_client, handle.id):
-            break
-        await asyncio.sleep(0.1)
+    await until_running(docker_client, handle.id, "sleep 60")
     [first] = session_containers(docker_client, handle.id)
     # The runner is the container's main process (under Docker's init, pid 1): kill it, not the container.
     killed = await asyncio.to_thread(first.exec_run, ["pkill", "-KILL", "-x", "corral-runner"])

@@ -274,23 +274,21 @@ def _seconds(environ: Environ, name: str, default: float) -> float:
 
 
 def _count(environ: Environ, name: str, default: int) -> int:
-    raw = _text(environ, name)
-    if raw is None:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise _invalid(name, raw, "a whole number") from None
+    return _integer(environ, name, default, "a whole number")
 
 
 def _port(environ: Environ, name: str, default: int) -> int:
+    return _integer(environ, name, default, "a TCP port number (1-65535)")
+
+
+def _integer(environ: Environ, name: str, default: int, expected: str) -> int:
     raw = _text(environ, name)
     if raw is None:
         return default
     try:
         return int(raw)
     except ValueError:
-        raise _invalid(name, raw, "a TCP port number (1-65535)") from None
+        raise _invalid(name, raw, expected) from None
 
 
 def _url(environ: Environ, name: str) -> str | None:
