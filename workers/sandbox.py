@@ -120,7 +120,7 @@ async def keeping_filled(pool: WarmPool | None) -> AsyncIterator[None]:
     finally:
         task.cancel()
         await asyncio.wait([task])
-        removed = await pool.drain()  # a stopped worker leaves no idle sandbox running behind it
+        removed = await pool.close()  # a stopped worker leaves no idle sandbox running behind it
         log.info("warm pool: %d unclaimed member(s) removed on the way out", removed)
 
 

@@ -20,13 +20,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import docker
 import docker.errors
@@ -38,6 +41,7 @@ from corral.sandbox.errors import SandboxError
 from corral.sandbox.runner import RunnerLost, Runners
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 POOL_LABEL = "corral.pool"
 """On pool members: the key of the recipe they serve."""
@@ -129,6 +133,9 @@ class WarmPool:
         self._ready: dict[str, list[_Member]] = {}
         """Members this worker made, by key, not yet tried: a claim needs no engine listing for them."""
         self._wake = asyncio.Event()
+        self._upkeep_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-pool")
+        self._making: asyncio.Future[None] | None = None
+        """The upkeep's Docker calls run here, one at a time, never in the threads the sandbox calls use."""
         default = Environment()
         key = pool_key(default, image)
         if key is not None and settings.enabled:
@@ -205,6 +212,11 @@ class WarmPool:
 
     # ---- keeping the pools filled ---------------------------------------------------------------------------
 
+    async def _upkeep(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(
+            self._upkeep_thread, functools.partial(function, *args, **kwargs)
+        )
+
     async def maintain(self) -> None:
         """Until cancelled: remove stale members, then make missing ones, one at a time (a running call never
         waits for the pool: each step is one Docker call in a thread)."""
@@ -228,9 +240,11 @@ class WarmPool:
         if await self._remove_one_stale():
             return True
         for key, recipe in self._recipes.items():
-            members = await asyncio.to_thread(self._members, key)
+            members = await self._upkeep(self._members, key)
             if len(members) < self.settings.size:
-                await self._make(key, recipe.environment)
+                # Shielded: a member half made when the upkeep is cancelled is finished, so `close` can drain it.
+                self._making = asyncio.ensure_future(self._make(key, recipe.environment))
+                await asyncio.shield(self._making)
                 return True
         return False
 
@@ -240,6 +254,12 @@ class WarmPool:
         while await self._remove_one_stale(everything=True):
             removed += 1
         return removed
+
+    async def close(self) -> int:
+        """After `maintain` was cancelled: finish the member being made, then drain."""
+        if self._making is not None:
+            await asyncio.wait([self._making])
+        return await self.drain()
 
     async def drain(self) -> int:
         """Claim and remove the members this worker made and did not hand out (it is stopping); how many. A worker
@@ -254,14 +274,14 @@ class WarmPool:
                 except (RunnerLost, TimeoutError, SandboxError):
                     continue  # gone already, or no longer answering: the upkeep of the next worker removes it
                 if answer.get("owner") == owner:
-                    await asyncio.to_thread(self._remove_member, member.container_id, member.volume, member.name)
+                    await self._upkeep(self._remove_member, member.container_id, member.volume, member.name)
                     removed += 1
         return removed
 
     async def _remove_one_stale(self, everything: bool = False) -> bool:
         """Claim (so no session can) and remove one unclaimed member that is too old or no longer running."""
         labels = [POOL_LABEL, f"{containers.SCOPE_LABEL}={self._scope}"]
-        found = await asyncio.to_thread(self._docker.containers.list, all=True, filters={"label": labels})
+        found = await self._upkeep(self._docker.containers.list, all=True, filters={"label": labels})
         for member in found:
             if not str(member.name).startswith(MEMBER_PREFIX):
                 continue  # claimed by a session: never touched
@@ -277,7 +297,7 @@ class WarmPool:
                     answer = {"owner": owner}  # a member whose runner does not answer is no use to anyone
                 if answer.get("owner") != owner:
                     continue
-            await asyncio.to_thread(self._remove, member)
+            await self._upkeep(self._remove, member)
             return True
         return False
 
@@ -299,7 +319,7 @@ class WarmPool:
     async def _make(self, key: str, environment: Environment) -> None:
         member_id = os.urandom(6).hex()
         labels = {POOL_LABEL: key, containers.SCOPE_LABEL: self._scope, CREATED_LABEL: f"{time.time():.0f}"}
-        made = await asyncio.to_thread(
+        made = await self._upkeep(
             containers.make_pool_member, self._docker, f"{MEMBER_PREFIX}{member_id}", environment, self._image, labels
         )
         try:
