@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.worker import Replayer, SlotReleaseContext, SlotReserveContext
 
+from activities.model import warm_http_client, warm_up
 from corral.client import send_text
 from corral.contract.events import SessionError
 from corral.names import ACTIVITY_MODEL_TURN
@@ -219,3 +221,17 @@ async def test_shared_slots_limit_both_workers_together_and_survive_a_cancelled_
     slots.release_slot(cast(SlotReleaseContext, None))
     slots.release_slot(cast(SlotReleaseContext, None))
     assert slots.free == 2
+
+
+async def test_warm_up_opens_a_connection_and_an_unreachable_api_does_not_stop_the_worker(stack: Stack) -> None:
+    """At start the model worker opens its first connection to the model API (so the first turn does not); an API
+    that does not answer is only logged, the worker starts all the same."""
+    reachable = anthropic.AsyncAnthropic(
+        base_url=stack.model_server.base_url, api_key="test-key", max_retries=0, http_client=warm_http_client()
+    )
+    assert await warm_up(reachable)
+    with socket.socket() as closed:  # a port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    unreachable = anthropic.AsyncAnthropic(base_url=f"http://127.0.0.1:{port}", api_key="test-key", max_retries=0)
+    assert not await warm_up(unreachable, timeout_seconds=2)
