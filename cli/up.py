@@ -431,7 +431,13 @@ async def _sandboxes_at_down(console: Console, scope: str | None, remove: bool) 
     Only the sandboxes of this stack's Temporal server (`scope`): other stacks and test runs may share the engine.
     A stack recorded before scopes were, or an engine that does not answer, is skipped with a note.
     """
-    from corral.sandbox import SandboxError, connect_docker, list_sandbox_resources, remove_all_sandboxes
+    from corral.sandbox import (
+        SandboxError,
+        connect_docker,
+        list_sandbox_resources,
+        remove_all_sandboxes,
+        remove_pool_members,
+    )
 
     if scope is None:
         if remove:
@@ -451,6 +457,14 @@ async def _sandboxes_at_down(console: Console, scope: str | None, remove: bool) 
                     raise CliError(f"could not remove every sandbox: {exc}") from None
             console.print(Text("✓ ", style="green") + Text(f"removed {removed.describe()}"))
             return
+        try:
+            pool = await asyncio.to_thread(remove_pool_members, client, scope)
+        except SandboxError as exc:
+            raise CliError(f"could not remove the warm pool: {exc}") from None
+        if not pool.empty:
+            console.print(
+                Text("✓ ", style="green") + Text(f"removed the warm pool's idle sandboxes: {pool.describe()}")
+            )
         found = await asyncio.to_thread(list_sandbox_resources, client, scope)
         if not found.empty:
             note = Text(f"kept on the Docker engine: {found.describe()}; ", style="yellow")

@@ -15,6 +15,7 @@ import pytest
 from activities.sandbox import SandboxActivities
 from corral.contract.sandbox import Environment, Networking, ResourceLimits
 from corral.sandbox import containers
+from corral.sandbox.cleanup import remove_pool_members
 from corral.sandbox.pool import MEMBER_PREFIX, POOL_LABEL, PoolSettings, WarmPool, pool_key
 from corral.sandbox.runner import Runners
 from corral.temporal import cluster_id
@@ -153,6 +154,20 @@ async def test_a_stopping_worker_removes_the_members_it_made_and_leaves_the_othe
     assert len(members(docker_client, scope)) == 2
     assert await stopping.drain() == 1
     assert members(docker_client, scope) == [other._ready[next(iter(other._ready))][0].name]
+
+
+async def test_corral_down_removes_idle_members_and_keeps_claimed_ones_and_their_workspace(
+    docker_client: docker.DockerClient, sandbox_image: str, scope: str
+) -> None:
+    pool = new_pool(docker_client, sandbox_image, scope, size=2)
+    await fill(pool)
+    made = await pool.claim("owner", "corral-claimed-g0", Environment())
+    assert made is not None and len(members(docker_client, scope)) == 1
+    removed = await asyncio.to_thread(remove_pool_members, docker_client, scope)
+    assert len(removed.containers) == 1 and removed.volumes[0].startswith(containers.POOL_VOLUME_PREFIX)
+    assert members(docker_client, scope) == []
+    assert docker_client.containers.get(made.container_id).status == "running"
+    assert docker_client.volumes.get(made.volume).name == made.volume
 
 
 @pytest.fixture

@@ -7,7 +7,13 @@ registry (debootstrap, `docker import`, a Dockerfile layer). `python -m corral.s
 through `connect_docker`, which never starts an engine.
 """
 
-from corral.sandbox.cleanup import SandboxResources, connect_docker, list_sandbox_resources, remove_all_sandboxes
+from corral.sandbox.cleanup import (
+    SandboxResources,
+    connect_docker,
+    list_sandbox_resources,
+    remove_all_sandboxes,
+    remove_pool_members,
+)
 from corral.sandbox.engine import ensure_docker_engine, stop_docker_engine
 from corral.sandbox.errors import (
     DockerEngineError,
@@ -33,6 +39,7 @@ __all__ = [
     "list_sandbox_resources",
     "prepare_workspace_volume",
     "remove_all_sandboxes",
+    "remove_pool_members",
     "sandbox_image_tag",
     "stop_docker_engine",
 ]

@@ -22,11 +22,11 @@ import docker.errors
 import requests
 from docker.models.containers import Container
 
-from corral.sandbox.containers import SCOPE_LABEL, SESSION_LABEL, volume_name
+from corral.sandbox.containers import SCOPE_LABEL, SESSION_LABEL, volume_name, workspace_mount
 from corral.sandbox.egress import EGRESS_CONTAINER, EGRESS_NETWORK, LIMITED_NETWORK, NETWORK_LABEL
 from corral.sandbox.errors import SandboxError
 from corral.sandbox.networks import remove_network
-from corral.sandbox.pool import POOL_LABEL
+from corral.sandbox.pool import MEMBER_PREFIX, POOL_LABEL
 
 EGRESS_LABEL = "corral=egress"
 """The label `egress.ensure_egress` puts on the proxy container and on its network."""
@@ -152,6 +152,23 @@ def remove_all_sandboxes(client: docker.DockerClient, scope: str | None = None) 
         containers=_remove_each(client, "container", found.containers, failures),
         volumes=_remove_each(client, "volume", found.volumes, failures),
         networks=_remove_each(client, "network", found.networks, failures),
+    )
+    if failures:
+        raise SandboxError(f"removed {removed.describe()}, but not: " + "; ".join(failures))
+    return removed
+
+
+def remove_pool_members(client: docker.DockerClient, scope: str) -> SandboxResources:
+    """Remove the unclaimed warm pool members of `scope` and their (empty) workspace volumes: `corral down` does,
+    once the sandbox workers are stopped, so a stopped stack leaves no idle sandbox running. A member a session
+    claimed carries the session's name, and stays with the session's sandboxes."""
+    members = client.containers.list(all=True, filters={"label": [POOL_LABEL, f"{SCOPE_LABEL}={scope}"]})
+    unclaimed = [c for c in members if str(c.name).startswith(MEMBER_PREFIX)]
+    volumes = tuple(v for v in (workspace_mount(c) for c in unclaimed) if v)
+    failures: list[str] = []
+    removed = SandboxResources(
+        containers=_remove_each(client, "container", tuple(str(c.name) for c in unclaimed), failures),
+        volumes=_remove_each(client, "volume", volumes, failures),
     )
     if failures:
         raise SandboxError(f"removed {removed.describe()}, but not: " + "; ".join(failures))
