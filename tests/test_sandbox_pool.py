@@ -111,6 +111,21 @@ async def test_a_claim_applies_the_sessions_limits_and_a_recipe_the_pool_cannot_
     assert len(members(docker_client, scope)) == 2
 
 
+async def test_a_claim_while_a_member_is_being_made_waits_for_it(
+    docker_client: docker.DockerClient, sandbox_image: str, scope: str
+) -> None:
+    pool = new_pool(docker_client, sandbox_image, scope, size=1)
+    making = asyncio.ensure_future(pool.maintain_once())  # a worker that just started: its first member is coming
+    for _ in range(200):
+        if pool._making is not None:
+            break
+        await asyncio.sleep(0.01)
+    assert pool._making is not None and not pool._making.done(), "the member must still be in the making"
+    made = await pool.claim("owner", "corral-early-g0", Environment())
+    assert made is not None and (pool.stats.hits, pool.stats.misses) == (1, 0)
+    assert await making
+
+
 async def test_stale_members_are_removed_and_claimed_ones_never_touched(
     docker_client: docker.DockerClient, sandbox_image: str, scope: str
 ) -> None:

@@ -52,6 +52,8 @@ RECENT_SECONDS = 30 * 60
 """A recipe seen in a claim within this time gets a pool of its own (besides the default recipe's)."""
 MAX_POOLS = 4
 CLAIM_WAIT_SECONDS = 5.0
+MAKING_WAIT_SECONDS = 5.0
+"""How long a claim that found no member waits for one of its recipe that is being made."""
 IDLE_SECONDS = 1.0
 """How often the maintenance loop looks again when there is nothing to do (a claim wakes it at once)."""
 
@@ -135,6 +137,7 @@ class WarmPool:
         self._wake = asyncio.Event()
         self._upkeep_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-pool")
         self._making: asyncio.Future[None] | None = None
+        self._making_key: str | None = None
         """The upkeep's Docker calls run here, one at a time, never in the threads the sandbox calls use."""
         default = Environment()
         key = pool_key(default, image)
@@ -154,6 +157,22 @@ class WarmPool:
         elif recipe is not None:
             recipe.last_seen = max(recipe.last_seen, time.monotonic())
         self._wake.set()
+        made = await self._claim_one(key, owner, name, environment)
+        making = self._making
+        if made is None and making is not None and not making.done() and self._making_key == key:
+            # A member of this recipe is being made (a worker that just started): it is ready sooner than a
+            # sandbox made from scratch now, which would also compete with it for the engine.
+            await asyncio.wait([making], timeout=MAKING_WAIT_SECONDS)
+            made = await self._claim_one(key, owner, name, environment)
+        if made is None:
+            self.stats.misses += 1
+        else:
+            self.stats.hits += 1
+        return made
+
+    async def _claim_one(
+        self, key: str, owner: str, name: str, environment: Environment
+    ) -> containers.Provisioned | None:
         async for member in self._candidates(key):
             try:
                 answer = await self._runners.request(member.container_id, "claim", CLAIM_WAIT_SECONDS, owner=owner)
@@ -163,13 +182,9 @@ class WarmPool:
             if answer.get("owner") != owner:
                 continue  # another session (or worker) claimed it first
             try:
-                made = await asyncio.to_thread(self._hand_over, member, name, environment)
+                return await asyncio.to_thread(self._hand_over, member, name, environment)
             except docker.errors.APIError as exc:
                 log.warning("pool member %s was claimed but could not be handed over: %s", member.name, exc)
-                continue
-            self.stats.hits += 1
-            return made
-        self.stats.misses += 1
         return None
 
     async def _candidates(self, key: str) -> AsyncIterator[_Member]:
@@ -243,7 +258,7 @@ class WarmPool:
             members = await self._upkeep(self._members, key)
             if len(members) < self.settings.size:
                 # Shielded: a member half made when the upkeep is cancelled is finished, so `close` can drain it.
-                self._making = asyncio.ensure_future(self._make(key, recipe.environment))
+                self._making, self._making_key = asyncio.ensure_future(self._make(key, recipe.environment)), key
                 await asyncio.shield(self._making)
                 return True
         return False
