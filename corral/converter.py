@@ -8,14 +8,15 @@ A bad signal is still dropped with a warning and a bad update still rejected: th
 
 from __future__ import annotations
 
+import functools
 import types
 import typing
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from temporalio.api.common.v1 import Payload
-from temporalio.contrib.pydantic import PydanticPayloadConverter
+from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter, PydanticPayloadConverter
 from temporalio.exceptions import ApplicationError
 
 from corral.blobs import MISSING_BLOB_ENCODING
@@ -33,7 +34,25 @@ class MissingBlobError(RuntimeError):
     """
 
 
+TYPE_ADAPTERS = functools.lru_cache(maxsize=1024)(TypeAdapter)
+"""One cache of pydantic type adapters for the whole process. The SDK makes a payload converter per workflow run,
+each with a cache of its own, so every new session built the adapter of its `SessionInput` again (schema
+generation): about 6 ms of its first workflow task, which is on the path to its first token."""
+
+
+class _JsonConverter(PydanticJSONPlainPayloadConverter):
+    def __init__(self) -> None:
+        super().__init__()
+        self._type_adapter = TYPE_ADAPTERS  # the SDK's own lookup (an LRU cache of TypeAdapter), shared
+
+
 class CorralPayloadConverter(PydanticPayloadConverter):
+    def __init__(self) -> None:
+        super().__init__()
+        json = _JsonConverter()
+        self.converters = {encoding: json if encoding == json.encoding.encode() else converter
+                           for encoding, converter in self.converters.items()}  # fmt: skip
+
     def from_payloads(self, payloads: Sequence[Payload], type_hints: list[type] | None = None) -> list[Any]:
         for payload in payloads:
             if payload.metadata.get("encoding") == MISSING_BLOB_ENCODING:

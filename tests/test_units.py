@@ -219,3 +219,25 @@ def test_an_update_the_server_did_not_take_is_sent_again() -> None:
     assert _not_taken(RPCError("busy", RPCStatusCode.RESOURCE_EXHAUSTED, b""))
     assert not _not_taken(RPCError("other", RPCStatusCode.FAILED_PRECONDITION, b""))
     assert not _not_taken(RPCError("bad", RPCStatusCode.INVALID_ARGUMENT, b""))
+
+
+def test_every_payload_converter_shares_one_cache_of_type_adapters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK makes a converter per workflow run: a session's input must not build its adapter again each time."""
+    import pydantic
+    import temporalio.contrib.pydantic
+
+    from corral.converter import CorralPayloadConverter
+
+    built: list[object] = []
+
+    def counting_type_adapter(*args: Any, **kwargs: Any) -> pydantic.TypeAdapter[Any]:
+        built.append(args[0])
+        return pydantic.TypeAdapter(*args, **kwargs)
+
+    payloads = CorralPayloadConverter().to_payloads([SessionInput(agent=AgentConfig(model="m"), message="hi")])
+    CorralPayloadConverter().from_payloads(payloads, [SessionInput])
+    monkeypatch.setattr(temporalio.contrib.pydantic, "TypeAdapter", counting_type_adapter)  # what each SDK cache makes
+    for _ in range(3):
+        [decoded] = CorralPayloadConverter().from_payloads(payloads, [SessionInput])
+        assert decoded.message == "hi"
+    assert built == [], "a new converter built the adapter again"
