@@ -236,6 +236,28 @@ async def test_a_started_call_that_left_no_exit_code_is_reported_lost_and_not_ru
         await asyncio.to_thread(remove_session, docker_client, session_id, True)
 
 
+async def test_the_runner_keeps_the_newest_call_records_only(
+    docker_client: docker.DockerClient, sandbox_image: str
+) -> None:
+    """A session of thousands of calls must not fill the records' tmpfs; a call being retried is always recent."""
+    session_id = unique("records")
+    made = await asyncio.to_thread(ensure_container, docker_client, session_id, Environment(), 0, sandbox_image)
+    runners = Runners(docker_client)
+    request = {"command": "echo out", "workdir": "/workspace", "timeout": 10, "head": 100, "tail": 100}
+    try:
+        for n in range(300):
+            answer = await runners.request(made.container_id, "bash", 30, call=f"c{n}", **request)
+            assert answer["output"] == "out\n"
+        count = {**request, "command": "ls /run/corral/calls | wc -l"}
+        kept = await runners.request(made.container_id, "bash", 30, call="count", **count)
+        assert int(kept["output"]) == 256 + 1, "the newest 256, and the call that counts them"
+        again = await runners.request(made.container_id, "bash", 30, call="c299", **request)
+        assert again["recovered"] and again["output"] == "out\n", "a recent call is answered from its record"
+    finally:
+        runners.close()
+        await asyncio.to_thread(remove_session, docker_client, session_id, True)
+
+
 async def test_a_runner_killed_mid_call_is_a_tool_error_and_the_next_call_gets_a_new_container(
     sandbox_stack: Stack, docker_client: docker.DockerClient
 ) -> None:
