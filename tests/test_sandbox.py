@@ -231,6 +231,13 @@ async def test_a_started_call_that_left_no_exit_code_is_reported_lost_and_not_ru
         assert (lost["status"], lost["recovered"], lost["output"]) == ("lost", True, "")
         fresh = await runners.request(made.container_id, "bash", 30, call="c2", command="echo ran", **request)
         assert (fresh["status"], fresh["recovered"], fresh["output"]) == ("done", False, "ran\n")
+        assert len(runners) == 1
+        await asyncio.to_thread(docker_client.containers.get(made.container_id).stop, timeout=1)
+        for _ in range(100):
+            if not len(runners):
+                break
+            await asyncio.sleep(0.05)
+        assert len(runners) == 0, "the stream of a stopped container is not kept"
     finally:
         runners.close()
         await asyncio.to_thread(remove_session, docker_client, session_id, True)

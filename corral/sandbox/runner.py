@@ -20,6 +20,7 @@ import os
 import socket
 import struct
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import docker
@@ -56,6 +57,7 @@ class RunnerStream:
         self._prefix = os.urandom(6).hex()
         self.closed: str | None = None
         """Why the stream ended, once it has."""
+        self.on_end: Callable[[RunnerStream], None] | None = None
         self._reader = threading.Thread(target=self._read, name=f"runner-{container_id[:12]}", daemon=True)
         self._reader.start()
 
@@ -164,6 +166,8 @@ class RunnerStream:
             if not future.done():
                 future.set_exception(RunnerLost(reason))
         self.close()
+        if self.on_end is not None:
+            self.on_end(self)
 
 
 class Runners:
@@ -196,7 +200,12 @@ class Runners:
             stream.close()
             raise SandboxError(f"the sandbox's runner refused the stream: {hello}")
         self._streams[container_id] = stream
+        stream.on_end = self._ended  # a stopped or removed container's stream is not kept
         return stream
+
+    def _ended(self, stream: RunnerStream) -> None:
+        if self._streams.get(stream.container_id) is stream:
+            del self._streams[stream.container_id]
 
     async def request(self, container_id: str, op: str, wait: float | None = None, **fields: Any) -> dict[str, Any]:
         """One request on the container's stream (opened if needed). RunnerLost when the stream ends first: the
@@ -207,6 +216,10 @@ class Runners:
         except RunnerLost:
             self.forget(container_id)
             raise
+
+    def __len__(self) -> int:
+        """How many streams are open."""
+        return len(self._streams)
 
     def forget(self, container_id: str) -> None:
         stream = self._streams.pop(container_id, None)
