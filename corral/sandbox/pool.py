@@ -56,6 +56,7 @@ MAKING_WAIT_SECONDS = 5.0
 """How long a claim that found no member waits for one of its recipe that is being made."""
 IDLE_SECONDS = 1.0
 """How often the maintenance loop looks again when there is nothing to do (a claim wakes it at once)."""
+FAILED_PAUSE_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -136,9 +137,9 @@ class WarmPool:
         """Members this worker made, by key, not yet tried: a claim needs no engine listing for them."""
         self._wake = asyncio.Event()
         self._upkeep_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-pool")
+        """The upkeep's Docker calls run here, one at a time, never in the threads the sandbox calls use."""
         self._making: asyncio.Future[None] | None = None
         self._making_key: str | None = None
-        """The upkeep's Docker calls run here, one at a time, never in the threads the sandbox calls use."""
         default = Environment()
         key = pool_key(default, image)
         if key is not None and settings.enabled:
@@ -236,15 +237,16 @@ class WarmPool:
         """Until cancelled: remove stale members, then make missing ones, one at a time (a running call never
         waits for the pool: each step is one Docker call in a thread)."""
         while True:
+            pause = IDLE_SECONDS
             try:
                 worked = await self.maintain_once()
-            except Exception:  # the engine passing through a hiccup: try again shortly
-                log.exception("keeping the sandbox pool filled failed; trying again")
-                worked = False
+            except Exception:  # the engine passing through a hiccup: try again, not too often
+                log.exception("keeping the sandbox pool filled failed; trying again in %g s", FAILED_PAUSE_SECONDS)
+                worked, pause = False, FAILED_PAUSE_SECONDS
             if not worked:
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), IDLE_SECONDS)
+                    await asyncio.wait_for(self._wake.wait(), pause)
 
     async def maintain_once(self) -> bool:
         """One step: remove one stale member or make one missing one; False when there was nothing to do."""

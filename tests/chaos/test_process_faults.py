@@ -183,9 +183,10 @@ async def test_model_worker_sigkilled_mid_stream(stack: Stack, tmp_path: Path) -
 
 
 def _container_processes(engine: docker.DockerClient, session_id: str) -> str:
-    from corral.sandbox.containers import SESSION_LABEL
+    from corral.sandbox.containers import session_containers
 
-    running = engine.containers.list(filters={"label": f"{SESSION_LABEL}={session_id}", "status": "running"})
+    # The worker process runs a warm pool: a claimed member carries the session's name, not its label.
+    running = [c for c in session_containers(engine, session_id) if c.status == "running"]
     return "".join(container.exec_run(["ps", "-eo", "args"]).output.decode() for container in running)
 
 
