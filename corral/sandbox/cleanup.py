@@ -162,7 +162,8 @@ def remove_pool_members(client: docker.DockerClient, scope: str) -> SandboxResou
     """Remove the unclaimed warm pool members of `scope` and their (empty) workspace volumes: `corral down` does,
     once the sandbox workers are stopped, so a stopped stack leaves no idle sandbox running. A member a session
     claimed carries the session's name, and stays with the session's sandboxes."""
-    members = client.containers.list(all=True, filters={"label": [POOL_LABEL, f"{SCOPE_LABEL}={scope}"]})
+    labels = [POOL_LABEL, f"{SCOPE_LABEL}={scope}"]
+    members = client.containers.list(all=True, filters={"label": labels}, ignore_removed=True)
     unclaimed = [c for c in members if str(c.name).startswith(MEMBER_PREFIX)]
     volumes = tuple(v for v in (workspace_mount(c) for c in unclaimed) if v)
     failures: list[str] = []

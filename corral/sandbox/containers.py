@@ -205,9 +205,9 @@ def workspace_mount(container: Container) -> str | None:
 
 def session_containers(client: docker.DockerClient, session_id: str) -> list[Container]:
     """Every container of a session: those made for it (labelled) and warm pool members it claimed (renamed)."""
-    labelled = client.containers.list(all=True, filters={"label": f"{SESSION_LABEL}={session_id}"})
+    labelled = client.containers.list(all=True, filters={"label": f"{SESSION_LABEL}={session_id}"}, ignore_removed=True)
     pattern = re.compile(rf"^/?{re.escape(container_name(session_id, 0)[:-1])}\d+$")
-    named = client.containers.list(all=True, filters={"name": container_name(session_id, 0)[:-1]})
+    named = client.containers.list(all=True, filters={"name": container_name(session_id, 0)[:-1]}, ignore_removed=True)
     by_id = {str(c.id): c for c in labelled}
     by_id.update({str(c.id): c for c in named if pattern.match(str(c.name))})
     return list(by_id.values())
@@ -455,7 +455,7 @@ def remove_session(client: docker.DockerClient, session_id: str, remove_volume: 
 def session_ids_with_containers(client: docker.DockerClient, scope: str) -> set[str]:
     """Sessions of `scope` (cluster and namespace) that have a container (running or stopped) on this engine, or
     a sandbox network left without one (its worker died between making the network and the container)."""
-    containers = client.containers.list(all=True, filters={"label": f"{SCOPE_LABEL}={scope}"})
+    containers = client.containers.list(all=True, filters={"label": f"{SCOPE_LABEL}={scope}"}, ignore_removed=True)
     sessions = {str(c.labels[SESSION_LABEL]) for c in containers if SESSION_LABEL in c.labels}
     # Warm pool members claimed by a session carry its name (`corral-<session>-g<n>`), not its label.
     claimed = (CLAIMED_NAME.match(str(c.name)) for c in containers if SESSION_LABEL not in c.labels)

@@ -204,7 +204,7 @@ class WarmPool:
     def _members(self, key: str) -> list[Container]:
         """This key's unclaimed members on the engine (not yet renamed), the oldest first."""
         labels = [f"{POOL_LABEL}={key}", f"{containers.SCOPE_LABEL}={self._scope}"]
-        found = self._docker.containers.list(filters={"label": labels, "status": "running"})
+        found = self._docker.containers.list(filters={"label": labels, "status": "running"}, ignore_removed=True)
         ours = [c for c in found if str(c.name).startswith(MEMBER_PREFIX)]
         return sorted(ours, key=lambda c: str(c.attrs.get("Created", "")))
 
@@ -298,7 +298,9 @@ class WarmPool:
     async def _remove_one_stale(self, everything: bool = False) -> bool:
         """Claim (so no session can) and remove one unclaimed member that is too old or no longer running."""
         labels = [POOL_LABEL, f"{containers.SCOPE_LABEL}={self._scope}"]
-        found = await self._upkeep(self._docker.containers.list, all=True, filters={"label": labels})
+        found = await self._upkeep(
+            self._docker.containers.list, all=True, filters={"label": labels}, ignore_removed=True
+        )
         for member in found:
             if not str(member.name).startswith(MEMBER_PREFIX):
                 continue  # claimed by a session: never touched
