@@ -10,7 +10,6 @@ import contextlib
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 
 import docker
 import docker.errors
@@ -19,9 +18,8 @@ import pytest
 from corral.contract.sandbox import Environment
 from corral.sandbox import SandboxResources, connect_docker, list_sandbox_resources, remove_all_sandboxes
 from corral.sandbox.cleanup import EGRESS_NETWORKS
-from corral.sandbox.containers import SCOPE_LABEL, SESSION_LABEL, ensure_container, remove_session, volume_name
+from corral.sandbox.containers import ensure_container, remove_session
 from corral.sandbox.egress import EGRESS_CONTAINER, EGRESS_NETWORK
-from corral.sandbox.workspace import prepare_workspace_volume
 
 LIMITED = Environment.model_validate({"networking": {"type": "limited", "allowed_hosts": ["example.invalid"]}})
 
@@ -119,29 +117,3 @@ def test_the_description_counts_what_there_is() -> None:
 def test_no_engine_answering_is_none_and_none_is_started(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", f"unix:///tmp/corral-no-engine-{uuid.uuid4().hex[:8]}.sock")
     assert connect_docker(ping_timeout=1) is None
-
-
-def test_a_one_shot_left_by_a_killed_worker_is_found_and_its_volume_removed(
-    docker_client: docker.DockerClient, sandbox_image: str, made: Made
-) -> None:
-    """The chown one-shot that prepares a workspace volume carries the volume's labels (seen in the engine's
-    events), so one left behind by a worker killed while it ran (exited, holding the volume) is removed with the
-    sandboxes instead of making `corral down --sandboxes` fail on a volume in use."""
-    scope = f"test-{uuid.uuid4().hex[:8]}/default"
-    session_id = made.session()
-    labels = {SESSION_LABEL: session_id, SCOPE_LABEL: scope}
-    since = datetime.now(UTC) - timedelta(seconds=1)
-    volume = prepare_workspace_volume(docker_client, volume_name(session_id), sandbox_image, labels=labels)
-    created = docker_client.events(
-        since=since, until=datetime.now(UTC) + timedelta(seconds=1), decode=True,
-        filters={"type": "container", "event": "create", "label": f"{SESSION_LABEL}={session_id}"},
-    )  # fmt: skip
-    assert len(list(created)) == 1, "the one-shot must carry the volume's labels"
-    # What a worker killed mid-chown leaves: an exited container with those labels, holding the volume.
-    left = docker_client.containers.create(
-        sandbox_image, ["true"], labels=labels, volumes={volume: {"bind": "/workspace", "mode": "rw"}}
-    )
-    removed = remove_all_sandboxes(docker_client, scope)
-    assert left.name in removed.containers and volume in removed.volumes
-    with pytest.raises(docker.errors.NotFound):
-        docker_client.volumes.get(volume)

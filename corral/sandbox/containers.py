@@ -50,8 +50,6 @@ MAX_COMMAND_BYTES = 512 * 1024
 """The longest bash command (UTF-8): as much as the write tool's content, more than a model writes in one reply."""
 
 
-POOL_LABEL = "corral.pool"
-"""On warm pool members (and their one-shot helpers): the key of the recipe they serve (corral/sandbox/pool.py)."""
 POOL_VOLUME_PREFIX = "corral-ws-pool."
 """A warm pool member's workspace volume (the dot keeps it apart from any session's `corral-ws-<id>`)."""
 CLAIMED_NAME = re.compile(r"^/?corral-(?!pool-)(.+)-g\d+$")
@@ -181,7 +179,7 @@ def make_pool_member(
 ) -> Provisioned:
     """A started sandbox for the warm pool (networking none): `name`, a fresh workspace volume of its own."""
     volume = f"{POOL_VOLUME_PREFIX}{name.removeprefix('corral-')}"
-    _ensure_volume(client, volume, image, {SCOPE_LABEL: labels[SCOPE_LABEL], POOL_LABEL: labels[POOL_LABEL]})
+    _ensure_volume(client, volume, image, {SCOPE_LABEL: labels[SCOPE_LABEL]})
     labels = {**labels, runner.RUNNER_LABEL: runner.PROTOCOL_VERSION}
     container = _create_with_open_stdin(client, image, name, labels, _run_options(environment, volume, name))
     container.start()

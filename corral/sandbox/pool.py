@@ -43,7 +43,8 @@ from corral.sandbox.runner import RunnerLost, Runners
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-POOL_LABEL = containers.POOL_LABEL
+POOL_LABEL = "corral.pool"
+"""On pool members: the key of the recipe they serve."""
 CREATED_LABEL = "corral.pool.created"
 """When the member was made (Unix seconds): its age, without parsing the engine's timestamps."""
 MEMBER_PREFIX = "corral-pool-"

@@ -25,16 +25,12 @@ WORKSPACE = "/workspace"
 def prepare_workspace_volume(
     client: docker.DockerClient, name: str, image: str, *, labels: dict[str, str] | None = None
 ) -> str:
-    """Create the named volume `name` (or reuse it) and make its top directory owned by the sandbox user.
-
-    The one-shot container carries the volume's `labels` too: `--rm` is the client's to do, so a worker killed
-    while it runs leaves it behind (exited, holding the volume), and the clean-ups find it by those labels."""
+    """Create the named volume `name` (or reuse it) and make its top directory owned by the sandbox user."""
     try:
         client.volumes.create(name=name, labels=labels or {})
         client.containers.run(
             image,
             ["chown", f"{SANDBOX_UID}:{SANDBOX_GID}", WORKSPACE],
-            labels=labels or {},
             user="0:0",
             cap_drop=["ALL"],
             cap_add=["CHOWN"],
@@ -85,7 +81,6 @@ def copy_workspace(
         client.containers.run(
             image,
             ["cp", "-a", "/from/.", WORKSPACE],
-            labels=labels or {},
             user=f"{SANDBOX_UID}:{SANDBOX_GID}",
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
