@@ -20,6 +20,7 @@ from corral.sandbox import SandboxResources, connect_docker, list_sandbox_resour
 from corral.sandbox.cleanup import EGRESS_NETWORKS
 from corral.sandbox.containers import ensure_container, remove_session
 from corral.sandbox.egress import EGRESS_CONTAINER, EGRESS_NETWORK
+from corral.sandbox.workspace import ONESHOT_LABEL
 
 LIMITED = Environment.model_validate({"networking": {"type": "limited", "allowed_hosts": ["example.invalid"]}})
 
@@ -103,6 +104,49 @@ def test_removing_one_stacks_sandboxes_leaves_the_others_and_keeps_the_images(
         assert EGRESS_NETWORK in left.networks
     else:  # another stack (a demo left running, a test run beside this one) still has a sandbox here
         assert EGRESS_CONTAINER not in left.containers
+
+
+def left_by_a_killed_worker(client: docker.DockerClient, image: str, volume: str) -> str:
+    """The one-shot that prepares `volume`, as a worker SIGKILLed while it ran leaves it: exited (its `--rm` is the
+    client's, and the client died), still holding the volume. Its name."""
+    oneshot = client.containers.run(
+        image, ["true"], network_mode="none", detach=True, volumes={volume: {"bind": "/workspace", "mode": "rw"}},
+        labels={ONESHOT_LABEL: volume},
+    )  # fmt: skip
+    oneshot.wait()
+    return str(oneshot.name)
+
+
+def test_a_one_shot_left_by_a_killed_worker_is_listed_and_removed_before_its_volume(
+    docker_client: docker.DockerClient, sandbox_image: str, made: Made
+) -> None:
+    scope = f"test-{uuid.uuid4().hex[:8]}/default"
+    session_id = made.session()
+    sandbox = ensure_container(docker_client, session_id, Environment(), 0, sandbox_image, scope=scope)
+    oneshot = left_by_a_killed_worker(docker_client, sandbox_image, sandbox.volume)
+    with pytest.raises(docker.errors.APIError, match="in use"):
+        docker_client.volumes.get(sandbox.volume).remove()  # what held clean-ups up before
+
+    assert oneshot in list_sandbox_resources(docker_client).containers
+    removed = remove_all_sandboxes(docker_client, scope)
+
+    assert set(removed.containers) == {sandbox.container_name, oneshot} and removed.volumes == (sandbox.volume,)
+    with pytest.raises(docker.errors.NotFound):
+        docker_client.containers.get(oneshot)
+
+
+def test_a_session_released_takes_the_one_shot_left_on_its_volume(
+    docker_client: docker.DockerClient, sandbox_image: str, made: Made
+) -> None:
+    session_id = made.session()
+    sandbox = ensure_container(docker_client, session_id, Environment(), 0, sandbox_image, scope="test/cleanup")
+    oneshot = left_by_a_killed_worker(docker_client, sandbox_image, sandbox.volume)
+
+    assert remove_session(docker_client, session_id, remove_volume=True) == 1, "the one-shot is not the session's"
+
+    for lookup, name in ((docker_client.containers.get, oneshot), (docker_client.volumes.get, sandbox.volume)):
+        with pytest.raises(docker.errors.NotFound):
+            lookup(name)
 
 
 def test_the_description_counts_what_there_is() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
@@ -15,9 +16,18 @@ import pytest
 from activities.sandbox import SandboxActivities
 from corral.contract.sandbox import Environment, Networking, ResourceLimits
 from corral.sandbox import containers
-from corral.sandbox.cleanup import remove_pool_members
-from corral.sandbox.pool import MEMBER_PREFIX, POOL_LABEL, PoolSettings, WarmPool, pool_key
+from corral.sandbox.cleanup import list_sandbox_resources, remove_pool_members
+from corral.sandbox.pool import (
+    CREATED_LABEL,
+    MAKING_GRACE_SECONDS,
+    MEMBER_PREFIX,
+    POOL_LABEL,
+    PoolSettings,
+    WarmPool,
+    pool_key,
+)
 from corral.sandbox.runner import Runners
+from corral.sandbox.workspace import ONESHOT_LABEL
 from corral.temporal import cluster_id
 from tests.conftest import Stack, assert_log_is_whole, remove_sandboxes, terminate_sessions, texts, wait_for_idle
 from workers.roles import sandbox_workers
@@ -145,6 +155,78 @@ async def test_stale_members_are_removed_and_claimed_ones_never_touched(
     assert aged.stats.removed == 1
 
 
+class WorkerKilled(BaseException):
+    """Where a SIGKILL would have stopped the worker: nothing after it runs."""
+
+
+def killed_while_preparing_the_volume(
+    monkeypatch: pytest.MonkeyPatch, client: docker.DockerClient, image: str, scope: str, made_at: float
+) -> tuple[str, str, str]:
+    """Make a member as a worker SIGKILLed during the workspace's chown would leave it: the member created, not
+    started, and the one-shot exited, still holding the volume (its `--rm` is done by the client, which died).
+    `made_at` is the member's time of making. Returns the names of the member, its volume and the one-shot."""
+    left: list[str] = []
+
+    def chown_then_die(client: docker.DockerClient, volume: str, image: str) -> str:
+        oneshot = client.containers.run(
+            image, ["chown", "1000:1000", "/workspace"], user="0:0", network_mode="none", detach=True,
+            volumes={volume: {"bind": "/workspace", "mode": "rw"}}, labels={ONESHOT_LABEL: volume},
+        )  # fmt: skip
+        oneshot.wait()
+        left.append(str(oneshot.name))
+        raise WorkerKilled
+
+    monkeypatch.setattr(containers, "chown_workspace", chown_then_die)
+    name = f"{MEMBER_PREFIX}{uuid.uuid4().hex[:12]}"
+    labels = {POOL_LABEL: "key", containers.SCOPE_LABEL: scope, CREATED_LABEL: f"{made_at:.0f}"}
+    with pytest.raises(WorkerKilled):
+        containers.make_pool_member(client, name, Environment(), image, labels)
+    monkeypatch.undo()
+    member = client.containers.get(name)
+    volume = containers.workspace_mount(member)
+    assert member.status == "created" and volume is not None and volume.startswith(containers.POOL_VOLUME_PREFIX)
+    assert client.volumes.get(volume).attrs["Labels"] == {containers.SCOPE_LABEL: scope}
+    return name, volume, left[0]
+
+
+def gone(client: docker.DockerClient, *, containers: tuple[str, ...] = (), volumes: tuple[str, ...] = ()) -> bool:
+    for lookup, names in ((client.containers.get, containers), (client.volumes.get, volumes)):
+        for name in names:
+            try:
+                lookup(name)
+                return False
+            except docker.errors.NotFound:
+                continue
+    return True
+
+
+async def test_a_member_a_killed_worker_left_half_made_is_removed_with_its_volume_and_one_shot(
+    monkeypatch: pytest.MonkeyPatch, docker_client: docker.DockerClient, sandbox_image: str, scope: str
+) -> None:
+    made_at = time.time() - 2 * MAKING_GRACE_SECONDS
+    name, volume, oneshot = killed_while_preparing_the_volume(monkeypatch, docker_client, sandbox_image, scope, made_at)
+    listed = list_sandbox_resources(docker_client, scope)
+    assert {name, oneshot} <= set(listed.containers) and volume in listed.volumes
+    pool = new_pool(docker_client, sandbox_image, scope, size=0)
+    assert await pool._remove_one_stale(), "a member that is not running and past the making's grace is stale"
+    assert gone(docker_client, containers=(name, oneshot), volumes=(volume,))
+
+
+async def test_a_member_not_yet_started_by_its_worker_is_left_alone(
+    monkeypatch: pytest.MonkeyPatch, docker_client: docker.DockerClient, sandbox_image: str, scope: str
+) -> None:
+    # As another worker sees a member being made now, between its create and its start.
+    name, volume, oneshot = killed_while_preparing_the_volume(
+        monkeypatch, docker_client, sandbox_image, scope, made_at=time.time()
+    )
+    pool = new_pool(docker_client, sandbox_image, scope, size=0)
+    assert not await pool._remove_one_stale()
+    assert not gone(docker_client, containers=(name, oneshot), volumes=(volume,))
+    removed = await asyncio.to_thread(remove_pool_members, docker_client, scope)  # corral down: no worker runs
+    assert set(removed.containers) == {name, oneshot} and removed.volumes == (volume,)
+    assert gone(docker_client, containers=(name, oneshot), volumes=(volume,))
+
+
 async def test_a_new_worker_claims_the_members_an_earlier_one_made(
     docker_client: docker.DockerClient, sandbox_image: str, scope: str
 ) -> None:
@@ -232,13 +314,14 @@ async def test_a_session_gets_a_warm_sandbox_whose_workspace_outlives_its_contai
     scope = f"{await cluster_id(pool_stack.client)}/default"
     assert handle.id in containers.session_ids_with_containers(docker_client, scope), "the reaper sees the session"
     await handle.cancel()
-    for _ in range(200):
-        if not containers.session_containers(docker_client, handle.id):
+    volume = str(volumes.pop())
+    for _ in range(200):  # the release removes the containers, then the volume
+        if not containers.session_containers(docker_client, handle.id) and gone(docker_client, volumes=(volume,)):
             break
         await asyncio.sleep(0.1)
     assert containers.session_containers(docker_client, handle.id) == []
     with pytest.raises(docker.errors.NotFound):
-        docker_client.volumes.get(volumes.pop() or "")
+        docker_client.volumes.get(volume)
 
 
 async def test_with_the_pool_off_a_first_call_provisions_as_before(

@@ -1,7 +1,8 @@
 """Every sandbox on an engine at once, listed or removed: what `corral down --sandboxes` clears.
 
 A sandbox is a session's containers (label `corral.session`, or `corral.pool` for warm pool members and the
-sessions that claimed them), its workspace volume (label `corral.session`, or
+sessions that claimed them; `corral.oneshot` for a container left by a worker killed while it prepared a workspace
+volume), its workspace volume (label `corral.session`, or
 named `corral-ws-*`) and the network of each container that has networking (labels `corral.session` and
 `corral.network`); the egress proxy `corral-egress` and its routed network serve all limited sandboxes of the
 engine (as did `corral-limited`, the network they shared before each had its own: removed when found). Images are
@@ -27,6 +28,7 @@ from corral.sandbox.egress import EGRESS_CONTAINER, EGRESS_NETWORK, LIMITED_NETW
 from corral.sandbox.errors import SandboxError
 from corral.sandbox.networks import remove_network
 from corral.sandbox.pool import MEMBER_PREFIX, POOL_LABEL
+from corral.sandbox.workspace import oneshots
 
 EGRESS_LABEL = "corral=egress"
 """The label `egress.ensure_egress` puts on the proxy container and on its network."""
@@ -89,7 +91,7 @@ def list_sandbox_resources(client: docker.DockerClient, scope: str | None = None
     sandboxes += client.containers.list(all=True, filters={"label": POOL_LABEL})  # warm, or claimed by a session
     if scope is not None:
         return _of_scope(client, scope, sandboxes)
-    containers = {str(c.name) for c in sandboxes}
+    containers = {str(c.name) for c in sandboxes} | set(oneshots(client))
     # The proxy and its networks by label and by name (a name filter matches substrings, hence the equality).
     egress = {str(c.name) for c in client.containers.list(all=True, filters={"label": EGRESS_LABEL})}
     egress |= {str(c.name) for c in client.containers.list(all=True, filters={"name": EGRESS_CONTAINER})} & {
@@ -120,11 +122,12 @@ def _of_scope(client: docker.DockerClient, scope: str, sandboxes: list[Container
     volumes |= {volume_name(session) for session in sessions if _volume_exists(client, volume_name(session))}
     own = client.networks.list(filters={"label": [f"{SCOPE_LABEL}={scope}", NETWORK_LABEL]})
     networks = sorted(str(network.name) for network in own)
+    names = {str(c.name) for c in ours} | {name for volume in volumes for name in oneshots(client, volume)}
     shared = list_sandbox_resources(client) if len(ours) == len(sandboxes) else SandboxResources()
     egress = tuple(name for name in shared.containers if name == EGRESS_CONTAINER)
     shared_networks = tuple(name for name in shared.networks if name in EGRESS_NETWORKS)
     return SandboxResources(
-        containers=tuple(sorted(str(c.name) for c in ours)) + egress,
+        containers=tuple(sorted(names)) + egress,
         volumes=tuple(sorted(volumes)),
         networks=tuple(networks) + shared_networks,
     )
@@ -161,14 +164,16 @@ def remove_all_sandboxes(client: docker.DockerClient, scope: str | None = None) 
 def remove_pool_members(client: docker.DockerClient, scope: str) -> SandboxResources:
     """Remove the unclaimed warm pool members of `scope` and their (empty) workspace volumes: `corral down` does,
     once the sandbox workers are stopped, so a stopped stack leaves no idle sandbox running. A member a session
-    claimed carries the session's name, and stays with the session's sandboxes."""
+    claimed carries the session's name, and stays with the session's sandboxes. A member a killed worker did not
+    finish making is removed too, with the one-shot that may still hold its volume."""
     labels = [POOL_LABEL, f"{SCOPE_LABEL}={scope}"]
     members = client.containers.list(all=True, filters={"label": labels}, ignore_removed=True)
     unclaimed = [c for c in members if str(c.name).startswith(MEMBER_PREFIX)]
     volumes = tuple(v for v in (workspace_mount(c) for c in unclaimed) if v)
+    left = tuple(name for volume in volumes for name in oneshots(client, volume))
     failures: list[str] = []
     removed = SandboxResources(
-        containers=_remove_each(client, "container", tuple(str(c.name) for c in unclaimed), failures),
+        containers=_remove_each(client, "container", tuple(str(c.name) for c in unclaimed) + left, failures),
         volumes=_remove_each(client, "volume", volumes, failures),
     )
     if failures:

@@ -32,8 +32,10 @@ from corral.sandbox.workspace import (
     SANDBOX_GID,
     SANDBOX_UID,
     WORKSPACE,
+    chown_workspace,
     hardened_run_options,
     prepare_workspace_volume,
+    remove_oneshots,
 )
 
 log = logging.getLogger(__name__)
@@ -177,11 +179,18 @@ def ensure_container(
 def make_pool_member(
     client: docker.DockerClient, name: str, environment: Environment, image: str, labels: dict[str, str]
 ) -> Provisioned:
-    """A started sandbox for the warm pool (networking none): `name`, a fresh workspace volume of its own."""
+    """A started sandbox for the warm pool (networking none): `name`, a fresh workspace volume of its own.
+
+    The container is created first, and its mount creates the volume: a worker killed at any point leaves a
+    member that is not running, which the pool's upkeep (or `corral down`) removes with its volume, never a
+    volume on its own."""
     volume = f"{POOL_VOLUME_PREFIX}{name.removeprefix('corral-')}"
-    _ensure_volume(client, volume, image, {SCOPE_LABEL: labels[SCOPE_LABEL]})
     labels = {**labels, runner.RUNNER_LABEL: runner.PROTOCOL_VERSION}
-    container = _create_with_open_stdin(client, image, name, labels, _run_options(environment, volume, name))
+    options = _run_options(environment, volume, name)
+    del options["volumes"]
+    mount = docker.types.Mount(WORKSPACE, volume, type="volume", labels={SCOPE_LABEL: labels[SCOPE_LABEL]})
+    container = _create_with_open_stdin(client, image, name, labels, options | {"mounts": [mount]})
+    chown_workspace(client, volume, image)
     container.start()
     if environment.working_dir != "/workspace":
         container.exec_run(["mkdir", "-p", environment.working_dir])
@@ -443,6 +452,7 @@ def remove_session(client: docker.DockerClient, session_id: str, remove_volume: 
     networks.remove_networks(client, f"{SESSION_LABEL}={session_id}")
     if remove_volume:
         for volume in volumes:
+            remove_oneshots(client, volume)  # one a killed worker left would hold the volume
             try:
                 client.volumes.get(volume).remove(force=True)
             except docker.errors.NotFound:

@@ -36,7 +36,7 @@ import docker.errors
 from docker.models.containers import Container
 
 from corral.contract.sandbox import Environment
-from corral.sandbox import containers
+from corral.sandbox import containers, workspace
 from corral.sandbox.errors import SandboxError
 from corral.sandbox.runner import RunnerLost, Runners
 
@@ -57,6 +57,9 @@ MAKING_WAIT_SECONDS = 5.0
 IDLE_SECONDS = 1.0
 """How often the maintenance loop looks again when there is nothing to do (a claim wakes it at once)."""
 FAILED_PAUSE_SECONDS = 10.0
+MAKING_GRACE_SECONDS = 60.0
+"""A member not running is being made (another worker's, between create and start) until this old: making one
+takes well under a second."""
 
 
 @dataclass(frozen=True)
@@ -296,7 +299,8 @@ class WarmPool:
         return removed
 
     async def _remove_one_stale(self, everything: bool = False) -> bool:
-        """Claim (so no session can) and remove one unclaimed member that is too old or no longer running."""
+        """Claim (so no session can) and remove one unclaimed member that is too old or not running: its runner
+        died, or the worker that made it was killed before it started."""
         labels = [POOL_LABEL, f"{containers.SCOPE_LABEL}={self._scope}"]
         found = await self._upkeep(
             self._docker.containers.list, all=True, filters={"label": labels}, ignore_removed=True
@@ -304,8 +308,9 @@ class WarmPool:
         for member in found:
             if not str(member.name).startswith(MEMBER_PREFIX):
                 continue  # claimed by a session: never touched
-            created = float(member.labels.get(CREATED_LABEL, "0") or 0)
-            stale = everything or time.time() - created > self.settings.max_age_seconds or member.status != "running"
+            age = time.time() - float(member.labels.get(CREATED_LABEL, "0") or 0)
+            stopped = member.status != "running" and age > MAKING_GRACE_SECONDS  # not one still being made
+            stale = everything or age > self.settings.max_age_seconds or stopped
             if not stale:
                 continue
             owner = f"pool-reaper/{os.getpid()}"
@@ -330,6 +335,7 @@ class WarmPool:
         with contextlib.suppress(docker.errors.NotFound):
             self._docker.api.remove_container(container_id, force=True)
         if volume:
+            workspace.remove_oneshots(self._docker, volume)  # one a killed worker left holds the volume
             with contextlib.suppress(docker.errors.NotFound):
                 self._docker.volumes.get(volume).remove(force=True)
         self.stats.removed += 1

@@ -5,6 +5,10 @@ volume on its first mount, but only for a plain volume mount: not with `nocopy`,
 not for a volume that something else mounted first. So the volume is prepared explicitly: one short-lived root
 container with no capability but CAP_CHOWN and no network chowns the volume's top directory (never recursively:
 a sandbox may have planted symlinks inside). It costs one `docker run` per volume, not per command.
+
+Such a one-shot is labelled `corral.oneshot=<volume>`, and nothing else: it belongs to no session, so nothing that
+works on a session's containers sees it. A worker killed while one runs leaves it behind, exited, and holding the
+volume; `remove_oneshots` is how every clean-up removes it before the volume.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ SANDBOX_USER = "sandbox"
 SANDBOX_UID = 1000
 SANDBOX_GID = 1000
 WORKSPACE = "/workspace"
+ONESHOT_LABEL = "corral.oneshot"
+"""On the short-lived containers that prepare or copy a workspace volume: the name of the volume."""
 
 
 def prepare_workspace_volume(
@@ -28,6 +34,14 @@ def prepare_workspace_volume(
     """Create the named volume `name` (or reuse it) and make its top directory owned by the sandbox user."""
     try:
         client.volumes.create(name=name, labels=labels or {})
+    except docker.errors.DockerException as exc:
+        raise SandboxSetupError(f"could not prepare the workspace volume {name}: {exc}") from exc
+    return chown_workspace(client, name, image)
+
+
+def chown_workspace(client: docker.DockerClient, name: str, image: str) -> str:
+    """Make the top directory of the existing volume `name` owned by the sandbox user."""
+    try:
         client.containers.run(
             image,
             ["chown", f"{SANDBOX_UID}:{SANDBOX_GID}", WORKSPACE],
@@ -38,11 +52,31 @@ def prepare_workspace_volume(
             network_mode="none",
             read_only=True,
             volumes={name: {"bind": WORKSPACE, "mode": "rw"}},
+            labels={ONESHOT_LABEL: name},
             remove=True,
         )
     except docker.errors.DockerException as exc:
         raise SandboxSetupError(f"could not prepare the workspace volume {name}: {exc}") from exc
     return name
+
+
+def oneshots(client: docker.DockerClient, volume: str | None = None) -> list[str]:
+    """The names of the one-shots (running or left behind) that prepare or copy `volume`; with None, every one."""
+    label = ONESHOT_LABEL if volume is None else f"{ONESHOT_LABEL}={volume}"
+    found = client.containers.list(all=True, filters={"label": label}, ignore_removed=True)
+    return sorted(str(container.name) for container in found)
+
+
+def remove_oneshots(client: docker.DockerClient, volume: str) -> int:
+    """Remove the one-shots of `volume`, so the volume can go: how many."""
+    removed = 0
+    for name in oneshots(client, volume):
+        try:
+            client.containers.get(name).remove(force=True)
+        except docker.errors.NotFound:
+            continue
+        removed += 1
+    return removed
 
 
 def hardened_run_options(workspace_volume: str) -> dict[str, Any]:
@@ -87,6 +121,7 @@ def copy_workspace(
             network_mode="none",
             read_only=True,
             volumes={source: {"bind": "/from", "mode": "ro"}, target: {"bind": WORKSPACE, "mode": "rw"}},
+            labels={ONESHOT_LABEL: target},
             remove=True,
         )
     except docker.errors.DockerException as exc:

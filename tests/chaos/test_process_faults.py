@@ -33,10 +33,11 @@ from corral.client import start_session
 from corral.contract.events import AgentMcpToolResult, SessionError, SessionEvent
 from corral.contract.session import AgentConfig, SessionInput
 from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
+from corral.sandbox.cleanup import remove_pool_members
 from corral.sandbox.containers import remove_session
 from corral.serving import ServerThread
 from corral.streaming import StreamEvent, StreamPublisher, subscribe
-from corral.temporal import connect
+from corral.temporal import cluster_id, connect
 from proxy import StaticBearerParams, VaultStore
 from tests.chaos._processes import ROOT, free_port, role_process, temporal_env, until_healthy, worker_argv
 from tests.chaos.matrix import assert_whole, chaos_n, record_logs
@@ -227,6 +228,10 @@ async def test_sandbox_worker_sigkilled_mid_command(
     finally:
         for handle in handles:
             await asyncio.to_thread(remove_session, docker_client, handle.id, True)
+        # The killed worker's warm pool members (one maybe half made, holding its volume with the one-shot that
+        # was preparing it): no worker of this scope runs any more, so whatever is unclaimed is a leftover.
+        scope = f"{await cluster_id(stack.client)}/{stack.client.namespace}"
+        await asyncio.to_thread(remove_pool_members, docker_client, scope)
 
     assert_whole(logs)
     counts = []
