@@ -43,7 +43,7 @@ from corral.names import (
 )
 from corral.sandbox import containers
 from corral.sandbox.errors import SandboxError, SandboxGone, SandboxSetupError
-from corral.sandbox.pool import PoolSettings, WarmPool
+from corral.sandbox.pool import PoolSettings, WarmPool, pool_key
 from corral.sandbox.runner import RunnerLost, Runners
 from corral.sandbox.workspace import copy_workspace
 
@@ -135,14 +135,24 @@ class SandboxActivities:
         )
 
     async def _from_pool(self, input: ProvisionInput) -> containers.Provisioned | None:
-        """A claimed pool member, for a session that has no workspace yet (and nothing to clone into it)."""
-        if self.pool is None or input.repositories or input.volume:
+        """A claimed pool member, for a session that has no workspace yet: on a network of the session's own and
+        with its repositories cloned, when its recipe has them."""
+        if self.pool is None or input.volume or pool_key(input.environment, self._image) is None:
             return None
         if await asyncio.to_thread(containers.has_sandbox, self._docker, input.session_id, input.generation):
             return None  # a retry that made it already, or a workspace of the session's own (a fork's copy)
         name = containers.container_name(input.session_id, input.generation)
-        owner = f"{self._cluster_id}/{input.namespace}/{name}"
-        return await self.pool.claim(owner, name, input.environment)
+        scope = f"{self._cluster_id}/{input.namespace}"
+        environment, git_host = await asyncio.to_thread(
+            containers.with_git_access, self._docker, input.environment, self._image, input.repositories
+        )
+        made = await self.pool.claim(f"{scope}/{name}", name, environment)
+        if made is not None and (environment.networking.type != "none" or input.repositories):
+            await asyncio.to_thread(
+                containers.settle_claimed, self._docker, made, input.session_id, environment, scope, self._image,
+                input.repositories, git_host, self._git_proxy_port,
+            )  # fmt: skip
+        return made
 
     @activity.defn(name=ACTIVITY_FORK_WORKSPACE)
     async def fork_workspace(self, input: ForkWorkspaceInput) -> bool:

@@ -41,7 +41,7 @@ from corral.sandbox import (
     ensure_sandbox_image,
     list_sandbox_resources,
 )
-from corral.sandbox.cleanup import EGRESS_NETWORKS
+from corral.sandbox.cleanup import SHARED_NETWORKS
 from corral.sandbox.containers import remove_session
 from corral.sandbox.egress import EGRESS_CONTAINER, NETWORK_LABEL
 from corral.streaming import StreamPublisher, StreamRelayThread
@@ -141,7 +141,7 @@ def _remove_unused_egress(client: docker.DockerClient, keep: Iterable[str]) -> N
     this run is a leftover the check reports, and one of another run needs the proxy."""
     users: set[str] = set()
     sandbox_networks = [str(network.name) for network in client.networks.list(filters={"label": NETWORK_LABEL})]
-    for name in [*EGRESS_NETWORKS, *sandbox_networks]:
+    for name in [*SHARED_NETWORKS, *sandbox_networks]:
         with contextlib.suppress(docker.errors.NotFound):
             attached = client.networks.get(name).attrs.get("Containers") or {}
             users |= {str(endpoint.get("Name")) for endpoint in attached.values()} - {EGRESS_CONTAINER}
@@ -149,7 +149,7 @@ def _remove_unused_egress(client: docker.DockerClient, keep: Iterable[str]) -> N
         return
     with contextlib.suppress(docker.errors.NotFound):
         client.containers.get(EGRESS_CONTAINER).remove(force=True)
-    for name in set(EGRESS_NETWORKS) - set(keep):
+    for name in set(SHARED_NETWORKS) - set(keep):
         with contextlib.suppress(docker.errors.NotFound):
             client.networks.get(name).remove()
 

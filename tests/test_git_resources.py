@@ -3,6 +3,7 @@ the token only in Vault and in the proxy process; never in the sandbox, history 
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import uuid
 from collections.abc import AsyncIterator
@@ -15,7 +16,10 @@ import pytest
 from activities.proxy import ProxyActivities
 from activities.sandbox import SandboxActivities
 from corral.client import start_session
+from corral.contract.sandbox import Environment
 from corral.contract.session import SessionInput
+from corral.sandbox.containers import session_containers
+from corral.sandbox.pool import POOL_LABEL, PoolSettings, WarmPool, pool_key
 from corral.serving import ServerThread
 from corral.temporal import cluster_id
 from proxy import GitProxyServer, VaultStore
@@ -32,6 +36,7 @@ from tests.proxy_servers.devvault import shared_dev_vault
 from tests.proxy_servers.git_server import GitServerLog, create_git_app, git, make_bare_repository
 from workers.proxy import proxy_worker
 from workers.roles import sandbox_workers
+from workers.sandbox import keeping_filled
 
 
 def _free_port() -> int:
@@ -40,10 +45,12 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-@pytest.fixture
+@pytest.fixture(params=["provisioned", "from the warm pool"])
 async def git_world(
-    stack: Stack, docker_client: docker.DockerClient, sandbox_image: str, tmp_path: Path
+    request: pytest.FixtureRequest, stack: Stack, docker_client: docker.DockerClient, sandbox_image: str, tmp_path: Path
 ) -> AsyncIterator[tuple[Stack, VaultStore, str, Path, GitServerLog, str]]:
+    """A git server, the git proxy and the sandbox hand; with a warm pool that has learnt the recipe of a sandbox
+    that clones (a claim clones into the member it takes), or with none."""
     token = f"ghp_canary{uuid.uuid4().hex}"
     root = tmp_path / "repos"
     root.mkdir()
@@ -53,10 +60,16 @@ async def git_world(
     port = _free_port()
     git_proxy = GitProxyServer(store, host="0.0.0.0", port=port)
     git_proxy.start()
-    sandbox = SandboxActivities(docker_client, sandbox_image, await cluster_id(stack.client), git_proxy_port=port)
+    warm = PoolSettings(size=1) if request.param == "from the warm pool" else None
+    sandbox = SandboxActivities(
+        docker_client, sandbox_image, await cluster_id(stack.client), git_proxy_port=port, pool=warm
+    )
+    stack.pool = sandbox.pool  # type: ignore[attr-defined]
     try:
         with ServerThread(create_git_app(root, token, log), name="git-server") as server:
-            async with AsyncExitStack() as workers:
+            async with AsyncExitStack() as workers, keeping_filled(sandbox.pool):
+                if sandbox.pool is not None:
+                    await learn_the_cloning_recipe(sandbox.pool)
                 await workers.enter_async_context(proxy_worker(stack.client, ProxyActivities(store)))
                 for worker in sandbox_workers(stack.client, sandbox):
                     await workers.enter_async_context(worker)
@@ -65,6 +78,22 @@ async def git_world(
     finally:
         git_proxy.stop()
         remove_sandboxes(docker_client, stack.started)
+        if sandbox.pool is not None:
+            await sandbox.pool.remove_unclaimed()
+
+
+async def learn_the_cloning_recipe(pool: WarmPool) -> None:
+    """What a first session that clones does to the pool (its claim misses, and the pool learns its recipe:
+    limited networking, for the way to the git proxy), then until a member of that recipe waits."""
+    limited = Environment.model_validate({"networking": {"type": "limited", "allowed_hosts": ["git-host"]}})
+    assert await pool.claim("learning", "corral-learning-g0", limited) is None
+    key = pool_key(limited, pool._image)
+    assert key is not None
+    for _ in range(600):
+        if await asyncio.to_thread(pool._members, key):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("no member was made for the recipe")
 
 
 async def test_clone_and_push_through_the_git_proxy_with_no_token_in_the_sandbox(
@@ -110,7 +139,9 @@ async def test_clone_and_push_through_the_git_proxy_with_no_token_in_the_sandbox
     assert "/app" in results[2] and "pxr_" in results[2], "origin points at the git proxy"
     assert "agent change" in git("--git-dir", str(bare), "log", "--oneline", "feature"), "the push did not arrive"
     assert all(credentials == ("x-access-token", token) for credentials in log.credentials if credentials)
-    [container] = docker_client.containers.list(filters={"label": f"corral.session={session_id}"})
+    [container] = session_containers(docker_client, session_id)
+    pool: WarmPool | None = stack.pool  # type: ignore[attr-defined]
+    assert (POOL_LABEL in container.labels) == (pool is not None), "the sandbox came from where it was meant to"
     filesystem = container.exec_run(["tar", "-cf", "-", "--exclude=/proc", "--exclude=/sys", "/"], user="0").output
     places = {
         "container filesystem": filesystem.decode("latin-1"),

@@ -17,7 +17,7 @@ import pytest
 
 from corral.contract.sandbox import Environment
 from corral.sandbox import SandboxResources, connect_docker, list_sandbox_resources, remove_all_sandboxes
-from corral.sandbox.cleanup import EGRESS_NETWORKS
+from corral.sandbox.cleanup import SHARED_NETWORKS
 from corral.sandbox.containers import ensure_container, remove_session
 from corral.sandbox.egress import EGRESS_CONTAINER, EGRESS_NETWORK
 from corral.sandbox.workspace import ONESHOT_LABEL
@@ -100,7 +100,7 @@ def test_removing_one_stacks_sandboxes_leaves_the_others_and_keeps_the_images(
     left = remove_all_sandboxes(docker_client, their_scope)
     others = list_sandbox_resources(docker_client)
     if not [name for name in others.containers if name != EGRESS_CONTAINER]:
-        assert EGRESS_CONTAINER in left.containers and set(left.networks) <= set(EGRESS_NETWORKS)
+        assert EGRESS_CONTAINER in left.containers and set(left.networks) <= set(SHARED_NETWORKS)
         assert EGRESS_NETWORK in left.networks
     else:  # another stack (a demo left running, a test run beside this one) still has a sandbox here
         assert EGRESS_CONTAINER not in left.containers

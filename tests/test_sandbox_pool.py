@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -17,6 +19,8 @@ from activities.sandbox import SandboxActivities
 from corral.contract.sandbox import Environment, Networking, ResourceLimits
 from corral.sandbox import containers
 from corral.sandbox.cleanup import list_sandbox_resources, remove_pool_members
+from corral.sandbox.egress import ALLOWED_HOSTS_LABEL, EGRESS_NETWORK, NETWORK_LABEL, ensure_egress
+from corral.sandbox.networks import PARKING_NETWORK
 from corral.sandbox.pool import (
     CREATED_LABEL,
     MAKING_GRACE_SECONDS,
@@ -29,7 +33,15 @@ from corral.sandbox.pool import (
 from corral.sandbox.runner import Runners
 from corral.sandbox.workspace import ONESHOT_LABEL
 from corral.temporal import cluster_id
-from tests.conftest import Stack, assert_log_is_whole, remove_sandboxes, terminate_sessions, texts, wait_for_idle
+from tests.conftest import (
+    Stack,
+    assert_log_is_whole,
+    remove_sandboxes,
+    terminate_sessions,
+    texts,
+    unique,
+    wait_for_idle,
+)
 from workers.roles import sandbox_workers
 from workers.sandbox import keeping_filled
 
@@ -104,8 +116,10 @@ async def test_a_claim_applies_the_sessions_limits_and_a_recipe_the_pool_cannot_
     pool = new_pool(docker_client, sandbox_image, scope, size=1)
     await fill(pool)
     limited = Environment(networking=Networking(type="limited", allowed_hosts=["example.com"]))
-    assert pool_key(limited, sandbox_image) is None
-    assert await pool.claim("a", "corral-a-g0", limited) is None
+    elsewhere = Environment(networking=Networking(type="limited", allowed_hosts=["example.org"]))
+    assert pool_key(limited, sandbox_image) == pool_key(elsewhere, sandbox_image), "allow-lists are set at claim"
+    assert pool_key(limited, sandbox_image) not in (None, pool_key(Environment(), sandbox_image))
+    assert pool_key(Environment(packages={"pip": ["six"]}), sandbox_image) is None
     assert await pool.claim("b", "corral-b-g0", Environment(image="debian:bookworm")) is None
     assert pool.stats.misses == 0, "a recipe no pool serves is not a miss"
     other_tmp = Environment(limits=ResourceLimits(tmp_mb=32))
@@ -334,3 +348,82 @@ async def test_with_the_pool_off_a_first_call_provisions_as_before(
     [container] = containers.session_containers(docker_client, handle.id)
     assert container.labels[containers.SESSION_LABEL] == handle.id and POOL_LABEL not in container.labels
     assert containers.workspace_mount(container) == containers.volume_name(handle.id)
+
+
+async def ready_for(pool: WarmPool, environment: Environment) -> None:
+    """Until a member for `environment`'s recipe waits in the pool (the pool learnt the recipe from a claim)."""
+    key = pool_key(environment, pool._image)
+    assert key is not None
+    for _ in range(600):
+        if await asyncio.to_thread(pool._members, key):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("no member was made for the recipe")
+
+
+def own_networks(client: docker.DockerClient, container_id: str) -> dict[str, dict[str, str]]:
+    """The networks the container is on, each with its labels."""
+    attached = client.containers.get(container_id).attrs["NetworkSettings"]["Networks"]
+    return {name: client.networks.get(name).attrs.get("Labels") or {} for name in attached}
+
+
+async def test_a_recipe_with_networking_gets_a_warm_sandbox_on_a_network_of_its_own_with_its_allow_list(
+    pool_stack: Stack, docker_client: docker.DockerClient, sandbox_image: str
+) -> None:
+    """A limited recipe is served cold the first time, which teaches the pool the recipe; the next session of it
+    gets a warm member, moved off the parking network onto one of the session's own, whose allow-list (its own,
+    not the first session's) the egress proxy applies. The same for an unrestricted recipe."""
+    pool: WarmPool = pool_stack.pool  # type: ignore[attr-defined]
+    names = {kind: unique(f"corral-test-{kind}") for kind in ("first", "second")}
+    ensure_egress(docker_client, sandbox_image)
+    servers = [
+        docker_client.containers.run(
+            sandbox_image,
+            ["python3", "-m", "http.server", "8000"],
+            name=name,
+            network=EGRESS_NETWORK,
+            detach=True,
+            remove=True,
+        )
+        for name in names.values()
+    ]
+    probe = (
+        f"curl -s -o /dev/null -w '%{{http_code}} ' http://{names['first']}:8000/; "
+        f"curl -s -o /dev/null -w '%{{http_code}} ' http://{names['second']}:8000/; "
+        f"curl -s --noproxy '*' --max-time 3 http://{names['second']}:8000/ >/dev/null && echo direct || echo blocked"
+    )
+
+    async def session(networking: dict[str, Any], command: str) -> tuple[str, str]:
+        model = pool_stack.script([bash(command), {"text": "done"}])
+        handle = await pool_stack.start(model, message="go", tools=TOOLSET, environment={"networking": networking})
+        events = await wait_for_idle(handle, within_seconds=120)
+        assert_log_is_whole(events)
+        [result] = texts(events, "agent.tool_result")
+        [container] = containers.session_containers(docker_client, handle.id)
+        return result, str(container.id)
+
+    try:
+        hits = pool.stats.hits
+        first, _ = await session({"type": "limited", "allowed_hosts": [names["first"]]}, probe)
+        assert first.split() == ["200", "403", "blocked"], first
+        assert pool.stats.hits == hits, "the first session of a recipe is served cold"
+        await ready_for(pool, Environment.model_validate({"networking": {"type": "limited", "allowed_hosts": ["x"]}}))
+        second, container_id = await session({"type": "limited", "allowed_hosts": [names["second"]]}, probe)
+        assert pool.stats.hits == hits + 1
+        assert second.split() == ["403", "200", "blocked"], second
+        [(network, labels)] = own_networks(docker_client, container_id).items()
+        assert network == docker_client.containers.get(container_id).name and network != PARKING_NETWORK
+        assert json.loads(labels[ALLOWED_HOSTS_LABEL]) == [names["second"]]
+
+        unrestricted = {"type": "unrestricted"}
+        await session(unrestricted, "true")
+        await ready_for(pool, Environment.model_validate({"networking": unrestricted}))
+        result, container_id = await session(unrestricted, "echo warm")
+        assert result == "warm" and pool.stats.hits == hits + 2
+        [(network, labels)] = own_networks(docker_client, container_id).items()
+        assert network == docker_client.containers.get(container_id).name
+        assert labels[NETWORK_LABEL] == "unrestricted"
+    finally:
+        for server in servers:
+            with contextlib.suppress(docker.errors.APIError):
+                server.kill()

@@ -2,12 +2,13 @@
 
 A sandbox is a session's containers (label `corral.session`, or `corral.pool` for warm pool members and the
 sessions that claimed them; `corral.oneshot` for a container left by a worker killed while it prepared a workspace
-volume), its workspace volume (label `corral.session`, or
-named `corral-ws-*`) and the network of each container that has networking (labels `corral.session` and
-`corral.network`); the egress proxy `corral-egress` and its routed network serve all limited sandboxes of the
-engine (as did `corral-limited`, the network they shared before each had its own: removed when found). Images are
-never touched: the base sandbox image and the package images derived from it are a cache that takes minutes to
-rebuild, and a session that outlives the removal makes its sandbox again from them.
+volume), its workspace volume (label `corral.session`, or named `corral-ws-*`) and the network of each container
+that has networking (labels `corral.session` and `corral.network`). Shared by all sandboxes of the engine: the
+egress proxy `corral-egress` and its routed network, which serve the limited ones; the parking network
+`corral-pool-parking`, where warm pool members with networking wait; and `corral-limited`, the network limited
+sandboxes shared before each had its own, removed when found. Images are never touched: the base sandbox image and
+the package images derived from it are a cache that takes minutes to rebuild, and a session that outlives the
+removal makes its sandbox again from them.
 
 Removal is idempotent: whatever another process removed meanwhile (NotFound) is simply not reported. No Temporal
 here: the CLI and the tests call these functions directly.
@@ -26,14 +27,15 @@ from docker.models.containers import Container
 from corral.sandbox.containers import SCOPE_LABEL, SESSION_LABEL, volume_name, workspace_mount
 from corral.sandbox.egress import EGRESS_CONTAINER, EGRESS_NETWORK, LIMITED_NETWORK, NETWORK_LABEL
 from corral.sandbox.errors import SandboxError
-from corral.sandbox.networks import remove_network
+from corral.sandbox.networks import PARKING_NETWORK, remove_network
 from corral.sandbox.pool import MEMBER_PREFIX, POOL_LABEL
 from corral.sandbox.workspace import oneshots
 
 EGRESS_LABEL = "corral=egress"
 """The label `egress.ensure_egress` puts on the proxy container and on its network."""
-EGRESS_NETWORKS = [EGRESS_NETWORK, LIMITED_NETWORK]
-"""The egress proxy's network, and the one limited sandboxes shared before (listed only where it still exists)."""
+SHARED_NETWORKS = [EGRESS_NETWORK, LIMITED_NETWORK, PARKING_NETWORK]
+"""The egress proxy's network, the warm pool's parking network, and the one limited sandboxes shared before (each
+listed only where it exists)."""
 WORKSPACE_PREFIX = volume_name("")
 """`corral-ws-`: a volume so named is a workspace even without the label."""
 
@@ -103,7 +105,7 @@ def list_sandbox_resources(client: docker.DockerClient, scope: str | None = None
         if SESSION_LABEL in (volume.attrs.get("Labels") or {}) or str(volume.name).startswith(WORKSPACE_PREFIX)
     }
     shared = {str(network.name) for network in client.networks.list(filters={"label": EGRESS_LABEL})}
-    shared |= {str(network.name) for network in client.networks.list(names=EGRESS_NETWORKS)} & set(EGRESS_NETWORKS)
+    shared |= {str(network.name) for network in client.networks.list(names=SHARED_NETWORKS)} & set(SHARED_NETWORKS)
     own = {str(network.name) for network in client.networks.list(filters={"label": [SESSION_LABEL, NETWORK_LABEL]})}
     return SandboxResources(
         containers=tuple(sorted(containers)) + tuple(sorted(egress - containers)),
@@ -125,7 +127,7 @@ def _of_scope(client: docker.DockerClient, scope: str, sandboxes: list[Container
     names = {str(c.name) for c in ours} | {name for volume in volumes for name in oneshots(client, volume)}
     shared = list_sandbox_resources(client) if len(ours) == len(sandboxes) else SandboxResources()
     egress = tuple(name for name in shared.containers if name == EGRESS_CONTAINER)
-    shared_networks = tuple(name for name in shared.networks if name in EGRESS_NETWORKS)
+    shared_networks = tuple(name for name in shared.networks if name in SHARED_NETWORKS)
     return SandboxResources(
         containers=tuple(sorted(names)) + egress,
         volumes=tuple(sorted(volumes)),

@@ -135,16 +135,7 @@ def ensure_container(
     name = container_name(session_id, generation)
     volume = volume or session_volume(client, session_id) or volume_name(session_id)
     image = environment.image or packages_image(client, base_image, environment)
-    git_host = None
-    if repositories and environment.networking.type != "unrestricted":
-        # The git proxy must be reachable even with networking `none`: through the egress proxy, and nothing else.
-        git_host = _egress_git_host(client, base_image)
-        allowed = sorted({*environment.networking.allowed_hosts, git_host})
-        environment = environment.model_copy(
-            update={
-                "networking": environment.networking.model_copy(update={"type": "limited", "allowed_hosts": allowed})
-            }
-        )
+    environment, git_host = with_git_access(client, environment, base_image, repositories)
     networking = environment.networking.type
     labels = {
         SESSION_LABEL: session_id,
@@ -154,10 +145,8 @@ def ensure_container(
     }
     container = _reusable_container(client, name, networking)
     if networking != "none":
-        networks.ensure_network(client, name, networking, {SESSION_LABEL: session_id, SCOPE_LABEL: scope})
+        networks.ensure_network(client, name, networking, _network_labels(session_id, scope, environment))
     if container is None:
-        if networking == "limited":
-            labels[egress.ALLOWED_HOSTS_LABEL] = json.dumps(environment.networking.allowed_hosts)
         _ensure_volume(client, volume, image, {SESSION_LABEL: session_id, SCOPE_LABEL: scope})
         container = _create_with_open_stdin(client, image, name, labels, _run_options(environment, volume, name))
     if networking == "limited":
@@ -169,17 +158,87 @@ def ensure_container(
         egress.refresh_policy(client)
     if environment.working_dir != "/workspace":
         container.exec_run(["mkdir", "-p", environment.working_dir])
+    _clone_all(client, container, name, repositories, git_host, git_proxy_port)
+    return Provisioned(container_id=container.id or name, container_name=name, volume=volume, image=image)
+
+
+def with_git_access(
+    client: docker.DockerClient, environment: Environment, base_image: str, repositories: list[RepositoryClone] | None
+) -> tuple[Environment, str | None]:
+    """The recipe a sandbox that clones `repositories` really runs, and the host its clones reach the git proxy
+    at (None: its own network's gateway). The git proxy must be reachable even with networking `none`: through
+    the egress proxy, and nothing else, so such a recipe becomes `limited` with the git host allowed."""
+    if not repositories or environment.networking.type == "unrestricted":
+        return environment, None
+    git_host = _egress_git_host(client, base_image)
+    allowed = sorted({*environment.networking.allowed_hosts, git_host})
+    networking = environment.networking.model_copy(update={"type": "limited", "allowed_hosts": allowed})
+    return environment.model_copy(update={"networking": networking}), git_host
+
+
+def settle_claimed(
+    client: docker.DockerClient,
+    made: Provisioned,
+    session_id: str,
+    environment: Environment,
+    scope: str,
+    base_image: str,
+    repositories: list[RepositoryClone] | None = None,
+    git_host: str | None = None,
+    git_proxy_port: int = DEFAULT_GIT_PROXY_PORT,
+) -> None:
+    """What a claimed warm pool member still needs to be the session's sandbox: for a recipe with networking,
+    the session's own network (its allow-list on it, for `limited`), joined before the parking network is left;
+    then the repositories cloned. Its name and limits are set by the claim."""
+    networking = environment.networking.type
+    if networking != "none":
+        network = networks.ensure_network(
+            client, made.container_name, networking, _network_labels(session_id, scope, environment)
+        )
+        if networking == "limited":
+            egress.ensure_egress(client, base_image)
+            egress.connect_proxy(client, made.container_name)
+        try:
+            network.connect(made.container_id)
+        except docker.errors.APIError as exc:
+            if "already exists" not in str(exc):  # a retried claim joined it already
+                raise SandboxSetupError(f"could not connect {made.container_name} to its network: {exc}") from exc
+        networks.leave_parking(client, made.container_id)
+        if networking == "limited":
+            egress.refresh_policy(client)
+    if repositories:
+        container = client.containers.get(made.container_id)
+        _clone_all(client, container, made.container_name, repositories, git_host, git_proxy_port)
+
+
+def _network_labels(session_id: str, scope: str, environment: Environment) -> dict[str, str]:
+    """A session network's labels; a limited one carries the sandbox's allow-list, which the egress proxy reads."""
+    labels = {SESSION_LABEL: session_id, SCOPE_LABEL: scope}
+    if environment.networking.type == "limited":
+        labels[egress.ALLOWED_HOSTS_LABEL] = json.dumps(environment.networking.allowed_hosts)
+    return labels
+
+
+def _clone_all(
+    client: docker.DockerClient,
+    container: Container,
+    name: str,
+    repositories: list[RepositoryClone] | None,
+    git_host: str | None,
+    git_proxy_port: int,
+) -> None:
     if repositories and git_host is None:
         git_host = egress.gateway(client, name)  # unrestricted: the host, at the gateway of the sandbox's network
     for repository in repositories or []:
         _clone(container, repository, f"http://{git_host}:{git_proxy_port}")
-    return Provisioned(container_id=container.id or name, container_name=name, volume=volume, image=image)
 
 
 def make_pool_member(
     client: docker.DockerClient, name: str, environment: Environment, image: str, labels: dict[str, str]
 ) -> Provisioned:
-    """A started sandbox for the warm pool (networking none): `name`, a fresh workspace volume of its own.
+    """A started sandbox for the warm pool: `name`, a fresh workspace volume of its own. One for a recipe with
+    networking waits on the parking network (`networks.PARKING_NETWORK`), where it reaches nothing; the claim moves
+    it to a network of the session's own.
 
     The container is created first, and its mount creates the volume: a worker killed at any point leaves a
     member that is not running, which the pool's upkeep (or `corral down`) removes with its volume, never a
@@ -188,6 +247,8 @@ def make_pool_member(
     labels = {**labels, runner.RUNNER_LABEL: runner.PROTOCOL_VERSION}
     options = _run_options(environment, volume, name)
     del options["volumes"]
+    if environment.networking.type != "none":
+        options["network_mode"] = networks.ensure_parking(client).name
     mount = docker.types.Mount(WORKSPACE, volume, type="volume", labels={SCOPE_LABEL: labels[SCOPE_LABEL]})
     container = _create_with_open_stdin(client, image, name, labels, options | {"mounts": [mount]})
     chown_workspace(client, volume, image)
@@ -286,7 +347,9 @@ def _reusable_container(client: docker.DockerClient, name: str, networking: str)
         log.info("sandbox %s was made without this version's resident runner; making it again", name)
         container.remove(force=True)
         return None
-    if container.attrs.get("HostConfig", {}).get("NetworkMode") != _network_mode(name, networking):
+    joined = container.attrs.get("NetworkSettings", {}).get("Networks") or {}  # a claimed member joined its own
+    mode = container.attrs.get("HostConfig", {}).get("NetworkMode")
+    if mode != _network_mode(name, networking) and not (networking != "none" and name in joined):
         log.info("sandbox %s shares a network with other sandboxes; making it again on a network of its own", name)
         container.remove(force=True)
         return None

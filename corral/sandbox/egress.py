@@ -6,7 +6,8 @@ after its container) and gets HTTP(S)_PROXY set to the egress proxy, a container
 under the alias `corral-egress`. Sandboxes never share a network, so one cannot reach another, only the proxy.
 The proxy lets a request through only if its host is on the allow list of the sandbox it comes from, keyed by the
 sandbox's address (unique: the sandboxes' subnets never overlap); the worker rewrites the whole policy from the
-running sandboxes' labels whenever one starts or goes, so an address that is reused never inherits a stale list.
+labels of the running sandboxes' networks whenever one starts or goes, so an address that is reused never inherits
+a stale list.
 """
 
 from __future__ import annotations
@@ -145,16 +146,27 @@ def gateway(client: docker.DockerClient, network: str) -> str:
 
 
 def refresh_policy(client: docker.DockerClient) -> dict[str, list[str]]:
-    """Rewrite the proxy's allow lists from the running limited sandboxes; returns the policy written."""
+    """Rewrite the proxy's allow lists from the running limited sandboxes; returns the policy written.
+
+    A sandbox's allow-list is a label of its own network (which a claimed warm pool member joins only at claim,
+    so it cannot be one of the container's), keyed by the sandbox's address on that network."""
     try:
         proxy = client.containers.get(EGRESS_CONTAINER)
     except docker.errors.NotFound:
         return {}
     policy: dict[str, list[str]] = {}
+    # Sandboxes made before the allow-lists moved onto the networks carry theirs as a container label.
     for container in client.containers.list(filters={"label": ALLOWED_HOSTS_LABEL, "status": "running"}):
         address = _address(container)
         if address:
             policy[address] = json.loads(container.labels[ALLOWED_HOSTS_LABEL])
+    labelled = client.networks.list(filters={"label": [f"{NETWORK_LABEL}=limited", ALLOWED_HOSTS_LABEL]}, greedy=True)
+    for network in labelled:
+        hosts = json.loads(network.attrs["Labels"][ALLOWED_HOSTS_LABEL])
+        for endpoint in (network.attrs.get("Containers") or {}).values():  # running containers only
+            address = str(endpoint.get("IPv4Address") or "").split("/")[0]
+            if address and endpoint.get("Name") != EGRESS_CONTAINER:
+                policy[address] = hosts
     encoded = base64.b64encode(json.dumps(policy).encode()).decode()
     write = (
         "import base64, os, sys\n"

@@ -35,6 +35,8 @@ MAX_ATTEMPTS = 32
 """Subnets tried before giving up: each failure but a lost race is answered by skipping every subnet in use."""
 ICC_OPTION = "com.docker.network.bridge.enable_icc"
 INHIBIT_IPV4_OPTION = "com.docker.network.bridge.inhibit_ipv4"
+PARKING_NETWORK = "corral-pool-parking"
+"""Where warm pool members for recipes with networking wait to be claimed (`ensure_parking`)."""
 
 
 def subnets() -> list[ipaddress.IPv4Network]:
@@ -101,6 +103,42 @@ def _options(networking: str) -> dict[str, str]:
         # so a service of the host listening on every address is not reachable at the network's gateway either.
         return {ICC_OPTION: "true", INHIBIT_IPV4_OPTION: "true"}
     return {ICC_OPTION: "false"}  # only the sandbox is on it: nothing to talk to; the host is at its gateway
+
+
+def ensure_parking(client: docker.DockerClient) -> Network:
+    """The network warm pool members with networking wait on (made once per engine): internal, with no traffic
+    between its containers and no address of the host on it, so a member on it reaches nothing at all. A member
+    created with no network could never join one; on this one, its claim connects it to the session's network,
+    then takes it off this one."""
+    existing = _get(client, PARKING_NETWORK)
+    if existing is not None:
+        return existing
+    try:
+        return client.networks.create(
+            PARKING_NETWORK,
+            driver="bridge",
+            internal=True,
+            options={ICC_OPTION: "false", INHIBIT_IPV4_OPTION: "true"},
+            check_duplicate=True,
+            labels={"corral": "pool"},
+        )
+    except docker.errors.APIError as exc:
+        made = _get(client, PARKING_NETWORK)
+        if made is not None:  # another worker made it at the same moment
+            return made
+        raise SandboxSetupError(f"could not create the pool's parking network: {exc}") from exc
+
+
+def leave_parking(client: docker.DockerClient, container_id: str) -> None:
+    """Take a claimed member off the parking network (it may have left already: a retried claim)."""
+    network = _get(client, PARKING_NETWORK)
+    if network is None:
+        return
+    try:
+        network.disconnect(container_id, force=True)
+    except docker.errors.APIError as exc:
+        if exc.status_code not in (403, 404):  # 403: not connected (any more)
+            raise SandboxSetupError(f"could not take {container_id[:12]} off the parking network: {exc}") from exc
 
 
 def remove_network(client: docker.DockerClient, name: str) -> bool:

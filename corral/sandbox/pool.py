@@ -7,10 +7,14 @@ session only, even when several sandbox workers share the engine and race for it
 session's container name, applies the session's memory and CPU limits with `docker update`, and the session's
 handle records the member's volume as its workspace.
 
-Which recipes a pool serves: those with no network, the default image and no packages (the default recipe, and
-others differing only in limits or working directory). A recipe with a network, packages, an image of its own or
-repositories to clone is provisioned as before. The pool's key covers what cannot change after create (image,
-/tmp size, process limit, working directory); memory and CPU are applied at claim.
+Which recipes a pool serves: those with the default image and no packages (the default recipe, and others
+differing in limits, working directory or networking). A recipe with packages or an image of its own is provisioned
+as before. The pool's key covers what cannot change after create (image, /tmp size, process limit, working
+directory, and the networking type: a `limited` sandbox's processes see the egress proxy in their environment);
+memory and CPU are applied at claim. A member with networking waits on the parking network, which reaches nothing;
+at claim it joins a network of the session's own (with the allow-list of a `limited` recipe as that network's
+label) and leaves the parking one, then the session's repositories are cloned into it
+(`containers.settle_claimed`).
 
 No Temporal here: the sandbox worker runs `WarmPool.maintain` beside its workers and asks `claim` from
 `provision_sandbox`.
@@ -90,9 +94,12 @@ class PoolStats:
 
 def pool_key(environment: Environment, image: str) -> str | None:
     """The key of the pool that serves `environment` with the default `image`; None when no pool can."""
-    if environment.image or not environment.packages.empty() or environment.networking.type != "none":
+    if environment.image or not environment.packages.empty():
         return None
-    fixed = [image, environment.limits.tmp_mb, environment.limits.pids, environment.working_dir]
+    limits, networking = environment.limits, environment.networking.type
+    fixed = [image, limits.tmp_mb, limits.pids, environment.working_dir]
+    if networking != "none":  # the key of the default recipe is the same as before networked pools
+        fixed.append(networking)
     return hashlib.sha256(json.dumps(fixed).encode()).hexdigest()[:16]
 
 
@@ -343,7 +350,7 @@ class WarmPool:
 
     async def _make(self, key: str, environment: Environment) -> None:
         member_id = os.urandom(6).hex()
-        labels = {POOL_LABEL: key, containers.SCOPE_LABEL: self._scope, CREATED_LABEL: f"{time.time():.0f}"}
+        labels = {POOL_LABEL: key, containers.SCOPE_LABEL: self._scope, CREATED_LABEL: f"{time.time():.3f}"}
         made = await self._upkeep(
             containers.make_pool_member, self._docker, f"{MEMBER_PREFIX}{member_id}", environment, self._image, labels
         )
