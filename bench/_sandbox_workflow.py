@@ -29,16 +29,16 @@ class SandboxBenchWorkflow:
         await workflow.wait_condition(lambda: self.done)
 
     @workflow.update
-    async def provision(self, session_id: str) -> float:
+    async def provision(self, session_id: str, environment: Environment) -> float:
         started = workflow.now()
-        await self._provision(session_id)
+        await self._provision(session_id, environment)
         return (workflow.now() - started).total_seconds()
 
     @workflow.update
-    async def first_call(self, session_id: str) -> list[float]:
+    async def first_call(self, session_id: str, environment: Environment) -> list[float]:
         """Provision, then `bash true`: a session's first tool call; [its seconds, those of the provision]."""
         started = workflow.now()
-        await self._provision(session_id)
+        await self._provision(session_id, environment)
         provisioned = workflow.now()
         await self._bash("true")
         return [(workflow.now() - started).total_seconds(), (provisioned - started).total_seconds()]
@@ -53,10 +53,10 @@ class SandboxBenchWorkflow:
     def sandbox(self) -> SandboxHandle | None:
         return self.handle
 
-    async def _provision(self, session_id: str) -> None:
+    async def _provision(self, session_id: str, environment: Environment) -> None:
         self.handle = await workflow.execute_activity(
             ACTIVITY_PROVISION_SANDBOX,
-            ProvisionInput(session_id=session_id, environment=Environment(), generation=0),
+            ProvisionInput(session_id=session_id, environment=environment, generation=0),
             task_queue=SANDBOX_TASK_QUEUE,
             result_type=SandboxHandle,
             start_to_close_timeout=timedelta(minutes=5),

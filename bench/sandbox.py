@@ -7,8 +7,9 @@ that schedules the activity to the one that sees its result, as `agent.tool_use`
   execute      `bash true` on a running sandbox (3 per session) vs raw `docker exec CONTAINER true`
 and where an execute's time goes: the runner round trip measured from this process on the same container
 (stream write, command, output read: the runner reports the last two), the rest being Temporal's (update,
-workflow task, activity dispatch and completion). Usage: `python -m bench.sandbox [--runs N]`. Ratios, not
-absolute times, are what carries across machines.
+workflow task, activity dispatch and completion). Usage: `python -m bench.sandbox [--runs N] [--networking
+limited|unrestricted]` (the recipe's networking: none by default; the warm-up run teaches the pool the recipe).
+Ratios, not absolute times, are what carries across machines.
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ def timed(command: list[str]) -> float:
     return time.perf_counter() - started
 
 
-async def until_ready(pool: WarmPool, image: str) -> None:
-    key = pool_key(Environment(), image)
+async def until_ready(pool: WarmPool, image: str, environment: Environment) -> None:
+    key = pool_key(environment, image)
     assert key is not None
     for _ in range(600):
         if await asyncio.to_thread(pool._members, key):
@@ -81,8 +82,20 @@ async def probe_true(probe: Runners, container_id: str, call: str) -> tuple[floa
     return time.perf_counter() - started, answer
 
 
+def recipe(networking: str) -> Environment:
+    if networking == "limited":
+        return Environment.model_validate({"networking": {"type": "limited", "allowed_hosts": ["example.invalid"]}})
+    return Environment.model_validate({"networking": {"type": networking}})
+
+
 async def measure(
-    client: Client, queue: str, engine: docker.DockerClient, image: str, runs: int, samples: Samples
+    client: Client,
+    queue: str,
+    engine: docker.DockerClient,
+    image: str,
+    runs: int,
+    samples: Samples,
+    environment: Environment,
 ) -> WarmPool:
     activities = SandboxActivities(engine, image, await cluster_id(client), pool=PoolSettings(size=2))
     cold = SandboxActivities(engine, image, await cluster_id(client))
@@ -99,9 +112,12 @@ async def measure(
             for run in range(runs + 1):  # the first run warms up and is not counted
                 session_id = f"sesn_bench{uuid.uuid4().hex[:20]}"
                 sessions.append(session_id)
-                await until_ready(pool, image)
+                if run:  # the warm-up run taught the pool a recipe it did not know yet
+                    await until_ready(pool, image, environment)
                 handle = await client.start_workflow(SandboxBenchWorkflow.run, id=session_id, task_queue=queue)
-                first, claim = await handle.execute_update(SandboxBenchWorkflow.first_call, session_id)
+                first, claim = await handle.execute_update(
+                    SandboxBenchWorkflow.first_call, args=[session_id, environment]
+                )
                 run_took = timed(["docker", "run", "--rm", image, "true"])
                 sandbox = await handle.query(SandboxBenchWorkflow.sandbox)
                 assert sandbox is not None
@@ -131,7 +147,7 @@ async def measure(
                 session_id = f"sesn_bench{uuid.uuid4().hex[:20]}"
                 sessions.append(session_id)
                 handle = await client.start_workflow(SandboxBenchWorkflow.run, id=session_id, task_queue=cold_queue)
-                took = await handle.execute_update(SandboxBenchWorkflow.provision, session_id)
+                took = await handle.execute_update(SandboxBenchWorkflow.provision, args=[session_id, environment])
                 if run:
                     samples.add("cold", took)
                 await handle.signal(SandboxBenchWorkflow.finish)
@@ -146,17 +162,20 @@ async def measure(
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--networking", choices=["none", "limited", "unrestricted"], default="none")
     args = parser.parse_args()
     engine = ensure_docker_engine(ROOT / ".corral")
     image = ensure_sandbox_image(engine, ROOT / ".corral")
     env = await start_local_temporal()
     samples = Samples()
     try:
-        pool = await measure(env.client, f"bench-sandbox-{uuid.uuid4().hex[:6]}", engine, image, args.runs, samples)
+        queue = f"bench-sandbox-{uuid.uuid4().hex[:6]}"
+        pool = await measure(env.client, queue, engine, image, args.runs, samples, recipe(args.networking))
     finally:
         await env.shutdown()
     p50 = {name: statistics.median(values) for name, values in samples.items()}
-    print(f"sandbox image {image}; {args.runs} sessions, {len(samples['execute'])} bash calls (after one warm-up run)")
+    print(f"sandbox image {image}; networking {args.networking}; {args.runs} sessions, "
+          f"{len(samples['execute'])} bash calls (after one warm-up run)")  # fmt: skip
     print(f"{'measure':<58}{'p50 ms':>9}{'p95 ms':>9}")
     rows = [
         ("first call: provision + bash true, warm pool (harness)", "first"),
