@@ -15,6 +15,7 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
 from temporalio.converter import DataConverter
 
+from corral.contract.records import RECORD_SEARCH_ATTRIBUTES
 from corral.names import (
     DEFAULT_TEMPORAL_ADDRESS,
     DEFAULT_TEMPORAL_NAMESPACE,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 SEARCH_ATTRIBUTES = {
     SEARCH_ATTRIBUTE_STATUS: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
     SEARCH_ATTRIBUTE_MODEL: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+    **{name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for name in RECORD_SEARCH_ATTRIBUTES},
 }
 
 

@@ -31,6 +31,7 @@ from workers._run import GRACEFUL_SHUTDOWN, STICKY_TIMEOUT
 from workers._slots import SharedSlots
 from workflows import SessionWorkflow
 from workflows._signals import SignalArgumentsInterceptor
+from workflows.records import RecordWorkflow
 
 HARNESS_WORKFLOW_RUNNER = SandboxedWorkflowRunner(
     restrictions=SandboxRestrictions.default.with_passthrough_all_modules()
@@ -52,7 +53,7 @@ def harness_worker(client: Client, task_queue: str = HARNESS_TASK_QUEUE) -> Work
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[SessionWorkflow],
+        workflows=[SessionWorkflow, RecordWorkflow],
         workflow_runner=HARNESS_WORKFLOW_RUNNER,
         interceptors=[SignalArgumentsInterceptor()],
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,

@@ -1,0 +1,353 @@
+"""Durable, versioned records through Temporal: the client side of `RecordWorkflow` (workflows/records.py), for
+the gateway and the CLI. One workflow per object; its id is the object's id.
+
+Every read and write names the caller's workspace, and a record of another workspace is `RecordNotFound`, exactly
+like one that never existed or was deleted: an id never reveals, across workspaces, that it exists.
+
+Errors::
+
+    RecordError
+    ├── RecordNotFound      no such record, a deleted one, another workspace's, or an id that is not a record id
+    ├── VersionConflict     a write that named a version which is no longer the current one; nothing was written
+    ├── RecordArchived      a write to an archived record; nothing was written
+    └── InvalidRecord       (also a ValueError) a workspace, kind, id prefix or page cursor the caller got wrong
+
+Listings go through Temporal visibility, which the server updates a moment after a write: a record just created,
+archived or deleted may be missing from, or still in, a listing made right after. Every item a listing returns is
+read from its workflow (a query), so what it shows of an item is current, and an item deleted or archived meanwhile
+is left out. Record ids start with their creation time (as a ULID does), so listings sort by id: newest first, the
+same order across a record's continue-as-new, and a page cursor (the last id seen) never repeats or skips an item
+when records are created between pages. A listing reads the ids of every matching record from visibility (ids
+only) to sort them: fine for the thousands of objects of one workspace, not for millions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import re
+import secrets
+import time
+from typing import Any, Literal, TypeAlias, TypeVar
+
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import (
+    SearchAttributeKey,
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from corral.contract.records import (
+    ARCHIVED,
+    DELETED,
+    ID_ALPHABET,
+    ID_PREFIX_PATTERN,
+    ID_SUFFIX_LENGTH,
+    KIND_PATTERN,
+    QUERY_GET,
+    QUERY_VERSIONS,
+    RECORD_ID_PATTERN,
+    RECORD_WORKFLOW,
+    SEARCH_ATTRIBUTE_ARCHIVED,
+    SEARCH_ATTRIBUTE_KIND,
+    SEARCH_ATTRIBUTE_WORKSPACE,
+    UPDATE_ARCHIVE,
+    UPDATE_DELETE,
+    UPDATE_PUT,
+    VERSION_CONFLICT,
+    WORKSPACE_PATTERN,
+    PutRecord,
+    RecordInput,
+    RecordView,
+)
+from corral.names import HARNESS_TASK_QUEUE
+
+T = TypeVar("T")
+
+RecordPage: TypeAlias = tuple[list[RecordView], str | None]
+"""A listing's page: its records, and the cursor of the next page (None on the last)."""
+
+MAX_PAGE_SIZE = 1000
+"""The most items one listing page returns (the gateway's own limit, 100 upstream, is lower)."""
+
+
+class RecordError(Exception):
+    """Any failure of a record operation this module reports as its own."""
+
+
+class RecordNotFound(RecordError):
+    """No such record in the caller's workspace (never existed, deleted, another workspace's, or a malformed id)."""
+
+
+class VersionConflict(RecordError):
+    """The write named a version that is no longer the current one; nothing was written."""
+
+
+class RecordArchived(RecordError):
+    """The record is archived: it can no longer change; nothing was written."""
+
+
+class InvalidRecord(RecordError, ValueError):
+    """A workspace name, kind, id prefix or page cursor that does not fit its pattern: the caller's mistake."""
+
+
+_RECORD_ID = re.compile(RECORD_ID_PATTERN)
+_WORKSPACE = re.compile(WORKSPACE_PATTERN)
+_KIND = re.compile(KIND_PATTERN)
+_ID_PREFIX = re.compile(rf"^{ID_PREFIX_PATTERN}$")
+
+
+def new_record_id(id_prefix: str) -> str:
+    """`<id_prefix>_` and 26 characters of Crockford base32, lower case, laid out as a ULID: 48 bits of the
+    time in milliseconds, then 80 random bits. Ids of later records sort after earlier ones, which listings use."""
+    if not _ID_PREFIX.match(id_prefix):
+        raise InvalidRecord(f"{id_prefix!r} is not an id prefix (lower-case letters, digits and _)")
+    value = (time.time_ns() // 1_000_000) << 80 | secrets.randbits(80)
+    suffix = "".join(ID_ALPHABET[(value >> shift) & 31] for shift in range(5 * (ID_SUFFIX_LENGTH - 1), -1, -5))
+    return f"{id_prefix}_{suffix}"
+
+
+def is_record_id(value: str, id_prefix: str | None = None) -> bool:
+    """Whether `value` has the shape of a record id (of `id_prefix`, when given)."""
+    match = _RECORD_ID.match(value)
+    return match is not None and (id_prefix is None or match["prefix"] == id_prefix)
+
+
+def check_workspace(workspace: str) -> str:
+    if not isinstance(workspace, str) or not _WORKSPACE.match(workspace):
+        raise InvalidRecord(f"{workspace!r} is not a workspace name ({WORKSPACE_PATTERN})")
+    return workspace
+
+
+def _check_kind(kind: str) -> str:
+    if not isinstance(kind, str) or not _KIND.match(kind):
+        raise InvalidRecord(f"{kind!r} is not a record kind ({KIND_PATTERN})")
+    return kind
+
+
+class Records:
+    """Create, read, version, archive, delete and list records of one Temporal namespace.
+
+    The `RecordWorkflow`s run on `task_queue`, served by the harness worker (workers/roles.py).
+    """
+
+    def __init__(self, client: Client, task_queue: str = HARNESS_TASK_QUEUE) -> None:
+        self.client = client
+        self.task_queue = task_queue
+
+    # ---- writes ---------------------------------------------------------------------------------------------
+
+    async def create(self, kind: str, workspace: str, body: dict[str, Any], id_prefix: str) -> RecordView:
+        """A new record at version 1, readable (get) as soon as this returns; listings show it a moment later."""
+        input = RecordInput(kind=_check_kind(kind), workspace=check_workspace(workspace), body=body)
+        record_id = new_record_id(id_prefix)
+        start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
+            RECORD_WORKFLOW,
+            input,
+            id=record_id,
+            task_queue=self.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,  # a deleted record's id is never another's
+            search_attributes=TypedSearchAttributes(
+                [
+                    SearchAttributePair(SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_KIND), kind),
+                    SearchAttributePair(SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_WORKSPACE), workspace),
+                    SearchAttributePair(SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_ARCHIVED), "false"),
+                ]
+            ),
+            static_summary=f"{kind} in workspace {workspace}",
+        )
+        # The put of the same body is no change: it makes no version, and returns version 1 once the workflow
+        # holds it, in the same round trip as the start (read-your-writes without a query that could come first).
+        view: RecordView = await self.client.execute_update_with_start_workflow(
+            UPDATE_PUT,
+            PutRecord(expected_version=1, body=input.body),
+            start_workflow_operation=start,
+            result_type=RecordView,
+        )
+        return view
+
+    async def put(
+        self,
+        id: str,
+        workspace: str,
+        body: dict[str, Any],
+        expected_version: int | None = None,
+        *,
+        kind: str | None = None,
+    ) -> RecordView:
+        """A new version with `body` (the current one, unchanged, when `body` equals it). With `expected_version`,
+        only if the record is still at that version, else `VersionConflict`."""
+        await self.get(id, workspace, kind=kind)
+        input = PutRecord(expected_version=expected_version, body=body)
+        return await self._update(id, UPDATE_PUT, input, RecordView)
+
+    async def archive(self, id: str, workspace: str, *, kind: str | None = None) -> RecordView:
+        """Archive the record (again: no change). It stays readable; listings show it only with include_archived."""
+        await self.get(id, workspace, kind=kind)
+        return await self._update(id, UPDATE_ARCHIVE, None, RecordView)
+
+    async def delete(self, id: str, workspace: str, *, kind: str | None = None) -> None:
+        """Delete the record: from now on it is `RecordNotFound` everywhere. Its history stays in Temporal for the
+        namespace's retention of closed workflows."""
+        await self.get(id, workspace, kind=kind)
+        await self._update(id, UPDATE_DELETE, None, type(None))
+
+    # ---- reads ----------------------------------------------------------------------------------------------
+
+    async def get(self, id: str, workspace: str, version: int | None = None, *, kind: str | None = None) -> RecordView:
+        """The current version, or `version`, of a record of `workspace` (and of `kind`, when given)."""
+        check_workspace(workspace)
+        view = await self.get_any(id, version, kind=kind)
+        if view.workspace != workspace:
+            raise RecordNotFound(id)
+        return view
+
+    async def get_any(self, id: str, version: int | None = None, *, kind: str | None = None) -> RecordView:
+        """A record of any workspace. Internal: for what identifies the workspace itself (an API key)."""
+        if not isinstance(id, str) or not is_record_id(id) or (version is not None and version < 1):
+            raise RecordNotFound(id)
+        try:
+            view: RecordView = await self._handle(id).query(QUERY_GET, version, result_type=RecordView)
+        except WorkflowQueryFailedError as exc:  # no such version, or a workflow that is not a record
+            raise RecordNotFound(id) from exc
+        except RPCError as exc:
+            raise _not_found_or(exc, id) from exc
+        if view.deleted or (kind is not None and view.kind != kind):
+            raise RecordNotFound(id)
+        return view
+
+    async def versions(self, id: str, workspace: str, *, kind: str | None = None) -> list[RecordView]:
+        """Every version of the record, oldest first."""
+        await self.get(id, workspace, kind=kind)
+        try:
+            views: list[RecordView] = await self._handle(id).query(QUERY_VERSIONS, result_type=list[RecordView])
+        except WorkflowQueryFailedError as exc:
+            raise RecordNotFound(id) from exc
+        except RPCError as exc:
+            raise _not_found_or(exc, id) from exc
+        return views
+
+    async def list(
+        self,
+        kind: str,
+        workspace: str,
+        *,
+        include_archived: bool = False,
+        limit: int = 20,
+        page: str | None = None,
+        order: Literal["desc", "asc"] = "desc",
+    ) -> RecordPage:
+        """One page of the workspace's records of `kind`, newest first (`order="asc"`: oldest first), and the
+        cursor of the next page (None on the last). See the module docstring for visibility's delay."""
+        return await self._list(kind, check_workspace(workspace), include_archived, limit, page, order)
+
+    async def list_any_workspace(
+        self,
+        kind: str,
+        *,
+        include_archived: bool = False,
+        limit: int = 20,
+        page: str | None = None,
+        order: Literal["desc", "asc"] = "desc",
+    ) -> RecordPage:
+        """`list` across every workspace. Internal: for operators (the CLI's `api-key ls`), never the gateway."""
+        return await self._list(kind, None, include_archived, limit, page, order)
+
+    async def _list(
+        self,
+        kind: str,
+        workspace: str | None,
+        include_archived: bool,
+        limit: int,
+        page: str | None,
+        order: Literal["desc", "asc"],
+    ) -> RecordPage:
+        _check_kind(kind)
+        if not 1 <= limit <= MAX_PAGE_SIZE:
+            raise InvalidRecord(f"limit must be between 1 and {MAX_PAGE_SIZE}")
+        if order not in ("desc", "asc"):
+            raise InvalidRecord(f"order must be desc or asc, not {order!r}")
+        after = _decode_page(page) if page is not None else None
+        query = (
+            f"WorkflowType = '{RECORD_WORKFLOW}' AND {SEARCH_ATTRIBUTE_KIND} = '{kind}'"
+            + (f" AND {SEARCH_ATTRIBUTE_WORKSPACE} = '{workspace}'" if workspace is not None else "")
+            + " AND ExecutionStatus = 'Running'"
+            + ("" if include_archived else f" AND {SEARCH_ATTRIBUTE_ARCHIVED} = 'false'")
+        )
+        # A set: during a continue-as-new, visibility can show the closing run and the new one both running.
+        ids = {execution.id async for execution in self.client.list_workflows(query) if is_record_id(execution.id)}
+        ordered = sorted(ids, reverse=order == "desc")
+        if after is not None:
+            ordered = [id for id in ordered if (id < after if order == "desc" else id > after)]
+        chosen = ordered[:limit]
+        views = await asyncio.gather(*(self._listed(id, kind, workspace, include_archived) for id in chosen))
+        next_page = _encode_page(chosen[-1]) if len(ordered) > limit else None
+        return [view for view in views if view is not None], next_page
+
+    async def _listed(self, id: str, kind: str, workspace: str | None, include_archived: bool) -> RecordView | None:
+        """A listed record as it is now; None when it no longer belongs in the listing (visibility lags)."""
+        try:
+            view = await self.get_any(id, kind=kind)
+        except RecordNotFound:
+            return None
+        if workspace is not None and view.workspace != workspace:
+            return None
+        if view.archived_at is not None and not include_archived:
+            return None
+        return view
+
+    # ---- plumbing -------------------------------------------------------------------------------------------
+
+    def _handle(self, id: str) -> WorkflowHandle[Any, Any]:
+        return self.client.get_workflow_handle(id)
+
+    async def _update(self, id: str, update: str, arg: Any, result_type: type[T]) -> T:
+        """Run an update, with its refusals as this module's errors."""
+        args = [] if arg is None else [arg]
+        try:
+            result: T = await self._handle(id).execute_update(update, args=args, result_type=result_type)
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause
+            error_type = cause.type if isinstance(cause, ApplicationError) else None
+            message = cause.message if isinstance(cause, ApplicationError) else str(cause)
+            if error_type == VERSION_CONFLICT:
+                raise VersionConflict(message) from exc
+            if error_type == ARCHIVED:
+                raise RecordArchived(message) from exc
+            if error_type == DELETED:
+                raise RecordNotFound(id) from exc
+            raise
+        except RPCError as exc:  # the workflow ended between the read and this write
+            raise _not_found_or(exc, id) from exc
+        return result
+
+
+def _not_found_or(error: RPCError, id: str) -> Exception:
+    return RecordNotFound(id) if error.status == RPCStatusCode.NOT_FOUND else error
+
+
+def _encode_page(last_id: str) -> str:
+    return base64.urlsafe_b64encode(last_id.encode()).decode().rstrip("=")
+
+
+def _decode_page(page: str) -> str:
+    """The last id of the previous page; InvalidRecord for a cursor this module did not make."""
+    try:
+        last_id = base64.urlsafe_b64decode(page + "=" * (-len(page) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise InvalidRecord("not a page cursor") from None
+    if not is_record_id(last_id):
+        raise InvalidRecord("not a page cursor")
+    return last_id
