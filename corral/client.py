@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.errordetails.v1 import WorkflowNotReadyFailure
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.common import TypedSearchAttributes
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -59,8 +60,11 @@ async def start_session(
     *,
     session_id: str | None = None,
     task_queue: str = HARNESS_TASK_QUEUE,
+    search_attributes: TypedSearchAttributes | None = None,
+    memo: dict[str, Any] | None = None,
 ) -> WorkflowHandle:
-    """Start `SessionWorkflow`; the session id is the workflow id."""
+    """Start `SessionWorkflow`; the session id is the workflow id. The gateway adds the session's workspace (a
+    search attribute) and what its API view shows without a query (the memo)."""
     summary, details = web_ui_summary(input, client.namespace)
     started = await client.start_workflow(
         SESSION_WORKFLOW,
@@ -69,6 +73,8 @@ async def start_session(
         task_queue=task_queue,
         static_summary=summary,
         static_details=details,
+        search_attributes=search_attributes,
+        memo=memo,
     )
     # Not bound to the first run: the session continues as new as it grows, and queries and updates must reach
     # whichever run is current (terminate and cancel still reach only this session's chain).

@@ -1,0 +1,44 @@
+"""Console entry point `corral-gateway`: serve the Managed Agents HTTP API on corral (default 127.0.0.1:8780)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+
+import uvicorn
+
+from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
+from corral.temporal import connect, ensure_search_attributes, temporal_address
+from gateway.app import DEFAULT_PORT, create_app
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="corral-gateway",
+        description="Anthropic's Managed Agents API on corral: point an `anthropic` client's base_url here.",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--temporal", default=None, help="Temporal address (default: $CORRAL_TEMPORAL_ADDRESS)")
+    parser.add_argument("--harness-queue", default=HARNESS_TASK_QUEUE)
+    parser.add_argument("--model-queue", default=MODEL_TASK_QUEUE)
+    return parser
+
+
+async def serve(args: argparse.Namespace) -> None:
+    client = await connect(args.temporal or temporal_address())
+    await ensure_search_attributes(client)
+    app = create_app(client, args.harness_queue, args.model_queue)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info", access_log=False)
+    logging.getLogger("gateway").info("corral gateway at http://%s:%d", args.host, args.port)
+    await uvicorn.Server(config).serve()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(serve(build_parser().parse_args()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,247 @@
+"""The gateway's ASGI app: routes, authentication, and the agent and environment resources.
+
+Every request names its API key (`Authorization: Bearer`, as the SDK sends it, or `x-api-key`); the key's
+workspace scopes everything the request sees. A verified key is remembered for `KEY_CACHE_SECONDS`, so a revoked
+key stops working within that time on every gateway.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from temporalio.client import Client
+
+from corral.apikeys import verify_key
+from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
+from corral.records import RecordArchived, RecordNotFound, Records, RecordView, VersionConflict
+from gateway.errors import ApiError, api_error_handler, error_response, invalid, not_found
+from gateway.sessions import Sessions
+from gateway.shapes import agent_body, agent_view, environment_body, environment_view
+
+KEY_CACHE_SECONDS = 10.0
+MAX_BODY_BYTES = 8 * 1024 * 1024
+DEFAULT_PORT = 8780
+
+Handler = Callable[[Request, str], Awaitable[Response]]
+
+
+class Gateway:
+    """The app's state: a Temporal client and what is built on it. Nothing else: two gateways serve alike."""
+
+    def __init__(self, client: Client, harness_queue: str = HARNESS_TASK_QUEUE, model_queue: str = MODEL_TASK_QUEUE):
+        self.records = Records(client, task_queue=harness_queue)
+        self.sessions = Sessions(client, self.records, harness_queue, model_queue)
+        self._keys: dict[str, tuple[str, float]] = {}
+
+    async def workspace(self, request: Request) -> str:
+        authorization = request.headers.get("authorization", "")
+        key = authorization[7:].strip() if authorization.lower().startswith("bearer ") else ""
+        key = key or request.headers.get("x-api-key", "").strip()
+        if not key:
+            raise ApiError(401, "no API key: send it as `Authorization: Bearer <key>` (or `x-api-key`)")
+        cached = self._keys.get(key)
+        if cached is not None and time.monotonic() - cached[1] < KEY_CACHE_SECONDS:
+            return cached[0]
+        workspace = await verify_key(self.records, key)
+        if workspace is None:
+            self._keys.pop(key, None)
+            raise ApiError(401, "invalid API key (create one with `corral api-key create --workspace NAME`)")
+        self._keys[key] = (workspace, time.monotonic())
+        return workspace
+
+
+async def body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if len(raw) > MAX_BODY_BYTES:
+        raise ApiError(413, f"the request body is over {MAX_BODY_BYTES} bytes")
+    if not raw.strip():
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except ValueError as exc:
+        raise invalid(f"the request body is not JSON: {exc}") from exc
+    if not isinstance(parsed, dict):
+        raise invalid("the request body must be a JSON object")
+    return parsed
+
+
+def _int(value: str | None, where: str) -> int | None:
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError as exc:
+        raise invalid(f"{where} must be a whole number") from exc
+    if number < 1:
+        raise invalid(f"{where} must be at least 1")
+    return number
+
+
+def _bool(value: str | None) -> bool:
+    return (value or "").lower() in ("true", "1")
+
+
+# ---- agents and environments ------------------------------------------------------------------------------------
+
+
+class Resource:
+    """A versioned record kind (agents, environments) under `/v1/<plural>`."""
+
+    def __init__(self, gateway: Gateway, kind: str, prefix: str, make_body: Any, view: Any) -> None:
+        self.gateway, self.kind, self.prefix = gateway, kind, prefix
+        self.make_body, self.view = make_body, view
+
+    def show(self, record: RecordView) -> dict[str, Any]:
+        if self.kind == "agent":
+            return self.view(record.id, record.version, record.body, record.created_at, record.updated_at,
+                             record.archived_at)  # fmt: skip
+        return self.view(record.id, record.body, record.created_at, record.updated_at, record.archived_at)
+
+    async def get(self, workspace: str, record_id: str, version: int | None = None) -> RecordView:
+        try:
+            record = await self.gateway.records.get(record_id, workspace, version)
+        except RecordNotFound as exc:
+            raise not_found(self.kind, record_id) from exc
+        if record.kind != self.kind:
+            raise not_found(self.kind, record_id)
+        return record
+
+    async def create(self, request: Request, workspace: str) -> Response:
+        record = await self.gateway.records.create(self.kind, workspace, self.make_body(await body(request)),
+                                                   self.prefix)  # fmt: skip
+        return JSONResponse(self.show(record))
+
+    async def retrieve(self, request: Request, workspace: str) -> Response:
+        version = _int(request.query_params.get("version"), "version")
+        return JSONResponse(self.show(await self.get(workspace, request.path_params["id"], version)))
+
+    async def update(self, request: Request, workspace: str) -> Response:
+        record_id = request.path_params["id"]
+        current = await self.get(workspace, record_id)
+        changes = await body(request)
+        expected = changes.pop("version", None) if self.kind == "agent" else None
+        if expected is not None and (not isinstance(expected, int) or expected < 1):
+            raise invalid("version must be a positive integer")
+        try:
+            record = await self.gateway.records.put(record_id, workspace, self.make_body(changes, current.body),
+                                                    expected_version=expected)  # fmt: skip
+        except VersionConflict as exc:
+            raise ApiError(409, f"{self.kind} {record_id!r} is at version {current.version}, not {expected}: "
+                                "read it again and apply the change to the latest version") from exc  # fmt: skip
+        except RecordArchived as exc:
+            raise invalid(f"{self.kind} {record_id!r} is archived and cannot change") from exc
+        except RecordNotFound as exc:
+            raise not_found(self.kind, record_id) from exc
+        return JSONResponse(self.show(record))
+
+    async def archive(self, request: Request, workspace: str) -> Response:
+        record_id = request.path_params["id"]
+        await self.get(workspace, record_id)
+        return JSONResponse(self.show(await self.gateway.records.archive(record_id, workspace)))
+
+    async def delete(self, request: Request, workspace: str) -> Response:
+        record_id = request.path_params["id"]
+        await self.get(workspace, record_id)
+        await self.gateway.records.delete(record_id, workspace)
+        return JSONResponse({"id": record_id, "type": f"{self.kind}_deleted"})
+
+    async def list(self, request: Request, workspace: str) -> Response:
+        params = request.query_params
+        limit = _int(params.get("limit"), "limit") or 20
+        if limit > 100:
+            raise invalid("limit must be at most 100")
+        try:
+            records, next_page = await self.gateway.records.list(
+                self.kind, workspace, include_archived=_bool(params.get("include_archived")), limit=limit,
+                page=params.get("page"),
+            )  # fmt: skip
+        except ValueError as exc:
+            raise invalid(f"page: {exc}") from exc
+        return JSONResponse({"data": [self.show(r) for r in records], "next_page": next_page})
+
+    async def versions(self, request: Request, workspace: str) -> Response:
+        record_id = request.path_params["id"]
+        await self.get(workspace, record_id)
+        versions = await self.gateway.records.versions(record_id, workspace)
+        return JSONResponse({"data": [self.show(r) for r in sorted(versions, key=lambda r: -r.version)],
+                             "next_page": None})  # fmt: skip
+
+
+# ---- the app ------------------------------------------------------------------------------------------------
+
+
+def create_app(
+    client: Client, harness_queue: str = HARNESS_TASK_QUEUE, model_queue: str = MODEL_TASK_QUEUE
+) -> Starlette:
+    gateway = Gateway(client, harness_queue, model_queue)
+    agents = Resource(gateway, "agent", "agent", agent_body, agent_view)
+    environments = Resource(gateway, "environment", "env", environment_body, environment_view)
+    sessions = gateway.sessions
+
+    def authed(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            workspace = await gateway.workspace(request)
+            return await handler(request, workspace)
+
+        return endpoint
+
+    async def create_session(request: Request, workspace: str) -> Response:
+        return JSONResponse(await sessions.create(workspace, await body(request)))
+
+    async def retrieve_session(request: Request, workspace: str) -> Response:
+        return JSONResponse(await sessions.retrieve(workspace, request.path_params["id"]))
+
+    async def list_sessions(request: Request, workspace: str) -> Response:
+        return JSONResponse(await sessions.list_sessions(workspace, request.query_params))
+
+    async def list_events(request: Request, workspace: str) -> Response:
+        return JSONResponse(await sessions.list_events(workspace, request.path_params["id"], request.query_params))
+
+    async def send_events(request: Request, workspace: str) -> Response:
+        return JSONResponse(await sessions.send(workspace, request.path_params["id"], await body(request)))
+
+    async def stream_events(request: Request, workspace: str) -> Response:
+        return await sessions.stream(workspace, request.path_params["id"], request)
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    routes = [
+        Route("/healthz", health),
+        Route("/v1/agents", authed(agents.create), methods=["POST"]),
+        Route("/v1/agents", authed(agents.list), methods=["GET"]),
+        Route("/v1/agents/{id}", authed(agents.retrieve), methods=["GET"]),
+        Route("/v1/agents/{id}", authed(agents.update), methods=["POST"]),
+        Route("/v1/agents/{id}/archive", authed(agents.archive), methods=["POST"]),
+        Route("/v1/agents/{id}/versions", authed(agents.versions), methods=["GET"]),
+        Route("/v1/environments", authed(environments.create), methods=["POST"]),
+        Route("/v1/environments", authed(environments.list), methods=["GET"]),
+        Route("/v1/environments/{id}", authed(environments.retrieve), methods=["GET"]),
+        Route("/v1/environments/{id}", authed(environments.update), methods=["POST"]),
+        Route("/v1/environments/{id}", authed(environments.delete), methods=["DELETE"]),
+        Route("/v1/environments/{id}/archive", authed(environments.archive), methods=["POST"]),
+        Route("/v1/sessions", authed(create_session), methods=["POST"]),
+        Route("/v1/sessions", authed(list_sessions), methods=["GET"]),
+        Route("/v1/sessions/{id}", authed(retrieve_session), methods=["GET"]),
+        Route("/v1/sessions/{id}/events", authed(list_events), methods=["GET"]),
+        Route("/v1/sessions/{id}/events", authed(send_events), methods=["POST"]),
+        Route("/v1/sessions/{id}/events/stream", authed(stream_events), methods=["GET"]),
+    ]
+
+    async def not_found_route(request: Request, exc: Exception) -> Response:
+        return error_response(404, f"no such endpoint: {request.method} {request.url.path}")
+
+    async def wrong_method(request: Request, exc: Exception) -> Response:
+        return error_response(405, f"{request.method} is not supported on {request.url.path}")
+
+    return Starlette(
+        routes=routes,
+        exception_handlers={ApiError: api_error_handler, 404: not_found_route, 405: wrong_method},
+    )

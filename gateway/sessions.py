@@ -1,0 +1,379 @@
+"""Sessions and their events over HTTP: a session is a `SessionWorkflow` whose log is its events.
+
+Workspaces: a session started here carries the `CorralWorkspace` search attribute, and every request checks it,
+answering 404 for another workspace's session. The agent (the version pinned at creation) and the environment id
+ride in the workflow's memo, so a listing needs no query per session.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+from collections.abc import AsyncIterator, Mapping
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.requests import Request
+from temporalio.client import Client, WorkflowExecutionDescription, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from corral.client import SessionClosed, follow_events, read_events, send_events, session_info, start_session
+from corral.contract.events import SessionEvent
+from corral.contract.session import SessionInfo, SessionInput
+from corral.names import SEARCH_ATTRIBUTE_STATUS, SESSION_WORKFLOW
+from corral.records import RecordNotFound, Records, RecordView
+from gateway.errors import ApiError, invalid, not_found
+from gateway.shapes import agent_config, agent_view, check_metadata, environment_recipe, event_view, when
+
+WORKSPACE_KEY = SearchAttributeKey.for_keyword("CorralWorkspace")
+STATUS_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS)
+MAX_LIMIT = 1000
+DEFAULT_LIMIT = 20
+PING_SECONDS = 15.0
+SESSION_STATUSES = {"idle", "running", "rescheduling", "terminated"}
+AGENT_ONLY = ("created_at", "updated_at", "archived_at", "metadata")
+"""Fields of an agent that a session's snapshot of it does not show."""
+
+
+class Sessions:
+    """The session endpoints, over one Temporal client."""
+
+    def __init__(self, client: Client, records: Records, harness_queue: str, model_queue: str) -> None:
+        self.client = client
+        self.records = records
+        self.harness_queue = harness_queue
+        self.model_queue = model_queue
+
+    # ---- lookups --------------------------------------------------------------------------------------------
+
+    async def _own(self, workspace: str, session_id: str) -> tuple[WorkflowHandle, WorkflowExecutionDescription]:
+        """The session's handle and description, if it is this workspace's; else 404, the same as no session."""
+        if not session_id.startswith("sesn_") or len(session_id) > 64:
+            raise not_found("session", session_id)
+        handle = self.client.get_workflow_handle(session_id)
+        try:
+            description = await handle.describe()
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                raise not_found("session", session_id) from exc
+            raise
+        if description.typed_search_attributes.get(WORKSPACE_KEY) != workspace:
+            raise not_found("session", session_id)
+        return handle, description
+
+    async def _view(self, handle: WorkflowHandle, description: WorkflowExecutionDescription) -> dict[str, Any]:
+        memo = await description.memo()
+        info: SessionInfo | None = None
+        if description.status is not None and description.status.name == "RUNNING":
+            with contextlib.suppress(RPCError):
+                info = await session_info(handle)
+        return session_view(handle.id, memo, description.start_time, description.close_time, info,
+                            description.typed_search_attributes)  # fmt: skip
+
+    # ---- endpoints ------------------------------------------------------------------------------------------
+
+    async def create(self, workspace: str, request: dict[str, Any]) -> dict[str, Any]:
+        known = {"agent", "environment_id", "title", "metadata", "vault_ids", "resources", "initial_events", "budget"}
+        unknown = sorted(set(request) - known)
+        if unknown:
+            raise invalid(f"unknown session field(s): {', '.join(unknown)}")
+        if request.get("budget") is not None:
+            raise invalid("budget: not supported by corral yet (sessions have no spending limit)")
+        if request.get("resources"):
+            raise invalid("resources: repositories are given to sessions with `corral start --repo` for now; "
+                          "the API does not take them yet")  # fmt: skip
+        agent = await self._agent(workspace, request.get("agent"))
+        environment_id = request.get("environment_id")
+        if not isinstance(environment_id, str):
+            raise invalid("environment_id is required")
+        try:
+            environment = await self.records.get(environment_id, workspace)
+        except RecordNotFound as exc:
+            message = f"environment {environment_id!r} was not found"
+            raise ApiError(404, message, error_code="environment_not_found") from exc
+        if environment.archived_at is not None:
+            raise ApiError(400, f"environment {environment_id!r} is archived", error_code="environment_archived")
+        initial = request.get("initial_events") or []
+        if not isinstance(initial, list) or len(initial) > 50:
+            raise invalid("initial_events must be a list of at most 50 events")
+        title = request.get("title")
+        if title is not None and not isinstance(title, str):
+            raise invalid("title must be a string")
+        vault_ids = request.get("vault_ids") or []
+        if not isinstance(vault_ids, list) or not all(isinstance(v, str) for v in vault_ids):
+            raise invalid("vault_ids must be a list of vault ids")
+        try:
+            input = SessionInput(
+                agent=agent_config(agent.body),
+                title=title,
+                metadata=check_metadata(request.get("metadata")),
+                environment=environment_recipe(environment.body),
+                vault_ids=vault_ids,
+                model_task_queue=self.model_queue,
+            )
+        except ValidationError as exc:
+            raise invalid(str(exc)) from exc
+        snapshot = agent_view(agent.id, agent.version, agent.body, agent.created_at, agent.updated_at, None)
+        memo = {"agent": snapshot, "environment_id": environment_id, "vault_ids": vault_ids, "title": title,
+                "metadata": input.metadata}  # fmt: skip
+        handle = await start_session(
+            self.client,
+            input,
+            task_queue=self.harness_queue,
+            search_attributes=TypedSearchAttributes(
+                [SearchAttributePair(WORKSPACE_KEY, workspace), SearchAttributePair(STATUS_KEY, "idle")]
+            ),
+            memo=memo,
+        )
+        if initial:
+            await self._send(handle, initial)
+        handle, description = await self._own(workspace, handle.id)
+        return await self._view(handle, description)
+
+    async def _agent(self, workspace: str, reference: Any) -> RecordView:
+        if isinstance(reference, str):
+            agent_id, version = reference, None
+        elif isinstance(reference, dict) and reference.get("type", "agent") == "agent" and reference.get("id"):
+            agent_id, version = str(reference["id"]), reference.get("version")
+            if version is not None and (not isinstance(version, int) or version < 1):
+                raise invalid("agent.version must be a positive integer")
+        else:
+            raise invalid("agent must be an agent id or {type: 'agent', id, version}")
+        try:
+            agent = await self.records.get(agent_id, workspace, version)
+        except RecordNotFound as exc:
+            raise not_found("agent", agent_id if version is None else f"{agent_id} version {version}") from exc
+        if agent.kind != "agent":
+            raise not_found("agent", agent_id)
+        if agent.archived_at is not None:
+            raise invalid(f"agent {agent_id!r} is archived")
+        return agent
+
+    async def retrieve(self, workspace: str, session_id: str) -> dict[str, Any]:
+        handle, description = await self._own(workspace, session_id)
+        return await self._view(handle, description)
+
+    async def list_sessions(self, workspace: str, params: Any) -> dict[str, Any]:
+        limit = _limit(params.get("limit"))
+        order = params.get("order", "desc")
+        if order not in ("asc", "desc"):
+            raise invalid("order must be asc or desc")
+        clauses = [f"WorkflowType = '{SESSION_WORKFLOW}'", f"CorralWorkspace = '{workspace}'"]
+        statuses = params.getlist("statuses[]")
+        if statuses:
+            bad = sorted(set(statuses) - SESSION_STATUSES)
+            if bad:
+                raise invalid(f"statuses[]: unknown status {', '.join(bad)}")
+            clauses.append("(" + " OR ".join(f"{SEARCH_ATTRIBUTE_STATUS} = '{s}'" for s in statuses) + ")")
+        for key, operator in (("gt", ">"), ("gte", ">="), ("lt", "<"), ("lte", "<=")):
+            value = params.get(f"created_at[{key}]")
+            if value is not None:
+                clauses.append(f"StartTime {operator} '{_timestamp(value, f'created_at[{key}]')}'")
+        after = _cursor(params["page"]) if params.get("page") else None
+        query = " AND ".join(clauses)
+        # Every matching session's listing entry (no query per session), sorted here: the dev server's visibility
+        # has no ORDER BY. Fine for the thousands of sessions of a workspace; a cluster with advanced visibility
+        # could push the order and the cursor into the query.
+        found = [execution async for execution in self.client.list_workflows(query)]
+        found.sort(key=lambda e: (e.start_time, e.id), reverse=order == "desc")
+        if after is not None:
+            found = [e for e in found if ((e.start_time.isoformat(), e.id) < after) == (order == "desc")
+                     and (e.start_time.isoformat(), e.id) != after]  # fmt: skip
+        page = found[:limit]
+        data = []
+        for execution in page:
+            memo = await execution.memo()
+            data.append(session_view(execution.id, memo, execution.start_time, execution.close_time, None,
+                                     execution.typed_search_attributes))  # fmt: skip
+        next_page = _make_cursor(page[-1].start_time, page[-1].id) if len(found) > limit else None
+        return {"data": data, "next_page": next_page, "prev_page": None}
+
+    # ---- events ---------------------------------------------------------------------------------------------
+
+    async def list_events(self, workspace: str, session_id: str, params: Any) -> dict[str, Any]:
+        handle, _ = await self._own(workspace, session_id)
+        limit = _limit(params.get("limit"))
+        order = params.get("order", "asc")
+        if order not in ("asc", "desc"):
+            raise invalid("order must be asc or desc")
+        types = params.getlist("types[]") or None
+        bounds = {key: _timestamp(params[f"created_at[{key}]"], f"created_at[{key}]")
+                  for key in ("gt", "gte", "lt", "lte") if params.get(f"created_at[{key}]") is not None}  # fmt: skip
+        page = params.get("page")
+        position = _position(page) if page else None
+        if order == "asc":
+            events = await read_events(handle, after=position or 0, types=types, limit=limit + 1)
+        else:
+            events = await self._backwards(handle, position, types, limit + 1)
+        more = len(events) > limit
+        events = events[:limit]
+        next_page = _make_position(events[-1].position) if more and events else None
+        data = [event_view(event) for event in events if _within(event_view(event), bounds)]
+        return {"data": data, "next_page": next_page}
+
+    async def _backwards(
+        self, handle: WorkflowHandle, before: int | None, types: list[str] | None, count: int
+    ) -> list[SessionEvent]:
+        """The `count` events before position `before` (default: the end), newest first."""
+        if before is None:
+            before = (await session_info(handle)).last_position + 1
+        found: list[SessionEvent] = []
+        window = 1000
+        end = before
+        while end > 1 and len(found) < count:
+            start = max(0, end - 1 - window)
+            chunk = await read_events(handle, after=start, before=end, types=types)
+            found.extend(reversed(chunk))
+            end = start + 1
+        return found[:count]
+
+    async def send(self, workspace: str, session_id: str, request: dict[str, Any]) -> dict[str, Any]:
+        handle, description = await self._own(workspace, session_id)
+        if description.status is None or description.status.name != "RUNNING":
+            raise invalid(f"session {session_id!r} has ended: it takes no more events")
+        events = request.get("events")
+        if not isinstance(events, list) or not events:
+            raise invalid("events must be a non-empty list")
+        return {"data": await self._send(handle, events)}
+
+    async def _send(self, handle: WorkflowHandle, events: list[Any]) -> list[dict[str, Any]]:
+        """Send a batch through the `send_events` update (validated as a whole by the session: all or nothing),
+        and answer with the events as they were written."""
+        before = (await session_info(handle)).last_position
+        try:
+            ids = await send_events(handle, [_corral_event(event) for event in events])
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause
+            message = cause.message if isinstance(cause, ApplicationError) else str(cause or exc)
+            raise invalid(message) from exc
+        written = {event.id: event for event in await read_events(handle, after=before) if event.id in set(ids)}
+        return [event_view(written[event_id]) for event_id in ids if event_id in written]
+
+    async def stream(self, workspace: str, session_id: str, request: Request) -> EventSourceResponse:
+        handle, _ = await self._own(workspace, session_id)
+        deltas = request.query_params.getlist("event_deltas[]")
+        bad = sorted(set(deltas) - {"agent.message", "agent.thinking"})
+        if bad:
+            raise invalid(f"event_deltas[]: unknown type {', '.join(bad)}")
+        start = (await session_info(handle)).last_position  # only what is written after the stream opened
+
+        async def frames() -> AsyncIterator[ServerSentEvent]:
+            try:
+                async with contextlib.aclosing(follow_events(handle, after=start)) as events:
+                    async for event in events:
+                        data = event_view(event)
+                        yield ServerSentEvent(event=data["type"], data=json.dumps(data))
+            except SessionClosed:
+                return
+            except Exception as exc:  # the client is told, in the stream's own terms
+                body = {"type": "error", "error": {"type": "api_error", "message": f"the stream failed: {exc}"}}
+                yield ServerSentEvent(event="error", data=json.dumps(body))
+
+        return EventSourceResponse(
+            frames(),
+            ping=PING_SECONDS,
+            ping_message_factory=lambda: ServerSentEvent(event="ping", data=json.dumps({"type": "ping"})),
+            headers={"Cache-Control": "no-cache"},
+        )
+
+
+def session_view(session_id: str, memo: Mapping[str, Any], started: datetime | None, closed: datetime | None,
+                 info: SessionInfo | None, attributes: TypedSearchAttributes) -> dict[str, Any]:  # fmt: skip
+    status = (info.status if info is not None else attributes.get(STATUS_KEY)) or "idle"
+    if closed is not None:
+        status = "terminated"
+    usage = info.usage if info is not None else None
+    return {
+        "id": session_id,
+        "type": "session",
+        "status": status if status in SESSION_STATUSES else "idle",
+        "agent": {key: value for key, value in (memo.get("agent") or {}).items() if key not in AGENT_ONLY},
+        "environment_id": memo.get("environment_id"),
+        "title": memo.get("title"),
+        "metadata": memo.get("metadata") or {},
+        "vault_ids": memo.get("vault_ids") or [],
+        "resources": [],
+        "budget": None,
+        "outcome_evaluations": [],
+        "created_at": when(started),
+        "updated_at": when(closed or started),
+        "archived_at": None,
+        "stats": {"duration_seconds": (closed - started).total_seconds() if closed and started else None},
+        "usage": {
+            "input_tokens": usage.input_tokens if usage else 0,
+            "output_tokens": usage.output_tokens if usage else 0,
+            "cache_read_input_tokens": usage.cache_read_input_tokens if usage else 0,
+            "cache_creation": {"ephemeral_5m_input_tokens": usage.cache_creation_input_tokens if usage else 0},
+        },
+    }
+
+
+def _corral_event(event: Any) -> dict[str, Any]:
+    """A sent event in the form corral's `send_events` takes (the same vocabulary)."""
+    if not isinstance(event, dict):
+        raise invalid("each event must be an object")
+    return dict(event)
+
+
+def _limit(value: str | None) -> int:
+    if value is None:
+        return DEFAULT_LIMIT
+    try:
+        limit = int(value)
+    except ValueError as exc:
+        raise invalid("limit must be a whole number") from exc
+    if not 1 <= limit <= MAX_LIMIT:
+        raise invalid(f"limit must be from 1 to {MAX_LIMIT}")
+    return limit
+
+
+def _timestamp(value: str, where: str) -> str:
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise invalid(f"{where}: not an RFC 3339 time: {value!r}") from exc
+    return moment.isoformat()
+
+
+def _within(data: dict[str, Any], bounds: dict[str, str]) -> bool:
+    if not bounds:
+        return True
+    moment = datetime.fromisoformat(str(data.get("processed_at") or data.get("created_at")).replace("Z", "+00:00"))
+    checks = {"gt": lambda b: moment > b, "gte": lambda b: moment >= b, "lt": lambda b: moment < b,
+              "lte": lambda b: moment <= b}  # fmt: skip
+    return all(checks[key](datetime.fromisoformat(value)) for key, value in bounds.items())
+
+
+def _make_position(position: int) -> str:
+    return base64.urlsafe_b64encode(f"p{position}".encode()).decode()
+
+
+def _position(page: str) -> int:
+    try:
+        text = base64.urlsafe_b64decode(page.encode()).decode()
+        if text.startswith("p"):
+            return int(text[1:])
+    except (ValueError, UnicodeDecodeError):
+        pass
+    raise invalid("page: not a cursor this list gave")
+
+
+def _make_cursor(moment: datetime, session_id: str) -> str:
+    return base64.urlsafe_b64encode(f"t{moment.isoformat()} {session_id}".encode()).decode()
+
+
+def _cursor(page: str) -> tuple[str, str]:
+    """The (start time, session id) a sessions page ended at."""
+    try:
+        text = base64.urlsafe_b64decode(page.encode()).decode()
+        moment, session_id = text[1:].split(" ", 1)
+        if text.startswith("t"):
+            return datetime.fromisoformat(moment).isoformat(), session_id
+    except (ValueError, UnicodeDecodeError):
+        pass
+    raise invalid("page: not a cursor this list gave")

@@ -1,0 +1,171 @@
+"""The Managed Agents HTTP API on corral, driven by the official `anthropic` SDK against a real gateway process,
+the real Temporal dev server and the offline model server: agents with versions, an environment, a session, its
+events sent, streamed and listed, workspaces kept apart, and bad requests refused with nothing written."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+
+from corral.apikeys import create_key, revoke_key
+from corral.records import Records
+from tests.chaos._processes import RoleProcess, free_port, role_process, until_healthy
+from tests.conftest import Stack
+
+pytestmark = pytest.mark.timeout(300)
+
+
+class Gateway:
+    def __init__(self, url: str, process: RoleProcess, records: Records) -> None:
+        self.url, self.process, self.records = url, process, records
+
+    async def client(self, workspace: str) -> anthropic.AsyncAnthropic:
+        key, _ = await create_key(self.records, workspace)
+        return anthropic.AsyncAnthropic(base_url=self.url, api_key=key, max_retries=0)
+
+
+@pytest.fixture
+async def gateway(stack: Stack, tmp_path: Path) -> AsyncIterator[Gateway]:
+    port = free_port()
+    address = stack.client.service_client.config.target_host
+    argv = [sys.executable, "-m", "gateway", "--port", str(port), "--temporal", address,
+            "--harness-queue", stack.harness_queue, "--model-queue", stack.model_queue]  # fmt: skip
+    with role_process("gateway", argv, tmp_path) as process:
+        url = f"http://127.0.0.1:{port}"
+        await until_healthy(url, process)
+        yield Gateway(url, process, Records(stack.client, task_queue=stack.harness_queue))
+
+
+TOOLSET = {"type": "agent_toolset_20260401", "default_config": {"enabled": False}}
+
+
+async def agent_and_environment(client: anthropic.AsyncAnthropic, model: str) -> tuple[Any, Any]:
+    agent = await client.beta.agents.create(name="helper", model=model, system="be brief")
+    environment = await client.beta.environments.create(name="plain")
+    return agent, environment
+
+
+async def until_idle(stream: Any, seen: list[Any]) -> None:
+    async for event in stream:
+        seen.append(event)
+        if event.type == "session.status_idle":
+            return
+
+
+async def test_agents_are_versioned_and_a_stale_version_is_refused(stack: Stack, gateway: Gateway) -> None:
+    client = await gateway.client("team-a")
+    agent = await client.beta.agents.create(name="helper", model="claude-sonnet-4-6", metadata={"team": "a"})
+    assert (agent.version, agent.model.id, agent.type) == (1, "claude-sonnet-4-6", "agent")
+    updated = await client.beta.agents.update(agent.id, version=1, system="be brief", metadata={"team": None})
+    assert (updated.version, updated.system, updated.metadata) == (2, "be brief", {})
+    with pytest.raises(anthropic.ConflictError, match="version 2, not 1"):
+        await client.beta.agents.update(agent.id, version=1, system="lost")
+    assert (await client.beta.agents.retrieve(agent.id)).system == "be brief", "the stale update wrote nothing"
+    assert (await client.beta.agents.retrieve(agent.id, version=1)).system is None
+    versions = [v.version async for v in client.beta.agents.versions.list(agent.id)]
+    assert versions == [2, 1]
+    with pytest.raises(anthropic.BadRequestError, match="agent"):
+        await client.beta.agents.create(name="bad", model="m", tools=[{"type": "mcp_toolset", "mcp_server_name": "x"}])
+    archived = await client.beta.agents.archive(agent.id)
+    assert archived.archived_at is not None
+
+
+async def test_a_session_sends_streams_and_lists_its_events_with_no_gap(stack: Stack, gateway: Gateway) -> None:
+    client = await gateway.client("team-a")
+    model = stack.script([{"text": "first answer"}, {"text": "second answer"}])
+    agent, environment = await agent_and_environment(client, model)
+    session = await client.beta.sessions.create(agent=agent.id, environment_id=environment.id, title="gateway test")
+    assert (session.status, session.title, session.agent.id, session.agent.version) == (
+        "idle", "gateway test", agent.id, 1
+    )  # fmt: skip
+
+    for turn, text in enumerate(["hello", "again"]):
+        seen: list[Any] = []
+        # The SDK's own runner's pattern: open the stream, then list; together they show every event once.
+        async with await client.beta.sessions.events.stream(session.id) as stream:
+            listening = asyncio.create_task(until_idle(stream, seen))
+            await asyncio.sleep(0.2)  # the stream is open before the message goes in
+            sent = await client.beta.sessions.events.send(
+                session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": text}]}]
+            )
+            assert [e.type for e in sent.data or []] == ["user.message"]
+            await asyncio.wait_for(listening, 60)
+        streamed = [e.type for e in seen]
+        assert streamed[0] == "user.message" and streamed[-1] == "session.status_idle", streamed
+        assert "agent.message" in streamed
+        listed = [e async for e in client.beta.sessions.events.list(session.id, limit=3)]  # pages of 3
+        ids = [e.id for e in listed]
+        assert len(ids) == len(set(ids)), "a page repeated an event"
+        assert [e.id for e in seen] == ids[-len(seen) :], "the stream showed exactly the newest events, in order"
+        messages = [e.model_dump() for e in listed if e.type == "agent.message"]
+        assert [m["content"][0]["text"] for m in messages] == ["first answer", "second answer"][: turn + 1]
+
+    newest = [e async for e in client.beta.sessions.events.list(session.id, order="desc", limit=2)]
+    assert [e.type for e in newest][:1] == ["session.status_idle"]
+    only = [e async for e in client.beta.sessions.events.list(session.id, types=["user.message"])]
+    assert len(only) == 2
+    retrieved = await client.beta.sessions.retrieve(session.id)
+    assert retrieved.status == "idle" and (retrieved.usage.output_tokens or 0) > 0
+    listed_sessions = [s.id async for s in client.beta.sessions.list()]
+    assert session.id in listed_sessions
+
+
+async def test_a_bad_batch_writes_nothing_and_bad_requests_say_why(stack: Stack, gateway: Gateway) -> None:
+    client = await gateway.client("team-a")
+    agent, environment = await agent_and_environment(client, stack.script([{"text": "ok"}]))
+    session = await client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+    before = [e.id async for e in client.beta.sessions.events.list(session.id)]
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        await client.beta.sessions.events.send(
+            session.id,
+            events=[{"type": "user.message", "content": [{"type": "text", "text": "fine"}]},
+                    {"type": "user.tool_confirmation", "tool_use_id": "nope", "result": "allow"}],
+        )  # fmt: skip
+    assert refused.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    after = [e.id async for e in client.beta.sessions.events.list(session.id)]
+    assert after == before, "half of a refused batch was written"
+    with pytest.raises(anthropic.NotFoundError):
+        await client.beta.sessions.create(agent="agent_nosuchagent", environment_id=environment.id)
+    with pytest.raises(anthropic.NotFoundError) as missing:
+        await client.beta.sessions.create(agent=agent.id, environment_id="env_missing")
+    assert "environment" in str(missing.value)
+    with pytest.raises(anthropic.BadRequestError, match="unknown session field"):
+        await client.beta.sessions.create(agent=agent.id, environment_id=environment.id, extra_body={"colour": 1})
+    with pytest.raises(anthropic.BadRequestError, match="apt and pip"):
+        await client.beta.environments.create(name="rusty", config={"type": "cloud", "packages": {"cargo": ["x"]}})
+
+
+async def test_workspaces_see_nothing_of_each_other_and_a_bad_key_is_401(stack: Stack, gateway: Gateway) -> None:
+    first, second = await gateway.client("team-a"), await gateway.client("team-b")
+    agent, environment = await agent_and_environment(first, stack.script([{"text": "ok"}]))
+    session = await first.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+    for lookup in (
+        second.beta.agents.retrieve(agent.id),
+        second.beta.environments.retrieve(environment.id),
+        second.beta.sessions.retrieve(session.id),
+        second.beta.sessions.events.list(session.id),
+        second.beta.sessions.create(agent=agent.id, environment_id=environment.id),
+    ):
+        with pytest.raises(anthropic.NotFoundError):
+            await lookup
+    assert session.id not in [s.id async for s in second.beta.sessions.list()]
+    assert agent.id not in [a.id async for a in second.beta.agents.list()]
+
+    wrong = anthropic.AsyncAnthropic(base_url=gateway.url, api_key="sk-corral-apikey_nope-secret", max_retries=0)
+    with pytest.raises(anthropic.AuthenticationError) as denied:
+        await wrong.beta.agents.list()
+    assert denied.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
+    key, record = await create_key(gateway.records, "team-c")
+    await revoke_key(gateway.records, record.id)
+    with pytest.raises(anthropic.AuthenticationError):
+        await anthropic.AsyncAnthropic(base_url=gateway.url, api_key=key, max_retries=0).beta.agents.list()
+    async with httpx.AsyncClient() as http:
+        response = await http.get(f"{gateway.url}/v1/agents")
+    assert response.status_code == 401 and response.json()["type"] == "error"
