@@ -7,7 +7,6 @@ key stops working within that time on every gateway.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -22,14 +21,12 @@ from corral.apikeys import verify_key
 from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
 from corral.records import RecordArchived, RecordNotFound, Records, RecordView, VersionConflict
 from gateway.errors import ApiError, api_error_handler, error_response, invalid, not_found
-from gateway.sessions import Sessions
+from gateway.http import Authed, Handler, body, flag, whole
+from gateway.sessions import Sessions, session_routes
 from gateway.shapes import agent_body, agent_view, environment_body, environment_view
 
 KEY_CACHE_SECONDS = 10.0
-MAX_BODY_BYTES = 8 * 1024 * 1024
 DEFAULT_PORT = 8780
-
-Handler = Callable[[Request, str], Awaitable[Response]]
 
 
 class Gateway:
@@ -55,37 +52,6 @@ class Gateway:
             raise ApiError(401, "invalid API key (create one with `corral api-key create --workspace NAME`)")
         self._keys[key] = (workspace, time.monotonic())
         return workspace
-
-
-async def body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise ApiError(413, f"the request body is over {MAX_BODY_BYTES} bytes")
-    if not raw.strip():
-        return {}
-    try:
-        parsed = json.loads(raw)
-    except ValueError as exc:
-        raise invalid(f"the request body is not JSON: {exc}") from exc
-    if not isinstance(parsed, dict):
-        raise invalid("the request body must be a JSON object")
-    return parsed
-
-
-def _int(value: str | None, where: str) -> int | None:
-    if value is None:
-        return None
-    try:
-        number = int(value)
-    except ValueError as exc:
-        raise invalid(f"{where} must be a whole number") from exc
-    if number < 1:
-        raise invalid(f"{where} must be at least 1")
-    return number
-
-
-def _bool(value: str | None) -> bool:
-    return (value or "").lower() in ("true", "1")
 
 
 # ---- agents and environments ------------------------------------------------------------------------------------
@@ -119,7 +85,7 @@ class Resource:
         return JSONResponse(self.show(record))
 
     async def retrieve(self, request: Request, workspace: str) -> Response:
-        version = _int(request.query_params.get("version"), "version")
+        version = whole(request.query_params.get("version"), "version")
         return JSONResponse(self.show(await self.get(workspace, request.path_params["id"], version)))
 
     async def update(self, request: Request, workspace: str) -> Response:
@@ -154,12 +120,12 @@ class Resource:
 
     async def list(self, request: Request, workspace: str) -> Response:
         params = request.query_params
-        limit = _int(params.get("limit"), "limit") or 20
+        limit = whole(params.get("limit"), "limit") or 20
         if limit > 100:
             raise invalid("limit must be at most 100")
         try:
             records, next_page = await self.gateway.records.list(
-                self.kind, workspace, include_archived=_bool(params.get("include_archived")), limit=limit,
+                self.kind, workspace, include_archived=flag(params.get("include_archived")), limit=limit,
                 page=params.get("page"),
             )  # fmt: skip
         except ValueError as exc:
@@ -177,13 +143,36 @@ class Resource:
 # ---- the app ------------------------------------------------------------------------------------------------
 
 
+def resource_routes(gateway: Gateway, authed: Authed) -> list[Route]:
+    """Agents and environments: versioned records."""
+    routes = []
+    for resource, plural in (
+        (Resource(gateway, "agent", "agent", agent_body, agent_view), "agents"),
+        (Resource(gateway, "environment", "env", environment_body, environment_view), "environments"),
+    ):
+        base = f"/v1/{plural}"
+        routes += [
+            Route(base, authed(resource.create), methods=["POST"]),
+            Route(base, authed(resource.list), methods=["GET"]),
+            Route(base + "/{id}", authed(resource.retrieve), methods=["GET"]),
+            Route(base + "/{id}", authed(resource.update), methods=["POST"]),
+            Route(base + "/{id}/archive", authed(resource.archive), methods=["POST"]),
+        ]
+        if resource.kind == "agent":
+            routes.append(Route(base + "/{id}/versions", authed(resource.versions), methods=["GET"]))
+        else:  # agents are archived, never deleted (as upstream)
+            routes.append(Route(base + "/{id}", authed(resource.delete), methods=["DELETE"]))
+    return routes
+
+
+FEATURES: list[Callable[[Gateway, Authed], list[Route]]] = [resource_routes, session_routes]
+"""Each feature module's routes, in the order they are matched."""
+
+
 def create_app(
     client: Client, harness_queue: str = HARNESS_TASK_QUEUE, model_queue: str = MODEL_TASK_QUEUE
 ) -> Starlette:
     gateway = Gateway(client, harness_queue, model_queue)
-    agents = Resource(gateway, "agent", "agent", agent_body, agent_view)
-    environments = Resource(gateway, "environment", "env", environment_body, environment_view)
-    sessions = gateway.sessions
 
     def authed(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
@@ -192,48 +181,12 @@ def create_app(
 
         return endpoint
 
-    async def create_session(request: Request, workspace: str) -> Response:
-        return JSONResponse(await sessions.create(workspace, await body(request)))
-
-    async def retrieve_session(request: Request, workspace: str) -> Response:
-        return JSONResponse(await sessions.retrieve(workspace, request.path_params["id"]))
-
-    async def list_sessions(request: Request, workspace: str) -> Response:
-        return JSONResponse(await sessions.list_sessions(workspace, request.query_params))
-
-    async def list_events(request: Request, workspace: str) -> Response:
-        return JSONResponse(await sessions.list_events(workspace, request.path_params["id"], request.query_params))
-
-    async def send_events(request: Request, workspace: str) -> Response:
-        return JSONResponse(await sessions.send(workspace, request.path_params["id"], await body(request)))
-
-    async def stream_events(request: Request, workspace: str) -> Response:
-        return await sessions.stream(workspace, request.path_params["id"], request)
-
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
-    routes = [
-        Route("/healthz", health),
-        Route("/v1/agents", authed(agents.create), methods=["POST"]),
-        Route("/v1/agents", authed(agents.list), methods=["GET"]),
-        Route("/v1/agents/{id}", authed(agents.retrieve), methods=["GET"]),
-        Route("/v1/agents/{id}", authed(agents.update), methods=["POST"]),
-        Route("/v1/agents/{id}/archive", authed(agents.archive), methods=["POST"]),
-        Route("/v1/agents/{id}/versions", authed(agents.versions), methods=["GET"]),
-        Route("/v1/environments", authed(environments.create), methods=["POST"]),
-        Route("/v1/environments", authed(environments.list), methods=["GET"]),
-        Route("/v1/environments/{id}", authed(environments.retrieve), methods=["GET"]),
-        Route("/v1/environments/{id}", authed(environments.update), methods=["POST"]),
-        Route("/v1/environments/{id}", authed(environments.delete), methods=["DELETE"]),
-        Route("/v1/environments/{id}/archive", authed(environments.archive), methods=["POST"]),
-        Route("/v1/sessions", authed(create_session), methods=["POST"]),
-        Route("/v1/sessions", authed(list_sessions), methods=["GET"]),
-        Route("/v1/sessions/{id}", authed(retrieve_session), methods=["GET"]),
-        Route("/v1/sessions/{id}/events", authed(list_events), methods=["GET"]),
-        Route("/v1/sessions/{id}/events", authed(send_events), methods=["POST"]),
-        Route("/v1/sessions/{id}/events/stream", authed(stream_events), methods=["GET"]),
-    ]
+    routes = [Route("/healthz", health)]
+    for feature in FEATURES:
+        routes += feature(gateway, authed)
 
     async def not_found_route(request: Request, exc: Exception) -> Response:
         return error_response(404, f"no such endpoint: {request.method} {request.url.path}")

@@ -17,6 +17,8 @@ from typing import Any
 from pydantic import ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError
@@ -28,6 +30,7 @@ from corral.contract.session import SessionInfo, SessionInput
 from corral.names import SEARCH_ATTRIBUTE_STATUS, SESSION_WORKFLOW
 from corral.records import RecordNotFound, Records, RecordView
 from gateway.errors import ApiError, invalid, not_found
+from gateway.http import Authed, body
 from gateway.shapes import agent_config, agent_view, check_metadata, environment_recipe, event_view, when
 
 WORKSPACE_KEY = SearchAttributeKey.for_keyword("CorralWorkspace")
@@ -377,3 +380,35 @@ def _cursor(page: str) -> tuple[str, str]:
     except (ValueError, UnicodeDecodeError):
         pass
     raise invalid("page: not a cursor this list gave")
+
+
+def session_routes(gateway: Any, authed: Authed) -> list[Route]:
+    """Sessions and their events (`gateway` is the app's `Gateway`, which holds the `Sessions`)."""
+    sessions: Sessions = gateway.sessions
+
+    async def create(request: Request, workspace: str) -> Response:
+        return JSONResponse(await sessions.create(workspace, await body(request)))
+
+    async def retrieve(request: Request, workspace: str) -> Response:
+        return JSONResponse(await sessions.retrieve(workspace, request.path_params["id"]))
+
+    async def listing(request: Request, workspace: str) -> Response:
+        return JSONResponse(await sessions.list_sessions(workspace, request.query_params))
+
+    async def list_events(request: Request, workspace: str) -> Response:
+        return JSONResponse(await sessions.list_events(workspace, request.path_params["id"], request.query_params))
+
+    async def send_events(request: Request, workspace: str) -> Response:
+        return JSONResponse(await sessions.send(workspace, request.path_params["id"], await body(request)))
+
+    async def stream_events(request: Request, workspace: str) -> Response:
+        return await sessions.stream(workspace, request.path_params["id"], request)
+
+    return [
+        Route("/v1/sessions", authed(create), methods=["POST"]),
+        Route("/v1/sessions", authed(listing), methods=["GET"]),
+        Route("/v1/sessions/{id}", authed(retrieve), methods=["GET"]),
+        Route("/v1/sessions/{id}/events", authed(list_events), methods=["GET"]),
+        Route("/v1/sessions/{id}/events", authed(send_events), methods=["POST"]),
+        Route("/v1/sessions/{id}/events/stream", authed(stream_events), methods=["GET"]),
+    ]
