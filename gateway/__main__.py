@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 
 import uvicorn
 
@@ -23,6 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--temporal", default=None, help="Temporal address (default: $CORRAL_TEMPORAL_ADDRESS)")
     parser.add_argument("--harness-queue", default=HARNESS_TASK_QUEUE)
     parser.add_argument("--model-queue", default=MODEL_TASK_QUEUE)
+    parser.add_argument("--stream-url", default=os.environ.get("CORRAL_STREAM_URL") or None,
+                        help="the stream relay of live text, for `event_deltas[]` (default: $CORRAL_STREAM_URL; "
+                             "its token: $CORRAL_STREAM_TOKEN)")  # fmt: skip
     return parser
 
 
@@ -30,6 +34,8 @@ async def serve(args: argparse.Namespace) -> None:
     client = await connect(args.temporal or temporal_address())
     await ensure_search_attributes(client)
     app = create_app(client, args.harness_queue, args.model_queue)
+    app.state.stream_url = args.stream_url  # read by the events stream (gateway/sessions.py)
+    app.state.stream_token = os.environ.get("CORRAL_STREAM_TOKEN") or None
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info", access_log=False)
     logging.getLogger("gateway").info("corral gateway at http://%s:%d", args.host, args.port)
     await uvicorn.Server(config).serve()

@@ -7,9 +7,11 @@ ride in the workflow's memo, so a listing needs no query per session.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
 from typing import Any
@@ -25,10 +27,11 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from corral.client import SessionClosed, follow_events, read_events, send_events, session_info, start_session
-from corral.contract.events import SessionEvent
+from corral.contract.events import SessionEvent, SpanModelRequestEnd
 from corral.contract.session import SessionInfo, SessionInput
 from corral.names import SEARCH_ATTRIBUTE_STATUS, SESSION_WORKFLOW
 from corral.records import RecordNotFound, Records, RecordView
+from corral.streaming import StreamError, StreamEvent, subscribe
 from gateway.errors import ApiError, invalid, not_found
 from gateway.http import Authed, body
 from gateway.shapes import agent_config, agent_view, check_metadata, environment_recipe, event_view, when
@@ -38,9 +41,14 @@ STATUS_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS)
 MAX_LIMIT = 1000
 DEFAULT_LIMIT = 20
 PING_SECONDS = 15.0
+RECENT_SPANS = 2000
+"""How far back a stream with previews looks, when it opens, for model requests under way or over."""
+MAX_PREVIEW_SPANS = 64
 SESSION_STATUSES = {"idle", "running", "rescheduling", "terminated"}
 AGENT_ONLY = ("created_at", "updated_at", "archived_at", "metadata")
 """Fields of an agent that a session's snapshot of it does not show."""
+
+logger = logging.getLogger("gateway")
 
 
 class Sessions:
@@ -264,18 +272,44 @@ class Sessions:
         if bad:
             raise invalid(f"event_deltas[]: unknown type {', '.join(bad)}")
         start = (await session_info(handle)).last_position  # only what is written after the stream opened
+        relay: str | None = getattr(request.app.state, "stream_url", None)
+        previews: Previews | None = None
+        if deltas and relay:
+            previews = Previews(set(deltas))
+            recent = await read_events(handle, after=max(0, start - RECENT_SPANS), before=start + 1,
+                                       types=["span.model_request_start", "span.model_request_end"])  # fmt: skip
+            for event in recent:
+                previews.log(event)  # which model requests are under way or over, before anything is shown
+        token: str | None = getattr(request.app.state, "stream_token", None)
 
         async def frames() -> AsyncIterator[ServerSentEvent]:
+            queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+            feeders = [asyncio.create_task(_feed_log(handle, start, queue))]
+            if previews is not None and relay:
+                feeders.append(asyncio.create_task(_feed_live(relay, token, handle.id, queue)))
             try:
-                async with contextlib.aclosing(follow_events(handle, after=start)) as events:
-                    async for event in events:
-                        data = event_view(event)
-                        yield ServerSentEvent(event=data["type"], data=json.dumps(data))
-            except SessionClosed:
-                return
-            except Exception as exc:  # the client is told, in the stream's own terms
-                body = {"type": "error", "error": {"type": "api_error", "message": f"the stream failed: {exc}"}}
-                yield ServerSentEvent(event="error", data=json.dumps(body))
+                while True:
+                    source, item = await queue.get()
+                    if source == "closed":
+                        return
+                    if source == "error":  # the client is told, in the stream's own terms
+                        error = {"type": "api_error", "message": f"the stream failed: {item}"}
+                        body = {"type": "error", "error": error}
+                        yield ServerSentEvent(event="error", data=json.dumps(body))
+                        return
+                    if source == "live":
+                        assert previews is not None
+                        for frame in previews.live(item):
+                            yield ServerSentEvent(event=frame["type"], data=json.dumps(frame))
+                        continue
+                    if previews is not None:
+                        previews.log(item)
+                    data = event_view(item)
+                    yield ServerSentEvent(event=data["type"], data=json.dumps(data))
+            finally:
+                for feeder in feeders:
+                    feeder.cancel()
+                await asyncio.gather(*feeders, return_exceptions=True)
 
         return EventSourceResponse(
             frames(),
@@ -283,6 +317,145 @@ class Sessions:
             ping_message_factory=lambda: ServerSentEvent(event="ping", data=json.dumps({"type": "ping"})),
             headers={"Cache-Control": "no-cache"},
         )
+
+
+async def _feed_log(handle: WorkflowHandle, after: int, queue: asyncio.Queue[tuple[str, Any]]) -> None:
+    """The session's log from `after` on, into `queue`; then `closed` (the session ended) or `error`."""
+    try:
+        async with contextlib.aclosing(follow_events(handle, after=after)) as events:
+            async for event in events:
+                await queue.put(("log", event))
+    except SessionClosed:
+        await queue.put(("closed", None))
+    except Exception as exc:
+        await queue.put(("error", exc))
+
+
+async def _feed_live(relay: str, token: str | None, session_id: str, queue: asyncio.Queue[tuple[str, Any]]) -> None:
+    """The relay's live text of the session, into `queue`. Best effort: a relay that refuses us ends the previews,
+    never the stream (the log carries every message whole)."""
+    try:
+        async with contextlib.aclosing(subscribe(relay, session_id, token)) as live:
+            async for event in live:
+                await queue.put(("live", event))
+    except StreamError as exc:
+        logger.warning("no live previews for %s: %s", session_id, exc)
+
+
+class Previews:
+    """Live previews (`event_start`, `event_delta`) of a stream that asked for them with `event_deltas[]`.
+
+    The relay names live text by span: the id of the first `span.model_request_start` of a model turn (the
+    workflow makes it the turn's `stream_id`, kept across the turn's visible retries). The turn's `agent.message`
+    gets its id only when the workflow writes it, after the request ended, so a preview cannot carry that id:
+    a preview's id is the id of the `span.model_request_start` of the request producing it (the thinking preview's
+    that id + `_thinking`), and the request's `span.model_request_end` (which the stream sends before the
+    `agent.message`) concludes it, success or not. A client shows the preview until then, and then the message.
+
+    What the client sees of retries (text already shown is never shown twice):
+    - a retried attempt the relay absorbs (a lost worker; same text so far) continues the preview, new text only;
+    - an attempt whose text differs from what was shown (the relay's `reset`) opens the same preview again: a
+      second `event_start` with the same id, then the new attempt's text from index 0 — a client starts the
+      preview over on every `event_start` (replaces, never appends);
+    - a visible retry (the request failed, its `span.model_request_end` has `is_error` and closed the preview)
+      opens a new preview, with the retry's span id, carrying the text so far whole.
+    Text that arrives after its request ended without error is dropped: the `agent.message` already has it.
+    """
+
+    def __init__(self, kinds: set[str]) -> None:
+        self.kinds = kinds
+        self._texts: dict[str, dict[int, str]] = {}  # relay span -> model content block -> text so far
+        self._thinking: set[str] = set()  # relay spans whose request has been thinking
+        self._open: dict[str, str] = {}  # relay span -> id of its open preview (the request's span id)
+        self._relay: dict[str, str] = {}  # request span id -> the relay span its text comes under
+        self._ended: set[str] = set()  # request span ids ended
+        self._retrying: set[str] = set()  # relay spans whose request failed (a retry may follow)
+        self._current: str | None = None  # the request under way, as far as the log has shown
+
+    def log(self, event: SessionEvent) -> None:
+        """Follow the model requests in the log (every event the stream sends goes through here first)."""
+        if event.type == "span.model_request_start":
+            self._current = event.id
+            for relay in self._retrying:
+                self._relay[event.id] = relay  # one request at a time: this is the failed one's retry
+        elif isinstance(event, SpanModelRequestEnd):
+            span = event.model_request_start_id
+            self._ended.add(span)
+            if self._current == span:
+                self._current = None
+            relay = self._relay.get(span, span)
+            self._open.pop(relay, None)
+            if event.is_error:
+                self._retrying.add(relay)
+            else:
+                self._retrying.discard(relay)
+                self._texts.pop(relay, None)
+                self._thinking.discard(relay)
+            if len(self._ended) > 4 * MAX_PREVIEW_SPANS:
+                self._ended = set(list(self._ended)[-MAX_PREVIEW_SPANS:])
+
+    def live(self, event: StreamEvent) -> list[dict[str, Any]]:
+        """The frames (as JSON objects) one relay event becomes: none, or an `event_start` and/or deltas."""
+        relay = event.span_id
+        if event.type == "end":
+            return []
+        if event.type == "reset":
+            self._texts.pop(relay, None)
+            self._thinking.discard(relay)
+            preview = self._open.get(relay)
+            return [] if preview is None else self._starts(relay, preview)
+        if event.kind == "thinking":
+            if relay in self._thinking:
+                return []
+            self._thinking.add(relay)
+            preview = self._open.get(relay)
+            if preview is None:
+                return self._opened(relay)
+            return [_thinking(preview)] if "agent.thinking" in self.kinds else []
+        texts = self._texts.setdefault(relay, {})
+        if len(self._texts) > MAX_PREVIEW_SPANS:
+            self._texts.pop(next(iter(self._texts)))
+        block = event.block or 0
+        texts[block] = texts.get(block, "") + event.text
+        preview = self._open.get(relay)
+        if preview is None:
+            return self._opened(relay)
+        if "agent.message" not in self.kinds:
+            return []
+        index = sorted(texts).index(block)
+        return [_delta(preview, index, event.text)]
+
+    def _opened(self, relay: str) -> list[dict[str, Any]]:
+        """Open the relay span's preview if its request is under way: its `event_start`s and the text so far."""
+        if relay not in self._ended:
+            preview = relay  # the turn's first request, under way (the log may not have shown it yet)
+            self._retrying.clear()  # a new turn: no earlier request will be retried any more
+        elif relay in self._retrying and self._current is not None and self._current not in self._ended:
+            preview = self._current
+        else:
+            return []  # the request is over: its messages are (or will be) in the log, whole
+        self._open[relay] = preview
+        self._relay[preview] = relay
+        return self._starts(relay, preview)
+
+    def _starts(self, relay: str, preview: str) -> list[dict[str, Any]]:
+        frames: list[dict[str, Any]] = []
+        if "agent.thinking" in self.kinds and relay in self._thinking:
+            frames.append(_thinking(preview))
+        texts = self._texts.get(relay, {})
+        if "agent.message" in self.kinds and texts:
+            frames.append({"type": "event_start", "event": {"type": "agent.message", "id": preview}})
+            frames += [_delta(preview, index, texts[block]) for index, block in enumerate(sorted(texts))]
+        return frames
+
+
+def _thinking(preview: str) -> dict[str, Any]:
+    return {"type": "event_start", "event": {"type": "agent.thinking", "id": f"{preview}_thinking"}}
+
+
+def _delta(preview: str, index: int, text: str) -> dict[str, Any]:
+    return {"type": "event_delta", "event_id": preview,
+            "delta": {"type": "content_delta", "content": {"type": "text", "text": text}, "index": index}}  # fmt: skip
 
 
 def session_view(session_id: str, memo: Mapping[str, Any], started: datetime | None, closed: datetime | None,
