@@ -1,4 +1,9 @@
-"""Console entry point `corral-gateway`: serve the Managed Agents HTTP API on corral (default 127.0.0.1:8780)."""
+"""Console entry point `corral-gateway`: serve the Managed Agents HTTP API on corral (default 127.0.0.1:8780).
+
+Vaults and credentials (`/v1/vaults`) need Vault, found as the proxy worker finds it, in the environment:
+`VAULT_ADDR` and `VAULT_TOKEN` (or AppRole: `VAULT_ROLE_ID` + `VAULT_SECRET_ID`), `CORRAL_VAULT_MOUNT`. Without
+them those routes answer 503 and everything else works. No flag takes a Vault token: arguments show in `ps`.
+"""
 
 from __future__ import annotations
 
@@ -12,12 +17,14 @@ import uvicorn
 from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
 from corral.temporal import connect, ensure_search_attributes, temporal_address
 from gateway.app import DEFAULT_PORT, create_app
+from gateway.vaults import VaultLogin
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="corral-gateway",
         description="Anthropic's Managed Agents API on corral: point an `anthropic` client's base_url here.",
+        epilog="Vaults need VAULT_ADDR and VAULT_TOKEN (or VAULT_ROLE_ID and VAULT_SECRET_ID) in the environment.",
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
@@ -37,7 +44,13 @@ async def serve(args: argparse.Namespace) -> None:
     app.state.stream_url = args.stream_url  # read by the events stream (gateway/sessions.py)
     app.state.stream_token = os.environ.get("CORRAL_STREAM_TOKEN") or None
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info", access_log=False)
-    logging.getLogger("gateway").info("corral gateway at http://%s:%d", args.host, args.port)
+    log = logging.getLogger("gateway")
+    log.info("corral gateway at http://%s:%d", args.host, args.port)
+    login = VaultLogin.from_environment()
+    if login is None:
+        log.warning("no Vault configured (VAULT_ADDR, VAULT_TOKEN): /v1/vaults answers 503")
+    else:
+        log.info("vaults in Vault at %s, mount %s", login.address, login.mount)
     await uvicorn.Server(config).serve()
 
 
