@@ -15,20 +15,30 @@ from typing import Any, cast
 from temporalio.exceptions import ApplicationError
 
 from corral.contract.carry import SessionCarry
-from corral.contract.events import AgentCustomToolUse, UserCustomToolResult, UserInterrupt, UserMessage
+from corral.contract.events import (
+    AgentCustomToolUse,
+    AgentMcpToolUse,
+    AgentToolUse,
+    UserCustomToolResult,
+    UserInterrupt,
+    UserMessage,
+    UserToolConfirmation,
+)
 from corral.contract.session import (
     SendEventsInput,
     UserCustomToolResultParams,
     UserEventParams,
     UserInterruptParams,
     UserMessageParams,
+    UserToolConfirmationParams,
     normalize_content,
 )
 from workflows._log import SessionLog, check_answers, parse_user_events
 
 
 class UserInbox:
-    """The user's events on their way in: queued messages, interrupts in flight, answers to custom tool calls."""
+    """The user's events on their way in: queued messages, interrupts in flight, answers to custom tool calls and
+    confirmations of the calls whose permission policy asks for one."""
 
     def __init__(
         self,
@@ -48,6 +58,8 @@ class UserInbox:
         self.interrupts: list[UserInterrupt] = []
         self.awaiting_custom: dict[str, AgentCustomToolUse] = {}
         self.custom_results: dict[str, UserCustomToolResult] = {}
+        self.awaiting_confirmation: dict[str, AgentToolUse | AgentMcpToolUse] = {}
+        self.confirmations: dict[str, UserToolConfirmation] = {}
         self._held: list[UserEventParams] | None = None
 
     def carried(self, window: int) -> dict[str, Any]:
@@ -57,6 +69,8 @@ class UserInbox:
             "interrupts": [interrupt.position for interrupt in self.interrupts],
             "awaiting_custom": list(self.awaiting_custom.values()),
             "custom_results": {use_id: result.position for use_id, result in self.custom_results.items()},
+            "awaiting_confirmation": list(self.awaiting_confirmation.values()),
+            "confirmations": {use_id: answer.position for use_id, answer in self.confirmations.items()},
             "client_ids": dict(list(self._client_ids.items())[-window:]),
         }
 
@@ -67,6 +81,10 @@ class UserInbox:
         self.awaiting_custom = {use.id: use for use in carry.awaiting_custom}
         self.custom_results = {
             use_id: cast(UserCustomToolResult, self._log.at(at)) for use_id, at in carry.custom_results.items()
+        }
+        self.awaiting_confirmation = {use.id: use for use in carry.awaiting_confirmation}
+        self.confirmations = {
+            use_id: cast(UserToolConfirmation, self._log.at(at)) for use_id, at in carry.confirmations.items()
         }
         self._client_ids = dict(carry.client_ids)
 
@@ -84,7 +102,11 @@ class UserInbox:
         """Raise ValueError (the update is rejected, nothing is written) for a malformed batch or a stray answer."""
         if self._held is not None:
             raise ValueError("this session is still copying the log it was forked from: send again in a moment")
-        check_answers(parse_user_events(input), waiting=set(self.awaiting_custom) - set(self.custom_results))
+        check_answers(
+            parse_user_events(input),
+            waiting=set(self.awaiting_custom) - set(self.custom_results),
+            confirming=set(self.awaiting_confirmation) - set(self.confirmations),
+        )
 
     def accept_batch(self, input: SendEventsInput) -> list[str]:
         return [self.accept(params) for params in parse_user_events(input)]
@@ -117,10 +139,19 @@ class UserInbox:
             )
             self.custom_results[params.custom_tool_use_id] = result
             event_id = result.id
-        else:
-            # A tool confirmation: the update's validator (`check_answers`) rejects it, as no call waits for one.
-            # Should one get here, the update fails with this message; the session does not.
-            raise ApplicationError(f"{params.type}: no tool call is waiting for confirmation", non_retryable=True)
+        elif isinstance(params, UserToolConfirmationParams):
+            confirmation = self._log.append(
+                UserToolConfirmation,
+                processed=False,
+                tool_use_id=params.tool_use_id,
+                result=params.result,
+                deny_message=params.deny_message,
+                client_id=params.id,
+            )
+            self.confirmations[params.tool_use_id] = confirmation
+            event_id = confirmation.id
+        else:  # unreachable while UserEventParams has these four types; a new one must be handled above
+            raise ApplicationError(f"{params.type}: not taken by this session", non_retryable=True)
         if params.id is not None:
             self._client_ids[params.id] = event_id
         return event_id
@@ -149,9 +180,14 @@ class UserInbox:
 
     def settle_interrupts(self) -> None:
         """After an interrupt ended the turn: messages queued before the latest interrupt join the conversation
-        without starting a new turn; later ones stay queued and do. Open custom tool calls are dropped."""
+        without starting a new turn; later ones stay queued and do. Open custom tool calls and calls waiting for
+        confirmation are dropped (the interrupt answers them); answers already in count as processed."""
+        for answer in [*self.custom_results.values(), *self.confirmations.values()]:
+            answer.processed_at = self._now()
         self.awaiting_custom.clear()
         self.custom_results.clear()
+        self.awaiting_confirmation.clear()
+        self.confirmations.clear()
         latest = self.interrupts[-1].position
         for message in [m for m in self.pending if m.position < latest]:
             message.processed_at = self._now()

@@ -251,8 +251,11 @@ def parse_user_events(input: SendEventsInput) -> list[UserEventParams]:
     return params
 
 
-def check_answers(params: list[UserEventParams], waiting: set[str]) -> None:
-    """Answers must match calls that wait for them: each open custom tool call once, no confirmations yet."""
+def check_answers(
+    params: list[UserEventParams], waiting: set[str], confirming: frozenset[str] | set[str] = frozenset()
+) -> None:
+    """Answers must match calls that wait for them: each open custom tool call (`waiting`) gets one result, each
+    call that waits for confirmation (`confirming`) one confirmation, and only a denial carries a message."""
     answered: set[str] = set()
     for index, event in enumerate(params):
         if isinstance(event, UserCustomToolResultParams):
@@ -264,7 +267,15 @@ def check_answers(params: list[UserEventParams], waiting: set[str]) -> None:
                 )
             answered.add(use_id)
         elif isinstance(event, UserToolConfirmationParams):
-            raise ValueError(f"events[{index}]: tool call {event.tool_use_id!r} is not waiting for confirmation")
+            use_id = event.tool_use_id
+            if use_id not in confirming or use_id in answered:
+                raise ValueError(
+                    f"events[{index}]: tool call {use_id!r} is not waiting for confirmation "
+                    f"(waiting: {', '.join(sorted(confirming)) or 'none'})"
+                )
+            if event.result == "allow" and event.deny_message is not None:
+                raise ValueError(f"events[{index}]: deny_message goes with result 'deny' only, not 'allow'")
+            answered.add(use_id)
 
 
 def readable_validation_error(exc: ValidationError, prefix: str) -> str:

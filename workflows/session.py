@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         EndTurn,
         ErrorType,
         ModelUsage,
+        PermissionEvaluation,
         RequiresAction,
         RetriesExhausted,
         RetryStatus,
@@ -43,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         SpanModelRequestStart,
         StopReason,
     )
+    from corral.contract.sandbox import policy_type
     from corral.contract.session import (
         CustomTool,
         EventPage,
@@ -91,6 +93,11 @@ CUT_OFF_RESULT = (
     "Not run: your reply was cut off at max_tokens ({max_tokens}), so this call may be incomplete. Go on, and make "
     "the call again, complete, if it is still needed."
 )
+
+CONFIRMATIONS_PATCH = "tool-confirmations"
+"""From here a session evaluates each call's permission policy, and waits for confirmation where it asks."""
+DENIED_RESULT = "Not run: the user denied this tool call."
+NEW_MESSAGE_RESULT = "No result: the user sent a new message instead."
 
 STATUS_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS)
 MODEL_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_MODEL)
@@ -215,8 +222,9 @@ class SessionWorkflow:
             self._set_status("running")
             self._log.append(SessionStatusRunning)
         try:
-            if resume == "awaiting_custom":
-                await self._await_custom(list(self._inbox.awaiting_custom.values()))
+            if resume in ("awaiting_custom", "awaiting_confirmation"):
+                custom_uses, asked = self._inbox.awaiting_custom.values(), self._inbox.awaiting_confirmation.values()
+                await self._await_answers(list(custom_uses), list(asked))
             await self._mcp.prepare(self._report)
             cut_off = 0  # replies in a row cut off at max_tokens with tool calls in them
             while True:
@@ -227,6 +235,10 @@ class SessionWorkflow:
                 if result is None:
                     return
                 uses = record_response(self._log, result, self._mcp.spec, self._is_custom)
+                # Determinism: histories recorded before permissions were evaluated have no marker here, and never
+                # wait for a confirmation; the patch also keeps their events (and so their sizes) as they were.
+                if uses and workflow.patched(CONFIRMATIONS_PATCH):
+                    self._evaluate_permissions(uses)
                 if uses and result.stop_reason == "max_tokens":
                     cut_off += 1
                     if not self._refuse_cut_off_calls(uses, cut_off):
@@ -339,36 +351,67 @@ class SessionWorkflow:
     def _is_custom(self, name: str) -> bool:
         return isinstance(self._tools.get(name), CustomTool)
 
+    def _evaluate_permissions(self, uses: list[ToolUseEvent]) -> None:
+        """Mark each hand and MCP call with what its permission policy decided (upstream's `evaluated_permission`
+        and `evaluation`): `ask` calls wait for the client's confirmation; a tool the agent lacks is denied."""
+        toolsets = {server.name: toolset for server, toolset in self._input.agent.mcp_toolsets()}
+        for use in uses:
+            if isinstance(use, AgentMcpToolUse):
+                toolset = toolsets.get(use.mcp_server_name)
+                policy = toolset.permission(use.name) if toolset is not None else None
+            elif isinstance(use, AgentToolUse):
+                tool = self._tools.get(use.name)
+                policy = policy_type(tool.permission_policy) if isinstance(tool, HandTool | SandboxTool) else None
+            else:
+                continue  # a custom tool call is the client's to run: no policy applies
+            use.evaluated_permission = "deny" if policy is None else "ask" if policy == "always_ask" else "allow"
+            use.evaluation = None if policy is None else PermissionEvaluation(type=policy)
+
     async def _run_tools(self, uses: list[ToolUseEvent]) -> None:
-        """Run hand and MCP calls concurrently, then wait for the client's custom tool results, if any."""
-        hand_uses = [use for use in uses if isinstance(use, AgentToolUse)]
-        mcp_uses = [use for use in uses if isinstance(use, AgentMcpToolUse)]
-        outputs = await asyncio.gather(
-            *(self._execute(use) for use in hand_uses), *(self._mcp.call(use, self._report) for use in mcp_uses)
-        )
-        for hand_use, (text, is_error) in zip(hand_uses, outputs[: len(hand_uses)], strict=True):
-            self._log.answer(hand_use, text, is_error)
-        for mcp_use, (text, is_error) in zip(mcp_uses, outputs[len(hand_uses) :], strict=True):
-            self._log.answer(mcp_use, text, is_error)
+        """Run hand and MCP calls concurrently, then wait for the client: its custom tool results, and its
+        confirmations of the calls whose policy asks (those allowed run then)."""
+        calls = [use for use in uses if isinstance(use, AgentToolUse | AgentMcpToolUse)]
+        asked = [use for use in calls if use.evaluated_permission == "ask"]
+        await self._run_calls([use for use in calls if use.evaluated_permission != "ask"])
         custom_uses = [use for use in uses if isinstance(use, AgentCustomToolUse)]
-        if not custom_uses:
+        if not custom_uses and not asked:
             return
         for custom_use in custom_uses:
             self._inbox.awaiting_custom[custom_use.id] = custom_use
-        self._go_idle(RequiresAction(event_ids=[use.id for use in custom_uses]))
-        await self._await_custom(custom_uses)
+        for call in asked:
+            self._inbox.awaiting_confirmation[call.id] = call
+        waiting = {use.id for use in [*custom_uses, *asked]}
+        self._go_idle(RequiresAction(event_ids=[use.id for use in uses if use.id in waiting]))
+        await self._await_answers(custom_uses, asked)
 
-    async def _await_custom(self, custom_uses: list[AgentCustomToolUse]) -> None:
-        """Wait for the client's results of `custom_uses` (or a new message), handing over to a new run if the wait
-        outlasts this one; then put the results in the conversation and go on with the turn."""
+    async def _run_calls(self, calls: list[AgentToolUse | AgentMcpToolUse]) -> None:
+        """Run calls concurrently, hand calls first (the order their activities have always been scheduled in),
+        and write their results."""
+        hand_uses = [use for use in calls if isinstance(use, AgentToolUse)]
+        mcp_uses = [use for use in calls if isinstance(use, AgentMcpToolUse)]
+        outputs = await asyncio.gather(
+            *(self._execute(use) for use in hand_uses), *(self._mcp.call(use, self._report) for use in mcp_uses)
+        )
+        ordered: list[AgentToolUse | AgentMcpToolUse] = [*hand_uses, *mcp_uses]
+        for call, (text, is_error) in zip(ordered, outputs, strict=True):
+            self._log.answer(call, text, is_error)
+
+    async def _await_answers(
+        self, custom_uses: list[AgentCustomToolUse], asked: list[AgentToolUse | AgentMcpToolUse]
+    ) -> None:
+        """Wait for the client's results of `custom_uses` and confirmations of `asked` (or a new message), handing
+        over to a new run if the wait outlasts this one; then put the results in the conversation, run the calls
+        allowed, answer the others as denied, and go on with the turn."""
 
         def answered() -> bool:
-            return all(use.id in self._inbox.custom_results for use in custom_uses) or bool(self._inbox.pending)
+            inbox = self._inbox
+            results = all(use.id in inbox.custom_results for use in custom_uses)
+            return (results and all(use.id in inbox.confirmations for use in asked)) or bool(inbox.pending)
 
         while not answered():
             await workflow.wait_condition(lambda: answered() or self._hand_over_due())
             if not answered():
-                await self._hand_over("awaiting_custom")
+                await self._hand_over("awaiting_confirmation" if asked else "awaiting_custom")
         self._set_status("running")
         self._log.append(SessionStatusRunning)
         for custom_use in custom_uses:
@@ -376,10 +419,23 @@ class SessionWorkflow:
             answer = self._inbox.custom_results.pop(custom_use.id, None)
             if answer is None:
                 # Do better than blocking forever: a new message answers the open calls with an error.
-                self._log.answer(custom_use, "No result: the user sent a new message instead.", True)
+                self._log.answer(custom_use, NEW_MESSAGE_RESULT, True)
             else:
                 answer.processed_at = workflow.now()
                 self._log.add_to_conversation(answer)
+        allowed: list[AgentToolUse | AgentMcpToolUse] = []
+        for call in asked:
+            self._inbox.awaiting_confirmation.pop(call.id, None)
+            confirmation = self._inbox.confirmations.pop(call.id, None)
+            if confirmation is None:
+                self._log.answer(call, NEW_MESSAGE_RESULT, True)
+                continue
+            confirmation.processed_at = workflow.now()
+            if confirmation.result == "allow":
+                allowed.append(call)
+            else:
+                self._log.answer(call, confirmation.deny_message or DENIED_RESULT, True)
+        await self._run_calls(allowed)
 
     async def _execute(self, use: AgentToolUse) -> tuple[str, bool]:
         """`execute(name, input) -> string` on the hand that serves the tool; errors become error results."""

@@ -9,11 +9,11 @@ session's length. Persisted in history as workflow input: add optional fields, n
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from corral.contract.events import AgentCustomToolUse, ModelUsage, SessionEvent
+from corral.contract.events import AgentCustomToolUse, AgentMcpToolUse, AgentToolUse, ModelUsage, SessionEvent
 from corral.contract.proxy import McpToolSpec
 from corral.contract.sandbox import SandboxHandle
 
@@ -26,9 +26,11 @@ class ArchiveIndex(BaseModel):
     chunks: list[int] = Field(default_factory=list)
 
 
-Phase = Literal["idle", "turn", "awaiting_custom"]
-"""Where the run handed over: waiting for a message, between a tool result and the next model call, or waiting
-for the client's custom tool results."""
+Phase = Literal["idle", "turn", "awaiting_custom", "awaiting_confirmation"]
+"""Where the run handed over: waiting for a message, between a tool result and the next model call, waiting for
+the client's custom tool results, or waiting for its confirmations (and maybe custom tool results too)."""
+
+ConfirmableToolUse = Annotated[AgentToolUse | AgentMcpToolUse, Field(discriminator="type")]
 
 
 class SandboxCarry(BaseModel):
@@ -67,6 +69,9 @@ class SessionCarry(BaseModel):
     awaiting_custom: list[AgentCustomToolUse] = Field(default_factory=list)
     custom_results: dict[str, int] = Field(default_factory=dict)
     """Custom tool call id -> position (in `tail`) of the result that answers it."""
+    awaiting_confirmation: list[ConfirmableToolUse] = Field(default_factory=list)
+    confirmations: dict[str, int] = Field(default_factory=dict)
+    """Tool call id -> position (in `tail`) of the `user.tool_confirmation` that answers it."""
     client_ids: dict[str, str] = Field(default_factory=dict)
     """The de-duplication window: client id -> event id, the most recent `CLIENT_ID_WINDOW`."""
     sandbox: SandboxCarry = Field(default_factory=SandboxCarry)

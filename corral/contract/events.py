@@ -103,12 +103,26 @@ class AgentThinking(_Event):
     type: Literal["agent.thinking"] = "agent.thinking"
 
 
+EvaluatedPermission = Literal["allow", "ask", "deny"]
+"""What a call's permission policy decided: run it, wait for a `user.tool_confirmation`, or never run it (a tool the
+agent does not have is refused before any policy)."""
+
+
+class PermissionEvaluation(BaseModel):
+    """The policy that decided a call's permission (corral has no `auto` classifier, so only these two)."""
+
+    type: Literal["always_allow", "always_ask"]
+
+
 class AgentToolUse(_Event):
     """A call to a tool served by a hand; its `id` is the tool-use id the model sees."""
 
     type: Literal["agent.tool_use"] = "agent.tool_use"
     name: str
     input: dict[str, Any]
+    evaluated_permission: EvaluatedPermission | None = None
+    evaluation: PermissionEvaluation | None = None
+    """None in events written before permissions were evaluated (and for a tool the agent does not have)."""
 
 
 class AgentToolResult(_Event):
@@ -127,6 +141,8 @@ class AgentMcpToolUse(_Event):
     mcp_server_name: str
     name: str
     input: dict[str, Any]
+    evaluated_permission: EvaluatedPermission | None = None
+    evaluation: PermissionEvaluation | None = None
 
 
 class AgentMcpToolResult(_Event):

@@ -9,7 +9,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from corral.contract.sandbox import ToolsetDefaultConfig
+from corral.contract.sandbox import (
+    PermissionPolicyType,
+    ToolsetDefaultConfig,
+    check_permission_policy,
+    policy_type,
+)
 
 # Error types the proxy activities raise (ApplicationError.type), as the workflow reads them.
 MCP_CONNECTION_FAILED = "McpConnectionFailed"
@@ -58,15 +63,19 @@ class McpToolset(BaseModel):
     @classmethod
     def _policies(cls, configs: list[McpToolConfig]) -> list[McpToolConfig]:
         for config in configs:
-            policy = config.permission_policy or {}
-            if policy.get("type") not in (None, "always_allow"):
-                raise ValueError(f"{config.name}: permission_policy {policy.get('type')!r} is not supported yet")
+            check_permission_policy(config.permission_policy, config.name)
         return configs
 
     def enabled(self, tool: str) -> bool:
         explicit = {config.name: config.enabled for config in self.configs if config.enabled is not None}
         default = self.default_config is None or self.default_config.enabled is not False
         return explicit.get(tool, default)
+
+    def permission(self, tool: str) -> PermissionPolicyType:
+        """A tool's policy: its own config's, else the toolset default's, else `always_allow` (corral's default;
+        the HTTP API writes upstream's `always_ask` into the agents it stores, gateway/shapes.py)."""
+        default = policy_type(self.default_config.permission_policy if self.default_config else None)
+        return policy_type(next((c.permission_policy for c in self.configs if c.name == tool), None), default)
 
 
 def mcp_tool_name(server: str, tool: str) -> str:

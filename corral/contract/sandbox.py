@@ -17,6 +17,29 @@ UNAVAILABLE_TOOL_NAMES = ("web_fetch", "web_search")
 _PACKAGE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+:=<>~@/-]{0,127}$")
 
 
+PermissionPolicyType = Literal["always_allow", "always_ask"]
+"""`always_allow`: a call runs; `always_ask`: it waits for the client's `user.tool_confirmation`."""
+
+
+def check_permission_policy(policy: dict[str, Any] | None, where: str) -> dict[str, Any] | None:
+    """Refuse a policy corral cannot run, saying why (`auto` needs a classifier that corral does not have)."""
+    kind = None if policy is None else policy.get("type")
+    if kind == "auto":
+        raise ValueError(
+            f"{where}: permission_policy 'auto' is not supported: corral has no classifier to decide which calls to "
+            "ask about; use always_allow or always_ask"
+        )
+    if kind not in (None, "always_allow", "always_ask"):
+        raise ValueError(f"{where}: permission_policy must be always_allow or always_ask, not {kind!r}")
+    return policy
+
+
+def policy_type(policy: dict[str, Any] | None, default: PermissionPolicyType = "always_allow") -> PermissionPolicyType:
+    """The type of a (validated) policy, or `default` when none is set."""
+    kind = None if policy is None else policy.get("type")
+    return "always_ask" if kind == "always_ask" else "always_allow" if kind == "always_allow" else default
+
+
 class ToolConfig(BaseModel):
     """Per-tool settings inside `agent_toolset_20260401`."""
 
@@ -25,16 +48,21 @@ class ToolConfig(BaseModel):
     enabled: bool | None = None
     permission_policy: dict[str, Any] | None = None
 
+    @model_validator(mode="after")
+    def _policy(self) -> ToolConfig:
+        check_permission_policy(self.permission_policy, f"configs[{self.name}]")
+        return self
+
 
 class ToolsetDefaultConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     enabled: bool | None = None
     permission_policy: dict[str, Any] | None = None
 
-
-def _check_policy(policy: dict[str, Any] | None, where: str) -> None:
-    if policy is not None and policy.get("type") not in (None, "always_allow"):
-        raise ValueError(f"{where}: permission_policy {policy.get('type')!r} is not supported yet (use always_allow)")
+    @field_validator("permission_policy")
+    @classmethod
+    def _policy(cls, policy: dict[str, Any] | None) -> dict[str, Any] | None:
+        return check_permission_policy(policy, "default_config")
 
 
 class AgentToolset20260401(BaseModel):
@@ -47,12 +75,15 @@ class AgentToolset20260401(BaseModel):
 
     @model_validator(mode="after")
     def _supported(self) -> AgentToolset20260401:
-        _check_policy(self.default_config.permission_policy if self.default_config else None, "default_config")
         for config in self.configs:
-            _check_policy(config.permission_policy, f"configs[{config.name}]")
             if config.name in UNAVAILABLE_TOOL_NAMES and config.enabled:
                 raise ValueError(f"{config.name} is not available in corral yet; the sandbox has no web tools")
         return self
+
+    def permission(self, name: str) -> PermissionPolicyType:
+        """A tool's policy: its own config's, else the toolset default's, else `always_allow`."""
+        default = policy_type(self.default_config.permission_policy if self.default_config else None)
+        return policy_type(next((c.permission_policy for c in self.configs if c.name == name), None), default)
 
     def enabled_names(self) -> list[str]:
         """Enabled sandbox tools: the default applies unless a config says otherwise (web tools stay off)."""

@@ -20,6 +20,7 @@ from corral.contract.sandbox import (
     SANDBOX_TOOL_DESCRIPTIONS,
     AgentToolset20260401,
     Environment,
+    check_permission_policy,
     sandbox_tool_schema,
 )
 from corral.names import MODEL_TASK_QUEUE, UTILITY_HAND_TASK_QUEUE
@@ -57,6 +58,13 @@ class HandTool(BaseModel):
     input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     task_queue: str = Field(min_length=1)
     timeout_seconds: float = Field(default=300.0, gt=0, le=24 * 3600)
+    permission_policy: dict[str, Any] | None = None
+    """`always_allow` (the default) or `always_ask`, as for the built-in tools."""
+
+    @field_validator("permission_policy")
+    @classmethod
+    def _policy(cls, policy: dict[str, Any] | None) -> dict[str, Any] | None:
+        return check_permission_policy(policy, "permission_policy")
 
 
 class UtilityToolset(BaseModel):
@@ -73,6 +81,7 @@ class SandboxTool(BaseModel):
     name: str
     description: str
     input_schema: dict[str, Any]
+    permission_policy: dict[str, Any] | None = None
 
 
 AgentTool = Annotated[
@@ -152,7 +161,10 @@ class AgentConfig(SendableInput):
             elif isinstance(tool, AgentToolset20260401):
                 tools.extend(
                     SandboxTool(
-                        name=name, description=SANDBOX_TOOL_DESCRIPTIONS[name], input_schema=sandbox_tool_schema(name)
+                        name=name,
+                        description=SANDBOX_TOOL_DESCRIPTIONS[name],
+                        input_schema=sandbox_tool_schema(name),
+                        permission_policy={"type": tool.permission(name)},
                     )
                     for name in tool.enabled_names()
                 )
