@@ -86,7 +86,8 @@ def agent_config(body: dict[str, Any]) -> AgentConfig:
                 "model": model_id(body.get("model")),
                 "name": body.get("name"),
                 "system": body.get("system") or None,
-                "tools": body.get("tools") or [],
+                # Agents stored before policies were written in get them here: a session runs what the API shows.
+                "tools": [_with_default_policy(tool) for tool in body.get("tools") or []],
                 "mcp_servers": body.get("mcp_servers") or [],
             }
         )
@@ -132,8 +133,25 @@ def agent_body(request: dict[str, Any], current: dict[str, Any] | None = None) -
     for field in ("tools", "mcp_servers"):
         if field in request:
             body[field] = list(request[field] or [])
+    body["tools"] = [_with_default_policy(tool) for tool in body.get("tools") or []]
     agent_config(body)
     return body
+
+
+DEFAULT_POLICIES = {"agent_toolset_20260401": ALWAYS_ALLOW, "mcp_toolset": ALWAYS_ASK}
+"""Upstream's defaults: built-in tools run, MCP tools ask. corral's own default is `always_allow` everywhere."""
+
+
+def _with_default_policy(tool: Any) -> Any:
+    """A toolset with its default policy written in, so that what the API shows is what corral runs (a tool
+    config with no policy of its own follows the toolset's default in both)."""
+    if not isinstance(tool, dict) or not isinstance(tool.get("type"), str) or tool["type"] not in DEFAULT_POLICIES:
+        return tool
+    config = tool.get("default_config") or {}
+    if not isinstance(config, dict):
+        return tool  # malformed: `agent_config` says what is wrong
+    policy = _policy(config.get("permission_policy"), DEFAULT_POLICIES[tool["type"]])
+    return {**tool, "default_config": {**config, "permission_policy": policy}}
 
 
 def _policy(policy: Any, default: dict[str, str]) -> dict[str, str]:
