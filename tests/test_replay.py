@@ -16,6 +16,8 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
 def test_histories_are_recorded() -> None:
     assert len(HISTORIES) >= 3, "tests/histories/ is missing its recorded histories"
+    # Sessions that waited for a `user.tool_confirmation` (workflow.patched("tool-confirmations")).
+    assert "tool_confirmation" in {path.stem for path in HISTORIES}
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[path.stem for path in HISTORIES])
