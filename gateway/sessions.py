@@ -26,7 +26,15 @@ from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSear
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from corral.client import SessionClosed, follow_events, read_events, send_events, session_info, start_session
+from corral.client import (
+    SessionClosed,
+    follow_events,
+    new_session_id,
+    read_events,
+    send_events,
+    session_info,
+    start_session,
+)
 from corral.contract.events import SessionEvent, SpanModelRequestEnd
 from corral.contract.session import SessionInfo, SessionInput
 from corral.names import SEARCH_ATTRIBUTE_STATUS, SESSION_WORKFLOW
@@ -35,6 +43,13 @@ from corral.streaming import StreamError, StreamEvent, subscribe
 from gateway.errors import ApiError, invalid, not_found
 from gateway.http import Authed, body
 from gateway.shapes import agent_config, agent_view, check_metadata, environment_recipe, event_view, when
+from gateway.vaults import (
+    check_vault_ids,
+    forget_repository_tokens,
+    repository_views,
+    session_repositories,
+    store_repository_tokens,
+)
 
 WORKSPACE_KEY = SearchAttributeKey.for_keyword("CorralWorkspace")
 STATUS_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS)
@@ -95,9 +110,7 @@ class Sessions:
             raise invalid(f"unknown session field(s): {', '.join(unknown)}")
         if request.get("budget") is not None:
             raise invalid("budget: not supported by corral yet (sessions have no spending limit)")
-        if request.get("resources"):
-            raise invalid("resources: repositories are given to sessions with `corral start --repo` for now; "
-                          "the API does not take them yet")  # fmt: skip
+        repositories = session_repositories(request.get("resources"))  # checked here; their tokens go to Vault
         agent = await self._agent(workspace, request.get("agent"))
         environment_id = request.get("environment_id")
         if not isinstance(environment_id, str):
@@ -118,6 +131,7 @@ class Sessions:
         vault_ids = request.get("vault_ids") or []
         if not isinstance(vault_ids, list) or not all(isinstance(v, str) for v in vault_ids):
             raise invalid("vault_ids must be a list of vault ids")
+        await check_vault_ids(self.records, workspace, vault_ids)
         try:
             input = SessionInput(
                 agent=agent_config(agent.body),
@@ -125,26 +139,35 @@ class Sessions:
                 metadata=check_metadata(request.get("metadata")),
                 environment=environment_recipe(environment.body),
                 vault_ids=vault_ids,
+                resources=[repository.resource for repository in repositories],
                 model_task_queue=self.model_queue,
             )
         except ValidationError as exc:
             raise invalid(str(exc)) from exc
         snapshot = agent_view(agent.id, agent.version, agent.body, agent.created_at, agent.updated_at, None)
+        resources = repository_views(repositories)  # the view never has a token
         memo = {"agent": snapshot, "environment_id": environment_id, "vault_ids": vault_ids, "title": title,
-                "metadata": input.metadata}  # fmt: skip
-        handle = await start_session(
-            self.client,
-            input,
-            task_queue=self.harness_queue,
-            search_attributes=TypedSearchAttributes(
-                [SearchAttributePair(WORKSPACE_KEY, workspace), SearchAttributePair(STATUS_KEY, "idle")]
-            ),
-            memo=memo,
-        )
+                "metadata": input.metadata, "resources": resources}  # fmt: skip
+        session_id = new_session_id()
+        await store_repository_tokens(session_id, repositories)  # before the start, as `corral start --repo` does
+        try:
+            handle = await start_session(
+                self.client,
+                input,
+                session_id=session_id,
+                task_queue=self.harness_queue,
+                search_attributes=TypedSearchAttributes(
+                    [SearchAttributePair(WORKSPACE_KEY, workspace), SearchAttributePair(STATUS_KEY, "idle")]
+                ),
+                memo=memo,
+            )
+        except BaseException:
+            await forget_repository_tokens(session_id, repositories)
+            raise
         if initial:
             await self._send(handle, initial)
         handle, description = await self._own(workspace, handle.id)
-        return await self._view(handle, description)
+        return {**await self._view(handle, description), "resources": resources}
 
     async def _agent(self, workspace: str, reference: Any) -> RecordView:
         if isinstance(reference, str):
@@ -367,6 +390,7 @@ class Previews:
         self._texts: dict[str, dict[int, str]] = {}  # relay span -> model content block -> text so far
         self._thinking: set[str] = set()  # relay spans whose request has been thinking
         self._open: dict[str, str] = {}  # relay span -> id of its open preview (the request's span id)
+        self._started: set[str] = set()  # relay spans whose open preview has had its agent.message event_start
         self._relay: dict[str, str] = {}  # request span id -> the relay span its text comes under
         self._ended: set[str] = set()  # request span ids ended
         self._retrying: set[str] = set()  # relay spans whose request failed (a retry may follow)
@@ -385,6 +409,7 @@ class Previews:
                 self._current = None
             relay = self._relay.get(span, span)
             self._open.pop(relay, None)
+            self._started.discard(relay)
             if event.is_error:
                 self._retrying.add(relay)
             else:
@@ -395,7 +420,7 @@ class Previews:
                 self._ended = set(list(self._ended)[-MAX_PREVIEW_SPANS:])
 
     def live(self, event: StreamEvent) -> list[dict[str, Any]]:
-        """The frames (as JSON objects) one relay event becomes: none, or an `event_start` and/or deltas."""
+        """The frames (as JSON objects) one relay event becomes: none, or `event_start`s and/or deltas."""
         relay = event.span_id
         if event.type == "end":
             return []
@@ -403,50 +428,51 @@ class Previews:
             self._texts.pop(relay, None)
             self._thinking.discard(relay)
             preview = self._open.get(relay)
-            return [] if preview is None else self._starts(relay, preview)
+            if preview is None or relay not in self._started:
+                return []
+            return [_message(preview)]  # the same preview, started over: the client drops what it showed
         if event.kind == "thinking":
             if relay in self._thinking:
                 return []
             self._thinking.add(relay)
-            preview = self._open.get(relay)
-            if preview is None:
-                return self._opened(relay)
-            return [_thinking(preview)] if "agent.thinking" in self.kinds else []
-        texts = self._texts.setdefault(relay, {})
-        if len(self._texts) > MAX_PREVIEW_SPANS:
-            self._texts.pop(next(iter(self._texts)))
-        block = event.block or 0
-        texts[block] = texts.get(block, "") + event.text
-        preview = self._open.get(relay)
+        else:
+            texts = self._texts.setdefault(relay, {})
+            if len(self._texts) > MAX_PREVIEW_SPANS:
+                self._texts.pop(next(iter(self._texts)))
+            block = event.block or 0
+            texts[block] = texts.get(block, "") + event.text
+        preview = self._open.get(relay) or self._opened(relay)
         if preview is None:
-            return self._opened(relay)
-        if "agent.message" not in self.kinds:
             return []
-        index = sorted(texts).index(block)
-        return [_delta(preview, index, event.text)]
+        frames: list[dict[str, Any]] = []
+        if event.kind == "thinking":
+            if "agent.thinking" in self.kinds:
+                frames.append(_thinking(preview))
+        elif "agent.message" in self.kinds and relay not in self._started:
+            self._started.add(relay)  # the text so far, whole (it may include text shown by a failed request)
+            frames.append(_message(preview))
+            texts = self._texts[relay]
+            frames += [_delta(preview, index, texts[block]) for index, block in enumerate(sorted(texts))]
+        elif "agent.message" in self.kinds:
+            frames.append(_delta(preview, sorted(self._texts[relay]).index(event.block or 0), event.text))
+        return frames
 
-    def _opened(self, relay: str) -> list[dict[str, Any]]:
-        """Open the relay span's preview if its request is under way: its `event_start`s and the text so far."""
+    def _opened(self, relay: str) -> str | None:
+        """Open the relay span's preview if its request is under way; its id, or None."""
         if relay not in self._ended:
             preview = relay  # the turn's first request, under way (the log may not have shown it yet)
             self._retrying.clear()  # a new turn: no earlier request will be retried any more
         elif relay in self._retrying and self._current is not None and self._current not in self._ended:
             preview = self._current
         else:
-            return []  # the request is over: its messages are (or will be) in the log, whole
+            return None  # the request is over: its messages are (or will be) in the log, whole
         self._open[relay] = preview
         self._relay[preview] = relay
-        return self._starts(relay, preview)
+        return preview
 
-    def _starts(self, relay: str, preview: str) -> list[dict[str, Any]]:
-        frames: list[dict[str, Any]] = []
-        if "agent.thinking" in self.kinds and relay in self._thinking:
-            frames.append(_thinking(preview))
-        texts = self._texts.get(relay, {})
-        if "agent.message" in self.kinds and texts:
-            frames.append({"type": "event_start", "event": {"type": "agent.message", "id": preview}})
-            frames += [_delta(preview, index, texts[block]) for index, block in enumerate(sorted(texts))]
-        return frames
+
+def _message(preview: str) -> dict[str, Any]:
+    return {"type": "event_start", "event": {"type": "agent.message", "id": preview}}
 
 
 def _thinking(preview: str) -> dict[str, Any]:
