@@ -13,11 +13,19 @@ from pydantic import ValidationError
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 
 from corral.client import read_events, send_events, session_info
-from corral.contract.events import AgentToolUse, PermissionEvaluation, RequiresAction, SessionEvent
+from corral.contract.events import (
+    AgentMcpToolUse,
+    AgentToolUse,
+    PermissionEvaluation,
+    RequiresAction,
+    SessionEvent,
+)
 from corral.contract.session import AgentConfig, SandboxTool
-from corral.names import SIGNAL_USER_MESSAGE
+from corral.names import SIGNAL_INTERRUPT, SIGNAL_USER_MESSAGE
+from proxy import StaticBearerParams
 from tests.conftest import Stack, assert_log_is_whole, stop_reason, texts, wait_for_idle
 from tests.test_gateway import Gateway, gateway  # noqa: F401 - the fixture, shared
+from tests.test_mcp_sessions import McpStack, authority, mcp_servers, mcp_stack  # noqa: F401 - the fixtures, shared
 from workflows.session import DENIED_RESULT, NEW_MESSAGE_RESULT
 
 pytestmark = pytest.mark.timeout(300)
@@ -163,6 +171,54 @@ async def test_the_wait_carries_over_to_the_next_run(stack: Stack, tmp_path: Pat
     log = await read_events(handle)
     assert_log_is_whole(log)
     assert [e.type for e in log].count("user.tool_confirmation") == 1
+
+
+async def test_an_interrupt_cancels_the_waiting_calls(stack: Stack, tmp_path: Path) -> None:
+    model = stack.script([{"tool_uses": [append_call(tmp_path / "a.txt", "a")]}, {"text": "after"}])
+    handle = await stack.start(model, "go", tools=[ask_tool(stack)])
+    events, (waiting,) = await waiting_calls(handle)
+    await handle.signal(SIGNAL_INTERRUPT)
+    stopped = await wait_for_idle(handle, after=events[-1].position)
+    assert stop_reason(stopped[-1]).type == "end_turn"
+    with pytest.raises(WorkflowUpdateFailedError) as late:
+        await send_events(handle, [{"type": "user.tool_confirmation", "tool_use_id": waiting.id, "result": "allow"}])
+    assert "not waiting for confirmation" in str(late.value.cause)
+    await send_events(handle, [{"type": "user.message", "content": "something else"}])
+    done = await wait_for_idle(handle, after=stopped[-1].position)
+    assert texts(done) == ["after"] and not (tmp_path / "a.txt").exists()
+    text, is_error = tool_results(stack.requests(model)[-1])[waiting.id]
+    assert is_error and "interrupted" in text
+    log = await read_events(handle)
+    assert_log_is_whole(log)
+    assert all(e.processed_at is not None for e in log)
+
+
+async def test_an_mcp_tool_that_asks_is_called_only_once_allowed(mcp_stack: McpStack) -> None:  # noqa: F811
+    stack, authority = mcp_stack.stack, mcp_stack.authority  # noqa: F811
+    token = authority.issue_access_token()
+    mcp_stack.store.add_credential(
+        mcp_stack.vault.id, StaticBearerParams(mcp_server_url=mcp_stack.mcp_url, token=token)
+    )
+    calls = [
+        {"name": "mcp__tools__add", "input": {"a": 2, "b": 40}},
+        {"name": "mcp__tools__echo", "input": {"text": "hi"}},
+    ]
+    model = stack.script([{"tool_uses": calls}, {"text": "sum:", "echo_last_user": True}])
+    toolset = {"type": "mcp_toolset", "mcp_server_name": "tools", "default_config": {"permission_policy": ASK},
+               "configs": [{"name": "echo", "permission_policy": {"type": "always_allow"}}]}  # fmt: skip
+    agent = {**mcp_stack.agent_tools(), "model": model, "tools": [toolset]}
+    handle = await stack.start(model, "add", agent=agent, vault_ids=[mcp_stack.vault.id])
+    events = await wait_for_idle(handle, within_seconds=60)
+    add, echo = [e for e in events if isinstance(e, AgentMcpToolUse)]
+    assert (add.evaluated_permission, add.evaluation) == ("ask", PermissionEvaluation(type="always_ask"))
+    assert (echo.evaluated_permission, echo.evaluation) == ("allow", PermissionEvaluation(type="always_allow"))
+    assert stop_reason(events[-1]) == RequiresAction(event_ids=[add.id])
+    assert authority.tool_calls == [("echo", token)], "the call that asks has not reached the server"
+
+    await send_events(handle, [{"type": "user.tool_confirmation", "tool_use_id": add.id, "result": "allow"}])
+    done = await wait_for_idle(handle, after=events[-1].position, within_seconds=60)
+    assert texts(done) == ["sum:\nhi\n42"], "the model got both results, the allowed call's once it ran"
+    assert authority.tool_calls == [("echo", token), ("add", token)]
 
 
 def test_policies_corral_cannot_run_are_refused_before_a_session_starts() -> None:
