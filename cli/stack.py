@@ -24,6 +24,7 @@ TEMPORAL = "temporal"
 VAULT = "vault"
 MODEL_SERVER = "model-server"
 STREAM_RELAY = "stream-relay"
+GATEWAY = "gateway"
 PROXY_WORKER = "proxy-worker"
 DOCKERD = "dockerd"
 HARNESS = "harness"
@@ -79,6 +80,8 @@ class StackConfig(BaseModel):
     offline: bool
     model_url: str | None = None
     stream_url: str | None = None
+    api_url: str | None = None
+    """The Managed Agents API (the gateway): an `anthropic` client's base_url."""
     git_proxy_port: int | None = None
     mode: Literal["all-in-one", "split"] = "all-in-one"
     started_at: datetime
@@ -121,6 +124,7 @@ class UpOptions:
     stream_port: int = 8766
     git_proxy_port: int = DEFAULT_GIT_PROXY_PORT
     split: bool = False
+    api_port: int = 8780
 
 
 @dataclass(frozen=True)
@@ -202,6 +206,10 @@ class Plan:
     def stream_url(self) -> str:
         return f"http://127.0.0.1:{self.port('stream_port')}"
 
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.port('api_port')}"
+
 
 def _python(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args]
@@ -255,6 +263,9 @@ SERVICES: tuple[Service, ...] = (
     # The live-delta relay: model workers publish to it, `corral tail` subscribes (see corral/streaming).
     _http_server(STREAM_RELAY, "stream relay", "corral.streaming", port="stream_port",
                  url=lambda config: config.stream_url),
+    # Anthropic's Managed Agents API over the stack (gateway/): stateless, previews live text from the relay.
+    _http_server(GATEWAY, "Managed Agents API gateway", "gateway", port="api_port", url=lambda config: config.api_url,
+                 env=("temporal", "stream"), after=(TEMPORAL, STREAM_RELAY)),
     # The one process with Vault access, never part of the all-in-one; its git proxy is the sandboxes' origin.
     Service(PROXY_WORKER, "proxy worker", marker="workers.proxy", ready="stays up",
             command=lambda plan: _python("workers.proxy"),

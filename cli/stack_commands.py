@@ -23,6 +23,7 @@ TemporalPort = Annotated[int, typer.Option(help="gRPC port of the Temporal dev s
 UiPort = Annotated[int, typer.Option(help="Port of the Temporal Web UI.")]
 ModelPort = Annotated[int, typer.Option(help="Port of the offline model server (no ANTHROPIC_API_KEY).")]
 StreamPort = Annotated[int, typer.Option(help="Port of the stream relay (live text deltas).")]
+ApiPort = Annotated[int, typer.Option(help="Port of the Managed Agents API (the gateway).")]
 GitProxyPort = Annotated[int, typer.Option(help="Port of the git proxy (in the proxy worker).")]
 Split = Annotated[bool, typer.Option("--split/--all-in-one", help="One worker process per role, or all in one.")]
 
@@ -36,15 +37,17 @@ def up_command(
     stream_port: StreamPort = 8766,
     git_proxy_port: GitProxyPort = DEFAULT_GIT_PROXY_PORT,
     split: Split = False,
+    api_port: ApiPort = 8780,
 ) -> None:
-    """Start the local stack in the background: Temporal dev server, offline model (without an API key), workers.
+    """Start the local stack in the background: Temporal dev server, offline model (without an API key), workers,
+    and the Managed Agents API at http://127.0.0.1:8780 (--api-port).
 
     Idempotent: parts already running are left alone. State lives in --state-dir.
     """
     from cli import up
 
     settings = settings_of(ctx)
-    options = up.UpOptions(temporal_port, ui_port, model_port, stream_port, git_proxy_port, split)
+    options = up.UpOptions(temporal_port, ui_port, model_port, stream_port, git_proxy_port, split, api_port)
     report = run(settings, up.bring_up(settings.out, settings.paths, options, settings.namespace))
     settings.out.print(up.stack_panel(report, settings.paths))
 
@@ -114,6 +117,8 @@ def status_command(ctx: typer.Context) -> None:
         grid.add_row("Web UI", f"{stack.ui_url}/namespaces/{settings.namespace}/workflows")
         grid.add_row("Model", f"offline stand-in at {stack.model_url}" if stack.offline else "Anthropic API")
         grid.add_row("Workers", stack.mode)
+        if stack.api_url:
+            grid.add_row("API", f"{stack.api_url}  (Managed Agents API)")
     grid.add_row("Logs", str(settings.paths.logs))
     settings.out.print(grid)
 
@@ -127,11 +132,12 @@ def demo_command(
     stream_port: StreamPort = 8766,
     git_proxy_port: GitProxyPort = DEFAULT_GIT_PROXY_PORT,
     split: Split = False,
+    api_port: ApiPort = 8780,
 ) -> None:
     """Bring the stack up, run a session that uses tools, follow it live, and show where to look next."""
     from cli import up
     from cli.demo import run_demo
 
     settings = settings_of(ctx)
-    options = up.UpOptions(temporal_port, ui_port, model_port, stream_port, git_proxy_port, split)
+    options = up.UpOptions(temporal_port, ui_port, model_port, stream_port, git_proxy_port, split, api_port)
     run(settings, run_demo(settings, options))

@@ -126,6 +126,7 @@ async def _bring_up(console: Console, paths: StatePaths, options: UpOptions, nam
         offline=plan.offline,
         model_url=plan.model_url,
         stream_url=plan.stream_url,
+        api_url=plan.api_url,
         git_proxy_port=plan.port("git_proxy_port"),
         mode="all-in-one" if stack.ALL_IN_ONE in plan.workers else "split",
         cluster_id=await cluster_id(client),
@@ -323,6 +324,7 @@ def stack_panel(report: UpReport, paths: StatePaths) -> Panel:
         base_url = os.environ.get("ANTHROPIC_BASE_URL")
         model = Text(f"Messages API at {base_url}" if base_url else "Anthropic API (ANTHROPIC_API_KEY)")
     grid.add_row("Model", model)
+    grid.add_row("API", f"{config.api_url}  (Managed Agents API: `corral api-key create --workspace NAME`)")
     workers = [f"{name} pid {pid}" for name, (pid, _) in report.processes.items() if name in stack.WORKERS]
     grid.add_row("Workers", ", ".join(workers))
     grid.add_row("Logs", str(paths.logs))
