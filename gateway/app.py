@@ -24,6 +24,7 @@ from gateway.errors import ApiError, api_error_handler, error_response, invalid,
 from gateway.http import Authed, Handler, body, flag, whole
 from gateway.sessions import Sessions, session_routes
 from gateway.shapes import agent_body, agent_view, environment_body, environment_view
+from gateway.vaults import vault_routes
 
 KEY_CACHE_SECONDS = 10.0
 DEFAULT_PORT = 8780
@@ -165,7 +166,7 @@ def resource_routes(gateway: Gateway, authed: Authed) -> list[Route]:
     return routes
 
 
-FEATURES: list[Callable[[Gateway, Authed], list[Route]]] = [resource_routes, session_routes]
+FEATURES: list[Callable[[Gateway, Authed], list[Route]]] = [resource_routes, session_routes, vault_routes]
 """Each feature module's routes, in the order they are matched."""
 
 

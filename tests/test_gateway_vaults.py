@@ -1,0 +1,301 @@
+"""Vaults, credentials and repository tokens through the gateway, driven by the `anthropic` SDK against a real
+gateway process logged in to the OpenBao dev server: a credential written over HTTP is what the proxy worker uses
+for a session's MCP call, and its secret shows in no response, no history, no event and no gateway log line."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx2
+import pytest
+
+from activities.proxy import ProxyActivities
+from corral.apikeys import create_key
+from corral.contract.events import AgentMcpToolResult
+from corral.records import Records
+from corral.serving import ServerThread
+from proxy import VaultStore
+from tests.chaos._processes import RoleProcess, free_port, role_process, until_healthy
+from tests.conftest import Stack, history_text, unique, wait_for_idle
+from tests.proxy_servers.devvault import scan_for, shared_dev_vault
+from tests.proxy_servers.mcp_server import create_mcp_app
+from tests.proxy_servers.tokens import TokenAuthority
+from workers.proxy import proxy_worker
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@dataclass
+class Gateway:
+    url: str
+    process: RoleProcess
+    records: Records
+    responses: list[str] = field(default_factory=list)
+    """Every response body any client of this gateway read: the scans for secrets read them all."""
+
+    async def client(self, workspace: str) -> anthropic.AsyncAnthropic:
+        # Each test its own workspaces: a listing must not meet records whose test (and worker) is gone.
+        key, _ = await create_key(self.records, unique(workspace))
+
+        async def keep(response: httpx2.Response) -> None:
+            await response.aread()
+            self.responses.append(response.text)
+
+        http = anthropic.DefaultAsyncHttpxClient(event_hooks={"response": [keep]})
+        return anthropic.AsyncAnthropic(base_url=self.url, api_key=key, max_retries=0, http_client=http)
+
+
+def gateway_argv(stack: Stack, port: int) -> list[str]:
+    address = stack.client.service_client.config.target_host
+    return [sys.executable, "-m", "gateway", "--port", str(port), "--temporal", address,
+            "--harness-queue", stack.harness_queue, "--model-queue", stack.model_queue]  # fmt: skip
+
+
+@pytest.fixture
+async def gateway(stack: Stack, tmp_path: Path) -> AsyncIterator[Gateway]:
+    """A gateway logged in to the dev Vault the way the proxy worker is: through its environment."""
+    dev_vault = shared_dev_vault()
+    port = free_port()
+    env = {"VAULT_ADDR": dev_vault.address, "VAULT_TOKEN": dev_vault.root_token.get_secret_value(),
+           "CORRAL_VAULT_MOUNT": dev_vault.mount}  # fmt: skip
+    with role_process("gateway", gateway_argv(stack, port), tmp_path, **env) as process:
+        url = f"http://127.0.0.1:{port}"
+        await until_healthy(url, process)
+        yield Gateway(url, process, Records(stack.client, task_queue=stack.harness_queue))
+
+
+@pytest.fixture
+def store() -> VaultStore:
+    dev_vault = shared_dev_vault()
+    return VaultStore(dev_vault.client(), dev_vault.mount)
+
+
+@pytest.fixture
+def authority() -> TokenAuthority:
+    return TokenAuthority(client_secret="canary-client-secret-" + uuid.uuid4().hex)
+
+
+@pytest.fixture
+def mcp_url(authority: TokenAuthority) -> Iterator[str]:
+    with ServerThread(lambda url: create_mcp_app(authority, url), name="mcp", lifespan="on", app_takes_url=True) as mcp:
+        assert mcp.base_url
+        yield f"{mcp.base_url}/mcp"
+
+
+def user_message(text: str) -> Any:
+    return {"type": "user.message", "content": [{"type": "text", "text": text}]}
+
+
+async def test_vaults_are_records_of_the_workspace_and_the_proxys_vaults(gateway: Gateway, store: VaultStore) -> None:
+    client, other = await gateway.client("team-a"), await gateway.client("team-b")
+    vault = await client.beta.vaults.create(display_name="tools", metadata={"team": "a"})
+    assert (vault.type, vault.display_name, vault.metadata, vault.archived_at) == (
+        "vault",
+        "tools",
+        {"team": "a"},
+        None,
+    )
+    assert vault.id.startswith("vlt_")
+    assert store.get_vault(vault.id).display_name == "tools", "the proxy knows the vault by the same id"
+
+    updated = await client.beta.vaults.update(vault.id, display_name="mcp tools", metadata={"team": None, "x": "1"})
+    assert (updated.display_name, updated.metadata) == ("mcp tools", {"x": "1"})
+    assert (await client.beta.vaults.retrieve(vault.id)).display_name == "mcp tools"
+    assert store.get_vault(vault.id).display_name == "mcp tools"
+    listed = [v.id async for v in client.beta.vaults.list()]
+    assert vault.id in listed
+    assert vault.id not in [v.id async for v in other.beta.vaults.list()]
+    for lookup in (
+        other.beta.vaults.retrieve(vault.id),
+        other.beta.vaults.update(vault.id, display_name="taken"),
+        other.beta.vaults.archive(vault.id),
+        other.beta.vaults.delete(vault.id),
+        other.beta.vaults.credentials.list(vault.id),
+        other.beta.vaults.credentials.create(
+            vault.id, auth={"type": "static_bearer", "mcp_server_url": "https://mcp.example/mcp", "token": "t0k"}
+        ),
+    ):
+        with pytest.raises(anthropic.NotFoundError):
+            await lookup
+    assert store.list_credentials(vault.id) == [], "another workspace wrote nothing"
+    with pytest.raises(anthropic.BadRequestError, match="display_name"):
+        await client.beta.vaults.create(display_name="")
+
+    archived = await client.beta.vaults.archive(vault.id)
+    assert archived.archived_at is not None and store.get_vault(vault.id).archived_at is not None
+    assert vault.id not in [v.id async for v in client.beta.vaults.list()]
+    assert vault.id in [v.id async for v in client.beta.vaults.list(include_archived=True)]
+    with pytest.raises(anthropic.BadRequestError, match="archived"):
+        await client.beta.vaults.credentials.create(
+            vault.id, auth={"type": "static_bearer", "mcp_server_url": "https://mcp.example/mcp", "token": "t0k"}
+        )
+    deleted = await client.beta.vaults.delete(vault.id)
+    assert (deleted.id, deleted.type) == (vault.id, "vault_deleted")
+    with pytest.raises(anthropic.NotFoundError):
+        await client.beta.vaults.retrieve(vault.id)
+    with pytest.raises(Exception, match="no vault"):
+        store.get_vault(vault.id)
+
+
+async def test_a_credential_over_http_authenticates_a_sessions_mcp_call_and_is_never_shown(
+    stack: Stack, gateway: Gateway, store: VaultStore, authority: TokenAuthority, mcp_url: str
+) -> None:
+    client, other = await gateway.client("team-a"), await gateway.client("team-b")
+    vault = await client.beta.vaults.create(display_name="mcp")
+    token = authority.issue_access_token()  # the canary: a real token the MCP server accepts
+    credential = await client.beta.vaults.credentials.create(
+        vault.id,
+        auth={"type": "static_bearer", "mcp_server_url": mcp_url, "token": token},
+        display_name="test server",
+    )
+    assert (credential.type, credential.vault_id, credential.auth.type) == (
+        "vault_credential",
+        vault.id,
+        "static_bearer",
+    )
+    assert (
+        credential.auth.type == "static_bearer"
+        and credential.auth.mcp_server_url == mcp_url
+        and credential.display_name == "test server"
+    )
+    assert [c.id async for c in client.beta.vaults.credentials.list(vault.id)] == [credential.id]
+    retrieved = await client.beta.vaults.credentials.retrieve(credential.id, vault_id=vault.id)
+    assert retrieved.id == credential.id
+
+    # One active credential per server URL: the second is a conflict, another spelling of the URL too.
+    for url in (mcp_url, mcp_url + "/"):
+        with pytest.raises(anthropic.ConflictError, match=credential.id):
+            await client.beta.vaults.credentials.create(
+                vault.id, auth={"type": "static_bearer", "mcp_server_url": url, "token": "second-" + token}
+            )
+    # A secret meant for the sandbox is refused, and the answer says why and what to use.
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        await client.beta.vaults.credentials.create(
+            vault.id,
+            auth={
+                "type": "environment_variable",
+                "secret_name": "API_KEY",
+                "secret_value": "env-" + token,
+                "networking": {"type": "unrestricted"},
+            },
+        )
+    message = str(refused.value)
+    assert "never reach the sandbox" in message and "static_bearer" in message and "github_repository" in message
+    assert len(store.list_credentials(vault.id)) == 1, "refused credentials wrote nothing"
+    relabelled = await client.beta.vaults.credentials.update(credential.id, vault_id=vault.id, metadata={"k": "v"})
+    assert relabelled.metadata == {"k": "v"}
+
+    model = stack.script(
+        [
+            {"tool_uses": [{"name": "mcp__tools__add", "input": {"a": 2, "b": 40}}]},
+            {"text": "sum:", "echo_last_user": True},
+        ]
+    )
+    agent = await client.beta.agents.create(
+        name="mcp user",
+        model=model,
+        mcp_servers=[{"type": "url", "name": "tools", "url": mcp_url}],
+        tools=[
+            {
+                "type": "mcp_toolset",
+                "mcp_server_name": "tools",
+                "default_config": {"permission_policy": {"type": "always_allow"}},
+            }
+        ],
+    )
+    environment = await client.beta.environments.create(name="plain")
+    theirs = await other.beta.agents.create(name="theirs", model=model)
+    their_environment = await other.beta.environments.create(name="theirs")
+    with pytest.raises(anthropic.NotFoundError, match="vault"):
+        await other.beta.sessions.create(agent=theirs.id, environment_id=their_environment.id, vault_ids=[vault.id])
+    with pytest.raises(anthropic.NotFoundError, match="vault"):
+        await client.beta.sessions.create(agent=agent.id, environment_id=environment.id, vault_ids=["vlt_nosuchvault"])
+
+    async with proxy_worker(stack.client, ProxyActivities(store)):
+        session = await client.beta.sessions.create(agent=agent.id, environment_id=environment.id, vault_ids=[vault.id])
+        assert session.vault_ids == [vault.id]
+        await client.beta.sessions.events.send(session.id, events=[user_message("add")])
+        handle = stack.client.get_workflow_handle(session.id)
+        events = await wait_for_idle(handle, within_seconds=60)
+    [result] = [e for e in events if isinstance(e, AgentMcpToolResult)]
+    assert not result.is_error and result.content[0].text == "42"
+    assert authority.tool_calls == [("add", token)], "the call carried the token written over HTTP"
+
+    listed = [e.model_dump_json() async for e in client.beta.sessions.events.list(session.id)]
+    assert "agent.mcp_tool_result" in "".join(listed)
+    archived = await client.beta.vaults.credentials.archive(credential.id, vault_id=vault.id)
+    assert archived.archived_at is not None
+    deleted = await client.beta.vaults.credentials.delete(credential.id, vault_id=vault.id)
+    assert deleted.type == "vault_credential_deleted"
+    with pytest.raises(anthropic.NotFoundError):
+        await client.beta.vaults.credentials.retrieve(credential.id, vault_id=vault.id)
+
+    secrets = [token, "second-" + token, "env-" + token]
+    assert gateway.responses, "the responses were kept"
+    assert (
+        scan_for(secrets, *gateway.responses, *listed, await history_text(handle), gateway.process.log.read_text())
+        == []
+    )
+
+
+async def test_a_repository_token_goes_to_vault_and_never_into_the_session(
+    stack: Stack, gateway: Gateway, store: VaultStore
+) -> None:
+    client = await gateway.client("team-a")
+    agent = await client.beta.agents.create(name="coder", model=stack.script([{"text": "ok"}]))
+    environment = await client.beta.environments.create(name="plain")
+    token = "ghp_canary" + uuid.uuid4().hex
+    url = "https://git.example/acme/widgets.git"
+    session = await client.beta.sessions.create(
+        agent=agent.id,
+        environment_id=environment.id,
+        resources=[
+            {
+                "type": "github_repository",
+                "url": url,
+                "authorization_token": token,
+                "checkout": {"type": "branch", "name": "main"},
+            }
+        ],
+    )
+    [resource] = session.resources
+    assert resource.type == "github_repository"
+    assert (resource.type, resource.url, resource.mount_path) == ("github_repository", url, "/workspace/widgets")
+    [stored] = store.list_repositories(session.id)
+    assert (stored.repo_id, stored.url) == (resource.id, url), "the token is in Vault under the session"
+    resolved = store._resolve_repository(session.id, resource.id)
+    assert resolved is not None and resolved.token.get_secret_value() == token
+    handle = stack.client.get_workflow_handle(session.id)
+    history = await history_text(handle)
+    assert url in history, "the session has the repository"
+    with pytest.raises(anthropic.BadRequestError, match="authorization_token"):
+        await client.beta.sessions.create(
+            agent=agent.id, environment_id=environment.id, resources=[{"type": "github_repository", "url": url}]
+        )
+    with pytest.raises(anthropic.BadRequestError, match="file"):
+        await client.beta.sessions.create(
+            agent=agent.id, environment_id=environment.id, resources=[{"type": "file", "file_id": "file_1"}]
+        )
+    await handle.terminate("test over")
+    assert scan_for([token], *gateway.responses, history, gateway.process.log.read_text()) == []
+
+
+async def test_a_gateway_without_vault_answers_503_on_vaults_only(stack: Stack, tmp_path: Path) -> None:
+    port = free_port()
+    env = {"VAULT_ADDR": "", "BAO_ADDR": "", "VAULT_TOKEN": "", "BAO_TOKEN": ""}
+    with role_process("gateway", gateway_argv(stack, port), tmp_path, **env) as process:
+        url = f"http://127.0.0.1:{port}"
+        await until_healthy(url, process)
+        key, _ = await create_key(Records(stack.client, task_queue=stack.harness_queue), unique("team"))
+        client = anthropic.AsyncAnthropic(base_url=url, api_key=key, max_retries=0)
+        with pytest.raises(anthropic.InternalServerError, match="no Vault configured") as unavailable:
+            await client.beta.vaults.create(display_name="nowhere")
+        assert unavailable.value.status_code == 503
+        assert [v async for v in client.beta.vaults.list()] == [], "no vault record was written"
+        assert (await client.beta.environments.create(name="still works")).id.startswith("env_")
