@@ -19,7 +19,7 @@ from corral.apikeys import create_key
 from corral.contract.events import ModelUsage, SpanModelRequestEnd, SpanModelRequestStart
 from corral.records import Records
 from corral.streaming import StreamEvent
-from gateway.sessions import Previews
+from gateway.previews import Previews
 from tests.chaos._processes import RoleProcess, free_port, role_process, until_healthy
 from tests.conftest import Stack
 
