@@ -22,6 +22,7 @@ from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
 from corral.records import RecordArchived, RecordNotFound, Records, RecordView, VersionConflict
 from gateway.errors import ApiError, api_error_handler, error_response, invalid, not_found
 from gateway.http import Authed, Handler, body, flag, whole
+from gateway.session_admin import session_admin_routes
 from gateway.sessions import Sessions, session_routes
 from gateway.shapes import agent_body, agent_view, environment_body, environment_view
 from gateway.vaults import vault_routes
@@ -166,7 +167,12 @@ def resource_routes(gateway: Gateway, authed: Authed) -> list[Route]:
     return routes
 
 
-FEATURES: list[Callable[[Gateway, Authed], list[Route]]] = [resource_routes, session_routes, vault_routes]
+FEATURES: list[Callable[[Gateway, Authed], list[Route]]] = [
+    resource_routes,
+    session_routes,
+    session_admin_routes,
+    vault_routes,
+]
 """Each feature module's routes, in the order they are matched."""
 
 

@@ -1,0 +1,78 @@
+"""Deleting a session: its workflow, its log and its sandbox go; a running one cannot be (interrupt it first).
+
+Upstream deletes "the record, its events and its container". Here the session is cancelled, so the harness
+releases its sandbox and MCP bindings itself and writes its end; then Temporal's execution, the log with it, is
+deleted, and the session is gone from every read and listing (404).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
+from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
+
+from corral.client import session_info
+from gateway.errors import ApiError
+from gateway.http import Authed
+
+GONE_SECONDS = 60.0
+"""How long a delete waits for Temporal to remove the execution (it does so in the background: about 30 s on the
+dev server, less on a cluster), so that the client's next read is a 404."""
+CANCEL_SECONDS = 60.0
+"""How long the harness gets to release the sandbox before the execution is deleted regardless."""
+
+
+def session_admin_routes(gateway: Any, authed: Authed) -> list[Route]:
+    sessions = gateway.sessions
+
+    async def delete(request: Request, workspace: str) -> Response:
+        session_id = request.path_params["id"]
+        handle, description = await sessions._own(workspace, session_id)
+        running = description.status is not None and description.status.name == "RUNNING"
+        if running:
+            status = (await session_info(handle)).status
+            if status in ("running", "rescheduling"):
+                raise ApiError(409, f"session {session_id!r} is {status}: interrupt it first (send user.interrupt), "
+                                    "then delete it once it is idle")  # fmt: skip
+            await handle.cancel()
+            try:
+                await asyncio.wait_for(handle.result(), CANCEL_SECONDS)
+            except (WorkflowFailureError, TimeoutError):
+                pass  # cancelled (the expected end), or slow to release: deleted all the same
+        try:
+            await gateway.records.client.workflow_service.delete_workflow_execution(
+                _delete_request(gateway.records.client.namespace, session_id)
+            )
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:
+                raise
+        await _until_gone(handle)
+        return JSONResponse({"id": session_id, "type": "session_deleted"})
+
+    return [Route("/v1/sessions/{id}", authed(delete), methods=["DELETE"])]
+
+
+async def _until_gone(handle: WorkflowHandle) -> None:
+    """Answer once the execution is gone (bounded by GONE_SECONDS: past it, the delete is answered all the same,
+    and the session is gone a little later)."""
+    for _ in range(round(GONE_SECONDS / 0.05)):
+        try:
+            await handle.describe()
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return
+            raise
+        await asyncio.sleep(0.05)
+
+
+def _delete_request(namespace: str, session_id: str) -> DeleteWorkflowExecutionRequest:
+    return DeleteWorkflowExecutionRequest(
+        namespace=namespace, workflow_execution=WorkflowExecution(workflow_id=session_id)
+    )

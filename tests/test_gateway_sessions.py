@@ -1,0 +1,122 @@
+"""A session driven through the gateway with the official SDK, beyond sending and streaming: a custom tool's round
+trip, an interrupt that redirects the session, and the rules of deleting a session."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import anthropic
+import pytest
+
+from tests.conftest import Stack
+from tests.test_gateway import Gateway, gateway  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.timeout(300)
+
+WEATHER = {
+    "type": "custom",
+    "name": "weather",
+    "description": "today's weather in a city",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+def result(use_id: str, content: str) -> Any:
+    return {
+        "type": "user.custom_tool_result",
+        "custom_tool_use_id": use_id,
+        "content": [{"type": "text", "text": content}],
+    }
+
+
+def text(content: str) -> Any:
+    return {"type": "user.message", "content": [{"type": "text", "text": content}]}
+
+
+async def events_until_idle(client: anthropic.AsyncAnthropic, session_id: str, after: int) -> list[Any]:
+    """The session's events from position `after` on, once its newest one is `session.status_idle`."""
+    for _ in range(600):
+        events = [e async for e in client.beta.sessions.events.list(session_id, limit=100)]
+        fresh = events[after:]
+        if fresh and fresh[-1].type == "session.status_idle":
+            return fresh
+        await asyncio.sleep(0.1)
+    raise AssertionError("the session did not go idle")
+
+
+async def new_session(client: anthropic.AsyncAnthropic, model: str, tools: list[Any]) -> str:
+    agent = await client.beta.agents.create(name="helper", model=model, tools=tools)
+    environment = await client.beta.environments.create(name="plain")
+    session = await client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+    return session.id
+
+
+async def test_a_custom_tool_call_waits_for_the_clients_result(stack: Stack, gateway: Gateway) -> None:  # noqa: F811
+    client = await gateway.client("team-a")
+    model = stack.script(
+        [{"tool_uses": [{"name": "weather", "input": {"city": "Oslo"}}]}, {"text": "it is sunny in Oslo"}]
+    )
+    session_id = await new_session(client, model, [WEATHER])
+    await client.beta.sessions.events.send(session_id, events=[text("weather in Oslo?")])
+    first = await events_until_idle(client, session_id, 0)
+    [use] = [e for e in first if e.type == "agent.custom_tool_use"]
+    assert (use.name, use.input) == ("weather", {"city": "Oslo"})
+    idle = first[-1]
+    assert idle.stop_reason.type == "requires_action" and idle.stop_reason.event_ids == [use.id]
+    with pytest.raises(anthropic.BadRequestError, match="no custom tool call"):
+        await client.beta.sessions.events.send(session_id, events=[result("sevt_nope", "x")])
+    await client.beta.sessions.events.send(session_id, events=[result(use.id, "sunny")])
+    second = await events_until_idle(client, session_id, len(first))
+    assert second[-1].stop_reason.type == "end_turn"
+    replies = [e.model_dump()["content"][0]["text"] for e in second if e.type == "agent.message"]
+    assert replies == ["it is sunny in Oslo"]
+    [request] = stack.requests(model)[1:]
+    assert "sunny" in str(request), "the model got the client's result"
+
+
+async def test_an_interrupt_with_a_message_redirects_the_session(stack: Stack, gateway: Gateway) -> None:  # noqa: F811
+    client = await gateway.client("team-a")
+    # The same step answers both requests (neither conversation holds an answer yet): slowly the first time, so
+    # the interrupt finds it running; the second time fast, echoing the message it was redirected with.
+    model = stack.script([{"echo_last_user": True, "first_token_latency": 5.0, "pace_hits": 1}])
+    session_id = await new_session(client, model, [])
+    await client.beta.sessions.events.send(session_id, events=[text("start a long answer")])
+    for _ in range(300):
+        if (await client.beta.sessions.retrieve(session_id)).status == "running":
+            break
+        await asyncio.sleep(0.05)
+    with pytest.raises(anthropic.ConflictError, match="interrupt it first"):
+        await client.beta.sessions.delete(session_id)
+    await client.beta.sessions.events.send(
+        session_id, events=[{"type": "user.interrupt"}, text("never mind: say redirected")]
+    )
+    for _ in range(600):
+        events = [e async for e in client.beta.sessions.events.list(session_id, limit=100)]
+        replies = [e.model_dump()["content"][0]["text"] for e in events if e.type == "agent.message"]
+        if replies and events[-1].type == "session.status_idle":
+            break
+        await asyncio.sleep(0.1)
+    # One answer, to the conversation that ends with the redirect (both user messages, now one turn): the
+    # interrupted answer left nothing.
+    assert len(replies) == 1 and replies[0].endswith("never mind: say redirected"), replies
+    types = [e.type for e in events]
+    assert "user.interrupt" in types and types.count("user.message") == 2
+
+
+async def test_an_idle_session_is_deleted_with_its_log(stack: Stack, gateway: Gateway) -> None:  # noqa: F811
+    client = await gateway.client("team-a")
+    session_id = await new_session(client, stack.script([{"text": "hi"}]), [])
+    await client.beta.sessions.events.send(session_id, events=[text("hello")])
+    await events_until_idle(client, session_id, 0)
+    deleted = await client.beta.sessions.delete(session_id)
+    assert (deleted.id, deleted.type) == (session_id, "session_deleted")
+    with pytest.raises(anthropic.NotFoundError):
+        await client.beta.sessions.retrieve(session_id)
+    with pytest.raises(anthropic.NotFoundError):
+        await client.beta.sessions.events.list(session_id)
+    other = await gateway.client("team-b")
+    kept = await new_session(client, stack.script([{"text": "hi"}]), [])
+    with pytest.raises(anthropic.NotFoundError):
+        await other.beta.sessions.delete(kept)
+    assert (await client.beta.sessions.retrieve(kept)).status == "idle"
