@@ -17,7 +17,7 @@ import uvicorn
 from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
 from corral.temporal import connect, ensure_search_attributes, temporal_address
 from gateway.app import DEFAULT_PORT, create_app
-from gateway.vaults import VaultLogin
+from gateway.vault_access import VaultLogin
 
 
 def build_parser() -> argparse.ArgumentParser:

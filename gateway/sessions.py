@@ -43,14 +43,14 @@ from corral.streaming import StreamError, subscribe
 from gateway.errors import ApiError, invalid, not_found
 from gateway.http import Authed, body
 from gateway.previews import Previews
-from gateway.shapes import agent_config, agent_view, check_metadata, environment_recipe, event_view, when
-from gateway.vaults import (
-    check_vault_ids,
+from gateway.repositories import (
     forget_repository_tokens,
     repository_views,
     session_repositories,
     store_repository_tokens,
 )
+from gateway.shapes import agent_config, agent_view, check_metadata, environment_recipe, event_view, when
+from gateway.vaults import check_vault_ids
 
 WORKSPACE_KEY = SearchAttributeKey.for_keyword("CorralWorkspace")
 STATUS_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS)

@@ -1,4 +1,4 @@
-"""Vaults and their credentials over HTTP, and the repository tokens sessions are created with.
+"""Vaults and their credentials over HTTP (`/v1/vaults`), and the check of the vaults a new session names.
 
 A vault is two things under one id (`vlt_…`): a record of the caller's workspace (`corral.records`, kind "vault"),
 which scopes it and holds what the API shows, and the proxy's vault in Vault (`proxy.VaultStore`), which holds the
@@ -7,53 +7,30 @@ credentials. The proxy binds a session to the ids in its `SessionInput.vault_ids
 
 Secrets are write-only: a request's secret goes to Vault through `VaultStore` (the code path `corral vault
 add-credential` uses) and nowhere else: not into a record, a workflow's history, a log line or a response. A
-credential's metadata is read back from Vault, never cached here. Credentials that would put a secret inside the
-sandbox (`environment_variable`) are refused: in corral, credentials never reach the sandbox.
-
-The gateway logs in to Vault the way the proxy worker does (`VAULT_ADDR` + `VAULT_TOKEN`, or AppRole with
-`VAULT_ROLE_ID` + `VAULT_SECRET_ID`; `CORRAL_VAULT_MOUNT`), on first use. Without it these routes answer 503 and
-the rest of the gateway works.
+credential's metadata is read back from Vault, never cached here, and its secret is never read back at all (so a
+rotation gives the secret whole). Credentials that would put a secret inside the sandbox (`environment_variable`)
+are refused: in corral, credentials never reach the sandbox. Without Vault (see `gateway.vault_access`) these
+routes answer 503 and the rest of the gateway works.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-import hvac
-import hvac.exceptions
-import requests
-from pydantic import SecretStr, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from corral.contract.proxy import GitRepositoryResource
 from corral.records import RecordArchived, RecordNotFound, Records, RecordView
 from gateway.errors import ApiError, invalid, not_found
 from gateway.http import Authed, body, flag, whole
+from gateway.repositories import repository_routes
 from gateway.shapes import check_metadata, patch_metadata, problem, when
-from proxy import (
-    Credential,
-    CredentialConflict,
-    CredentialInvalid,
-    CredentialNotFound,
-    CredentialParams,
-    ProxyError,
-    Vault,
-    VaultArchived,
-    VaultNotFound,
-    VaultStore,
-    VaultUnavailable,
-    ensure_kv_v2_mount,
-)
-from proxy._ids import now
-from proxy._kv import CasMismatch
+from gateway.vault_access import ACCESS, VaultAccess, in_vault
+from proxy import Credential, CredentialParams
 
 T = TypeVar("T")
 
@@ -69,124 +46,6 @@ NO_SANDBOX_SECRETS = (
     "adds it to pulls and pushes)"
 )
 _PARAMS = TypeAdapter[CredentialParams](CredentialParams)
-
-
-# ---- Vault access -----------------------------------------------------------------------------------------------
-
-
-class GatewayVaultStore(VaultStore):
-    """`VaultStore` plus what the API needs and the CLI does not: a vault under an id chosen elsewhere (the
-    record's), and labels (display name, metadata) that change without touching a secret."""
-
-    def open_vault(self, vault_id: str, display_name: str, metadata: dict[str, str]) -> Vault:
-        """The proxy's vault for a new record: the same document `create_vault` writes, under `vault_id`."""
-        moment = now()
-        vault = Vault(id=vault_id, display_name=display_name, metadata=metadata, created_at=moment, updated_at=moment)
-        self._kv.write(f"vaults/{vault_id}", vault.model_dump(mode="json"), cas=0)
-        return vault
-
-    def relabel_vault(self, vault_id: str, display_name: str, metadata: dict[str, str]) -> None:
-        vault, version = self._require_vault(vault_id)
-        changed = vault.model_copy(update={"display_name": display_name, "metadata": metadata, "updated_at": now()})
-        self._kv.write(f"vaults/{vault_id}", changed.model_dump(mode="json"), cas=version)
-
-    def relabel_credential(
-        self, vault_id: str, credential_id: str, display_name: str | None, metadata: dict[str, str]
-    ) -> Credential:
-        """Change a credential's display name and metadata; its secret part is carried over untouched."""
-        for _ in range(3):
-            document, version = self._require_credential(vault_id, credential_id)
-            updated = {**document, "display_name": display_name, "metadata": metadata, "updated_at": now().isoformat()}
-            try:
-                self._kv.write(f"credentials/{vault_id}/{credential_id}", updated, cas=version)
-            except CasMismatch:
-                continue  # refreshed by the proxy meanwhile: apply the labels to the new version
-            return self.get_credential(vault_id, credential_id)
-        raise CredentialConflict(f"credential {credential_id} is changing: try again")
-
-
-@dataclass(frozen=True)
-class VaultLogin:
-    """Where and how to log in to Vault; the token and secret id never appear in a repr."""
-
-    address: str
-    token: str | None = None
-    role_id: str | None = None
-    secret_id: str | None = None
-    mount: str = "corral"
-
-    def __repr__(self) -> str:
-        return f"VaultLogin(address={self.address!r}, mount={self.mount!r})"
-
-    @classmethod
-    def from_environment(cls, environ: Mapping[str, str] | None = None) -> VaultLogin | None:
-        """The proxy worker's variables (workers/proxy.py); None when no Vault is configured."""
-        env = os.environ if environ is None else environ
-        address = env.get("VAULT_ADDR") or env.get("BAO_ADDR")
-        token = env.get("VAULT_TOKEN") or env.get("BAO_TOKEN")
-        role_id, secret_id = env.get("VAULT_ROLE_ID"), env.get("VAULT_SECRET_ID")
-        if not address or not (token or (role_id and secret_id)):
-            return None
-        return cls(address, token or None, role_id, secret_id, env.get("CORRAL_VAULT_MOUNT") or "corral")
-
-
-class VaultAccess:
-    """The gateway's store, logged in on first use (so the gateway starts, and serves everything else, while
-    Vault is down); a failed login is tried again on the next request."""
-
-    def __init__(self, login: VaultLogin | None) -> None:
-        self.login = login
-        self._store: GatewayVaultStore | None = None
-        self._lock = asyncio.Lock()
-
-    async def store(self) -> GatewayVaultStore:
-        if self._store is not None:
-            return self._store
-        if self.login is None:
-            raise ApiError(503, "vaults are not available: this gateway has no Vault configured (start it with "
-                                "VAULT_ADDR and VAULT_TOKEN, or VAULT_ROLE_ID and VAULT_SECRET_ID, set)")  # fmt: skip
-        async with self._lock:
-            if self._store is None:
-                self._store = await asyncio.to_thread(_log_in, self.login)
-        return self._store
-
-
-def _log_in(login: VaultLogin) -> GatewayVaultStore:
-    client = hvac.Client(url=login.address)
-    try:
-        if login.token is not None:
-            client.token = login.token
-        else:
-            client.auth.approle.login(role_id=login.role_id, secret_id=login.secret_id)
-        authenticated = client.is_authenticated()
-        if authenticated:
-            ensure_kv_v2_mount(client, login.mount)
-    except (requests.RequestException, hvac.exceptions.VaultError, ProxyError) as exc:
-        raise ApiError(503, f"vaults are not available: Vault at {login.address} did not answer "
-                            f"({type(exc).__name__})") from exc  # fmt: skip
-    if not authenticated:
-        raise ApiError(503, f"vaults are not available: Vault at {login.address} rejected the gateway's login")
-    return GatewayVaultStore(client, login.mount)
-
-
-ACCESS = VaultAccess(VaultLogin.from_environment())
-"""One per process: the process's environment says where Vault is, as it does for the proxy worker."""
-
-
-async def in_vault(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run a (blocking, hvac) store call off the event loop, its refusals as API errors."""
-    try:
-        return await asyncio.to_thread(call, *args, **kwargs)
-    except CredentialConflict as exc:
-        raise ApiError(409, str(exc), error_code="credential_conflict") from exc
-    except CredentialNotFound as exc:
-        raise ApiError(404, str(exc), error_code="credential_not_found") from exc
-    except VaultNotFound as exc:
-        raise ApiError(404, str(exc), error_code="vault_not_found") from exc
-    except (VaultArchived, CredentialInvalid, ValueError) as exc:
-        raise invalid(str(exc)) from exc
-    except VaultUnavailable as exc:
-        raise ApiError(503, f"Vault is not available: {exc}") from exc
 
 
 # ---- views ------------------------------------------------------------------------------------------------------
@@ -253,6 +112,9 @@ def credential_params(auth: Any, current: Credential | None = None) -> Credentia
             raise invalid(f"auth.mcp_server_url: credential {current.id} serves {current.mcp_server_url}; "
                           "add a new credential for another server")  # fmt: skip
         auth = {**auth, "type": kind, "mcp_server_url": url}
+        if kind == "mcp_oauth" and "refresh" not in auth and getattr(current.auth, "refresh", None) is not None:
+            raise invalid("auth.refresh: give it again whole (or null to drop it): a rotation replaces the stored "
+                          "secrets, and its refresh token cannot be read back to keep")  # fmt: skip
     url = auth.get("mcp_server_url")
     parts = urlsplit(url) if isinstance(url, str) else None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
@@ -427,7 +289,7 @@ class Vaults:
         return JSONResponse({"data": [credential_view(c) for c in page], "next_page": next_page})
 
 
-# ---- sessions: vault ids and repositories -----------------------------------------------------------------------
+# ---- sessions: the vaults they name -------------------------------------------------------------------------------
 
 
 async def check_vault_ids(records: Records, workspace: str, vault_ids: list[str]) -> None:
@@ -441,82 +303,12 @@ async def check_vault_ids(records: Records, workspace: str, vault_ids: list[str]
             raise invalid(f"vault {vault_id!r} is archived: a new session cannot use it")
 
 
-@dataclass(frozen=True)
-class Repository:
-    """A `github_repository` session resource: what the session gets (no token), and the token for Vault."""
-
-    resource: GitRepositoryResource
-    token: SecretStr
-
-    def view(self, created: datetime | None) -> dict[str, Any]:
-        """How the session shows it: the token never."""
-        checkout = self.resource.checkout.model_dump(exclude_none=True) if self.resource.checkout else None
-        return {"type": "github_repository", "id": self.resource.repository_id, "url": self.resource.url,
-                "mount_path": self.resource.mount(), "checkout": checkout, "created_at": when(created),
-                "updated_at": when(created)}  # fmt: skip
-
-
-def session_repositories(resources: Any) -> list[Repository]:
-    """The session's `github_repository` resources, checked; other kinds are refused with the reason."""
-    if resources is None:
-        return []
-    if not isinstance(resources, list) or len(resources) > 20:
-        raise invalid("resources must be a list of at most 20 resources")
-    found = []
-    for index, resource in enumerate(resources):
-        where = f"resources[{index}]"
-        if not isinstance(resource, dict) or resource.get("type") != "github_repository":
-            kind = resource.get("type") if isinstance(resource, dict) else None
-            raise invalid(f"{where}: corral sessions take github_repository resources only, not {kind!r}")
-        only(resource, {"type", "url", "authorization_token", "checkout", "mount_path"}, where)
-        token = resource.get("authorization_token")
-        if not isinstance(token, str) or not token:
-            raise invalid(f"{where}.authorization_token is required: corral clones through its git proxy, which "
-                          "adds the token outside the sandbox")  # fmt: skip
-        fields = {key: value for key, value in resource.items() if key != "authorization_token"}
-        try:
-            checked = GitRepositoryResource.model_validate({**fields, "repository_id": f"repo{index + 1}"})
-        except ValidationError as exc:
-            raise invalid(problem(exc, where)) from exc
-        found.append(Repository(checked, SecretStr(token)))
-    return found
-
-
-def repository_views(found: list[Repository]) -> list[dict[str, Any]]:
-    created = datetime.now(UTC)
-    return [repository.view(created) for repository in found]
-
-
-async def store_repository_tokens(session_id: str, found: list[Repository]) -> None:
-    """Each token into Vault for the session before it starts, as `corral start --repo-token-file` does; all or
-    none (a failure takes back the ones stored)."""
-    if not found:
-        return
-    store = await ACCESS.store()
-    try:
-        for repository in found:
-            resource = repository.resource
-            await in_vault(store.store_repository_token, session_id, resource.repository_id, resource.url,
-                           repository.token)  # fmt: skip
-    except BaseException:
-        await forget_repository_tokens(session_id, found)
-        raise
-
-
-async def forget_repository_tokens(session_id: str, found: list[Repository]) -> None:
-    """Take back the tokens of a session that did not start."""
-    if not found:
-        return
-    store = await ACCESS.store()
-    for repository in found:
-        await asyncio.to_thread(store.delete_repository_token, session_id, repository.resource.repository_id)
-
-
 # ---- routes -----------------------------------------------------------------------------------------------------
 
 
 def vault_routes(gateway: Any, authed: Authed) -> list[Route]:
-    """Vaults and their credentials (`gateway` is the app's `Gateway`; its records scope every vault)."""
+    """Vaults and their credentials (`gateway` is the app's `Gateway`; its records scope every vault), and the
+    session resources whose tokens are in Vault too."""
     vaults = Vaults(gateway.records, ACCESS)
     base, one = "/v1/vaults", "/v1/vaults/{id}/credentials/{credential_id}"
     return [
@@ -532,4 +324,5 @@ def vault_routes(gateway: Any, authed: Authed) -> list[Route]:
         Route(one, authed(vaults.update_credential), methods=["POST"]),
         Route(one, authed(vaults.delete_credential), methods=["DELETE"]),
         Route(one + "/archive", authed(vaults.archive_credential), methods=["POST"]),
+        *repository_routes(gateway, authed),
     ]

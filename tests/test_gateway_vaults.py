@@ -195,6 +195,8 @@ async def test_a_credential_over_http_authenticates_a_sessions_mcp_call_and_is_n
         [
             {"tool_uses": [{"name": "mcp__tools__add", "input": {"a": 2, "b": 40}}]},
             {"text": "sum:", "echo_last_user": True},
+            {"tool_uses": [{"name": "mcp__tools__add", "input": {"a": 1, "b": 1}}]},
+            {"text": "again:", "echo_last_user": True},
         ]
     )
     agent = await client.beta.agents.create(
@@ -223,9 +225,21 @@ async def test_a_credential_over_http_authenticates_a_sessions_mcp_call_and_is_n
         await client.beta.sessions.events.send(session.id, events=[user_message("add")])
         handle = stack.client.get_workflow_handle(session.id)
         events = await wait_for_idle(handle, within_seconds=60)
-    [result] = [e for e in events if isinstance(e, AgentMcpToolResult)]
-    assert not result.is_error and result.content[0].text == "42"
-    assert authority.tool_calls == [("add", token)], "the call carried the token written over HTTP"
+        [result] = [e for e in events if isinstance(e, AgentMcpToolResult)]
+        assert not result.is_error and result.content[0].text == "42"
+        assert authority.tool_calls == [("add", token)], "the call carried the token written over HTTP"
+
+        # A rotation over HTTP: the running session's next call carries the new token.
+        rotated_token = authority.issue_access_token()
+        rotated = await client.beta.vaults.credentials.update(
+            credential.id, vault_id=vault.id, auth={"type": "static_bearer", "token": rotated_token}
+        )
+        assert rotated.auth.type == "static_bearer" and rotated.auth.mcp_server_url == mcp_url
+        await client.beta.sessions.events.send(session.id, events=[user_message("again")])
+        events = await wait_for_idle(handle, after=events[-1].position, within_seconds=60)
+        [result] = [e for e in events if isinstance(e, AgentMcpToolResult)]
+        assert not result.is_error and result.content[0].text == "2"
+    assert authority.tool_calls == [("add", token), ("add", rotated_token)]
 
     listed = [e.model_dump_json() async for e in client.beta.sessions.events.list(session.id)]
     assert "agent.mcp_tool_result" in "".join(listed)
@@ -236,7 +250,7 @@ async def test_a_credential_over_http_authenticates_a_sessions_mcp_call_and_is_n
     with pytest.raises(anthropic.NotFoundError):
         await client.beta.vaults.credentials.retrieve(credential.id, vault_id=vault.id)
 
-    secrets = [token, "second-" + token, "env-" + token]
+    secrets = [token, rotated_token, "second-" + token, "env-" + token]
     assert gateway.responses, "the responses were kept"
     assert (
         scan_for(secrets, *gateway.responses, *listed, await history_text(handle), gateway.process.log.read_text())
@@ -274,6 +288,21 @@ async def test_a_repository_token_goes_to_vault_and_never_into_the_session(
     handle = stack.client.get_workflow_handle(session.id)
     history = await history_text(handle)
     assert url in history, "the session has the repository"
+
+    listed = [r async for r in client.beta.sessions.resources.list(session.id)]
+    assert [r.model_dump(exclude_none=True) for r in listed] == [resource.model_dump(exclude_none=True)]
+    retrieved = await client.beta.sessions.resources.retrieve(resource.id, session_id=session.id)
+    assert retrieved.type == "github_repository" and retrieved.url == url
+    assert retrieved.checkout is not None and retrieved.checkout.model_dump() == {"type": "branch", "name": "main"}
+    rotated_token = "ghp_rotated" + uuid.uuid4().hex
+    await client.beta.sessions.resources.update(resource.id, session_id=session.id, authorization_token=rotated_token)
+    resolved = store._resolve_repository(session.id, resource.id)
+    assert resolved is not None and resolved.token.get_secret_value() == rotated_token, "the token was rotated"
+    stranger = await gateway.client("team-b")
+    with pytest.raises(anthropic.NotFoundError):
+        await stranger.beta.sessions.resources.list(session.id)
+    with pytest.raises(anthropic.NotFoundError):
+        await stranger.beta.sessions.resources.update(resource.id, session_id=session.id, authorization_token="x" * 9)
     with pytest.raises(anthropic.BadRequestError, match="authorization_token"):
         await client.beta.sessions.create(
             agent=agent.id, environment_id=environment.id, resources=[{"type": "github_repository", "url": url}]
@@ -283,7 +312,10 @@ async def test_a_repository_token_goes_to_vault_and_never_into_the_session(
             agent=agent.id, environment_id=environment.id, resources=[{"type": "file", "file_id": "file_1"}]
         )
     await handle.terminate("test over")
-    assert scan_for([token], *gateway.responses, history, gateway.process.log.read_text()) == []
+    with pytest.raises(anthropic.BadRequestError, match="ended"):
+        await client.beta.sessions.resources.update(resource.id, session_id=session.id, authorization_token="late")
+    history = await history_text(handle)
+    assert scan_for([token, rotated_token], *gateway.responses, history, gateway.process.log.read_text()) == []
 
 
 async def test_a_gateway_without_vault_answers_503_on_vaults_only(stack: Stack, tmp_path: Path) -> None:
