@@ -127,6 +127,42 @@ async def test_vaults_are_records_of_the_workspace_and_the_proxys_vaults(gateway
     with pytest.raises(anthropic.BadRequestError, match="display_name"):
         await client.beta.vaults.create(display_name="")
 
+    # Credentials of both kinds; what comes back is metadata only.
+    secrets = ["at-" + uuid.uuid4().hex, "rt-" + uuid.uuid4().hex, "cs-" + uuid.uuid4().hex, "sb-" + uuid.uuid4().hex]
+    refresh: Any = {"token_endpoint": "https://auth.example/token", "client_id": "corral", "refresh_token": secrets[1],
+                    "token_endpoint_auth": {"type": "client_secret_basic", "client_secret": secrets[2]}}  # fmt: skip
+    oauth = await client.beta.vaults.credentials.create(
+        vault.id,
+        auth={
+            "type": "mcp_oauth",
+            "mcp_server_url": "https://a.example/mcp",
+            "access_token": secrets[0],
+            "expires_at": "2030-01-02T03:04:05Z",
+            "refresh": refresh,
+        },
+    )
+    bearer = await client.beta.vaults.credentials.create(
+        vault.id, auth={"type": "static_bearer", "mcp_server_url": "https://b.example/mcp", "token": secrets[3]}
+    )
+    assert oauth.auth.type == "mcp_oauth" and oauth.auth.refresh is not None
+    assert oauth.auth.refresh.token_endpoint_auth.type == "client_secret_basic"
+    assert oauth.auth.expires_at is not None and oauth.auth.expires_at.year == 2030
+    paged = [c.id async for c in client.beta.vaults.credentials.list(vault.id, limit=1)]
+    assert sorted(paged) == sorted([oauth.id, bearer.id]), "pages of one, each credential once"
+    with pytest.raises(anthropic.BadRequestError, match=r"auth\.refresh"):
+        await client.beta.vaults.credentials.update(
+            oauth.id, vault_id=vault.id, auth={"type": "mcp_oauth", "access_token": "at-new"}
+        )
+    with pytest.raises(anthropic.BadRequestError, match="cannot become"):
+        await client.beta.vaults.credentials.update(
+            bearer.id, vault_id=vault.id, auth={"type": "mcp_oauth", "access_token": "at-new"}
+        )
+    with pytest.raises(anthropic.BadRequestError, match="mcp_server_url"):
+        await client.beta.vaults.credentials.create(
+            vault.id, auth={"type": "static_bearer", "mcp_server_url": "ftp://c.example", "token": "t0k"}
+        )
+    assert scan_for(secrets, *gateway.responses) == []
+
     archived = await client.beta.vaults.archive(vault.id)
     assert archived.archived_at is not None and store.get_vault(vault.id).archived_at is not None
     assert vault.id not in [v.id async for v in client.beta.vaults.list()]
@@ -141,6 +177,8 @@ async def test_vaults_are_records_of_the_workspace_and_the_proxys_vaults(gateway
         await client.beta.vaults.retrieve(vault.id)
     with pytest.raises(Exception, match="no vault"):
         store.get_vault(vault.id)
+    with pytest.raises(Exception, match="no vault"):
+        store.list_credentials(vault.id)
 
 
 async def test_a_credential_over_http_authenticates_a_sessions_mcp_call_and_is_never_shown(
