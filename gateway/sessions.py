@@ -12,6 +12,7 @@ import base64
 import contextlib
 import json
 import logging
+import os
 from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
 from typing import Any
@@ -36,7 +37,8 @@ from corral.client import (
     start_session,
 )
 from corral.contract.events import SessionEvent
-from corral.contract.session import SessionInfo, SessionInput
+from corral.contract.pricing import PRICES_ENVIRONMENT_VARIABLE, NotBudgetable, parse_prices, price_in_force
+from corral.contract.session import SessionBudget, SessionInfo, SessionInput
 from corral.names import SEARCH_ATTRIBUTE_STATUS, SESSION_WORKFLOW
 from corral.records import RecordNotFound, Records, RecordView
 from corral.streaming import StreamError, subscribe
@@ -108,8 +110,6 @@ class Sessions:
         unknown = sorted(set(request) - known)
         if unknown:
             raise invalid(f"unknown session field(s): {', '.join(unknown)}")
-        if request.get("budget") is not None:
-            raise invalid("budget: not supported by corral yet (sessions have no spending limit)")
         repositories = session_repositories(request.get("resources"))  # checked here; their tokens go to Vault
         agent = await self._agent(workspace, request.get("agent"))
         environment_id = request.get("environment_id")
@@ -132,6 +132,7 @@ class Sessions:
         if not isinstance(vault_ids, list) or not all(isinstance(v, str) for v in vault_ids):
             raise invalid("vault_ids must be a list of vault ids")
         await check_vault_ids(self.records, workspace, vault_ids)
+        budget = _session_budget(request.get("budget"), agent.body)
         try:
             input = SessionInput(
                 agent=agent_config(agent.body),
@@ -141,13 +142,15 @@ class Sessions:
                 vault_ids=vault_ids,
                 resources=[repository.resource for repository in repositories],
                 model_task_queue=self.model_queue,
+                budget=budget,
             )
         except ValidationError as exc:
             raise invalid(str(exc)) from exc
         snapshot = agent_view(agent.id, agent.version, agent.body, agent.created_at, agent.updated_at, None)
         resources = repository_views(repositories)  # the view never has a token
         memo = {"agent": snapshot, "environment_id": environment_id, "vault_ids": vault_ids, "title": title,
-                "metadata": input.metadata, "resources": resources}  # fmt: skip
+                "metadata": input.metadata, "resources": resources,
+                "budget": budget.model_dump(mode="json", exclude={"price"}) if budget else None}  # fmt: skip
         session_id = new_session_id()
         await store_repository_tokens(session_id, repositories)  # before the start, as `corral start --repo` does
         try:
@@ -381,7 +384,7 @@ def session_view(session_id: str, memo: Mapping[str, Any], started: datetime | N
         "metadata": memo.get("metadata") or {},
         "vault_ids": memo.get("vault_ids") or [],
         "resources": [],
-        "budget": None,
+        "budget": memo.get("budget"),
         "outcome_evaluations": [],
         "created_at": when(started),
         "updated_at": when(closed or started),
@@ -392,8 +395,30 @@ def session_view(session_id: str, memo: Mapping[str, Any], started: datetime | N
             "output_tokens": usage.output_tokens if usage else 0,
             "cache_read_input_tokens": usage.cache_read_input_tokens if usage else 0,
             "cache_creation": {"ephemeral_5m_input_tokens": usage.cache_creation_input_tokens if usage else 0},
+            "list_cost": {"amount": str(info.list_cost), "currency": "USD"}
+            if info is not None and info.list_cost is not None
+            else None,
         },
     }
+
+
+def _session_budget(raw: Any, agent: Mapping[str, Any]) -> SessionBudget | None:
+    """The session's budget with the price in force for its model copied in (the table's, or `CORRAL_MODEL_PRICES`'s
+    read here, never by the session); a model with no price is refused, as upstream does."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or "price" in raw:
+        raise invalid("budget must be {type: 'limit', max_list_cost: {amount, currency: 'USD'}}")
+    try:
+        budget = SessionBudget.model_validate(raw)
+    except ValidationError as exc:
+        raise invalid(f"budget: {exc}") from exc
+    model = agent_config(dict(agent)).model
+    try:
+        price = price_in_force(model, parse_prices(os.environ.get(PRICES_ENVIRONMENT_VARIABLE)))
+    except NotBudgetable as exc:
+        raise ApiError(400, f"budget: {exc}", error_code="model_not_budgetable") from exc
+    return budget.model_copy(update={"price": price})
 
 
 def _corral_event(event: Any) -> dict[str, Any]:

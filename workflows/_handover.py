@@ -5,10 +5,11 @@ When: Temporal suggests it, or this run's history reached `continue_as_new_after
 `MAX_UPDATES_PER_RUN` updates and signals (Temporal refuses the 2,001st update of a run). Where: only at points
 where no activity is in flight: waiting for a message, between a tool result and the next model call, or waiting
 for the client's custom tool results and tool confirmations (the calls waiting, and the answers already in, are
-carried; a confirmed call runs in the next run). How: the run's final events are written to the archive by an activity (which reads them
-through this run's `events` query), handlers are let finish, then the run continues as new. Updates and signals
-that arrive meanwhile are either taken by this run (their events are in the carried tail) or retried by Temporal
-on the new one: none is lost, none is taken twice.
+carried; a confirmed call runs in the next run). How: the run's final events are written to the archive by an
+activity (which reads them through this run's `events` query), handlers are let finish, then the run continues as
+new. Updates and signals that arrive meanwhile are either taken by this run (their events are in the carried tail)
+or retried by Temporal on the new one: none is lost, none is taken twice. What the session has spent against its
+budget goes across in its usage, from which it is priced again.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
         AgentCustomToolUse,
         AgentMcpToolUse,
         AgentToolUse,
+        BudgetReached,
         EndTurn,
         ErrorType,
         ModelUsage,
@@ -44,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         SpanModelRequestStart,
         StopReason,
     )
+    from corral.contract.pricing import list_cost
     from corral.contract.sandbox import policy_type
     from corral.contract.session import (
         CustomTool,
@@ -98,6 +100,11 @@ CONFIRMATIONS_PATCH = "tool-confirmations"
 """From here a session evaluates each call's permission policy, and waits for confirmation where it asks."""
 DENIED_RESULT = "Not run: the user denied this tool call."
 NEW_MESSAGE_RESULT = "No result: the user sent a new message instead."
+
+BUDGET_PATCH = "session-budget"
+"""From here a session with a budget stops taking model turns once they have cost it (only sessions with a budget
+ask for this patch, and none was recorded before it)."""
+BUDGET_SPENT_RESULT = "Not run: the session's budget is spent."
 
 STATUS_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS)
 MODEL_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_MODEL)
@@ -231,10 +238,18 @@ class SessionWorkflow:
                 self._inbox.take_pending()
                 if self._hand_over_due():
                     await self._hand_over("turn")
+                if self._budget_spent():
+                    self._go_idle(BudgetReached())  # no model call: the message waits in the conversation
+                    return
                 result = await self._call_model()
                 if result is None:
                     return
                 uses = record_response(self._log, result, self._mcp.spec, self._is_custom)
+                if self._budget_spent():
+                    for use in uses:  # answered, so that the conversation stays valid for a later turn
+                        self._log.answer(use, BUDGET_SPENT_RESULT, True)
+                    self._go_idle(BudgetReached())
+                    return
                 # Determinism: histories recorded before permissions were evaluated have no marker here, and never
                 # wait for a confirmation; the patch also keeps their events (and so their sizes) as they were.
                 if uses and workflow.patched(CONFIRMATIONS_PATCH):
@@ -347,6 +362,19 @@ class SessionWorkflow:
         self._report("model_request_failed_error", message, "exhausted")
         self._go_idle(RetriesExhausted())
         return False
+
+    def _list_cost(self) -> int | None:
+        """What the model turns have cost so far at list price, in US cents (None: the model has no price)."""
+        price = self._input.budget_price()
+        return None if price is None else list_cost(self._input.agent.model, self._usage, price)
+
+    def _budget_spent(self) -> bool:
+        budget = self._input.budget
+        # Determinism: only sessions with a budget take the patch, so recorded histories see no new marker.
+        if budget is None or not workflow.patched(BUDGET_PATCH):
+            return False
+        spent = self._list_cost()
+        return spent is not None and spent >= budget.limit_cents
 
     def _is_custom(self, name: str) -> bool:
         return isinstance(self._tools.get(name), CustomTool)
@@ -553,6 +581,8 @@ class SessionWorkflow:
             metadata=self._input.metadata,
             run=self._runs.run,
             archived_through=self._log.base,
+            list_cost=self._list_cost(),
+            budget=self._input.budget,
         )
 
     @workflow.query(name=QUERY_EVENTS)

@@ -77,6 +77,8 @@ class SessionCarry(BaseModel):
     sandbox: SandboxCarry = Field(default_factory=SandboxCarry)
     mcp: McpCarry = Field(default_factory=McpCarry)
     usage: ModelUsage = Field(default_factory=ModelUsage)
+    """All model requests so far: also what the session has spent against its budget, priced at the budget's price
+    (recomputed from this, so no separate amount can drift from it)."""
     turns: int = 0
     created_at: datetime
     status: Literal["idle", "running", "rescheduling", "terminated"] = "idle"

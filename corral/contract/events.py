@@ -195,7 +195,13 @@ class RetriesExhausted(BaseModel):
     type: Literal["retries_exhausted"] = "retries_exhausted"
 
 
-StopReason = Annotated[EndTurn | RequiresAction | RetriesExhausted, Field(discriminator="type")]
+class BudgetReached(BaseModel):
+    """The session's model turns have cost its budget: it takes no more (corral.contract.session.SessionBudget)."""
+
+    type: Literal["budget_reached"] = "budget_reached"
+
+
+StopReason = Annotated[EndTurn | RequiresAction | RetriesExhausted | BudgetReached, Field(discriminator="type")]
 
 
 class SessionStatusRunning(_Event):

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from corral.contract.carry import ArchiveIndex, SessionCarry
 from corral.contract.events import ContentBlock, ModelUsage, SessionEvent, TextBlock
 from corral.contract.limits import SendableInput
+from corral.contract.pricing import ModelPrice, NotBudgetable, price_in_force, price_of
 from corral.contract.proxy import GitRepositoryResource, McpServerUrl, McpToolset
 from corral.contract.sandbox import (
     SANDBOX_TOOL_DESCRIPTIONS,
@@ -182,6 +183,30 @@ class ModelRetryConfig(BaseModel):
     max_delay_seconds: float = Field(default=60.0, ge=0, le=3600)
 
 
+class MonetaryAmount(BaseModel):
+    """An amount of money in integer minor units, as a string with no leading zero ("2500" is $25.00)."""
+
+    model_config = ConfigDict(extra="forbid")
+    amount: str = Field(pattern=r"^[1-9][0-9]{0,15}$")
+    currency: Literal["USD"] = "USD"
+
+
+class SessionBudget(BaseModel):
+    """A spending limit at list price (upstream's `budget`): once the session's model turns have cost
+    `max_list_cost`, it goes idle with `budget_reached`, and a later message ends the same way without a model call.
+    `price` is the model's price in force when the session was made (corral.contract.pricing): set by whoever starts
+    it, so the session never reads a table or the environment; left out, the price table's is taken."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["limit"] = "limit"
+    max_list_cost: MonetaryAmount
+    price: ModelPrice | None = None
+
+    @property
+    def limit_cents(self) -> int:
+        return int(self.max_list_cost.amount)
+
+
 MessageContent = str | list[ContentBlock]
 
 
@@ -215,6 +240,8 @@ class SessionInput(SendableInput):
     continue_as_new_after_events: int = Field(default=DEFAULT_RUN_HISTORY_EVENTS, ge=200, le=40_000)
     """Hand the session over to a new workflow run once this run's history holds this many events (or sooner,
     when Temporal suggests it): what a harness restart replays stays small whatever the session's length."""
+    budget: SessionBudget | None = None
+    """Stop taking model turns once they have cost this much at list price (see `SessionBudget`)."""
     carry: SessionCarry | None = None
     """Set by the session itself when it continues as new: the state the next run starts from (never by users)."""
 
@@ -235,6 +262,21 @@ class SessionInput(SendableInput):
                     "or the HTTP API, which store it in Vault and pass only repository_id"
                 )
         return value
+
+    @model_validator(mode="after")
+    def _budget_priced(self) -> SessionInput:
+        if self.budget is not None and self.budget.price is None:
+            try:
+                price_in_force(self.agent.model)
+            except NotBudgetable as exc:
+                raise ValueError(f"budget: {exc}") from exc
+        return self
+
+    def budget_price(self) -> ModelPrice | None:
+        """The price this session's usage is measured at: its budget's, else the table's (None: not priced)."""
+        if self.budget is not None and self.budget.price is not None:
+            return self.budget.price
+        return price_of(self.agent.model)
 
     def sandbox_environment(self) -> Environment:
         return self.environment or Environment()
@@ -383,3 +425,6 @@ class SessionInfo(BaseModel):
     """Which workflow run of the session this is (it continues as new as it grows)."""
     archived_through: int = 0
     """Positions up to this one were written by earlier runs and are read from the archive."""
+    list_cost: int | None = None
+    """What the session's model turns have cost at list price, in US cents (None: its model has no price)."""
+    budget: SessionBudget | None = None
