@@ -7,13 +7,15 @@ import os
 
 import anthropic
 
-client = anthropic.Anthropic(base_url=os.environ.get("CORRAL_API_URL", "http://127.0.0.1:8780"),
-                             api_key=os.environ["CORRAL_API_KEY"])  # fmt: skip
+api_url = os.environ.get("CORRAL_API_URL", "http://127.0.0.1:8780")
+client = anthropic.Anthropic(base_url=api_url, api_key=os.environ["CORRAL_API_KEY"])
 agent = client.beta.agents.create(name="helper", model=os.environ.get("CORRAL_MODEL", "corral-offline-stand-in"))
 environment = client.beta.environments.create(name="plain")
 session = client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
 with client.beta.sessions.events.stream(session.id, event_deltas=["agent.message"]) as stream:
-    client.beta.sessions.events.send(session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "hello"}]}])  # fmt: skip  # noqa: E501
+    client.beta.sessions.events.send(
+        session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "hello"}]}]
+    )
     for event in stream:
         if event.type == "event_delta":
             print(event.delta.content.text, end="", flush=True)  # the reply while the model writes it
