@@ -506,7 +506,14 @@ class SessionWorkflow:
             f"{self._log.last_position} events · {len(self._inbox.pending)} queued · "
             f"{self._usage.input_tokens} in / {self._usage.output_tokens} out tokens · cache "
             f"{self._usage.cache_read_input_tokens} read / {self._usage.cache_creation_input_tokens} written"
+            + self._spent_detail()
         )
+
+    def _spent_detail(self) -> str:
+        budget = self._input.budget
+        if budget is None:
+            return ""
+        return f" · spent {self._list_cost()} of {budget.limit_cents} cents (list price)"
 
     def _report(self, error_type: ErrorType, message: str, retry_status: RetryState) -> None:
         """A typed `session.error` the client sees; the session itself goes on."""
