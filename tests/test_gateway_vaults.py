@@ -7,26 +7,32 @@ from __future__ import annotations
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anthropic
+import docker
 import httpx2
 import pytest
 
 from activities.proxy import ProxyActivities
+from activities.sandbox import SandboxActivities
 from corral.apikeys import create_key
 from corral.contract.events import AgentMcpToolResult
 from corral.records import Records
 from corral.serving import ServerThread
-from proxy import VaultStore
+from corral.temporal import cluster_id
+from proxy import GitProxyServer, VaultStore
 from tests.chaos._processes import RoleProcess, free_port, role_process, until_healthy
-from tests.conftest import Stack, history_text, unique, wait_for_idle
+from tests.conftest import Stack, history_text, remove_sandboxes, texts, unique, wait_for_idle
 from tests.proxy_servers.devvault import scan_for, shared_dev_vault
+from tests.proxy_servers.git_server import GitServerLog, create_git_app, make_bare_repository
 from tests.proxy_servers.mcp_server import create_mcp_app
 from tests.proxy_servers.tokens import TokenAuthority
 from workers.proxy import proxy_worker
+from workers.roles import sandbox_workers
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -369,3 +375,63 @@ async def test_a_gateway_without_vault_answers_503_on_vaults_only(stack: Stack, 
         assert unavailable.value.status_code == 503
         assert [v async for v in client.beta.vaults.list()] == [], "no vault record was written"
         assert (await client.beta.environments.create(name="still works")).id.startswith("env_")
+
+
+async def test_a_repository_given_over_http_is_cloned_through_the_git_proxy(
+    stack: Stack,
+    gateway: Gateway,
+    store: VaultStore,
+    docker_client: docker.DockerClient,
+    sandbox_image: str,
+    tmp_path: Path,
+) -> None:
+    """The whole way: the token of a `github_repository` resource given to the gateway is what the git proxy
+    sends to the git server when the sandbox clones, and the sandbox never sees it."""
+    token = f"ghp_canary{uuid.uuid4().hex}"
+    root = tmp_path / "repos"
+    root.mkdir()
+    make_bare_repository(root, "app", tmp_path / "scratch")
+    log = GitServerLog()
+    port = free_port()
+    git_proxy = GitProxyServer(store, host="0.0.0.0", port=port)
+    git_proxy.start()
+    sandbox = SandboxActivities(docker_client, sandbox_image, await cluster_id(stack.client), git_proxy_port=port)
+    session_id = None
+    try:
+        with ServerThread(create_git_app(root, token, log), name="git-server") as server:
+            async with AsyncExitStack() as workers:
+                await workers.enter_async_context(proxy_worker(stack.client, ProxyActivities(store)))
+                for worker in sandbox_workers(stack.client, sandbox):
+                    await workers.enter_async_context(worker)
+                client = await gateway.client("team-a")
+                commands = ["cd /workspace/app && git log --oneline | wc -l", "env; cat /workspace/app/.git/config"]
+                script: list[dict[str, Any]] = [
+                    *({"tool_uses": [{"name": "bash", "input": {"command": command}}]} for command in commands),
+                    {"text": "done"},
+                ]
+                agent = await client.beta.agents.create(
+                    name="coder", model=stack.script(script), tools=[{"type": "agent_toolset_20260401"}]
+                )
+                environment = await client.beta.environments.create(name="plain")
+                session = await client.beta.sessions.create(
+                    agent=agent.id,
+                    environment_id=environment.id,
+                    resources=[
+                        {"type": "github_repository", "url": f"{server.base_url}/app.git", "authorization_token": token}
+                    ],
+                )
+                session_id = session.id
+                handle = stack.client.get_workflow_handle(session.id)
+                await client.beta.sessions.events.send(session.id, events=[user_message("work on the repo")])
+                events = await wait_for_idle(handle, within_seconds=120)
+                results = texts(events, "agent.tool_result")
+                assert results[0] == "1", results
+                assert "pxr_" in results[1], "origin points at the git proxy"
+                assert log.credentials and all(c == ("x-access-token", token) for c in log.credentials if c)
+                places = [results[1], await history_text(handle), *gateway.responses, gateway.process.log.read_text()]
+                assert scan_for([token], *places) == []
+                await handle.terminate("test over")
+    finally:
+        git_proxy.stop()
+        if session_id is not None:
+            remove_sandboxes(docker_client, [stack.client.get_workflow_handle(session_id)])
