@@ -383,7 +383,7 @@ def session_view(session_id: str, memo: Mapping[str, Any], started: datetime | N
         "title": memo.get("title"),
         "metadata": memo.get("metadata") or {},
         "vault_ids": memo.get("vault_ids") or [],
-        "resources": [],
+        "resources": memo.get("resources") or [],
         "budget": memo.get("budget"),
         "outcome_evaluations": [],
         "created_at": when(started),

@@ -134,14 +134,22 @@ def test_up_start_tail_events_ls_down(tmp_path: Path) -> None:
     env["CORRAL_STATE_DIR"] = str(state_dir)  # Offline mode: no ANTHROPIC_API_KEY in this environment.
     env["GITHUB_TOKEN"] = "canary-user-credential-" + os.urandom(8).hex()  # must reach no process but the workers
     ports = ["--temporal-port", str(free_port()), "--ui-port", str(free_port()), "--model-port", str(free_port())]
-    ports += ["--stream-port", str(free_port()), "--git-proxy-port", str(free_port())]
+    ports += ["--stream-port", str(free_port()), "--git-proxy-port", str(free_port()), "--api-port", str(free_port())]
     started: dict[str, int] = {}
     try:
         up = corral(env, "up", *ports)
         assert up.returncode == 0, up.stdout + up.stderr
         assert "offline stand-in" in up.stdout
         started = pids_in(state_dir)
-        assert set(started) == {"temporal", "vault", "proxy-worker", "model-server", "stream-relay", "all-in-one"}
+        assert set(started) == {
+            "temporal",
+            "vault",
+            "proxy-worker",
+            "model-server",
+            "stream-relay",
+            "gateway",
+            "all-in-one",
+        }
 
         # Closed sessions are kept 30 days, not the dev server's one day.
         described = subprocess.run(
@@ -278,7 +286,7 @@ def test_demo_runs_end_to_end_with_mcp_and_a_git_push(tmp_path: Path) -> None:
     --sandboxes` removes the sandboxes of this stack (and only those: other runs may share the engine)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(("ANTHROPIC_", "CORRAL_", "VAULT_"))}
     ports = ["--temporal-port", str(free_port()), "--ui-port", str(free_port()), "--model-port", str(free_port())]
-    ports += ["--stream-port", str(free_port()), "--git-proxy-port", str(free_port())]
+    ports += ["--stream-port", str(free_port()), "--git-proxy-port", str(free_port()), "--api-port", str(free_port())]
     engine = docker.from_env()
     stack_file = tmp_path / ".corral" / "stack.json"
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,9 +26,12 @@ pytestmark = pytest.mark.timeout(300)
 class Gateway:
     def __init__(self, url: str, process: RoleProcess, records: Records) -> None:
         self.url, self.process, self.records = url, process, records
+        self.suffix = uuid.uuid4().hex[:8]
 
     async def client(self, workspace: str) -> anthropic.AsyncAnthropic:
-        key, _ = await create_key(self.records, workspace)
+        """A client with a new key of `workspace`, a name of this test's own: a listing of a workspace reads each of
+        its records from its workflow, and an earlier test's records ran on a harness queue that is gone now."""
+        key, _ = await create_key(self.records, f"{workspace}-{self.suffix}")
         return anthropic.AsyncAnthropic(base_url=self.url, api_key=key, max_retries=0)
 
 
@@ -162,7 +166,7 @@ async def test_workspaces_see_nothing_of_each_other_and_a_bad_key_is_401(stack: 
     with pytest.raises(anthropic.AuthenticationError) as denied:
         await wrong.beta.agents.list()
     assert denied.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
-    key, record = await create_key(gateway.records, "team-c")
+    key, record = await create_key(gateway.records, f"team-c-{gateway.suffix}")
     await revoke_key(gateway.records, record.id)
     with pytest.raises(anthropic.AuthenticationError):
         await anthropic.AsyncAnthropic(base_url=gateway.url, api_key=key, max_retries=0).beta.agents.list()

@@ -48,7 +48,7 @@ def test_vaults_survive_down_and_up_nothing_is_left_running_and_purge_asks_first
     env = {key: value for key, value in os.environ.items() if not key.startswith(("ANTHROPIC_", "CORRAL_", "VAULT_"))}
     env["CORRAL_STATE_DIR"] = str(state_dir)
     ports = ["--temporal-port", str(free_port()), "--ui-port", str(free_port()), "--model-port", str(free_port())]
-    ports += ["--stream-port", str(free_port()), "--git-proxy-port", str(free_port())]
+    ports += ["--stream-port", str(free_port()), "--git-proxy-port", str(free_port()), "--api-port", str(free_port())]
     canary = "canary-durable-" + os.urandom(8).hex()
     try:
         up = corral(env, "up", *ports)
