@@ -266,7 +266,7 @@ def test_up_start_tail_events_ls_down(tmp_path: Path) -> None:
 
         again = corral(env, "up", *ports)
         assert again.returncode == 0, again.stdout + again.stderr
-        assert again.stdout.count("already running") == 6
+        assert again.stdout.count("already running") == 7
         assert pids_in(state_dir) == started
     finally:
         down = corral(env, "down")

@@ -256,7 +256,7 @@ async def test_the_api_shows_the_policy_the_session_runs(stack: Stack, gateway: 
     assert [tool["default_config"]["permission_policy"] for tool in shown] == [
         {"type": "always_allow"}, {"type": "always_ask"}
     ]  # fmt: skip
-    stored = await gateway.records.get(with_mcp.id, "team-a")
+    stored = await gateway.records.get(with_mcp.id, f"team-a-{gateway.suffix}")
     assert [tool["default_config"]["permission_policy"] for tool in stored.body["tools"]] == [
         {"type": "always_allow"}, {"type": "always_ask"}
     ], "the stored agent holds the policies corral runs"  # fmt: skip
