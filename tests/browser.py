@@ -7,12 +7,17 @@ Playwright drives this Chromium (`executable_path`), never its own browser downl
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+from corral.sandbox._host import Progress, SandboxStatePaths, apt_install
+from corral.sandbox.errors import PackageInstallError
 
 CHROMIUM = "/usr/bin/chromium"
+STATE_DIR = Path(__file__).resolve().parents[1] / ".corral"
+"""The test run's state directory (as tests/conftest.py's): the apt log goes under it."""
 
 CHROMIUM_ARGS = [
     "--no-sandbox",  # root in a container: Chromium's own sandbox cannot start there
@@ -31,26 +36,18 @@ class ChromiumUnavailable(RuntimeError):
     """Chromium is not installed and could not be installed (not root, no apt, or apt failed)."""
 
 
-def ensure_chromium() -> str:
+def ensure_chromium(progress: Progress = print) -> str:
     """The path of Chromium, installed with apt first if absent. ChromiumUnavailable says why it cannot be."""
     if _runs(CHROMIUM):
         return CHROMIUM
-    apt = shutil.which("apt-get")
-    if apt is None:
-        raise ChromiumUnavailable(f"{CHROMIUM} is missing and there is no apt-get to install Debian's `chromium`")
-    if os.geteuid() != 0:
-        raise ChromiumUnavailable(f"{CHROMIUM} is missing: install it as root with `apt-get install -y chromium`")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = [apt, "install", "-y", "--no-install-recommends", "chromium"]
-    done = subprocess.run(install, env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:  # the package lists may be stale or absent (a fresh image): update them, then again
-        update = subprocess.run([apt, "update"], env=env, capture_output=True, text=True, check=False)
-        if update.returncode != 0:
-            raise ChromiumUnavailable(f"`apt-get update` failed: {update.stderr.strip()[-2000:]}")
-        done = subprocess.run(install, env=env, capture_output=True, text=True, check=False)
-    if done.returncode == 0 and _runs(CHROMIUM):
-        return CHROMIUM
-    raise ChromiumUnavailable(f"`{' '.join(install)}` did not install {CHROMIUM}: {done.stderr.strip()[-2000:]}")
+    log_file = SandboxStatePaths(STATE_DIR).log_file("apt")
+    try:
+        apt_install(["chromium"], log_file=log_file, progress=progress, purpose="the Web UI test")
+    except PackageInstallError as exc:
+        raise ChromiumUnavailable(str(exc)) from exc
+    if not _runs(CHROMIUM):
+        raise ChromiumUnavailable(f"Debian's `chromium` installed, but {CHROMIUM} does not run; see {log_file}")
+    return CHROMIUM
 
 
 def _runs(path: str) -> bool:

@@ -18,10 +18,12 @@ from typing import Any
 import httpx
 import pytest
 from playwright.async_api import Browser, FrameLocator, Page, async_playwright, expect
+from playwright.async_api import Error as PlaywrightError
 from temporalio.testing import WorkflowEnvironment
 
 from corral.records import Records
 from corral.temporal import start_local_temporal
+from gateway.sessions import WORKSPACE_KEY
 from tests.browser import CHROMIUM_ARGS, ChromiumUnavailable, ensure_chromium
 from tests.chaos._processes import free_port, role_process, until_healthy
 from tests.conftest import Stack
@@ -73,7 +75,10 @@ async def browser() -> AsyncIterator[Browser]:
     except ChromiumUnavailable as exc:
         pytest.fail(f"the Web UI test needs Chromium: {exc}", pytrace=False)
     async with async_playwright() as playwright:
-        chromium = await playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
+        try:
+            chromium = await playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
+        except PlaywrightError as exc:
+            pytest.fail(f"{executable} did not start headless under Playwright: {exc}", pytrace=False)
         yield chromium
         await chromium.close()
 
@@ -121,6 +126,10 @@ async def test_the_web_ui_shows_a_sessions_summary_status_and_search_attributes(
         )
         await asyncio.wait_for(listening, 60)
     assert "agent.message" in [e.type for e in seen]
+    # The workspace as Temporal holds it (the gateway fixture makes each test's workspace name its own).
+    described = await stack.client.get_workflow_handle(session.id).describe()
+    workspace = described.typed_search_attributes.get(WORKSPACE_KEY)
+    assert workspace is not None and workspace.startswith("team-web-ui"), workspace
 
     await page.goto(f"{web_ui}/namespaces/default/workflows/{session.id}")
     await expect(page.get_by_role("heading", name=session.id)).to_be_visible(timeout=SHOWN_WITHIN_MS)
@@ -140,7 +149,7 @@ async def test_the_web_ui_shows_a_sessions_summary_status_and_search_attributes(
 
     await page.get_by_role("tab", name="Search Attributes").click()
     # Shown as JSON, one attribute a line.
-    for name, value in [("CorralStatus", "idle"), ("CorralWorkspace", "team-web-ui"), ("CorralModel", model)]:
+    for name, value in [("CorralStatus", "idle"), ("CorralWorkspace", workspace), ("CorralModel", model)]:
         line = page.get_by_text(re.compile(rf'^\s*"{name}":\s*"{re.escape(value)}",?\s*$'))
         await expect(line).to_be_visible(timeout=SHOWN_WITHIN_MS)
 
