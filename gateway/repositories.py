@@ -19,17 +19,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from temporalio.client import Client
-from temporalio.common import SearchAttributeKey
-from temporalio.service import RPCError, RPCStatusCode
 
 from corral.contract.proxy import GitRepositoryResource
-from corral.contract.records import SEARCH_ATTRIBUTE_WORKSPACE
 from gateway.errors import invalid, not_found
 from gateway.http import Authed, body, whole
+from gateway.owned import own_session
 from gateway.shapes import problem, when
 from gateway.vault_access import ACCESS, VaultAccess, in_vault
 
-WORKSPACE_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_WORKSPACE)
 MAX_LIST = 1000
 MAX_REPOSITORIES = 20
 
@@ -124,16 +121,7 @@ class SessionResources:
     async def _own(self, workspace: str, session_id: str) -> tuple[list[dict[str, Any]], bool]:
         """The session's resources as its memo keeps them, and whether it still runs; 404 for another workspace's
         session, as for none."""
-        if not session_id.startswith("sesn_") or len(session_id) > 64:
-            raise not_found("session", session_id)
-        try:
-            description = await self.client.get_workflow_handle(session_id).describe()
-        except RPCError as exc:
-            if exc.status == RPCStatusCode.NOT_FOUND:
-                raise not_found("session", session_id) from exc
-            raise
-        if description.typed_search_attributes.get(WORKSPACE_KEY) != workspace:
-            raise not_found("session", session_id)
+        _, description = await own_session(self.client, workspace, session_id)
         memo = await description.memo()
         running = description.status is not None and description.status.name == "RUNNING"
         return list(memo.get("resources") or []), running

@@ -25,7 +25,7 @@ from starlette.routing import Route
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from corral.client import (
     SessionClosed,
@@ -44,6 +44,7 @@ from corral.records import RecordNotFound, Records, RecordView
 from corral.streaming import StreamError, subscribe
 from gateway.errors import ApiError, invalid, not_found
 from gateway.http import Authed, body
+from gateway.owned import WORKSPACE_KEY, own_session
 from gateway.previews import Previews
 from gateway.repositories import (
     forget_repository_tokens,
@@ -54,7 +55,6 @@ from gateway.repositories import (
 from gateway.shapes import agent_config, agent_view, check_metadata, environment_recipe, event_view, when
 from gateway.vaults import check_vault_ids
 
-WORKSPACE_KEY = SearchAttributeKey.for_keyword("CorralWorkspace")
 STATUS_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS)
 MAX_LIMIT = 1000
 DEFAULT_LIMIT = 20
@@ -80,19 +80,7 @@ class Sessions:
     # ---- lookups --------------------------------------------------------------------------------------------
 
     async def _own(self, workspace: str, session_id: str) -> tuple[WorkflowHandle, WorkflowExecutionDescription]:
-        """The session's handle and description, if it is this workspace's; else 404, the same as no session."""
-        if not session_id.startswith("sesn_") or len(session_id) > 64:
-            raise not_found("session", session_id)
-        handle = self.client.get_workflow_handle(session_id)
-        try:
-            description = await handle.describe()
-        except RPCError as exc:
-            if exc.status == RPCStatusCode.NOT_FOUND:
-                raise not_found("session", session_id) from exc
-            raise
-        if description.typed_search_attributes.get(WORKSPACE_KEY) != workspace:
-            raise not_found("session", session_id)
-        return handle, description
+        return await own_session(self.client, workspace, session_id)
 
     async def _view(self, handle: WorkflowHandle, description: WorkflowExecutionDescription) -> dict[str, Any]:
         memo = await description.memo()

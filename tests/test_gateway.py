@@ -5,6 +5,7 @@ events sent, streamed and listed, workspaces kept apart, and bad requests refuse
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -35,16 +36,27 @@ class Gateway:
         return anthropic.AsyncAnthropic(base_url=self.url, api_key=key, max_retries=0)
 
 
-@pytest.fixture
-async def gateway(stack: Stack, tmp_path: Path) -> AsyncIterator[Gateway]:
-    port = free_port()
+def gateway_argv(stack: Stack, port: int, *options: str) -> list[str]:
+    """A gateway process serving `stack`'s Temporal server and task queues on `port`."""
     address = stack.client.service_client.config.target_host
-    argv = [sys.executable, "-m", "gateway", "--port", str(port), "--temporal", address,
-            "--harness-queue", stack.harness_queue, "--model-queue", stack.model_queue]  # fmt: skip
-    with role_process("gateway", argv, tmp_path) as process:
+    return [sys.executable, "-m", "gateway", "--port", str(port), "--temporal", address,
+            "--harness-queue", stack.harness_queue, "--model-queue", stack.model_queue, *options]  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def running_gateway(stack: Stack, log_dir: Path, **env: str) -> AsyncIterator[Gateway]:
+    """A real gateway process for `stack` (its environment plus `env`), answering, until the block ends."""
+    port = free_port()
+    with role_process("gateway", gateway_argv(stack, port), log_dir, **env) as process:
         url = f"http://127.0.0.1:{port}"
         await until_healthy(url, process)
         yield Gateway(url, process, Records(stack.client, task_queue=stack.harness_queue))
+
+
+@pytest.fixture
+async def gateway(stack: Stack, tmp_path: Path) -> AsyncIterator[Gateway]:
+    async with running_gateway(stack, tmp_path) as running:
+        yield running
 
 
 TOOLSET = {"type": "agent_toolset_20260401", "default_config": {"enabled": False}}

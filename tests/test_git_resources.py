@@ -3,7 +3,6 @@ the token only in Vault and in the proxy process; never in the sandbox, history 
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import uuid
 from collections.abc import AsyncIterator
@@ -19,7 +18,7 @@ from corral.client import start_session
 from corral.contract.sandbox import Environment
 from corral.contract.session import SessionInput
 from corral.sandbox.containers import session_containers
-from corral.sandbox.pool import POOL_LABEL, PoolSettings, WarmPool, pool_key
+from corral.sandbox.pool import POOL_LABEL, PoolSettings, WarmPool
 from corral.serving import ServerThread
 from corral.temporal import cluster_id
 from proxy import GitProxyServer, VaultStore
@@ -34,6 +33,7 @@ from tests.conftest import (
 )
 from tests.proxy_servers.devvault import shared_dev_vault
 from tests.proxy_servers.git_server import GitServerLog, create_git_app, git, make_bare_repository
+from tests.test_sandbox_pool import ready_for
 from workers.proxy import proxy_worker
 from workers.roles import sandbox_workers
 from workers.sandbox import keeping_filled
@@ -87,13 +87,7 @@ async def learn_the_cloning_recipe(pool: WarmPool) -> None:
     limited networking, for the way to the git proxy), then until a member of that recipe waits."""
     limited = Environment.model_validate({"networking": {"type": "limited", "allowed_hosts": ["git-host"]}})
     assert await pool.claim("learning", "corral-learning-g0", limited) is None
-    key = pool_key(limited, pool._image)
-    assert key is not None
-    for _ in range(600):
-        if await asyncio.to_thread(pool._members, key):
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError("no member was made for the recipe")
+    await ready_for(pool, limited)
 
 
 async def test_clone_and_push_through_the_git_proxy_with_no_token_in_the_sandbox(

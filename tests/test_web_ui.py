@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,13 +20,12 @@ from playwright.async_api import Browser, FrameLocator, Page, async_playwright, 
 from playwright.async_api import Error as PlaywrightError
 from temporalio.testing import WorkflowEnvironment
 
-from corral.records import Records
 from corral.temporal import start_local_temporal
 from gateway.sessions import WORKSPACE_KEY
 from tests.browser import CHROMIUM_ARGS, ChromiumUnavailable, ensure_chromium
-from tests.chaos._processes import free_port, role_process, until_healthy
+from tests.chaos._processes import free_port
 from tests.conftest import Stack
-from tests.test_gateway import Gateway, agent_and_environment, until_idle
+from tests.test_gateway import Gateway, agent_and_environment, running_gateway, until_idle
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -86,14 +84,8 @@ async def browser() -> AsyncIterator[Browser]:
 @pytest.fixture
 async def gateway(stack: Stack, tmp_path: Path) -> AsyncIterator[Gateway]:
     """As tests/test_gateway.py's: a real gateway process on this module's stack."""
-    port = free_port()
-    address = stack.client.service_client.config.target_host
-    argv = [sys.executable, "-m", "gateway", "--port", str(port), "--temporal", address,
-            "--harness-queue", stack.harness_queue, "--model-queue", stack.model_queue]  # fmt: skip
-    with role_process("gateway", argv, tmp_path) as process:
-        url = f"http://127.0.0.1:{port}"
-        await until_healthy(url, process)
-        yield Gateway(url, process, Records(stack.client, task_queue=stack.harness_queue))
+    async with running_gateway(stack, tmp_path) as running:
+        yield running
 
 
 @pytest.fixture
