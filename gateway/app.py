@@ -125,6 +125,9 @@ class Resource:
         limit = whole(params.get("limit"), "limit") or 20
         if limit > 100:
             raise invalid("limit must be at most 100")
+        filters = sorted(key for key in params if key.startswith("created_at["))
+        if filters:  # refused rather than ignored: a client must not take an unfiltered list for a filtered one
+            raise invalid(f"{', '.join(filters)}: listing {self.kind}s by creation time is not supported yet")
         try:
             records, next_page = await self.gateway.records.list(
                 self.kind, workspace, include_archived=flag(params.get("include_archived")), limit=limit,

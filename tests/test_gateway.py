@@ -89,6 +89,8 @@ async def test_agents_are_versioned_and_a_stale_version_is_refused(stack: Stack,
     assert versions == [2, 1]
     with pytest.raises(anthropic.BadRequestError, match="agent"):
         await client.beta.agents.create(name="bad", model="m", tools=[{"type": "mcp_toolset", "mcp_server_name": "x"}])
+    with pytest.raises(anthropic.BadRequestError, match="not supported yet"):
+        await client.beta.agents.list(created_at_gte="2026-01-01T00:00:00Z")
     archived = await client.beta.agents.archive(agent.id)
     assert archived.archived_at is not None
 
