@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ROLES = ("workflows", "activities", "workers", "proxy", "cli")
+ROLES = ("workflows", "activities", "workers", "proxy", "cli", "gateway")
 
 
 def modules(package: str) -> list[Path]:
