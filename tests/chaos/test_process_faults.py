@@ -430,7 +430,7 @@ async def test_temporal_server_sigkilled_mid_turn_then_restarted_by_corral_up(
     state = tmp_path / "state"
     env = {key: value for key, value in os.environ.items() if not key.startswith(("ANTHROPIC_", "CORRAL_", "VAULT_"))}
     env["CORRAL_STATE_DIR"] = str(state)  # offline: the stack's own model server plays the scripts
-    ports = [f"--{name}-port" for name in ("temporal", "ui", "model", "stream", "git-proxy")]
+    ports = [f"--{name}-port" for name in ("temporal", "ui", "model", "stream", "git-proxy", "api")]
     up_args = ["up", *[part for option in ports for part in (option, str(free_port()))]]
     command = "echo ran >> /workspace/count; sleep 4; echo finished"
     try:
