@@ -1,4 +1,5 @@
-"""Deleting a session: its workflow, its log and its sandbox go; a running one cannot be (interrupt it first).
+"""Changing a session (title, metadata), archiving it (it keeps its log and takes no more events), and deleting
+it: its workflow, its log and its sandbox go; a running one cannot be deleted (interrupt it first).
 
 Upstream deletes "the record, its events and its container". Here the session is cancelled, so the harness
 releases its sandbox and MCP bindings itself and writes its end; then Temporal's execution, the log with it, is
@@ -15,12 +16,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
-from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from corral.client import session_info
-from gateway.errors import ApiError
-from gateway.http import Authed
+from corral.contract.session import SessionInfo, UpdateSessionInput
+from corral.names import UPDATE_SESSION
+from gateway.errors import ApiError, invalid
+from gateway.http import Authed, body
+from gateway.shapes import patch_metadata
 
 GONE_SECONDS = 60.0
 """How long a delete waits for Temporal to remove the execution (it does so in the background: about 30 s on the
@@ -56,7 +61,42 @@ def session_admin_routes(gateway: Any, authed: Authed) -> list[Route]:
         await _until_gone(handle)
         return JSONResponse({"id": session_id, "type": "session_deleted"})
 
-    return [Route("/v1/sessions/{id}", authed(delete), methods=["DELETE"])]
+    async def update(request: Request, workspace: str) -> Response:
+        changes = await body(request)
+        unsupported = sorted(set(changes) - {"title", "metadata"})
+        if unsupported:
+            raise invalid(f"{', '.join(unsupported)}: a session's title and metadata can change, not this yet")
+        title = changes.get("title")
+        if title is not None and not isinstance(title, str):
+            raise invalid("title must be a string or null")
+        patch = changes.get("metadata") or {}
+        if not isinstance(patch, dict) or not all(isinstance(v, str | None) for v in patch.values()):
+            raise invalid("metadata must be an object of strings (null removes a key)")
+        return await _apply(request, workspace, UpdateSessionInput(title_set="title" in changes, title=title,
+                                                                   metadata=patch))  # fmt: skip
+
+    async def archive(request: Request, workspace: str) -> Response:
+        return await _apply(request, workspace, UpdateSessionInput(archive=True))
+
+    async def _apply(request: Request, workspace: str, change: UpdateSessionInput) -> Response:
+        session_id = request.path_params["id"]
+        handle, description = await sessions._own(workspace, session_id)
+        if description.status is None or description.status.name != "RUNNING":
+            raise invalid(f"session {session_id!r} has ended: it can no longer change")
+        memo = await description.memo()
+        patch_metadata(dict(memo.get("metadata") or {}), change.metadata)  # refuses what a create would refuse
+        try:
+            await handle.execute_update(UPDATE_SESSION, change, result_type=SessionInfo)
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause
+            raise invalid(cause.message if isinstance(cause, ApplicationError) else str(exc)) from exc
+        return JSONResponse(await sessions.retrieve(workspace, session_id))
+
+    return [
+        Route("/v1/sessions/{id}", authed(delete), methods=["DELETE"]),
+        Route("/v1/sessions/{id}", authed(update), methods=["POST"]),
+        Route("/v1/sessions/{id}/archive", authed(archive), methods=["POST"]),
+    ]
 
 
 async def _until_gone(handle: WorkflowHandle) -> None:

@@ -209,13 +209,15 @@ class Sessions:
         if after is not None:
             found = [e for e in found if ((e.start_time.isoformat(), e.id) < after) == (order == "desc")
                      and (e.start_time.isoformat(), e.id) != after]  # fmt: skip
-        page = found[:limit]
-        data = []
-        for execution in page:
-            memo = await execution.memo()
-            data.append(session_view(execution.id, memo, execution.start_time, execution.close_time, None,
-                                     execution.typed_search_attributes))  # fmt: skip
-        next_page = _make_cursor(page[-1].start_time, page[-1].id) if len(found) > limit else None
+        include_archived = (params.get("include_archived") or "").lower() in ("true", "1")
+        shown = [(execution, await execution.memo()) for execution in found]
+        shown = [(e, memo) for e, memo in shown if include_archived or not memo.get("archived_at")]
+        data = [
+            session_view(e.id, memo, e.start_time, e.close_time, None, e.typed_search_attributes)
+            for e, memo in shown[:limit]
+        ]
+        last = shown[limit - 1][0] if len(shown) > limit else None
+        next_page = _make_cursor(last.start_time, last.id) if last is not None else None
         return {"data": data, "next_page": next_page, "prev_page": None}
 
     # ---- events ---------------------------------------------------------------------------------------------
@@ -376,7 +378,7 @@ def session_view(session_id: str, memo: Mapping[str, Any], started: datetime | N
         "outcome_evaluations": [],
         "created_at": when(started),
         "updated_at": when(closed or started),
-        "archived_at": None,
+        "archived_at": memo.get("archived_at"),
         "stats": {"duration_seconds": (closed - started).total_seconds() if closed and started else None},
         "usage": {
             "input_tokens": usage.input_tokens if usage else 0,

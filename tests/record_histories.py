@@ -24,10 +24,10 @@ from temporalio.worker import Worker
 
 from activities.sandbox import SandboxActivities
 from corral.client import read_events, send_text, start_session, wait_for_idle
-from corral.contract.session import AgentConfig, SendEventsInput, SessionInput
+from corral.contract.session import AgentConfig, SendEventsInput, SessionInfo, SessionInput, UpdateSessionInput
 from corral.hands import make_execute_activity
 from corral.modelserver import ModelServerThread
-from corral.names import SIGNAL_INTERRUPT, UPDATE_SEND_EVENTS
+from corral.names import SIGNAL_INTERRUPT, UPDATE_SEND_EVENTS, UPDATE_SESSION
 from corral.sandbox import ensure_docker_engine, ensure_sandbox_image
 from corral.temporal import cluster_id, start_local_temporal
 from tests.hand_tools import TEST_TOOLS
@@ -106,6 +106,13 @@ async def continue_as_new(handle: WorkflowHandle) -> list[str]:
     raise AssertionError(f"the session did not continue as new twice: runs {runs}")
 
 
+async def renamed_and_archived(handle: WorkflowHandle) -> None:
+    await wait_for_idle(handle)
+    renamed = UpdateSessionInput(title_set=True, title="renamed", metadata={"ticket": "T-1"})
+    await handle.execute_update(UPDATE_SESSION, renamed, result_type=SessionInfo)
+    await handle.execute_update(UPDATE_SESSION, UpdateSessionInput(archive=True), result_type=SessionInfo)
+
+
 async def sandbox_tools(handle: WorkflowHandle) -> None:
     await wait_for_idle(handle, within_seconds=120)
     await handle.cancel()  # releases the sandbox: container and volume removed
@@ -170,6 +177,7 @@ SCENARIOS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], Scenario]
         [],
         model_routing,
     ),
+    "renamed_and_archived": ([{"text": "hello"}], [], renamed_and_archived),
     "model_errors": (
         [
             {"text": "after a retry", "fail": [{"status": 529, "retry_after": 0.2}]},

@@ -120,3 +120,25 @@ async def test_an_idle_session_is_deleted_with_its_log(stack: Stack, gateway: Ga
     with pytest.raises(anthropic.NotFoundError):
         await other.beta.sessions.delete(kept)
     assert (await client.beta.sessions.retrieve(kept)).status == "idle"
+
+
+async def test_a_session_is_renamed_then_archived_and_takes_no_more_events(stack: Stack, gateway: Gateway) -> None:  # noqa: F811
+    client = await gateway.client("team-a")
+    session_id = await new_session(client, stack.script([{"text": "hi"}]), [])
+    updated = await client.beta.sessions.update(session_id, title="renamed", metadata={"ticket": "T-1"})
+    assert (updated.title, updated.metadata) == ("renamed", {"ticket": "T-1"})
+    updated = await client.beta.sessions.update(session_id, metadata={"ticket": None, "team": "a"})
+    assert updated.metadata == {"team": "a"} and updated.title == "renamed"
+    with pytest.raises(anthropic.BadRequestError, match="vault_ids"):
+        await client.beta.sessions.update(session_id, vault_ids=["vlt_x"])
+    archived = await client.beta.sessions.archive(session_id)
+    assert archived.archived_at is not None
+    with pytest.raises(anthropic.BadRequestError, match="archived"):
+        await client.beta.sessions.events.send(session_id, events=[text("too late")])
+    assert [e.type async for e in client.beta.sessions.events.list(session_id)] == [], "nothing was written"
+    with pytest.raises(anthropic.BadRequestError, match="archived"):
+        await client.beta.sessions.update(session_id, title="again")
+    listed = [s.id async for s in client.beta.sessions.list()]
+    assert session_id not in listed
+    assert session_id in [s.id async for s in client.beta.sessions.list(include_archived=True)]
+    assert (await client.beta.sessions.retrieve(session_id)).title == "renamed"

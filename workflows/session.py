@@ -7,7 +7,7 @@ model call or tool call is an activity. Handlers only validate and append to the
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey
@@ -60,12 +60,14 @@ with workflow.unsafe.imports_passed_through():
         SessionInfo,
         SessionInput,
         SessionStatus,
+        UpdateSessionInput,
         UserInterruptParams,
         UserMessageParams,
         UserMessageSignal,
         web_ui_summary,
     )
     from corral.names import (
+        ARCHIVED,
         EVENT_ID_PREFIX,
         HANDING_OVER,
         QUERY_CONTEXT_VIEW,
@@ -78,6 +80,7 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_INTERRUPT,
         SIGNAL_USER_MESSAGE,
         UPDATE_SEND_EVENTS,
+        UPDATE_SESSION,
     )
     from workflows._context import SessionContext
     from workflows._fork import start_fork
@@ -137,6 +140,7 @@ class SessionWorkflow:
         self._runs = HandOver(input)
         self._model_route = ModelRoute(input.model_task_queue)
         self._static = web_ui_summary(input, workflow.info().namespace)
+        self._archived_at: datetime | None = None
         if input.carry is not None:
             self._resume(input.carry)
         if input.fork is not None and input.carry is None:
@@ -195,6 +199,7 @@ class SessionWorkflow:
             created_at=self._created_at,
             status=self._status,
             stop_reason=self._stop_reason,
+            archived_at=self._archived_at,
         )
         workflow.continue_as_new(self._input.model_copy(update={"carry": carry, "message": None}))
 
@@ -203,6 +208,7 @@ class SessionWorkflow:
         self._runs.restore(carry, self._parts())
         self._usage, self._turns, self._created_at = carry.usage, carry.turns, carry.created_at
         self._status, self._stop_reason = carry.status, carry.stop_reason
+        self._archived_at = carry.archived_at
         self._delta_start = len(self._log.conversation)  # the model worker reads the carried view through a query
 
     def _parts(self) -> Parts:
@@ -558,10 +564,35 @@ class SessionWorkflow:
 
     @send_events.validator
     def _validate_send_events(self, input: SendEventsInput) -> None:
+        if self._archived_at is not None:
+            raise ApplicationError("the session is archived: it takes no more events", type=ARCHIVED)
         if self._runs.handing_over:
             # Nothing is written: the client sends again, and the next run takes it (corral.client.send_events).
             raise ApplicationError("the session is continuing as new: send again", type=HANDING_OVER)
         self._inbox.validate(input)
+
+    @workflow.update(name=UPDATE_SESSION)
+    def update_session(self, input: UpdateSessionInput) -> SessionInfo:
+        """A new title, a metadata patch, archiving: what the session's API view shows (its memo) changes with
+        them; the log does not. An archived session keeps its log and takes no more events."""
+        metadata = dict(self._input.metadata)
+        for key, value in input.metadata.items():
+            if value is None:
+                metadata.pop(key, None)
+            else:
+                metadata[key] = value
+        title = input.title if input.title_set else self._input.title
+        self._input = self._input.model_copy(update={"title": title, "metadata": metadata})
+        if input.archive and self._archived_at is None:
+            self._archived_at = workflow.now()
+        workflow.upsert_memo({"title": title, "metadata": metadata, "archived_at": self._archived_at})
+        self._describe()
+        return self.session()
+
+    @update_session.validator
+    def _validate_update_session(self, input: UpdateSessionInput) -> None:
+        if self._archived_at is not None and (input.title_set or input.metadata):
+            raise ApplicationError("the session is archived: it can no longer change", type=ARCHIVED)
 
     def _interrupt_turn(self) -> bool:
         """Cancel the turn in progress, if there is one (the interrupt is then settled when it ends)."""
@@ -590,6 +621,7 @@ class SessionWorkflow:
             archived_through=self._log.base,
             list_cost=self._list_cost(),
             budget=self._input.budget,
+            archived_at=self._archived_at,
         )
 
     @workflow.query(name=QUERY_EVENTS)

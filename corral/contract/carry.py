@@ -76,6 +76,8 @@ class SessionCarry(BaseModel):
     """The de-duplication window: client id -> event id, the most recent `CLIENT_ID_WINDOW`."""
     sandbox: SandboxCarry = Field(default_factory=SandboxCarry)
     mcp: McpCarry = Field(default_factory=McpCarry)
+    archived_at: datetime | None = None
+    """When the session was archived (`update_session`): it takes no more events."""
     usage: ModelUsage = Field(default_factory=ModelUsage)
     """All model requests so far: also what the session has spent against its budget, priced at the budget's price
     (recomputed from this, so no separate amount can drift from it)."""

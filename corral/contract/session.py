@@ -366,6 +366,17 @@ class SendEventsInput(SendableInput):
     events: list[dict[str, Any]]
 
 
+class UpdateSessionInput(BaseModel):
+    """Input of the `update_session` update: a new title (when `title_set`), a metadata patch (a string sets a
+    key, None removes it), and archiving. The gateway validates sizes before sending it."""
+
+    model_config = ConfigDict(extra="forbid")
+    title_set: bool = False
+    title: str | None = None
+    metadata: dict[str, str | None] = Field(default_factory=dict)
+    archive: bool = False
+
+
 class SendEventsResult(BaseModel):
     """The ids of the accepted events, in order (an already-seen client id returns the earlier event's id)."""
 
@@ -425,6 +436,8 @@ class SessionInfo(BaseModel):
     """Which workflow run of the session this is (it continues as new as it grows)."""
     archived_through: int = 0
     """Positions up to this one were written by earlier runs and are read from the archive."""
+    archived_at: datetime | None = None
+    """When the session was archived (it takes no more events), if it was."""
     list_cost: int | None = None
     """What the session's model turns have cost at list price, in US cents (None: its model has no price)."""
     budget: SessionBudget | None = None
