@@ -14,10 +14,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import hvac
-import hvac.exceptions
-import requests
-
 from gateway.errors import ApiError, invalid
 from proxy import (
     Credential,
@@ -30,7 +26,7 @@ from proxy import (
     VaultNotFound,
     VaultStore,
     VaultUnavailable,
-    ensure_kv_v2_mount,
+    log_in,
 )
 from proxy._ids import now
 from proxy._kv import CasMismatch
@@ -116,20 +112,10 @@ class VaultAccess:
 
 
 def _log_in(login: VaultLogin) -> GatewayVaultStore:
-    client = hvac.Client(url=login.address)
     try:
-        if login.token is not None:
-            client.token = login.token
-        else:
-            client.auth.approle.login(role_id=login.role_id, secret_id=login.secret_id)
-        authenticated = client.is_authenticated()
-        if authenticated:
-            ensure_kv_v2_mount(client, login.mount)
-    except (requests.RequestException, hvac.exceptions.VaultError, ProxyError) as exc:
-        raise ApiError(503, f"vaults are not available: Vault at {login.address} did not answer "
-                            f"({type(exc).__name__})") from exc  # fmt: skip
-    if not authenticated:
-        raise ApiError(503, f"vaults are not available: Vault at {login.address} rejected the gateway's login")
+        client = log_in(login.address, login.mount, login.token, login.role_id, login.secret_id)
+    except ProxyError as exc:
+        raise ApiError(503, f"vaults are not available: {exc}") from exc
     return GatewayVaultStore(client, login.mount)
 
 

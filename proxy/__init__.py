@@ -12,7 +12,7 @@ A plain library (no Temporal import): the `corral-proxy` activity layer calls it
 - `ensure_local_vault` (`localvault.py`): the durable OpenBao `corral up` runs, unsealed from the state dir.
 """
 
-from proxy.devvault import DevVault, ensure_kv_v2_mount, find_bao_binary, start_dev_vault
+from proxy.devvault import DevVault, ensure_kv_v2_mount, find_bao_binary, log_in, start_dev_vault
 from proxy.errors import (
     BaoBinaryNotFound,
     BindingRejected,
@@ -92,6 +92,7 @@ __all__ = [
     "ensure_kv_v2_mount",
     "ensure_local_vault",
     "find_bao_binary",
+    "log_in",
     "start_dev_vault",
     "stop_local_vault",
 ]

@@ -37,7 +37,7 @@ import hvac.exceptions
 import requests
 from pydantic import SecretStr
 
-from proxy.errors import BaoBinaryNotFound, DevVaultError, VaultUnavailable
+from proxy.errors import BaoBinaryNotFound, DevVaultError, ProxyError, VaultUnavailable
 
 DEFAULT_MOUNT = "corral"
 ENV_BAO_BINARY = "CORRAL_BAO_BINARY"
@@ -140,6 +140,30 @@ def start_dev_vault(
         ensure_kv_v2_mount(vault.client(), mount)
         return vault
     raise AssertionError("unreachable")
+
+
+def log_in(
+    address: str, mount: str, token: str | None = None, role_id: str | None = None, secret_id: str | None = None
+) -> hvac.Client:
+    """An authenticated client of the Vault at `address` (a token, else an AppRole), its KV v2 `mount` made if
+    missing: how every process that keeps credentials logs in. VaultUnavailable when Vault does not answer or
+    rejects the login; the message names the error's type, never a credential."""
+    client = hvac.Client(url=address)
+    try:
+        if token is not None:
+            client.token = token
+        else:
+            client.auth.approle.login(role_id=role_id, secret_id=secret_id)
+        authenticated = client.is_authenticated()
+    except (requests.RequestException, hvac.exceptions.VaultError) as exc:
+        raise VaultUnavailable(f"cannot log in to Vault at {address} ({type(exc).__name__})") from exc
+    if not authenticated:
+        raise VaultUnavailable(f"Vault at {address} rejected this process's credentials")
+    try:
+        ensure_kv_v2_mount(client, mount)
+    except ProxyError as exc:
+        raise VaultUnavailable(f"Vault at {address}: {exc}") from exc
+    return client
 
 
 def ensure_kv_v2_mount(client: hvac.Client, mount: str = DEFAULT_MOUNT) -> None:

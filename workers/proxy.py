@@ -15,15 +15,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import hvac
-import hvac.exceptions
-import requests
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.proxy import ProxyActivities
 from corral.names import PROXY_TASK_QUEUE
-from proxy import GitProxyServer, ProxyError, VaultStore, ensure_kv_v2_mount
+from proxy import GitProxyServer, ProxyError, VaultStore, log_in
 from workers._reaper import reap_once, reaping
 from workers._run import GRACEFUL_SHUTDOWN, WorkerStartError, connect_to_temporal, run_until_stopped, run_worker
 from workers._settings import ProxyWorkerSettings, VaultSettings
@@ -34,21 +31,10 @@ log = logging.getLogger("workers.proxy")
 def vault_store(settings: VaultSettings) -> VaultStore:
     """The store on an authenticated Vault client, its KV v2 mount made if missing; WorkerStartError if Vault does
     not answer or rejects this process's credentials (the message names the error's type, never a credential)."""
-    client = hvac.Client(url=settings.address)
     try:
-        if settings.token is not None:
-            client.token = settings.token
-        else:
-            client.auth.approle.login(role_id=settings.role_id, secret_id=settings.secret_id)
-        authenticated = client.is_authenticated()
-    except (requests.RequestException, hvac.exceptions.VaultError) as exc:
-        raise WorkerStartError(f"cannot log in to Vault at {settings.address} ({type(exc).__name__})") from exc
-    if not authenticated:
-        raise WorkerStartError(f"Vault at {settings.address} rejected this process's credentials")
-    try:
-        ensure_kv_v2_mount(client, settings.mount)
+        client = log_in(settings.address, settings.mount, settings.token, settings.role_id, settings.secret_id)
     except ProxyError as exc:
-        raise WorkerStartError(f"Vault at {settings.address}: {exc}") from exc
+        raise WorkerStartError(str(exc)) from exc
     return VaultStore(client, settings.mount)
 
 
