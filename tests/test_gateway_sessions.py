@@ -142,3 +142,38 @@ async def test_a_session_is_renamed_then_archived_and_takes_no_more_events(stack
     assert session_id not in listed
     assert session_id in [s.id async for s in client.beta.sessions.list(include_archived=True)]
     assert (await client.beta.sessions.retrieve(session_id)).title == "renamed"
+
+
+async def test_the_sdks_own_tool_runner_answers_a_sessions_custom_tool_calls(stack: Stack, gateway: Gateway) -> None:  # noqa: F811
+    """`client.beta.sessions.events.tool_runner`, the SDK's runner for custom tools, drives a corral session: it
+    attaches (stream, retrieve, list), runs each call the session waits on once, and posts the results."""
+    client = await gateway.client("team-a")
+    model = stack.script(
+        [
+            {
+                "tool_uses": [
+                    {"name": "weather", "input": {"city": "Oslo"}},
+                    {"name": "weather", "input": {"city": "Lima"}},
+                ]
+            },
+            {"text": "Oslo and Lima are both sunny"},
+        ]
+    )
+    asked: list[str] = []
+
+    @anthropic.beta_async_tool
+    async def weather(city: str) -> str:
+        """today's weather in a city"""
+        asked.append(city)
+        return f"sunny in {city}"
+
+    session_id = await new_session(client, model, [WEATHER])
+    await client.beta.sessions.events.send(session_id, events=[text("weather in Oslo and Lima?")])
+    calls = [call async for call in client.beta.sessions.events.tool_runner(session_id, tools=[weather], max_idle=1.0)]
+    assert sorted(asked) == ["Lima", "Oslo"], "each call ran once"
+    assert [(c.name, c.is_error, c.posted) for c in calls] == [("weather", False, True)] * 2
+    events = [e async for e in client.beta.sessions.events.list(session_id, limit=100)]
+    assert events[-1].type == "session.status_idle" and events[-1].stop_reason.type == "end_turn"
+    assert [e.type for e in events].count("user.custom_tool_result") == 2
+    [request] = stack.requests(model)[1:]
+    assert "sunny in Oslo" in str(request) and "sunny in Lima" in str(request)
