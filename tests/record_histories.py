@@ -68,6 +68,16 @@ async def custom_tool_and_interrupt(handle: WorkflowHandle) -> None:
     await wait_for_idle(handle, after=events[-1].position)
 
 
+async def custom_tools_answered_one_by_one(handle: WorkflowHandle) -> None:
+    """Two custom calls answered one at a time: the first answer makes a new idle listing the call left
+    (`workflow.patched("still-waiting-calls")`)."""
+    events = await wait_for_idle(handle)
+    for use in [e for e in events if e.type == "agent.custom_tool_use"]:
+        result = {"type": "user.custom_tool_result", "custom_tool_use_id": use.id, "content": "blue"}
+        await handle.execute_update(UPDATE_SEND_EVENTS, SendEventsInput(events=[result]))
+        events = await wait_for_idle(handle, after=events[-1].position)
+
+
 async def model_routing(handle: WorkflowHandle) -> None:
     """Turns after the first go to the model worker's own queue (`workflow.patched("model-turn-routing")`)."""
     after = (await wait_for_idle(handle))[-1].position
@@ -145,6 +155,19 @@ SCENARIOS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], Scenario]
         ],
         [{"type": "custom", "name": "lookup"}],
         custom_tool_and_interrupt,
+    ),
+    "custom_tools_answered_one_by_one": (
+        [
+            {
+                "tool_uses": [
+                    {"name": "lookup", "input": {"key": "color"}},
+                    {"name": "lookup", "input": {"key": "size"}},
+                ]
+            },
+            {"text": "Both are blue."},
+        ],
+        [{"type": "custom", "name": "lookup"}],
+        custom_tools_answered_one_by_one,
     ),
     "sandbox_tools": (
         [

@@ -127,10 +127,13 @@ async def test_a_confirmation_no_call_waits_for_is_rejected_and_writes_nothing(s
     await refused([confirm(first.id), {"type": "user.message", "content": "   "}], "content must not be empty")
 
     await send_events(handle, [confirm(first.id)])
+    relisted = await wait_for_idle(handle, after=events[-1].position)
+    assert [e.type for e in relisted] == ["user.tool_confirmation", "session.status_idle"]
+    assert stop_reason(relisted[-1]) == RequiresAction(event_ids=[second.id]), "the new idle lists the call left"
     await refused([confirm(first.id, "deny")], f"tool call {first.id!r} is not waiting for confirmation")
     assert (await session_info(handle)).stop_reason == "requires_action", "one of two answered: still waiting"
     await send_events(handle, [confirm(second.id, "deny")])
-    done = await wait_for_idle(handle, after=events[-1].position)
+    done = await wait_for_idle(handle, after=relisted[-1].position)
     assert stop_reason(done[-1]).type == "end_turn"
     assert (tmp_path / "a.txt").exists() and not (tmp_path / "b.txt").exists()
 

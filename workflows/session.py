@@ -104,6 +104,10 @@ CONFIRMATIONS_PATCH = "tool-confirmations"
 DENIED_RESULT = "Not run: the user denied this tool call."
 NEW_MESSAGE_RESULT = "No result: the user sent a new message instead."
 
+WAITING_LIST_PATCH = "still-waiting-calls"
+"""From here a session that gets answers to some of the calls it waits on goes idle again, listing those left (as
+the Managed Agents API does): a client that reads only the newest idle knows what is still asked of it."""
+
 BUDGET_PATCH = "session-budget"
 """From here a session with a budget stops taking model turns once they have cost it (only sessions with a budget
 ask for this patch, and none was recorded before it)."""
@@ -442,10 +446,27 @@ class SessionWorkflow:
             results = all(use.id in inbox.custom_results for use in custom_uses)
             return (results and all(use.id in inbox.confirmations for use in asked)) or bool(inbox.pending)
 
+        calls: list[ToolUseEvent] = sorted([*custom_uses, *asked], key=lambda use: use.position)
+
+        def still_waiting() -> list[str]:
+            inbox = self._inbox
+            answers = {*inbox.custom_results, *inbox.confirmations}
+            return [use.id for use in calls if use.id not in answers]
+
+        def woken(was: list[str]) -> bool:
+            return answered() or self._hand_over_due() or still_waiting() != was
+
+        listed = still_waiting()
         while not answered():
-            await workflow.wait_condition(lambda: answered() or self._hand_over_due())
-            if not answered():
-                await self._hand_over("awaiting_confirmation" if asked else "awaiting_custom")
+            await workflow.wait_condition(lambda was=listed: woken(was))
+            if answered():
+                break
+            if still_waiting() != listed:
+                listed = still_waiting()
+                if workflow.patched(WAITING_LIST_PATCH):
+                    self._go_idle(RequiresAction(event_ids=listed))
+                continue
+            await self._hand_over("awaiting_confirmation" if asked else "awaiting_custom")
         self._set_status("running")
         self._log.append(SessionStatusRunning)
         for custom_use in custom_uses:
