@@ -7,6 +7,7 @@ model call or tool call is an activity. Handlers only validate and append to the
 from __future__ import annotations
 
 import asyncio
+import functools
 from datetime import datetime, timedelta
 
 from temporalio import workflow
@@ -458,7 +459,7 @@ class SessionWorkflow:
 
         listed = still_waiting()
         while not answered():
-            await workflow.wait_condition(lambda was=listed: woken(was))
+            await workflow.wait_condition(functools.partial(woken, listed))
             if answered():
                 break
             if still_waiting() != listed:
