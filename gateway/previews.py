@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.contract.events import SessionEvent, SpanModelRequestEnd
+from corral.contract.events import SessionEvent, SpanModelRequestEnd, message_id_of, thinking_id_of
 from corral.streaming import StreamEvent
 
 MAX_PREVIEW_SPANS = 64
@@ -16,11 +16,11 @@ class Previews:
     """Live previews (`event_start`, `event_delta`) of a stream that asked for them with `event_deltas[]`.
 
     The relay names live text by span: the id of the first `span.model_request_start` of a model turn (the
-    workflow makes it the turn's `stream_id`, kept across the turn's visible retries). The turn's `agent.message`
-    gets its id only when the workflow writes it, after the request ended, so a preview cannot carry that id:
-    a preview's id is the id of the `span.model_request_start` of the request producing it (the thinking preview's
-    that id + `_thinking`), and the request's `span.model_request_end` (which the stream sends before the
-    `agent.message`) concludes it, success or not. A client shows the preview until then, and then the message.
+    workflow makes it the turn's `stream_id`, kept across the turn's visible retries). A preview belongs to the
+    request producing it, and carries the id that request's `agent.message` (or `agent.thinking`) gets when the
+    workflow writes it: `message_id_of` (`thinking_id_of`) its span id. The request's `span.model_request_end`
+    (which the stream sends before the `agent.message`) concludes the preview, success or not: a client shows the
+    preview until then, and then the message of the same id (a failed request writes none).
 
     What the client sees of retries (text already shown is never shown twice):
     - a retried attempt the relay absorbs (a lost worker; same text so far) continues the preview, new text only;
@@ -120,13 +120,13 @@ class Previews:
 
 
 def _message(preview: str) -> dict[str, Any]:
-    return {"type": "event_start", "event": {"type": "agent.message", "id": preview}}
+    return {"type": "event_start", "event": {"type": "agent.message", "id": message_id_of(preview)}}
 
 
 def _thinking(preview: str) -> dict[str, Any]:
-    return {"type": "event_start", "event": {"type": "agent.thinking", "id": f"{preview}_thinking"}}
+    return {"type": "event_start", "event": {"type": "agent.thinking", "id": thinking_id_of(preview)}}
 
 
 def _delta(preview: str, index: int, text: str) -> dict[str, Any]:
-    return {"type": "event_delta", "event_id": preview,
+    return {"type": "event_delta", "event_id": message_id_of(preview),
             "delta": {"type": "content_delta", "content": {"type": "text", "text": text}, "index": index}}  # fmt: skip

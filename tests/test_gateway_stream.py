@@ -14,9 +14,16 @@ from typing import Any
 
 import anthropic
 import pytest
+from anthropic.lib.sessions import accumulate_managed_agents_event
 
 from corral.apikeys import create_key
-from corral.contract.events import ModelUsage, SpanModelRequestEnd, SpanModelRequestStart
+from corral.contract.events import (
+    ModelUsage,
+    SpanModelRequestEnd,
+    SpanModelRequestStart,
+    message_id_of,
+    thinking_id_of,
+)
 from corral.records import Records
 from corral.streaming import StreamEvent
 from gateway.previews import Previews
@@ -109,9 +116,10 @@ class PreviewingClient:
             entry = self.open[event.event_id]
             index = event.delta.index or 0
             entry[index] = entry.get(index, "") + event.delta.content.text
-        elif event.type == "span.model_request_end" and event.model_request_start_id in self.open:
-            shown = self.open.pop(event.model_request_start_id)
-            self.concluded.append((event.model_request_start_id, "".join(shown[i] for i in sorted(shown))))
+        elif event.type == "span.model_request_end" and message_id_of(event.model_request_start_id) in self.open:
+            preview = message_id_of(event.model_request_start_id)
+            shown = self.open.pop(preview)
+            self.concluded.append((preview, "".join(shown[i] for i in sorted(shown))))
 
 
 async def test_previews_show_the_message_as_it_is_written_then_the_message_concludes_them(
@@ -127,12 +135,13 @@ async def test_previews_show_the_message_as_it_is_written_then_the_message_concl
     [span] = [event for event in seen if event.type == "span.model_request_start"]
     [message] = [event for event in seen if event.type == "agent.message"]
     starts = [event for event in seen if event.type == "event_start"]
-    assert [(s.event.type, s.event.id) for s in starts] == [("agent.message", span.id)], (
-        "one preview, named by the model request's span (the message's own id is made only when it is written)"
+    assert [(s.event.type, s.event.id) for s in starts] == [("agent.message", message.id)], (
+        "one preview, carrying the id of the message it previews"
     )
+    assert message.id == message_id_of(span.id), "the message's id is made from its request's"
     deltas = [event for event in seen if event.type == "event_delta"]
     assert len(deltas) > 1, "the text came in pieces while the model wrote it"
-    assert {d.event_id for d in deltas} == {span.id} and {d.delta.index for d in deltas} == {0}
+    assert {d.event_id for d in deltas} == {message.id} and {d.delta.index for d in deltas} == {0}
     assert "".join(d.delta.content.text for d in deltas) == LONG_TEXT == message.content[0].text
     end = types.index("span.model_request_end")
     assert types.index("event_start") < types.index("event_delta") < end < types.index("agent.message")
@@ -140,7 +149,12 @@ async def test_previews_show_the_message_as_it_is_written_then_the_message_concl
     shown = PreviewingClient()
     for event in seen:
         shown.feed(event)
-    assert shown.concluded == [(span.id, LONG_TEXT)] and not shown.open
+    assert shown.concluded == [(message.id, LONG_TEXT)] and not shown.open
+    # The SDK's own helper folds the previews into a snapshot of the message, which the message then replaces.
+    snapshot = None
+    for event in seen[: types.index("span.model_request_end")]:
+        snapshot = accumulate_managed_agents_event(snapshot, event)
+    assert snapshot is not None and (snapshot.id, snapshot.content[0].text) == (message.id, LONG_TEXT)
 
     listed = [event.type async for event in client.beta.sessions.events.list(session.id)]
     assert "event_start" not in listed and "event_delta" not in listed, "previews never reach the log"
@@ -174,12 +188,13 @@ async def test_a_retried_model_request_never_shows_the_client_text_twice(stack: 
         shown.feed(event)
     assert not shown.open, "every preview was concluded by its request's span.model_request_end"
     assert shown.concluded, "the failed attempt's text was previewed"
-    assert set(shown.starts) <= set(spans), "a preview is named by the span of the request that produced it"
+    assert set(shown.starts) <= {message_id_of(span) for span in spans}, "a preview is its request's message's"
     for preview, text in shown.concluded:
         assert LONG_TEXT.startswith(text), f"preview {preview} showed {text!r}: not the answer once, in order"
     [(failed, partial), retried] = shown.concluded
-    assert failed == spans[0] and partial and partial != LONG_TEXT, "the failed attempt's part, concluded"
-    assert retried == (spans[1], LONG_TEXT), "the retry: a new preview with the text so far whole, then the rest"
+    assert failed == message_id_of(spans[0]) and partial and partial != LONG_TEXT, "the failed attempt's part"
+    assert retried == (message.id, LONG_TEXT), "the retry: a new preview with the text so far whole, then the rest"
+    assert message.id == message_id_of(spans[1]), "the message is the retry's, whose preview carried its id"
 
 
 def test_a_reset_restarts_the_preview_and_thinking_opens_its_own() -> None:
@@ -189,13 +204,13 @@ def test_a_reset_restarts_the_preview_and_thinking_opens_its_own() -> None:
     previews = Previews({"agent.message", "agent.thinking"})
     previews.log(SpanModelRequestStart(id=span, created_at=datetime.now(UTC), position=1))
     frames = previews.live(StreamEvent("delta", span, 0, "thinking", "hmm"))
-    assert frames == [{"type": "event_start", "event": {"type": "agent.thinking", "id": f"{span}_thinking"}}]
+    assert frames == [{"type": "event_start", "event": {"type": "agent.thinking", "id": thinking_id_of(span)}}]
     assert previews.live(StreamEvent("delta", span, 0, "thinking", " more")) == [], "thinking previews: start only"
     frames = previews.live(StreamEvent("delta", span, 1, "text", "Hello"))
     assert [f["type"] for f in frames] == ["event_start", "event_delta"]
     assert frames[1]["delta"] == {"type": "content_delta", "content": {"type": "text", "text": "Hello"}, "index": 0}
     frames = previews.live(StreamEvent("reset", span))
-    assert frames == [{"type": "event_start", "event": {"type": "agent.message", "id": span}}], "start over"
+    assert frames == [{"type": "event_start", "event": {"type": "agent.message", "id": message_id_of(span)}}]
     frames = previews.live(StreamEvent("delta", span, 1, "text", "Bye"))
     assert [f["type"] for f in frames] == ["event_delta"] and frames[0]["delta"]["content"]["text"] == "Bye"
     previews.log(SpanModelRequestEnd(id="sevt_" + "2" * 32, created_at=datetime.now(UTC), position=2,
@@ -252,5 +267,5 @@ async def test_a_gateway_killed_mid_stream_loses_nothing_the_next_one_serves(sta
     previewed = PreviewingClient()
     for event in after:
         previewed.feed(event)
-    assert previewed.concluded == [(span, LONG_TEXT)], "the new gateway's preview: the text so far, then the rest"
+    assert previewed.concluded == [(message_id_of(span), LONG_TEXT)], "the new gateway's: text so far, then the rest"
     assert [e.content[0].text for e in shown if e.type == "agent.message"] == [LONG_TEXT]

@@ -72,11 +72,12 @@ class SessionLog:
     def last_position(self) -> int:
         return self.base + len(self.events)
 
-    def append(self, cls: type[EventT], *, processed: bool = True, **fields: Any) -> EventT:
-        """Write an event at the next position; user events start unprocessed (`processed_at` null)."""
+    def append(self, cls: type[EventT], *, processed: bool = True, id: str | None = None, **fields: Any) -> EventT:
+        """Write an event at the next position, with a new id unless given; user events start unprocessed
+        (`processed_at` null)."""
         now = self._now()
         event = cls(
-            id=self._new_id(),
+            id=id or self._new_id(),
             position=self.last_position + 1,
             created_at=now,
             processed_at=now if processed else None,

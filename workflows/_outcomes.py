@@ -20,6 +20,8 @@ from corral.contract.events import (
     AgentToolUse,
     ModelUsage,
     TextBlock,
+    message_id_of,
+    thinking_id_of,
 )
 from corral.contract.proxy import McpToolSpec
 from workflows._log import SessionLog
@@ -87,14 +89,17 @@ def record_response(
     result: ModelTurnResult,
     mcp_spec: Callable[[str], McpToolSpec | None],
     is_custom: Callable[[str], bool],
+    request_id: str | None = None,
 ) -> list[ToolUseEvent]:
     """Append a model response's events to the log and the conversation; return the tool calls to run (MCP tools
-    by their `mcp__…` name, custom tools run by the client, the rest by hands)."""
+    by their `mcp__…` name, custom tools run by the client, the rest by hands). With `request_id` (the request's
+    `span.model_request_start` id) the message and the thinking get the ids their live previews carried."""
     texts = [block.text for block in result.content if isinstance(block, ModelTextOutput) and block.text]
     if any(isinstance(block, ModelThinkingOutput) for block in result.content):
-        log.append(AgentThinking)
+        log.append(AgentThinking, id=request_id and thinking_id_of(request_id))
     if texts:
-        log.add_to_conversation(log.append(AgentMessage, content=[TextBlock(text=text) for text in texts]))
+        content = [TextBlock(text=text) for text in texts]
+        log.add_to_conversation(log.append(AgentMessage, content=content, id=request_id and message_id_of(request_id)))
     uses: list[ToolUseEvent] = []
     for block in result.content:
         if not isinstance(block, ModelToolUseOutput):

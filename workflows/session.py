@@ -109,6 +109,10 @@ WAITING_LIST_PATCH = "still-waiting-calls"
 """From here a session that gets answers to some of the calls it waits on goes idle again, listing those left (as
 the Managed Agents API does): a client that reads only the newest idle knows what is still asked of it."""
 
+MESSAGE_IDS_PATCH = "message-ids-from-request"
+"""From here a response's `agent.message` and `agent.thinking` take ids made from their request's span id
+(`message_id_of`), the ids their live previews carry, instead of new ones."""
+
 BUDGET_PATCH = "session-budget"
 """From here a session with a budget stops taking model turns once they have cost it (only sessions with a budget
 ask for this patch, and none was recorded before it)."""
@@ -132,6 +136,7 @@ class SessionWorkflow:
         self._status: SessionStatus = "idle"
         self._stop_reason: str | None = None
         self._turns = 0
+        self._request_id = ""  # the span id of the model request that produced the latest response
         self._usage = ModelUsage()
         self._delta_start = 0
         self._turn_task: asyncio.Task[None] | None = None
@@ -255,7 +260,8 @@ class SessionWorkflow:
                 result = await self._call_model()
                 if result is None:
                     return
-                uses = record_response(self._log, result, self._mcp.spec, self._is_custom)
+                request_id = self._request_id if workflow.patched(MESSAGE_IDS_PATCH) else None
+                uses = record_response(self._log, result, self._mcp.spec, self._is_custom, request_id)
                 if self._budget_spent():
                     for use in uses:  # answered, so that the conversation stays valid for a later turn
                         self._log.answer(use, BUDGET_SPENT_RESULT, True)
@@ -333,6 +339,7 @@ class SessionWorkflow:
             self._context.carried_unseen = None
             self._usage = add_usage(self._usage, result.usage)
             self._log.append(SpanModelRequestEnd, model_request_start_id=span.id, model_usage=result.usage)
+            self._request_id = span.id
             return result
         raise AssertionError("unreachable: the last attempt returns or reports")
 

@@ -276,6 +276,17 @@ class SpanModelRequestStart(_Event):
     type: Literal["span.model_request_start"] = "span.model_request_start"
 
 
+def message_id_of(request_id: str) -> str:
+    """The id of the `agent.message` a model request writes, made from its `span.model_request_start` id: a live
+    preview of the message carries it before the message is written."""
+    return f"{request_id}_message"
+
+
+def thinking_id_of(request_id: str) -> str:
+    """The id of the `agent.thinking` a model request writes (see `message_id_of`)."""
+    return f"{request_id}_thinking"
+
+
 class SpanModelRequestEnd(_Event):
     """A model request ended, with its usage."""
 
