@@ -20,9 +20,8 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpda
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from corral.client import session_info
 from corral.contract.session import SessionInfo, UpdateSessionInput
-from corral.names import UPDATE_SESSION
+from corral.names import BUSY, UPDATE_SESSION
 from gateway.errors import ApiError, invalid
 from gateway.http import Authed, body
 from gateway.shapes import patch_metadata
@@ -40,12 +39,14 @@ def session_admin_routes(gateway: Any, authed: Authed) -> list[Route]:
     async def delete(request: Request, workspace: str) -> Response:
         session_id = request.path_params["id"]
         handle, description = await sessions._own(workspace, session_id)
-        running = description.status is not None and description.status.name == "RUNNING"
-        if running:
-            status = (await session_info(handle)).status
-            if status in ("running", "rescheduling"):
-                raise ApiError(409, f"session {session_id!r} is {status}: interrupt it first (send user.interrupt), "
-                                    "then delete it once it is idle")  # fmt: skip
+        if description.status is not None and description.status.name == "RUNNING":
+            try:  # refused while the session runs; else its log ends with session.deleted, and it takes no more
+                await handle.execute_update(UPDATE_SESSION, UpdateSessionInput(delete=True), result_type=SessionInfo)
+            except WorkflowUpdateFailedError as exc:
+                cause = exc.cause
+                if isinstance(cause, ApplicationError) and cause.type == BUSY:
+                    raise ApiError(409, f"session {session_id!r}: {cause.message}") from exc
+                raise
             await handle.cancel()
             try:
                 await asyncio.wait_for(handle.result(), CANCEL_SECONDS)

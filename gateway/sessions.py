@@ -322,6 +322,8 @@ class Sessions:
                         previews.log(item)
                     data = event_view(item)
                     yield ServerSentEvent(event=data["type"], data=json.dumps(data))
+                    if data["type"] == "session.deleted":
+                        return  # the session's last event: the stream ends with it, as upstream
             finally:
                 for feeder in feeders:
                     feeder.cancel()

@@ -8,7 +8,11 @@ from typing import Any
 
 import anthropic
 import pytest
+from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 
+from corral.client import read_events, send_events, wait_for_idle
+from corral.contract.session import SessionInfo, UpdateSessionInput
+from corral.names import SIGNAL_USER_MESSAGE, UPDATE_SESSION
 from tests.conftest import Stack
 from tests.test_gateway import Gateway, gateway  # noqa: F401 - the fixture
 
@@ -109,8 +113,19 @@ async def test_an_idle_session_is_deleted_with_its_log(stack: Stack, gateway: Ga
     session_id = await new_session(client, stack.script([{"text": "hi"}]), [])
     await client.beta.sessions.events.send(session_id, events=[text("hello")])
     await events_until_idle(client, session_id, 0)
+    seen: list[Any] = []
+
+    async def follow() -> None:
+        async with await client.beta.sessions.events.stream(session_id) as stream:
+            async for event in stream:
+                seen.append(event)
+
+    following = asyncio.create_task(follow())
+    await asyncio.sleep(0.3)  # the stream is open before the delete
     deleted = await client.beta.sessions.delete(session_id)
     assert (deleted.id, deleted.type) == (session_id, "session_deleted")
+    await asyncio.wait_for(following, 30)  # the stream ended by itself
+    assert [e.type for e in seen] == ["session.deleted"], "the open stream got session.deleted, then its end"
     with pytest.raises(anthropic.NotFoundError):
         await client.beta.sessions.retrieve(session_id)
     with pytest.raises(anthropic.NotFoundError):
@@ -177,3 +192,25 @@ async def test_the_sdks_own_tool_runner_answers_a_sessions_custom_tool_calls(sta
     assert [e.type for e in events].count("user.custom_tool_result") == 2
     [request] = stack.requests(model)[1:]
     assert "sunny in Oslo" in str(request) and "sunny in Lima" in str(request)
+
+
+async def test_a_session_being_deleted_takes_nothing_more(stack: Stack) -> None:
+    """The deletion's first step, through the Temporal client: `session.deleted` ends the log, and a send in the
+    moment before the workflow is cancelled is refused (a signal is dropped), never half-taken."""
+    handle = await stack.start(stack.script([{"text": "hi"}]), "hello")
+    await wait_for_idle(handle)
+    await handle.execute_update(UPDATE_SESSION, UpdateSessionInput(delete=True), result_type=SessionInfo)
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await send_events(handle, [{"type": "user.message", "content": "too late"}])
+    assert "being deleted" in str(refused.value.cause)
+    await handle.signal(SIGNAL_USER_MESSAGE, {"content": "too late"})
+    rename = UpdateSessionInput(title_set=True, title="x")
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await handle.execute_update(UPDATE_SESSION, rename, result_type=SessionInfo)
+    assert "being deleted" in str(refused.value.cause)
+    log = await read_events(handle)
+    assert log[-1].type == "session.deleted" and [e.type for e in log].count("user.message") == 1
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
+    assert (await read_events(handle))[-1].type == "session.deleted", "nothing is written after it"

@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         RequiresAction,
         RetriesExhausted,
         RetryStatus,
+        SessionDeleted,
         SessionError,
         SessionErrorDetail,
         SessionStatusIdle,
@@ -69,6 +70,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from corral.names import (
         ARCHIVED,
+        BUSY,
+        DELETING,
         EVENT_ID_PREFIX,
         HANDING_OVER,
         QUERY_CONTEXT_VIEW,
@@ -151,6 +154,7 @@ class SessionWorkflow:
         self._model_route = ModelRoute(input.model_task_queue)
         self._static = web_ui_summary(input, workflow.info().namespace)
         self._archived_at: datetime | None = None
+        self._deleting = False
         if input.carry is not None:
             self._resume(input.carry)
         if input.fork is not None and input.carry is None:
@@ -185,7 +189,8 @@ class SessionWorkflow:
             await self._sandbox.release()
             await self._mcp.release()
             self._set_status("terminated")
-            self._log.append(SessionStatusTerminated)
+            if not self._deleting:  # a deleted session's last event is its `session.deleted`
+                self._log.append(SessionStatusTerminated)
             raise
 
     # ---- hand-over to the next run (workflows/_handover.py) ----------------------------------------------------
@@ -568,6 +573,9 @@ class SessionWorkflow:
     def user_message(self, input: UserMessageSignal | None = None) -> None:
         """Fire-and-forget message; prefer the `send_events` update to learn whether it was accepted."""
         self._runs.requests += 1
+        if self._deleting:
+            workflow.logger.warning("dropped a user_message signal: the session is being deleted")
+            return
         if input is None:  # a raw client may send the signal with no argument at all
             workflow.logger.warning("dropped a user_message signal with no content")
             return
@@ -583,7 +591,8 @@ class SessionWorkflow:
     def interrupt(self, input: InterruptSignal | None = None) -> None:
         """Stop the current work; the session goes idle and stays usable."""
         self._runs.requests += 1
-        self._inbox.accept(UserInterruptParams(type="user.interrupt", id=input.id if input else None))
+        if not self._deleting:
+            self._inbox.accept(UserInterruptParams(type="user.interrupt", id=input.id if input else None))
 
     @workflow.update(name=UPDATE_SEND_EVENTS)
     def send_events(self, input: SendEventsInput) -> SendEventsResult:
@@ -593,6 +602,8 @@ class SessionWorkflow:
 
     @send_events.validator
     def _validate_send_events(self, input: SendEventsInput) -> None:
+        if self._deleting:
+            raise ApplicationError("the session is being deleted: it takes no more events", type=DELETING)
         if self._archived_at is not None:
             raise ApplicationError("the session is archived: it takes no more events", type=ARCHIVED)
         if self._runs.handing_over:
@@ -603,7 +614,14 @@ class SessionWorkflow:
     @workflow.update(name=UPDATE_SESSION)
     def update_session(self, input: UpdateSessionInput) -> SessionInfo:
         """A new title, a metadata patch, archiving: what the session's API view shows (its memo) changes with
-        them; the log does not. An archived session keeps its log and takes no more events."""
+        them; the log does not. An archived session keeps its log and takes no more events. `delete` begins a
+        deletion: `session.deleted`, the log's last event, and no more events (the caller then cancels the
+        workflow, which releases the sandbox, and deletes the execution)."""
+        if input.delete:
+            if not self._deleting:
+                self._deleting = True
+                self._log.append(SessionDeleted)
+            return self.session()
         metadata = dict(self._input.metadata)
         for key, value in input.metadata.items():
             if value is None:
@@ -620,6 +638,14 @@ class SessionWorkflow:
 
     @update_session.validator
     def _validate_update_session(self, input: UpdateSessionInput) -> None:
+        if input.delete and self._status in ("running", "rescheduling"):
+            raise ApplicationError(
+                f"the session is {self._status}: interrupt it first (send user.interrupt), then delete it once it "
+                "is idle",
+                type=BUSY,
+            )
+        if self._deleting and not input.delete:
+            raise ApplicationError("the session is being deleted: it can no longer change", type=DELETING)
         if self._archived_at is not None and (input.title_set or input.metadata):
             raise ApplicationError("the session is archived: it can no longer change", type=ARCHIVED)
 

@@ -229,6 +229,12 @@ class SessionStatusTerminated(_Event):
     type: Literal["session.status_terminated"] = "session.status_terminated"
 
 
+class SessionDeleted(_Event):
+    """The session is being deleted: the last event of its log, which ends every stream that follows it."""
+
+    type: Literal["session.deleted"] = "session.deleted"
+
+
 ErrorType = Literal[
     "unknown_error",
     "model_overloaded_error",
@@ -313,6 +319,7 @@ SessionEvent = Annotated[
     | SessionStatusIdle
     | SessionStatusRescheduled
     | SessionStatusTerminated
+    | SessionDeleted
     | SessionError
     | SpanModelRequestStart
     | SpanModelRequestEnd,
@@ -337,6 +344,7 @@ EVENT_TYPES: frozenset[str] = frozenset(
         "session.status_idle",
         "session.status_rescheduled",
         "session.status_terminated",
+        "session.deleted",
         "session.error",
         "span.model_request_start",
         "span.model_request_end",

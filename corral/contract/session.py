@@ -368,13 +368,16 @@ class SendEventsInput(SendableInput):
 
 class UpdateSessionInput(BaseModel):
     """Input of the `update_session` update: a new title (when `title_set`), a metadata patch (a string sets a
-    key, None removes it), and archiving. The gateway validates sizes before sending it."""
+    key, None removes it), archiving, and the start of a deletion (`delete`: refused while the session runs; else
+    it writes `session.deleted` and takes no more events, and the caller cancels the workflow and deletes it). The
+    gateway validates sizes before sending it."""
 
     model_config = ConfigDict(extra="forbid")
     title_set: bool = False
     title: str | None = None
     metadata: dict[str, str | None] = Field(default_factory=dict)
     archive: bool = False
+    delete: bool = False
 
 
 class SendEventsResult(BaseModel):
