@@ -19,6 +19,12 @@ is left out. Record ids start with their creation time (as a ULID does), so list
 same order across a record's continue-as-new, and a page cursor (the last id seen) never repeats or skips an item
 when records are created between pages. A listing reads the ids of every matching record from visibility (ids
 only) to sort them: fine for the thousands of objects of one workspace, not for millions.
+
+A listing bounded by creation time keeps the records whose `created_at` is within the bounds. That time is the
+workflow's (its first task's, carried across continue-as-new), which visibility does not have: a run's StartTime is
+the run's, later than the record's creation after a continue-as-new. So the time in the id narrows which records
+are read (those within `CREATION_TIME_SLACK` of the bounds) and `created_at`, read from each, decides; a page is
+filled past the records it leaves out, and its cursor is still the last id it looked at.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import binascii
 import re
 import secrets
 import time
+from datetime import datetime, timedelta
 from typing import Any, Literal, TypeAlias, TypeVar
 
 from temporalio.client import (
@@ -81,6 +88,12 @@ RecordPage: TypeAlias = tuple[list[RecordView], str | None]
 MAX_PAGE_SIZE = 1000
 """The most items one listing page returns (the gateway's own limit, 100 upstream, is lower)."""
 
+CREATION_TIME_SLACK = timedelta(hours=1)
+"""How far a record's `created_at` (the Temporal server's clock, at the workflow's first task) may be from the time
+in its id (the creating client's clock, just before the start): clock skew plus the wait for a worker. A listing
+bounded by creation time reads the records whose id time is within this of its bounds; a record created further
+from its id's time than this may be missing from such a listing (never from an unbounded one)."""
+
 
 class RecordError(Exception):
     """Any failure of a record operation this module reports as its own."""
@@ -116,6 +129,14 @@ def new_record_id(id_prefix: str) -> str:
     value = (time.time_ns() // 1_000_000) << 80 | secrets.randbits(80)
     suffix = "".join(ID_ALPHABET[(value >> shift) & 31] for shift in range(5 * (ID_SUFFIX_LENGTH - 1), -1, -5))
     return f"{id_prefix}_{suffix}"
+
+
+def record_id_millis(id: str) -> int:
+    """The creation time in a record id (see `new_record_id`), in milliseconds since the epoch."""
+    value = 0
+    for character in id.rsplit("_", 1)[1]:
+        value = value << 5 | ID_ALPHABET.index(character)
+    return value >> 80
 
 
 def is_record_id(value: str, id_prefix: str | None = None) -> bool:
@@ -248,10 +269,15 @@ class Records:
         limit: int = 20,
         page: str | None = None,
         order: Literal["desc", "asc"] = "desc",
+        created_at_gte: datetime | None = None,
+        created_at_lte: datetime | None = None,
     ) -> RecordPage:
         """One page of the workspace's records of `kind`, newest first (`order="asc"`: oldest first), and the
-        cursor of the next page (None on the last). See the module docstring for visibility's delay."""
-        return await self._list(kind, check_workspace(workspace), include_archived, limit, page, order)
+        cursor of the next page (None on the last). With `created_at_gte` / `created_at_lte` (aware datetimes),
+        only the records created within those bounds (inclusive). See the module docstring for visibility's
+        delay and for how creation time is matched."""
+        created = _CreationBounds(created_at_gte, created_at_lte)
+        return await self._list(kind, check_workspace(workspace), include_archived, limit, page, order, created)
 
     async def list_any_workspace(
         self,
@@ -263,7 +289,7 @@ class Records:
         order: Literal["desc", "asc"] = "desc",
     ) -> RecordPage:
         """`list` across every workspace. Internal: for operators (the CLI's `api-key ls`), never the gateway."""
-        return await self._list(kind, None, include_archived, limit, page, order)
+        return await self._list(kind, None, include_archived, limit, page, order, _CreationBounds(None, None))
 
     async def _list(
         self,
@@ -273,6 +299,7 @@ class Records:
         limit: int,
         page: str | None,
         order: Literal["desc", "asc"],
+        created: _CreationBounds,
     ) -> RecordPage:
         _check_kind(kind)
         if not 1 <= limit <= MAX_PAGE_SIZE:
@@ -291,10 +318,18 @@ class Records:
         ordered = sorted(ids, reverse=order == "desc")
         if after is not None:
             ordered = [id for id in ordered if (id < after if order == "desc" else id > after)]
-        chosen = ordered[:limit]
-        views = await asyncio.gather(*(self._listed(id, kind, workspace, include_archived) for id in chosen))
-        next_page = _encode_page(chosen[-1]) if len(ordered) > limit else None
-        return [view for view in views if view is not None], next_page
+        ordered = [id for id in ordered if created.may_hold(id)]
+        # Read `limit` records at a time, and again past those left out (deleted or archived since visibility
+        # listed them, or created outside the bounds), until the page is full: the cursor is the last id looked at.
+        found: list[RecordView] = []
+        looked_at = 0
+        while len(found) < limit and looked_at < len(ordered):
+            batch = ordered[looked_at : looked_at + limit - len(found)]
+            views = await asyncio.gather(*(self._listed(id, kind, workspace, include_archived) for id in batch))
+            found += [view for view in views if view is not None and created.holds(view)]
+            looked_at += len(batch)
+        next_page = _encode_page(ordered[looked_at - 1]) if looked_at < len(ordered) else None
+        return found, next_page
 
     async def _listed(self, id: str, kind: str, workspace: str | None, include_archived: bool) -> RecordView | None:
         """A listed record as it is now; None when it no longer belongs in the listing (visibility lags)."""
@@ -332,6 +367,30 @@ class Records:
         except RPCError as exc:  # the workflow ended between the read and this write
             raise _not_found_or(exc, id) from exc
         return result
+
+
+class _CreationBounds:
+    """A listing's creation-time bounds (inclusive; None: unbounded on that side)."""
+
+    def __init__(self, gte: datetime | None, lte: datetime | None) -> None:
+        for bound in (gte, lte):
+            if bound is not None and bound.utcoffset() is None:
+                raise InvalidRecord(f"a creation-time bound needs a time zone: {bound.isoformat()}")
+        self.gte, self.lte = gte, lte
+        slack = CREATION_TIME_SLACK / timedelta(milliseconds=1)
+        self._lowest_id_millis = (gte.timestamp() * 1000 - slack) if gte is not None else None
+        self._highest_id_millis = (lte.timestamp() * 1000 + slack) if lte is not None else None
+
+    def may_hold(self, id: str) -> bool:
+        """Whether the record `id` may have been created within the bounds, going by its id's time."""
+        millis = record_id_millis(id)
+        return (self._lowest_id_millis is None or millis >= self._lowest_id_millis) and (
+            self._highest_id_millis is None or millis <= self._highest_id_millis
+        )
+
+    def holds(self, view: RecordView) -> bool:
+        """Whether the record was created within the bounds."""
+        return (self.gte is None or view.created_at >= self.gte) and (self.lte is None or view.created_at <= self.lte)
 
 
 def _not_found_or(error: RPCError, id: str) -> Exception:

@@ -7,8 +7,10 @@ key stops working within that time on every gateway.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 from starlette.applications import Starlette
@@ -29,6 +31,14 @@ from gateway.vaults import vault_routes
 
 KEY_CACHE_SECONDS = 10.0
 DEFAULT_PORT = 8780
+CREATED_AT_BOUNDS = {"agent": ("created_at[gte]", "created_at[lte]")}
+"""The creation-time bounds a listing takes, as the SDK sends them (`agents.list(created_at_gte=...)`); the SDK's
+`environments.list` has none, so an environment listing refuses them all."""
+
+_RFC_3339 = re.compile(
+    r"(?P<date>\d{4}-\d{2}-\d{2})[Tt ](?P<time>\d{2}:\d{2}:\d{2})(?:\.(?P<fraction>\d+))?"
+    r"(?P<offset>[Zz]|[+-]\d{2}:\d{2})"
+)
 
 
 class Gateway:
@@ -125,13 +135,16 @@ class Resource:
         limit = whole(params.get("limit"), "limit") or 20
         if limit > 100:
             raise invalid("limit must be at most 100")
-        filters = sorted(key for key in params if key.startswith("created_at["))
+        supported = CREATED_AT_BOUNDS.get(self.kind, ())
+        filters = sorted(key for key in params if key.startswith("created_at[") and key not in supported)
         if filters:  # refused rather than ignored: a client must not take an unfiltered list for a filtered one
             raise invalid(f"{', '.join(filters)}: listing {self.kind}s by creation time is not supported yet")
+        gte = instant(params.get("created_at[gte]"), "created_at[gte]")
+        lte = instant(params.get("created_at[lte]"), "created_at[lte]", round_up=False)
         try:
             records, next_page = await self.gateway.records.list(
                 self.kind, workspace, include_archived=flag(params.get("include_archived")), limit=limit,
-                page=params.get("page"),
+                page=params.get("page"), created_at_gte=gte, created_at_lte=lte,
             )  # fmt: skip
         except ValueError as exc:
             raise invalid(f"page: {exc}") from exc
@@ -143,6 +156,28 @@ class Resource:
         versions = await self.gateway.records.versions(record_id, workspace)
         return JSONResponse({"data": [self.show(r) for r in sorted(versions, key=lambda r: -r.version)],
                              "next_page": None})  # fmt: skip
+
+
+def instant(value: str | None, where: str, *, round_up: bool = True) -> datetime | None:
+    """An RFC 3339 timestamp (the SDK sends a datetime's isoformat(), a string as given), with its offset: a time
+    without one is refused, not guessed. Past microseconds, a lower bound rounds up and an upper one down, so an
+    inclusive bound keeps exactly the times it names."""
+    if value is None:
+        return None
+    refused = invalid(f"{where} must be an RFC 3339 timestamp with a time zone, like 2026-01-31T09:30:00Z, "
+                      f"not {value!r}")  # fmt: skip
+    match = _RFC_3339.fullmatch(value)
+    if match is None:
+        raise refused
+    fraction = match["fraction"] or "0"
+    offset = "+00:00" if match["offset"] in ("Z", "z") else match["offset"]
+    try:  # the pattern has the shape; this checks the values (no February 30th)
+        moment = datetime.fromisoformat(f"{match['date']}T{match['time']}.{fraction[:6]:0<6}{offset}")
+    except ValueError as exc:
+        raise refused from exc
+    if round_up and fraction[6:].strip("0"):
+        moment += timedelta(microseconds=1)
+    return moment
 
 
 # ---- the app ------------------------------------------------------------------------------------------------

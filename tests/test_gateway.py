@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import sys
 import uuid
 from collections.abc import AsyncIterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -89,10 +91,56 @@ async def test_agents_are_versioned_and_a_stale_version_is_refused(stack: Stack,
     assert versions == [2, 1]
     with pytest.raises(anthropic.BadRequestError, match="agent"):
         await client.beta.agents.create(name="bad", model="m", tools=[{"type": "mcp_toolset", "mcp_server_name": "x"}])
-    with pytest.raises(anthropic.BadRequestError, match="not supported yet"):
-        await client.beta.agents.list(created_at_gte="2026-01-01T00:00:00Z")
+    with pytest.raises(anthropic.BadRequestError, match="not supported yet"):  # the SDK has no such parameter
+        await client.beta.environments.list(extra_query={"created_at[gte]": "2026-01-01T00:00:00Z"})
     archived = await client.beta.agents.archive(agent.id)
     assert archived.archived_at is not None
+
+
+async def test_agents_are_listed_by_creation_time_in_full_pages(stack: Stack, gateway: Gateway) -> None:
+    client = await gateway.client("team-a")
+    made = [await client.beta.agents.create(name=f"agent-{n}", model="claude-sonnet-4-6") for n in range(4)]
+    times = [agent.created_at for agent in made]
+    assert times == sorted(set(times)), "each agent has a creation time of its own, in order"
+    newest_first = [agent.id for agent in reversed(made)]
+    for _ in range(100):  # visibility lists a record a moment after it is written
+        if [a.id async for a in client.beta.agents.list()] == newest_first:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        pytest.fail("visibility never listed the agents")
+
+    async def listed(**bounds: Any) -> list[str]:
+        return [a.id async for a in client.beta.agents.list(**bounds)]
+
+    first, second, third, fourth = (agent.id for agent in made)
+    # Bounds are inclusive, to the microsecond; a datetime and an RFC 3339 string with another offset alike.
+    assert await listed(created_at_gte=times[1], created_at_lte=times[2]) == [third, second]
+    assert await listed(created_at_gte=times[1] + timedelta(microseconds=1)) == [fourth, third]
+    east = times[1].astimezone(timezone(timedelta(hours=5, minutes=30))).isoformat()
+    assert await listed(created_at_lte=east) == [second, first]
+    assert await listed(created_at_lte=times[0] - timedelta(microseconds=1)) == []
+    # Pages of one: agents out of bounds are passed over, so no page comes back empty and none skips or repeats.
+    pages: list[list[str]] = []
+    page = await client.beta.agents.list(created_at_lte=times[2], limit=1)
+    while True:
+        pages.append([a.id for a in page.data])
+        if not page.has_next_page():
+            break
+        page = await page.get_next_page()
+        assert len(pages) < 10, "the cursor never ends"
+    assert pages == [[third], [second], [first]]
+    assert await listed(created_at_gte=times[1], created_at_lte=times[2], limit=1) == [third, second]
+
+    for bounds, name in (
+        ({"created_at_gte": "yesterday"}, "created_at[gte]"),
+        ({"created_at_lte": "2026-01-01T00:00:00"}, "created_at[lte]"),  # no offset: refused, not guessed
+        ({"created_at_lte": datetime(2026, 1, 1)}, "created_at[lte]"),  # a naive datetime, likewise
+        ({"created_at_gte": "2026-02-30T00:00:00Z"}, "created_at[gte]"),
+    ):
+        with pytest.raises(anthropic.BadRequestError, match=re.escape(name)) as refused:
+            await client.beta.agents.list(**bounds)
+        assert refused.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
 
 
 async def test_a_session_sends_streams_and_lists_its_events_with_no_gap(stack: Stack, gateway: Gateway) -> None:

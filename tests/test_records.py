@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -27,6 +29,7 @@ from corral.records import (
     VersionConflict,
     is_record_id,
     new_record_id,
+    record_id_millis,
 )
 from tests.conftest import Stack, history_text, unique
 from workers.roles import harness_worker
@@ -163,10 +166,16 @@ async def test_ids_that_are_not_record_ids_are_not_found(records: Records) -> No
             await records.create("agent", bad_workspace, AGENT, "agent")
     with pytest.raises(InvalidRecord):
         await records.list("agent", ws, page="not a cursor")
+    with pytest.raises(InvalidRecord, match="time zone"):  # a naive bound would be read in someone's local time
+        await records.list("agent", ws, created_at_gte=datetime(2026, 1, 1))
 
 
 def test_record_ids_sort_by_creation_time() -> None:
+    before = time.time_ns() // 1_000_000
     ids = [new_record_id("agent") for _ in range(3)]
+    after = time.time_ns() // 1_000_000
+    assert all(before <= record_id_millis(id) <= after for id in ids), "the id's time is when it was made"
+    assert record_id_millis("agent_0000000001" + "z" * 16) == 1
     assert all(is_record_id(id, "agent") and len(id) == len("agent_") + 26 for id in ids)
     assert len(set(ids)) == 3
     with pytest.raises(InvalidRecord):
@@ -238,6 +247,9 @@ async def test_a_record_continues_as_new_with_every_version(records: Records, st
     assert (current.version, current.created_at) == (puts + 1, created.created_at)
     listed = await listed_eventually(lambda: records.list("agent", ws), lambda page: len(page) >= 1)
     assert [view.id for view in listed] == [created.id]  # one item, whichever runs visibility still shows
+    # Bounded by the record's creation time, not by its current run's start (later, after the continue-as-new).
+    bounded, _ = await records.list("agent", ws, created_at_gte=created.created_at, created_at_lte=created.created_at)
+    assert [view.id for view in bounded] == [created.id]
 
 
 # ---- API keys -------------------------------------------------------------------------------------------------
