@@ -38,7 +38,7 @@ from corral.client import (
 )
 from corral.contract.events import SessionEvent
 from corral.contract.pricing import PRICES_ENVIRONMENT_VARIABLE, NotBudgetable, parse_prices, price_in_force
-from corral.contract.session import SessionBudget, SessionInfo, SessionInput
+from corral.contract.session import SendEventsInput, SessionBudget, SessionInfo, SessionInput, parse_user_events
 from corral.names import SEARCH_ATTRIBUTE_STATUS, SESSION_WORKFLOW
 from corral.records import RecordNotFound, Records, RecordView
 from corral.streaming import StreamError, subscribe
@@ -113,6 +113,7 @@ class Sessions:
         initial = request.get("initial_events") or []
         if not isinstance(initial, list) or len(initial) > 50:
             raise invalid("initial_events must be a list of at most 50 events")
+        _check_initial_events(initial)  # before the session exists: a refused create leaves nothing behind
         title = request.get("title")
         if title is not None and not isinstance(title, str):
             raise invalid("title must be a string")
@@ -411,6 +412,20 @@ def _session_budget(raw: Any, agent: Mapping[str, Any]) -> SessionBudget | None:
     except NotBudgetable as exc:
         raise ApiError(400, f"budget: {exc}", error_code="model_not_budgetable") from exc
     return budget.model_copy(update={"price": price})
+
+
+def _check_initial_events(events: list[Any]) -> None:
+    """A session's `initial_events`: user messages (and outcomes upstream, which corral does not take yet), checked
+    as a sent batch would be."""
+    if not events:
+        return
+    try:
+        parse_user_events(SendEventsInput(events=events))
+    except (ValueError, ValidationError) as exc:
+        raise invalid(f"initial_{exc}" if str(exc).startswith("events") else f"initial_events: {exc}") from None
+    for index, event in enumerate(events):
+        if event.get("type") != "user.message":
+            raise invalid(f"initial_events[{index}]: a session starts with user.message events only")
 
 
 def _corral_event(event: Any) -> dict[str, Any]:

@@ -4,6 +4,7 @@ trip, an interrupt that redirects the session, and the rules of deleting a sessi
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import anthropic
@@ -214,3 +215,40 @@ async def test_a_session_being_deleted_takes_nothing_more(stack: Stack) -> None:
     with pytest.raises(WorkflowFailureError):
         await handle.result()
     assert (await read_events(handle))[-1].type == "session.deleted", "nothing is written after it"
+
+
+async def test_event_types_corral_does_not_take_are_refused_with_the_reason(stack: Stack, gateway: Gateway) -> None:  # noqa: F811
+    client = await gateway.client("team-a")
+    session_id = await new_session(client, stack.script([{"text": "hi"}]), [])
+    unserved = {
+        "self-hosted environment": {"type": "user.tool_result", "tool_use_id": "sevt_x", "content": []},
+        "outcomes are not supported": {"type": "user.define_outcome", "description": "a poem", "rubric": "rhymes"},
+        "system.message is not supported": {"type": "system.message", "content": [{"type": "text", "text": "x"}]},
+    }
+    for reason, event in unserved.items():
+        with pytest.raises(anthropic.BadRequestError, match=reason):
+            await client.beta.sessions.events.send(session_id, events=[text("hello"), event])  # type: ignore[list-item]
+    assert [e.type async for e in client.beta.sessions.events.list(session_id)] == [], "nothing was written"
+
+
+async def test_a_session_with_bad_initial_events_is_not_created(stack: Stack, gateway: Gateway) -> None:  # noqa: F811
+    client = await gateway.client("team-initial")
+    agent = await client.beta.agents.create(name="helper", model=stack.script([{"text": "hi"}]))
+    environment = await client.beta.environments.create(name="plain")
+    refused = {
+        "initial_events[1].user.message.content: Value error, content must not be empty": [
+            text("hello"),
+            {"type": "user.message", "content": []},
+        ],
+        "outcomes are not supported": [{"type": "user.define_outcome", "description": "a poem", "rubric": "rhymes"}],
+        "initial_events[0]: a session starts with user.message events only": [{"type": "user.interrupt"}],
+    }
+    for reason, events in refused.items():
+        with pytest.raises(anthropic.BadRequestError, match=re.escape(reason)):
+            await client.beta.sessions.create(agent=agent.id, environment_id=environment.id, initial_events=events)
+    assert [s async for s in client.beta.sessions.list()] == [], "no session was left behind"
+    session = await client.beta.sessions.create(
+        agent=agent.id, environment_id=environment.id, initial_events=[text("hello")]
+    )
+    first = await events_until_idle(client, session.id, 0)
+    assert [e.type for e in first][:2] == ["user.message", "session.status_running"]

@@ -31,10 +31,10 @@ from corral.contract.events import (
     TextBlock,
     UserMessage,
 )
-from corral.contract.session import AgentConfig, EventsQuery, SendEventsInput, SessionInput
+from corral.contract.session import AgentConfig, EventsQuery, SendEventsInput, SessionInput, parse_user_events
 from corral.hands.output import cut_output
 from corral.hands.utility import calculate
-from workflows._log import SessionLog, parse_user_events
+from workflows._log import SessionLog
 
 
 def _log() -> SessionLog:

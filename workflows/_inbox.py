@@ -32,8 +32,9 @@ from corral.contract.session import (
     UserMessageParams,
     UserToolConfirmationParams,
     normalize_content,
+    parse_user_events,
 )
-from workflows._log import SessionLog, check_answers, parse_user_events
+from workflows._log import SessionLog, check_answers
 
 
 class UserInbox:

@@ -6,11 +6,11 @@ so everything here is deterministic and unit-testable outside Temporal.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 
 from corral.contract.activities import ModelContext
 from corral.contract.carry import ArchiveIndex
@@ -25,13 +25,10 @@ from corral.contract.events import (
     TextBlock,
 )
 from corral.contract.session import (
-    MAX_EVENTS_PER_BATCH,
-    MAX_MESSAGE_BYTES,
     MAX_QUERY_BYTES,
     AgentConfig,
     EventPage,
     EventsQuery,
-    SendEventsInput,
     UserCustomToolResultParams,
     UserEventParams,
     UserToolConfirmationParams,
@@ -41,7 +38,6 @@ EventT = TypeVar("EventT", bound=SessionEvent)
 _TOOL_RESULTS = {"agent.tool_result", "agent.mcp_tool_result", "user.custom_tool_result"}
 
 _EVENT_ADAPTER: TypeAdapter[SessionEvent] = TypeAdapter(SessionEvent)
-_PARAMS_ADAPTER: TypeAdapter[list[UserEventParams]] = TypeAdapter(list[UserEventParams])
 
 
 ELIDE_TO = 0.6
@@ -232,26 +228,6 @@ class SessionLog:
         return ModelContext(agent=agent, entries=entries, next_start=index)
 
 
-def parse_user_events(input: SendEventsInput) -> list[UserEventParams]:
-    """Validate a `send_events` batch; raise ValueError with a message a person can act on."""
-    if not input.events:
-        raise ValueError("events: send at least one event")
-    if len(input.events) > MAX_EVENTS_PER_BATCH:
-        raise ValueError(f"events: at most {MAX_EVENTS_PER_BATCH} events per batch, got {len(input.events)}")
-    try:
-        params = _PARAMS_ADAPTER.validate_python(input.events)
-    except ValidationError as exc:
-        raise ValueError(readable_validation_error(exc, prefix="events")) from None
-    total = 0
-    for index, param in enumerate(params):
-        total += len(param.model_dump_json())
-        if total > MAX_MESSAGE_BYTES:
-            raise ValueError(
-                f"events[{index}]: the batch is {total} bytes up to here, over the limit of {MAX_MESSAGE_BYTES} bytes"
-            )
-    return params
-
-
 def check_answers(
     params: list[UserEventParams], waiting: set[str], confirming: frozenset[str] | set[str] = frozenset()
 ) -> None:
@@ -277,19 +253,3 @@ def check_answers(
             if event.result == "allow" and event.deny_message is not None:
                 raise ValueError(f"events[{index}]: deny_message goes with result 'deny' only, not 'allow'")
             answered.add(use_id)
-
-
-def readable_validation_error(exc: ValidationError, prefix: str) -> str:
-    """One line per problem, e.g. `events[0].type: Input tag 'user.foo' found ... does not match ...`."""
-    lines = []
-    for error in exc.errors(include_url=False):
-        location = prefix + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"])
-        lines.append(f"{location}: {error['msg']}")
-    return "; ".join(_unique(lines))
-
-
-def _unique(items: Iterable[str]) -> list[str]:
-    seen: dict[str, None] = {}
-    for item in items:
-        seen.setdefault(item, None)
-    return list(seen)

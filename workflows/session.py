@@ -66,6 +66,7 @@ with workflow.unsafe.imports_passed_through():
         UserInterruptParams,
         UserMessageParams,
         UserMessageSignal,
+        parse_user_events,
         web_ui_summary,
     )
     from corral.names import (
@@ -91,7 +92,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows._handover import HandOver, Parts
     from workflows._hands import ModelRoute, execute_on_hand
     from workflows._inbox import UserInbox
-    from workflows._log import SessionLog, parse_user_events
+    from workflows._log import SessionLog
     from workflows._mcp import RetryState, SessionMcp
     from workflows._outcomes import ToolUseEvent, add_usage, model_error_info, record_response
     from workflows._sandbox import SessionSandbox

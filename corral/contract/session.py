@@ -7,10 +7,11 @@ fields, never repurpose one.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from corral.contract.carry import ArchiveIndex, SessionCarry
 from corral.contract.events import ContentBlock, ModelUsage, SessionEvent, TextBlock
@@ -378,6 +379,58 @@ class UpdateSessionInput(BaseModel):
     metadata: dict[str, str | None] = Field(default_factory=dict)
     archive: bool = False
     delete: bool = False
+
+
+_USER_EVENTS: TypeAdapter[list[UserEventParams]] = TypeAdapter(list[UserEventParams])
+
+UNSERVED_EVENTS = {
+    "user.tool_result": "user.tool_result answers a call that a self-hosted environment runs; corral runs the "
+    "built-in tools in its own sandbox, so no call waits for one (a custom tool's call takes user.custom_tool_result)",
+    "user.define_outcome": "user.define_outcome: outcomes are not supported by corral yet",
+    "system.message": "system.message is not supported yet: the agent's system prompt is the session's system "
+    "context (update the agent, or say it in a user.message)",
+}
+"""Event types of the Managed Agents API that a session does not take, with the reason a sender is given."""
+
+
+def parse_user_events(input: SendEventsInput) -> list[UserEventParams]:
+    """Validate a `send_events` batch; raise ValueError with a message a person can act on."""
+    if not input.events:
+        raise ValueError("events: send at least one event")
+    if len(input.events) > MAX_EVENTS_PER_BATCH:
+        raise ValueError(f"events: at most {MAX_EVENTS_PER_BATCH} events per batch, got {len(input.events)}")
+    for index, event in enumerate(input.events):
+        kind = event.get("type") if isinstance(event, dict) else None
+        if isinstance(kind, str) and kind in UNSERVED_EVENTS:
+            raise ValueError(f"events[{index}]: {UNSERVED_EVENTS[kind]}")
+    try:
+        params = _USER_EVENTS.validate_python(input.events)
+    except ValidationError as exc:
+        raise ValueError(readable_validation_error(exc, prefix="events")) from None
+    total = 0
+    for index, param in enumerate(params):
+        total += len(param.model_dump_json())
+        if total > MAX_MESSAGE_BYTES:
+            raise ValueError(
+                f"events[{index}]: the batch is {total} bytes up to here, over the limit of {MAX_MESSAGE_BYTES} bytes"
+            )
+    return params
+
+
+def readable_validation_error(exc: ValidationError, prefix: str) -> str:
+    """One line per problem, e.g. `events[0].type: Input tag 'user.foo' found ... does not match ...`."""
+    lines = []
+    for error in exc.errors(include_url=False):
+        location = prefix + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"])
+        lines.append(f"{location}: {error['msg']}")
+    return "; ".join(_unique(lines))
+
+
+def _unique(items: Iterable[str]) -> list[str]:
+    seen: dict[str, None] = {}
+    for item in items:
+        seen.setdefault(item, None)
+    return list(seen)
 
 
 class SendEventsResult(BaseModel):
