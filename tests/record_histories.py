@@ -3,6 +3,9 @@
 Run it (`python -m tests.record_histories NAME ...` for some scenarios) when the workflow's behaviour changes on
 purpose. Keep the old files: running sessions still have such histories, so a history recorded with old code must
 keep replaying with new code (or the change needs `workflow.patched`).
+
+Session scenarios (`SCENARIOS`) record `SessionWorkflow`s; record scenarios (`RECORD_SCENARIOS`) record
+`RecordWorkflow`s, and alone need only a harness worker (no Docker, no model server).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from corral.contract.session import AgentConfig, SendEventsInput, SessionInfo, S
 from corral.hands import make_execute_activity
 from corral.modelserver import ModelServerThread
 from corral.names import SIGNAL_INTERRUPT, UPDATE_SEND_EVENTS, UPDATE_SESSION
+from corral.records import Records
 from corral.sandbox import ensure_docker_engine, ensure_sandbox_image
 from corral.temporal import cluster_id, start_local_temporal
 from tests.hand_tools import TEST_TOOLS
@@ -212,6 +216,21 @@ SCENARIOS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], Scenario]
 }
 
 
+async def agent_versions(records: Records) -> str:
+    """An agent created, updated twice (a version each) and archived: every write `RecordWorkflow` takes but delete."""
+    workspace = "recorded"
+    agent = {"name": "helper", "model": {"id": "claude-sonnet-4-6"}, "tools": []}
+    created = await records.create("agent", workspace, agent, "agent")
+    await records.put(created.id, workspace, {**agent, "system": "Be brief."}, expected_version=1)
+    await records.put(created.id, workspace, {**agent, "system": "Be very brief."}, expected_version=2)
+    await records.archive(created.id, workspace)
+    return created.id
+
+
+RECORD_SCENARIOS: dict[str, Callable[[Records], Awaitable[str]]] = {"record_agent_versions": agent_versions}
+"""Record scenarios: each plays one record's life and returns its id (its workflow's)."""
+
+
 def _without_stack_traces(node: Any) -> Any:
     """Stack traces name this machine's paths and play no part in replay: drop them before committing."""
     if isinstance(node, dict):
@@ -253,8 +272,28 @@ async def record(client: Client, server: ModelServerThread, names: list[str]) ->
         print(f"recorded {name}: {len(history.events)} history events")
 
 
+async def record_records(client: Client, names: list[str]) -> None:
+    HISTORIES.mkdir(exist_ok=True)
+    async with harness_worker(client, HARNESS_QUEUE):
+        for name in names:
+            handle = client.get_workflow_handle(await RECORD_SCENARIOS[name](Records(client, HARNESS_QUEUE)))
+            history = await handle.fetch_history()
+            recorded = _without_stack_traces(json.loads(history.to_json()))
+            (HISTORIES / f"{name}.json").write_text(json.dumps(recorded, indent=1) + "\n")
+            await handle.terminate("recorded")
+            print(f"recorded {name}: {len(history.events)} history events")
+
+
 async def main(names: list[str]) -> None:
     env = await start_local_temporal()
+    record_names = [name for name in names if name in RECORD_SCENARIOS]
+    names = [name for name in names if name not in RECORD_SCENARIOS]
+    if not names:  # records only: no Docker, no model server
+        try:
+            await record_records(env.client, record_names)
+        finally:
+            await env.shutdown()
+        return
     engine = ensure_docker_engine(STATE_DIR)
     sandbox = SandboxActivities(engine, ensure_sandbox_image(engine, STATE_DIR), await cluster_id(env.client))
     server = ModelServerThread()
@@ -270,6 +309,7 @@ async def main(names: list[str]) -> None:
             ]:
                 await workers.enter_async_context(worker)
             await record(env.client, server, names)
+        await record_records(env.client, record_names)
     finally:
         server.stop()
         await env.shutdown()
@@ -278,7 +318,9 @@ async def main(names: list[str]) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     # argparse checks an empty `nargs="*"` against the choices too, hence the [] among them.
-    parser.add_argument("names", nargs="*", choices=[*SCENARIOS, []], help="scenarios to record (default: all)")
-    chosen = parser.parse_args().names or list(SCENARIOS)
+    parser.add_argument(
+        "names", nargs="*", choices=[*SCENARIOS, *RECORD_SCENARIOS, []], help="scenarios to record (default: all)"
+    )
+    chosen = parser.parse_args().names or [*SCENARIOS, *RECORD_SCENARIOS]
     asyncio.run(main(chosen))
     sys.exit(0)

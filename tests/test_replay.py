@@ -8,21 +8,35 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
+from corral.contract.records import RECORD_WORKFLOW
+from corral.names import SESSION_WORKFLOW
 from corral.temporal import data_converter
 from workflows import SessionWorkflow
+from workflows.records import RecordWorkflow
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
+WORKFLOWS: dict[str, type] = {SESSION_WORKFLOW: SessionWorkflow, RECORD_WORKFLOW: RecordWorkflow}
+"""The class that replays a history, by the workflow type its first event names."""
+
+
+def workflow_type(history: WorkflowHistory) -> str:
+    return history.events[0].workflow_execution_started_event_attributes.workflow_type.name
 
 
 def test_histories_are_recorded() -> None:
     assert len(HISTORIES) >= 3, "tests/histories/ is missing its recorded histories"
     # Sessions that waited for a `user.tool_confirmation` (workflow.patched("tool-confirmations")).
     assert "tool_confirmation" in {path.stem for path in HISTORIES}
+    # A record created, updated twice and archived (tests/record_histories.py, RECORD_SCENARIOS).
+    assert "record_agent_versions" in {path.stem for path in HISTORIES}
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[path.stem for path in HISTORIES])
 async def test_recorded_history_replays(path: Path) -> None:
     history = WorkflowHistory.from_json(path.stem, path.read_text())
-    replayer = Replayer(workflows=[SessionWorkflow], data_converter=data_converter())
+    kind = workflow_type(history)
+    assert kind in WORKFLOWS, f"{path.name} is a history of {kind!r}, which no replay here knows"
+    # Only that class: a history must replay with its own workflow's code, not merely with some registered one.
+    replayer = Replayer(workflows=[WORKFLOWS[kind]], data_converter=data_converter())
     result = await replayer.replay_workflow(history, raise_on_replay_failure=True)
     assert result.replay_failure is None
