@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -20,8 +21,8 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpda
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from corral.contract.session import SessionInfo, UpdateSessionInput
-from corral.names import BUSY, UPDATE_SESSION
+from corral.contract.session import SessionBudget, SessionInfo, UpdateSessionInput
+from corral.names import BUDGET_CREATE_ONLY, BUDGET_NOT_RAISED, BUSY, UPDATE_SESSION
 from gateway.errors import ApiError, invalid
 from gateway.http import Authed, body
 from gateway.shapes import patch_metadata
@@ -64,17 +65,21 @@ def session_admin_routes(gateway: Any, authed: Authed) -> list[Route]:
 
     async def update(request: Request, workspace: str) -> Response:
         changes = await body(request)
-        unsupported = sorted(set(changes) - {"title", "metadata"})
+        if "vault_ids" in changes:
+            raise invalid("vault_ids: a session's vaults are set when it is created (as upstream, not yet changeable)")
+        unsupported = sorted(set(changes) - {"title", "metadata", "budget"})
         if unsupported:
-            raise invalid(f"{', '.join(unsupported)}: a session's title and metadata can change, not this yet")
+            raise invalid(f"{', '.join(unsupported)}: a session's title, metadata and budget can change, not this yet")
         title = changes.get("title")
         if title is not None and not isinstance(title, str):
             raise invalid("title must be a string or null")
         patch = changes.get("metadata") or {}
         if not isinstance(patch, dict) or not all(isinstance(v, str | None) for v in patch.values()):
             raise invalid("metadata must be an object of strings (null removes a key)")
-        return await _apply(request, workspace, UpdateSessionInput(title_set="title" in changes, title=title,
-                                                                   metadata=patch))  # fmt: skip
+        budget = _budget(changes["budget"]) if "budget" in changes else None
+        change = UpdateSessionInput(title_set="title" in changes, title=title, metadata=patch,
+                                    budget_set="budget" in changes, budget=budget)  # fmt: skip
+        return await _apply(request, workspace, change)
 
     async def archive(request: Request, workspace: str) -> Response:
         return await _apply(request, workspace, UpdateSessionInput(archive=True))
@@ -90,7 +95,10 @@ def session_admin_routes(gateway: Any, authed: Authed) -> list[Route]:
             await handle.execute_update(UPDATE_SESSION, change, result_type=SessionInfo)
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause
-            raise invalid(cause.message if isinstance(cause, ApplicationError) else str(exc)) from exc
+            if not isinstance(cause, ApplicationError):
+                raise invalid(str(exc)) from exc
+            code = cause.type if cause.type in (BUDGET_CREATE_ONLY, BUDGET_NOT_RAISED) else None
+            raise ApiError(400, cause.message, error_code=code) from exc
         return JSONResponse(await sessions.retrieve(workspace, session_id))
 
     return [
@@ -98,6 +106,18 @@ def session_admin_routes(gateway: Any, authed: Authed) -> list[Route]:
         Route("/v1/sessions/{id}", authed(update), methods=["POST"]),
         Route("/v1/sessions/{id}/archive", authed(archive), methods=["POST"]),
     ]
+
+
+def _budget(raw: Any) -> SessionBudget | None:
+    """A new budget for a session (None removes it); the session prices it as it priced the one it was made with."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or "price" in raw:
+        raise invalid("budget must be {type: 'limit', max_list_cost: {amount, currency: 'USD'}} or null")
+    try:
+        return SessionBudget.model_validate(raw)
+    except ValidationError as exc:
+        raise invalid(f"budget: {exc}") from exc
 
 
 async def _until_gone(handle: WorkflowHandle) -> None:

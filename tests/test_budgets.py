@@ -247,3 +247,42 @@ async def test_a_budget_on_a_model_with_no_price_is_refused(stack: Stack, gatewa
         await client.beta.sessions.create(agent=agent.id, environment_id=environment.id, budget=bad)
     assert [s.id async for s in client.beta.sessions.list()] == before, "a refused session was started"
     assert not stack.requests(model)
+
+
+async def test_a_budget_is_raised_or_removed_but_never_added(stack: Stack, gateway: PricedGateway) -> None:
+    stack.model_server.register(gateway.priced_model, {"steps": [{"text": "a reply of a few tokens"}], "loop": True})
+    client = await gateway.client("team-a")
+    agent = await client.beta.agents.create(name="spender", model=f"script:{gateway.priced_model}")
+    environment = await client.beta.environments.create(name="plain")
+
+    def limit(cents: int) -> Any:
+        return {"type": "limit", "max_list_cost": {"amount": str(cents), "currency": "USD"}}
+
+    async def turn(text: str, after: int) -> list[SessionEvent]:
+        message: Any = {"type": "user.message", "content": [{"type": "text", "text": text}]}
+        await client.beta.sessions.events.send(session.id, events=[message])
+        return await wait_for_idle(stack.client.get_workflow_handle(session.id), after=after)
+
+    session = await client.beta.sessions.create(agent=agent.id, environment_id=environment.id, budget=limit(1))
+    first = await turn("go", 0)
+    assert stop_reason(first[-1]) == BudgetReached()
+    spent = int((await client.beta.sessions.retrieve(session.id)).usage.list_cost.amount)  # type: ignore[union-attr]
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        await client.beta.sessions.update(session.id, budget=limit(spent))
+    assert refused.value.body["error"]["details"] == {"error_code": "budget_not_raised"}  # type: ignore[index]
+
+    raised = await client.beta.sessions.update(session.id, budget=limit(spent + 1_000))
+    assert raised.budget is not None and raised.budget.max_list_cost.amount == str(spent + 1_000)
+    second = await turn("again", first[-1].position)
+    assert stop_reason(second[-1]) == EndTurn(), "the raised budget lets the session take a model turn again"
+
+    removed = await client.beta.sessions.update(session.id, budget=None)
+    assert removed.budget is None and (await client.beta.sessions.retrieve(session.id)).budget is None
+    with pytest.raises(anthropic.BadRequestError) as again:
+        await client.beta.sessions.update(session.id, budget=limit(5_000))
+    assert again.value.body["error"]["details"] == {"error_code": "budget_create_only"}  # type: ignore[index]
+    plain = await client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+    with pytest.raises(anthropic.BadRequestError, match="a budget is set when a session is created"):
+        await client.beta.sessions.update(plain.id, budget=limit(5_000))
+    with pytest.raises(anthropic.BadRequestError, match="vault_ids"):
+        await client.beta.sessions.update(plain.id, vault_ids=["vlt_x"])

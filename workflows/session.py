@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from datetime import datetime, timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey
@@ -71,6 +72,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from corral.names import (
         ARCHIVED,
+        BUDGET_CREATE_ONLY,
+        BUDGET_NOT_RAISED,
         BUSY,
         DELETING,
         EVENT_ID_PREFIX,
@@ -630,10 +633,16 @@ class SessionWorkflow:
             else:
                 metadata[key] = value
         title = input.title if input.title_set else self._input.title
-        self._input = self._input.model_copy(update={"title": title, "metadata": metadata})
+        budget = self._input.budget
+        if input.budget_set:  # a new limit at the price the session was made with
+            budget = input.budget and input.budget.model_copy(update={"price": budget and budget.price})
+        self._input = self._input.model_copy(update={"title": title, "metadata": metadata, "budget": budget})
         if input.archive and self._archived_at is None:
             self._archived_at = workflow.now()
-        workflow.upsert_memo({"title": title, "metadata": metadata, "archived_at": self._archived_at})
+        memo: dict[str, Any] = {"title": title, "metadata": metadata, "archived_at": self._archived_at}
+        if input.budget_set:
+            memo["budget"] = None if budget is None else budget.model_dump(mode="json", exclude={"price"})
+        workflow.upsert_memo(memo)
         self._describe()
         return self.session()
 
@@ -647,7 +656,20 @@ class SessionWorkflow:
             )
         if self._deleting and not input.delete:
             raise ApplicationError("the session is being deleted: it can no longer change", type=DELETING)
-        if self._archived_at is not None and (input.title_set or input.metadata):
+        if input.budget_set and self._input.budget is None:
+            raise ApplicationError(
+                "the session has no budget: a budget is set when a session is created, and one removed cannot be "
+                "set again",
+                type=BUDGET_CREATE_ONLY,
+            )
+        if input.budget is not None:
+            spent = self._list_cost() or 0
+            if input.budget.limit_cents <= spent:
+                raise ApplicationError(
+                    f"the session has already spent {spent} cents at list price: a new max_list_cost must be more",
+                    type=BUDGET_NOT_RAISED,
+                )
+        if self._archived_at is not None and (input.title_set or input.metadata or input.budget_set):
             raise ApplicationError("the session is archived: it can no longer change", type=ARCHIVED)
 
     def _interrupt_turn(self) -> bool:

@@ -379,6 +379,9 @@ class UpdateSessionInput(BaseModel):
     metadata: dict[str, str | None] = Field(default_factory=dict)
     archive: bool = False
     delete: bool = False
+    budget_set: bool = False
+    budget: SessionBudget | None = None
+    """With `budget_set`: the session's new budget (it must have one already), or None to remove it."""
 
 
 _USER_EVENTS: TypeAdapter[list[UserEventParams]] = TypeAdapter(list[UserEventParams])
