@@ -27,7 +27,14 @@ from temporalio.worker import Worker
 
 from activities.sandbox import SandboxActivities
 from corral.client import read_events, send_text, start_session, wait_for_idle
-from corral.contract.session import AgentConfig, SendEventsInput, SessionInfo, SessionInput, UpdateSessionInput
+from corral.contract.session import (
+    AgentConfig,
+    SendEventsInput,
+    SessionBudget,
+    SessionInfo,
+    SessionInput,
+    UpdateSessionInput,
+)
 from corral.hands import make_execute_activity
 from corral.modelserver import ModelServerThread
 from corral.names import SIGNAL_INTERRUPT, UPDATE_SEND_EVENTS, UPDATE_SESSION
@@ -127,6 +134,19 @@ async def renamed_and_archived(handle: WorkflowHandle) -> None:
     await handle.execute_update(UPDATE_SESSION, UpdateSessionInput(archive=True), result_type=SessionInfo)
 
 
+async def budget_changed_then_deleted(handle: WorkflowHandle) -> None:
+    """A budget raised, then removed, then the deletion: `session.deleted`, and the cancel that follows it."""
+    await wait_for_idle(handle)
+    raised = SessionBudget.model_validate({"max_list_cost": {"amount": "200000"}})
+    for budget in (raised, None):
+        change = UpdateSessionInput(budget_set=True, budget=budget)
+        await handle.execute_update(UPDATE_SESSION, change, result_type=SessionInfo)
+    await handle.execute_update(UPDATE_SESSION, UpdateSessionInput(delete=True), result_type=SessionInfo)
+    await handle.cancel()
+    with contextlib.suppress(WorkflowFailureError):
+        await handle.result()
+
+
 async def sandbox_tools(handle: WorkflowHandle) -> None:
     await wait_for_idle(handle, within_seconds=120)
     await handle.cancel()  # releases the sandbox: container and volume removed
@@ -138,7 +158,15 @@ SCRIPT_OPTIONS: dict[str, dict[str, Any]] = {
     "context_compaction": {"loop": True, "max_input_tokens": 2_500},
     "continue_as_new": {"loop": True},
 }
-SESSION_OPTIONS: dict[str, dict[str, Any]] = {"continue_as_new": {"continue_as_new_after_events": 200}}
+SESSION_OPTIONS: dict[str, dict[str, Any]] = {
+    "continue_as_new": {"continue_as_new_after_events": 200},
+    "budget_changed_then_deleted": {
+        "budget": {
+            "max_list_cost": {"amount": "100000"},
+            "price": {"input": "3", "output": "15", "cache_read": "0.3", "cache_write": "3.75"},
+        }
+    },
+}
 AGENT_OPTIONS: dict[str, dict[str, Any]] = {"context_compaction": {"context_budget_tokens": 1_500}}
 
 SCENARIOS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], Scenario]] = {
@@ -205,6 +233,7 @@ SCENARIOS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], Scenario]
         model_routing,
     ),
     "renamed_and_archived": ([{"text": "hello"}], [], renamed_and_archived),
+    "budget_changed_then_deleted": ([{"text": "hello"}], [], budget_changed_then_deleted),
     "model_errors": (
         [
             {"text": "after a retry", "fail": [{"status": 529, "retry_after": 0.2}]},
