@@ -40,7 +40,7 @@ from corral.contract.activities import (
     ReadLogInput,
 )
 from corral.contract.context import SUMMARIZER_SYSTEM, SUMMARY_REQUEST, json_size, view
-from corral.contract.events import AgentThreadContextCompacted, ModelUsage, SessionEvent
+from corral.contract.events import AgentThreadContextCompacted, ModelUsage, RefusalStopDetails, SessionEvent
 from corral.contract.proxy import McpToolSpec
 from corral.contract.session import MAX_QUERY_BYTES, AgentConfig, EventPage, EventsQuery
 from corral.hands.heartbeat import heartbeating
@@ -338,5 +338,15 @@ def _result(message: anthropic.types.Message, worker_task_queue: str | None) -> 
         model=message.model,
         request_id=getattr(message, "_request_id", None),
         stop_reason=message.stop_reason,
+        refusal=_refusal(message),
         worker_task_queue=worker_task_queue,
     )
+
+
+def _refusal(message: anthropic.types.Message) -> RefusalStopDetails | None:
+    details = getattr(message, "stop_details", None)  # anthropic >= 2.14; a server may send none
+    if message.stop_reason != "refusal":
+        return None
+    if details is None:
+        return RefusalStopDetails()
+    return RefusalStopDetails(category=details.category, explanation=details.explanation)

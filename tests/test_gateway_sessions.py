@@ -252,3 +252,29 @@ async def test_a_session_with_bad_initial_events_is_not_created(stack: Stack, ga
     )
     first = await events_until_idle(client, session.id, 0)
     assert [e.type for e in first][:2] == ["user.message", "session.status_running"]
+
+
+async def test_a_refused_response_ends_the_turn_with_stop_reason_refusal(stack: Stack, gateway: Gateway) -> None:  # noqa: F811
+    client = await gateway.client("team-refusal")
+    model = stack.script(
+        [
+            {"text": "I can't help with that.", "stop_reason": "refusal", "refusal_category": "cyber"},
+            {"text": "Happy to help with that one."},
+        ]
+    )
+    session_id = await new_session(client, model, [])
+    await client.beta.sessions.events.send(session_id, events=[text("something it refuses")])
+    first = await events_until_idle(client, session_id, 0)
+    idle = first[-1]
+    assert idle.stop_reason.type == "refusal"
+    details = idle.stop_details
+    assert details is not None and (details.type, details.category) == ("refusal", "cyber")
+    assert details.explanation, "the model's explanation is passed on"
+    assert [e.model_dump()["content"][0]["text"] for e in first if e.type == "agent.message"] == [
+        "I can't help with that."
+    ]
+    session = await client.beta.sessions.retrieve(session_id)
+    assert session.status == "idle"
+    await client.beta.sessions.events.send(session_id, events=[text("something else")])
+    second = await events_until_idle(client, session_id, len(first))
+    assert second[-1].stop_reason.type == "end_turn" and second[-1].stop_details is None

@@ -34,6 +34,8 @@ with workflow.unsafe.imports_passed_through():
         ErrorType,
         ModelUsage,
         PermissionEvaluation,
+        Refusal,
+        RefusalStopDetails,
         RequiresAction,
         RetriesExhausted,
         RetryStatus,
@@ -119,6 +121,10 @@ the Managed Agents API does): a client that reads only the newest idle knows wha
 MESSAGE_IDS_PATCH = "message-ids-from-request"
 """From here a response's `agent.message` and `agent.thinking` take ids made from their request's span id
 (`message_id_of`), the ids their live previews carry, instead of new ones."""
+
+REFUSAL_PATCH = "refusal-stop-reason"
+"""From here a response the model refused ends the turn with stop reason `refusal` and the response's details."""
+REFUSED_RESULT = "Not run: the model's response was refused."
 
 BUDGET_PATCH = "session-budget"
 """From here a session with a budget stops taking model turns once they have cost it (only sessions with a budget
@@ -275,6 +281,12 @@ class SessionWorkflow:
                     for use in uses:  # answered, so that the conversation stays valid for a later turn
                         self._log.answer(use, BUDGET_SPENT_RESULT, True)
                     self._go_idle(BudgetReached())
+                    return
+                # Determinism: histories recorded before refusals ended a turn this way ended it as end_turn.
+                if result.stop_reason == "refusal" and workflow.patched(REFUSAL_PATCH):
+                    for use in uses:
+                        self._log.answer(use, REFUSED_RESULT, True)
+                    self._go_idle(Refusal(), result.refusal or RefusalStopDetails())
                     return
                 # Determinism: histories recorded before permissions were evaluated have no marker here, and never
                 # wait for a confirmation; the patch also keeps their events (and so their sizes) as they were.
@@ -527,8 +539,11 @@ class SessionWorkflow:
 
     # ---- status -------------------------------------------------------------------------------------------
 
-    def _go_idle(self, reason: StopReason) -> None:
-        self._log.append(SessionStatusIdle, stop_reason=reason)
+    def _go_idle(self, reason: StopReason, details: RefusalStopDetails | None = None) -> None:
+        if details is None:  # the events of sessions that never refused stay as they were
+            self._log.append(SessionStatusIdle, stop_reason=reason)
+        else:
+            self._log.append(SessionStatusIdle, stop_reason=reason, stop_details=details)
         self._set_status("idle", reason.type)
 
     def _set_status(self, status: SessionStatus, stop_reason: str | None = None) -> None:

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from corral.contract.events import ModelUsage, SessionEvent
+from corral.contract.events import ModelUsage, RefusalStopDetails, SessionEvent
 from corral.contract.proxy import McpToolSpec
 from corral.contract.sandbox import SandboxHandle
 from corral.contract.session import AgentConfig
@@ -99,6 +99,8 @@ class ModelTurnResult(BaseModel):
     request_id: str | None = None
     stop_reason: str | None = None
     """The API's: `max_tokens` means the reply was cut off, and its tool calls may be incomplete."""
+    refusal: RefusalStopDetails | None = None
+    """With stop_reason `refusal`: the response's `stop_details`."""
     worker_task_queue: str | None = None
     """The task queue of the model worker that served this turn alone (`<model queue>@<worker id>`): it holds the
     conversation in its cache, so the session sends its next turn there. None: a worker without one."""

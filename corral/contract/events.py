@@ -201,7 +201,24 @@ class BudgetReached(BaseModel):
     type: Literal["budget_reached"] = "budget_reached"
 
 
-StopReason = Annotated[EndTurn | RequiresAction | RetriesExhausted | BudgetReached, Field(discriminator="type")]
+class Refusal(BaseModel):
+    """The model refused the request (e.g. a safety classifier intervened); the idle's `stop_details` says more."""
+
+    type: Literal["refusal"] = "refusal"
+
+
+class RefusalStopDetails(BaseModel):
+    """What the model said of its refusal: the policy category (None: no named one) and an explanation for people
+    (its wording can change: do not parse it)."""
+
+    type: Literal["refusal"] = "refusal"
+    category: str | None = None
+    explanation: str | None = None
+
+
+StopReason = Annotated[
+    EndTurn | RequiresAction | RetriesExhausted | BudgetReached | Refusal, Field(discriminator="type")
+]
 
 
 class SessionStatusRunning(_Event):
@@ -215,6 +232,7 @@ class SessionStatusIdle(_Event):
 
     type: Literal["session.status_idle"] = "session.status_idle"
     stop_reason: StopReason
+    stop_details: RefusalStopDetails | None = None
 
 
 class SessionStatusRescheduled(_Event):

@@ -175,6 +175,7 @@ def _message_json(plan: Plan, model: str, message_id: str) -> dict[str, Any]:
         "content": [content_to_dict(b) for b in plan.blocks],
         "stop_reason": plan.stop_reason,
         "stop_sequence": None,
+        **_stop_details(plan),
         "usage": {"output_tokens": plan.output_tokens, **_input_usage(plan)},
     }
 
@@ -330,7 +331,7 @@ class ModelServer:
                 "message_delta",
                 {
                     "type": "message_delta",
-                    "delta": {"stop_reason": plan.stop_reason, "stop_sequence": None},
+                    "delta": {"stop_reason": plan.stop_reason, "stop_sequence": None, **_stop_details(plan)},
                     "usage": {"output_tokens": plan.output_tokens},
                 },
             )
@@ -428,3 +429,8 @@ def create_app(
     app.state.model_server = server
     app.state.book = server.book
     return app
+
+
+def _stop_details(plan: Plan) -> dict[str, Any]:
+    """A refusal's `stop_details` (the Messages API's); other responses carry none."""
+    return {} if plan.stop_details is None else {"stop_details": plan.stop_details}

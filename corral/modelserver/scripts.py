@@ -19,6 +19,7 @@ from corral.contract.context import SUMMARIZER_SYSTEM, SUMMARY_REQUEST
 StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal"]
 
 SCRIPT_MODEL_PREFIX = "script:"
+REFUSAL_EXPLANATION = "The scripted model declined this request."
 
 
 class ToolUseSpec(BaseModel):
@@ -67,6 +68,8 @@ class ScriptStep(BaseModel):
     text: str | None = None
     tool_uses: list[ToolUseSpec] = Field(default_factory=list)
     stop_reason: StopReason | None = None
+    refusal_category: str | None = None
+    """With stop_reason `refusal`: the `stop_details.category` the response carries (its explanation is fixed)."""
     fail: list[FailureSpec] = Field(default_factory=list)
     fail_mid_stream: bool = False
     break_stream: list[StreamBreak] = Field(default_factory=list)
@@ -128,6 +131,7 @@ class Plan:
     fail_mid_stream: bool = False
     stream_break: StreamBreak | None = None
     cache_read_input_tokens: int = 0
+    stop_details: dict[str, Any] | None = None
     cache_creation_input_tokens: int = 0
 
 
@@ -312,6 +316,11 @@ def plan_step(body: dict[str, Any], name: str, step_index: int, step: ScriptStep
         tokens_per_second=step.tokens_per_second if paced else None,
         fail_mid_stream=step.fail_mid_stream and use == 0,
         stream_break=step.break_stream[use] if use < len(step.break_stream) else None,
+        stop_details=(
+            {"type": "refusal", "category": step.refusal_category, "explanation": REFUSAL_EXPLANATION}
+            if stop_reason == "refusal"
+            else None
+        ),
     )
 
 
