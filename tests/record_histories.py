@@ -234,6 +234,11 @@ SCENARIOS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], Scenario]
     ),
     "renamed_and_archived": ([{"text": "hello"}], [], renamed_and_archived),
     "budget_changed_then_deleted": ([{"text": "hello"}], [], budget_changed_then_deleted),
+    "refusal": (
+        [{"text": "I can't help with that.", "stop_reason": "refusal", "refusal_category": "cyber"}, {"text": "Sure."}],
+        [],
+        model_errors,  # a turn, then "try again": the refused turn, then one that ends as usual
+    ),
     "model_errors": (
         [
             {"text": "after a retry", "fail": [{"status": 529, "retry_after": 0.2}]},
