@@ -52,7 +52,7 @@ from gateway.repositories import (
     session_repositories,
     store_repository_tokens,
 )
-from gateway.shapes import agent_config, agent_view, check_metadata, environment_recipe, event_view, when
+from gateway.shapes import agent_body, agent_config, agent_view, check_metadata, environment_recipe, event_view, when
 from gateway.vaults import check_vault_ids
 
 STATUS_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS)
@@ -66,6 +66,10 @@ AGENT_ONLY = ("created_at", "updated_at", "archived_at", "metadata")
 """Fields of an agent that a session's snapshot of it does not show."""
 
 logger = logging.getLogger("gateway")
+
+
+OVERRIDABLE = frozenset({"model", "system", "tools", "mcp_servers", "skills"})
+"""What an `agent_with_overrides` may replace (skills are refused, as they are on agents)."""
 
 
 class Sessions:
@@ -162,14 +166,28 @@ class Sessions:
         return {**await self._view(handle, description), "resources": resources}
 
     async def _agent(self, workspace: str, reference: Any) -> RecordView:
+        """The agent version a session runs: by id (the latest), `{type: "agent", id, version}`, or
+        `{type: "agent_with_overrides", id, version?, model?, system?, tools?, mcp_servers?}`, whose fields replace
+        the agent's for this session only (the agent itself is unchanged)."""
+        overrides: dict[str, Any] | None = None
+        kind = reference.get("type", "agent") if isinstance(reference, dict) else None
         if isinstance(reference, str):
             agent_id, version = reference, None
-        elif isinstance(reference, dict) and reference.get("type", "agent") == "agent" and reference.get("id"):
+        elif isinstance(reference, dict) and kind in ("agent", "agent_with_overrides") and reference.get("id"):
             agent_id, version = str(reference["id"]), reference.get("version")
             if version is not None and (not isinstance(version, int) or version < 1):
                 raise invalid("agent.version must be a positive integer")
+            if kind == "agent_with_overrides":
+                overrides = {key: value for key, value in reference.items() if key not in ("type", "id", "version")}
+                unknown = sorted(set(overrides) - OVERRIDABLE)
+                if unknown:
+                    raise invalid(
+                        f"agent: {', '.join(unknown)} cannot be overridden (only {', '.join(sorted(OVERRIDABLE))})"
+                    )
         else:
-            raise invalid("agent must be an agent id or {type: 'agent', id, version}")
+            raise invalid(
+                "agent must be an agent id, {type: 'agent', id, version} or {type: 'agent_with_overrides', id, ...}"
+            )
         try:
             agent = await self.records.get(agent_id, workspace, version)
         except RecordNotFound as exc:
@@ -178,6 +196,8 @@ class Sessions:
             raise not_found("agent", agent_id)
         if agent.archived_at is not None:
             raise invalid(f"agent {agent_id!r} is archived")
+        if overrides is not None:
+            agent = agent.model_copy(update={"body": agent_body(overrides, current=agent.body)})
         return agent
 
     async def retrieve(self, workspace: str, session_id: str) -> dict[str, Any]:

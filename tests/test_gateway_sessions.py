@@ -278,3 +278,30 @@ async def test_a_refused_response_ends_the_turn_with_stop_reason_refusal(stack: 
     await client.beta.sessions.events.send(session_id, events=[text("something else")])
     second = await events_until_idle(client, session_id, len(first))
     assert second[-1].stop_reason.type == "end_turn" and second[-1].stop_details is None
+
+
+async def test_an_agent_with_overrides_changes_the_session_and_not_the_agent(stack: Stack, gateway: Gateway) -> None:  # noqa: F811
+    client = await gateway.client("team-overrides")
+    original, replacement = stack.script([{"text": "from the agent's model"}]), stack.script([{"text": "overridden"}])
+    tools: Any = [WEATHER]
+    agent = await client.beta.agents.create(name="helper", model=original, system="Be formal.", tools=tools)
+    environment = await client.beta.environments.create(name="plain")
+    overrides: Any = {"type": "agent_with_overrides", "id": agent.id, "version": 1, "model": replacement,
+                      "system": "Be brief.", "tools": []}  # fmt: skip
+    session = await client.beta.sessions.create(agent=overrides, environment_id=environment.id)
+    assert (session.agent.id, session.agent.version, session.agent.system) == (agent.id, 1, "Be brief.")
+    assert session.agent.tools == [] and session.agent.model.id == replacement
+    await client.beta.sessions.events.send(session.id, events=[text("hello")])
+    replies = [e for e in await events_until_idle(client, session.id, 0) if e.type == "agent.message"]
+    assert [r.model_dump()["content"][0]["text"] for r in replies] == ["overridden"]
+    [request] = stack.requests(replacement)
+    assert "Be brief." in str(request["body"]["system"]) and not request["body"].get("tools")
+    assert not stack.requests(original), "the agent's own model was not called"
+    kept = await client.beta.agents.retrieve(agent.id)
+    assert (kept.version, kept.system, [t.type for t in kept.tools]) == (1, "Be formal.", ["custom"])
+    refused: list[tuple[dict[str, Any], str]] = [({"name": "x"}, "name cannot be overridden"),
+                                                 ({"skills": [{"type": "x"}]}, "skills")]  # fmt: skip
+    for bad, reason in refused:
+        with pytest.raises(anthropic.BadRequestError, match=reason):
+            wrong: Any = {**overrides, **bad}
+            await client.beta.sessions.create(agent=wrong, environment_id=environment.id)
