@@ -168,6 +168,21 @@ class SessionResources:
         await in_vault(store.store_repository_token, session_id, resource_id, resource["url"], SecretStr(token))
         return JSONResponse({**resource, "updated_at": when(datetime.now(UTC))})
 
+    async def add(self, request: Request, workspace: str) -> Response:
+        """Upstream adds `file` resources (uploaded through the Files API) to a running session: corral serves no
+        files yet, and a session's repositories are given when it is created."""
+        await self._own(workspace, request.path_params["id"])
+        kind = (await body(request)).get("type")
+        raise invalid(f"a session resource of type {kind!r} cannot be added: corral does not serve files yet, and a "
+                      "session's github_repository resources are given when the session is created")  # fmt: skip
+
+    async def delete(self, request: Request, workspace: str) -> Response:
+        """A repository stays with its session (its clone is the session's workspace); its token can be rotated."""
+        session_id, resource_id = request.path_params["id"], request.path_params["resource_id"]
+        await self._one(workspace, session_id, resource_id)
+        raise invalid(f"repository {resource_id!r} stays with session {session_id!r} while it lives: rotate its "
+                      "token (update the resource), or delete the session, which revokes it")  # fmt: skip
+
 
 def repository_routes(gateway: Any, authed: Authed) -> list[Route]:
     """`/v1/sessions/{id}/resources` (`gateway` is the app's `Gateway`)."""
@@ -175,6 +190,8 @@ def repository_routes(gateway: Any, authed: Authed) -> list[Route]:
     base = "/v1/sessions/{id}/resources"
     return [
         Route(base, authed(resources.list), methods=["GET"]),
+        Route(base, authed(resources.add), methods=["POST"]),
         Route(base + "/{resource_id}", authed(resources.retrieve), methods=["GET"]),
         Route(base + "/{resource_id}", authed(resources.update), methods=["POST"]),
+        Route(base + "/{resource_id}", authed(resources.delete), methods=["DELETE"]),
     ]

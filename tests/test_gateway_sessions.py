@@ -305,3 +305,17 @@ async def test_an_agent_with_overrides_changes_the_session_and_not_the_agent(sta
         with pytest.raises(anthropic.BadRequestError, match=reason):
             wrong: Any = {**overrides, **bad}
             await client.beta.sessions.create(agent=wrong, environment_id=environment.id)
+
+
+async def test_session_resources_cannot_be_added_yet(stack: Stack, gateway: Gateway) -> None:  # noqa: F811
+    """Adding a `file` resource is refused with the reason (deleting a repository: tests/test_gateway_vaults.py)."""
+    client = await gateway.client("team-resources")
+    session_id = await new_session(client, stack.script([{"text": "hi"}]), [])
+    with pytest.raises(anthropic.BadRequestError, match="does not serve files yet"):
+        await client.beta.sessions.resources.add(session_id, type="file", file_id="file_x")
+    with pytest.raises(anthropic.NotFoundError):
+        await client.beta.sessions.resources.delete("repo1", session_id=session_id)
+    assert [r async for r in client.beta.sessions.resources.list(session_id)] == [], "nothing was added"
+    stranger = await gateway.client("team-elsewhere")
+    with pytest.raises(anthropic.NotFoundError):
+        await stranger.beta.sessions.resources.add(session_id, type="file", file_id="file_x")
