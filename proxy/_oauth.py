@@ -7,13 +7,16 @@ body), `client_secret_basic` (HTTP Basic with the form-urlencoded id and secret,
 - an OAuth error answer (4xx, e.g. `invalid_grant`) means the refresh token is no good: `McpTokenRefreshFailed`,
   not retryable, with the OAuth error *code* only (a description could quote anything);
 - an endpoint that is down, times out or answers 5xx may recover: `McpConnectionFailed`, retryable.
+
+`exchange_refresh_token` returns a refusal rather than raising it (`TokenEndpointRefusal`, its `error` the one
+above), so a credential validation can report the endpoint's answer; a call raises the `error`.
 """
 
 from __future__ import annotations
 
 import base64
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from urllib.parse import quote, urlsplit
 
@@ -21,7 +24,7 @@ import httpx
 from pydantic import SecretStr
 
 from proxy._ids import now
-from proxy.errors import McpConnectionFailed, McpTokenRefreshFailed
+from proxy.errors import McpConnectionFailed, McpError, McpTokenRefreshFailed
 from proxy.vault import ResolvedMcpCredential
 
 _ERROR_CODE = re.compile(r"^[a-z_]{1,64}$")
@@ -36,8 +39,23 @@ class RefreshedToken:
     refresh_token: SecretStr | None
 
 
-async def refresh_access_token(credential: ResolvedMcpCredential, *, timeout: float = 15.0) -> RefreshedToken:
-    """POST `grant_type=refresh_token` to the credential's token endpoint and parse the answer."""
+@dataclass(frozen=True)
+class TokenEndpointRefusal:
+    """The token endpoint's answer to a refresh it did not grant (an error status, or a 200 with no bearer token
+    in it). `body` is the endpoint's raw answer and may quote a secret: it goes to `proxy.validation`, which
+    scrubs it, and nowhere else; `error` is what a call raises for it, safe to show."""
+
+    status_code: int
+    content_type: str
+    body: bytes = field(repr=False)
+    error: McpError
+
+
+async def exchange_refresh_token(
+    credential: ResolvedMcpCredential, *, timeout: float = 15.0
+) -> RefreshedToken | TokenEndpointRefusal:
+    """The refresh exchange: a new token, or the endpoint's refusal; `McpConnectionFailed` when it cannot be
+    reached at all."""
     if not credential.refreshable:
         raise McpTokenRefreshFailed(f"credential {credential.credential_id} has no refresh token")
     assert credential.token_endpoint is not None and credential.client_id is not None
@@ -64,14 +82,21 @@ async def refresh_access_token(credential: ResolvedMcpCredential, *, timeout: fl
         raise McpConnectionFailed(
             f"the token endpoint at {endpoint_host} could not be reached ({type(exc).__name__})"
         ) from None
+    error: McpError
     if response.status_code >= 500:
-        raise McpConnectionFailed(f"the token endpoint at {endpoint_host} answered {response.status_code}")
-    if response.status_code != 200:
-        raise McpTokenRefreshFailed(
+        error = McpConnectionFailed(f"the token endpoint at {endpoint_host} answered {response.status_code}")
+    elif response.status_code != 200:
+        error = McpTokenRefreshFailed(
             f"the token endpoint at {endpoint_host} refused to refresh credential {credential.credential_id} "
             f"(HTTP {response.status_code}, {_oauth_error_code(response)})"
         )
-    return _parse_token_response(response, endpoint_host, credential.credential_id)
+    else:
+        try:
+            return _parse_token_response(response, endpoint_host, credential.credential_id)
+        except McpTokenRefreshFailed as exc:
+            error = exc
+    content_type = response.headers.get("content-type", "")
+    return TokenEndpointRefusal(response.status_code, content_type, response.content, error)
 
 
 def _oauth_error_code(response: httpx.Response) -> str:

@@ -16,6 +16,9 @@ A refresh is single-flight per credential within a process (a lock), and across 
 credential first: if another proxy already replaced the rejected token, its token is used instead of refreshing
 again (a rotated refresh token can be spent only once).
 
+`validate_credential` probes one credential by its ids (connect and list tools, refresh on a 401 as a call does,
+probe again) and reports each step in the Managed Agents API's terms (`proxy.validation`).
+
 Connections are short-lived: one HTTP client and one MCP connection per call, closed afterwards. That is the
 simplest correct choice (no connection outlives the token it was opened with, no state to lose when a worker
 dies) and costs a `server/discover` round trip and client setup per call. Measured on loopback against the test
@@ -27,25 +30,37 @@ per (server, token) is the optimisation to reach for if that ever matters.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import httpx2
 import mcp_types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from proxy._ids import now
 from proxy._kv import CasMismatch
-from proxy._oauth import refresh_access_token
-from proxy.errors import McpAuthenticationFailed, McpConnectionFailed, McpError
+from proxy._oauth import TokenEndpointRefusal, exchange_refresh_token
+from proxy.errors import CredentialNotFound, McpAuthenticationFailed, McpConnectionFailed, McpError
 from proxy.models import McpServer, SessionBinding, ToolOutcome, ToolSpec
-from proxy.vault import ResolvedMcpCredential, VaultStore
+from proxy.validation import (
+    CredentialValidation,
+    HttpTrace,
+    McpProbeFailure,
+    RefreshReport,
+    ValidationStatus,
+    captured_response,
+)
+from proxy.vault import ResolvedMcpCredential, VaultStore, _resolved
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _PAGE_CAP = 100
@@ -57,6 +72,24 @@ parse error), one that is not MCP (`_malformed_answer`), or the server's own int
 @dataclass
 class _Unauthorized:
     """The server answered 401 to the token tried."""
+
+
+@dataclass(frozen=True)
+class _Refreshed:
+    """A credential with a new token; `exchanged` is False when another caller had already replaced the rejected
+    token, so no refresh token was spent here."""
+
+    credential: ResolvedMcpCredential
+    exchanged: bool
+
+
+_ProbeVerdict = Literal["ok", "unauthorized", "rejected", "inconclusive"]
+_VERDICT_STATUS: dict[_ProbeVerdict, ValidationStatus] = {
+    "ok": "valid",
+    "unauthorized": "invalid",
+    "rejected": "invalid",
+    "inconclusive": "unknown",
+}
 
 
 class McpProxy:
@@ -150,6 +183,15 @@ class McpProxy:
         return credential.expires_at is not None and credential.expires_at <= now() + self.expiry_margin
 
     async def _refresh(self, stale: ResolvedMcpCredential) -> ResolvedMcpCredential:
+        outcome = await self._refresh_or_adopt(stale)
+        if isinstance(outcome, TokenEndpointRefusal):
+            raise outcome.error
+        return outcome.credential
+
+    async def _refresh_or_adopt(self, stale: ResolvedMcpCredential) -> _Refreshed | TokenEndpointRefusal:
+        """A new token for `stale`, written back to Vault check-and-set: another caller's, if it replaced the token
+        meanwhile, else one from the token endpoint; or the endpoint's refusal. Raises `McpConnectionFailed` when
+        the endpoint cannot be reached."""
         lock = self._refresh_locks.setdefault(stale.credential_id, asyncio.Lock())
         async with lock:
             current = await asyncio.to_thread(self.store._reread_mcp_credential, stale)
@@ -157,10 +199,13 @@ class McpProxy:
                 raise McpAuthenticationFailed(f"credential {stale.credential_id} was removed while in use")
             replaced = current.token.get_secret_value() != stale.token.get_secret_value()
             if replaced and not self._expired(current):
-                return current  # another caller refreshed it meanwhile: use that token, spend no refresh token
-            fresh = await refresh_access_token(current, timeout=self.connect_timeout + 5)
+                # another caller refreshed it meanwhile: use that token, spend no refresh token
+                return _Refreshed(current, exchanged=False)
+            fresh = await exchange_refresh_token(current, timeout=self.connect_timeout + 5)
+            if isinstance(fresh, TokenEndpointRefusal):
+                return fresh
             try:
-                return await asyncio.to_thread(
+                stored = await asyncio.to_thread(
                     self.store._store_refreshed_token,
                     current,
                     fresh.access_token,
@@ -174,25 +219,107 @@ class McpProxy:
                     raise McpAuthenticationFailed(
                         f"credential {stale.credential_id} was removed while in use"
                     ) from None
-                return latest
+                return _Refreshed(latest, exchanged=True)
+            return _Refreshed(stored, exchanged=True)
+
+    # --- validation -----------------------------------------------------------------------------------------
+
+    async def validate_credential(self, vault_id: str, credential_id: str) -> CredentialValidation:
+        """A live probe of one credential against its server: connect and list tools with the stored token.
+
+        On a 401, the refresh token is exchanged as a call would exchange it (the new token is written back to
+        Vault, so later calls use it) and the server is probed again with the new token: `valid` then means the
+        token now in Vault works, rather than the API's `unknown` for a refreshed token left untested. `invalid`:
+        the server rejected the credential (401 or 403) and no refresh recovered it (none configured, or the
+        token endpoint refused it), or no token is stored. `unknown`: the probe could not tell (no answer, a
+        5xx, an answer that is not MCP, a token endpoint unreachable or answering 5xx). `refresh` is filled in
+        after a 401 only, `no_refresh_token` included; `mcp_probe` is the failing step of the last probe.
+        Raises `VaultNotFound` / `CredentialNotFound` for ids that name nothing."""
+        started = now()
+        credential = await asyncio.to_thread(self._stored_credential, vault_id, credential_id)
+        report = functools.partial(
+            CredentialValidation,
+            vault_id=vault_id,
+            credential_id=credential_id,
+            has_refresh_token=credential is not None and credential.refresh_token is not None,
+            validated_at=started,
+        )
+        if credential is None:
+            return report(status="invalid")  # no token to try
+        hidden = _secrets_of(credential)
+        verdict, failure = await self._probe(credential, hidden)
+        if verdict != "unauthorized":
+            return report(status=_VERDICT_STATUS[verdict], mcp_probe=failure)
+        if not credential.refreshable:
+            return report(status="invalid", mcp_probe=failure, refresh=RefreshReport(status="no_refresh_token"))
+        try:
+            refreshed = await self._refresh_or_adopt(credential)
+        except McpConnectionFailed:
+            return report(status="unknown", mcp_probe=failure, refresh=RefreshReport(status="connect_error"))
+        except McpAuthenticationFailed:
+            raise CredentialNotFound(f"credential {credential_id} was removed while it was validated") from None
+        if isinstance(refreshed, TokenEndpointRefusal):
+            # A refusal (4xx) is final, as for a call; an endpoint in trouble (5xx) may grant it later.
+            answer = captured_response(refreshed.status_code, refreshed.content_type, refreshed.body, hidden)
+            status: ValidationStatus = "unknown" if refreshed.error.retryable else "invalid"
+            refused = RefreshReport(status="failed", http_response=answer)
+            return report(status=status, mcp_probe=failure, refresh=refused)
+        refresh = RefreshReport(status="succeeded") if refreshed.exchanged else None
+        verdict, failure = await self._probe(refreshed.credential, [*hidden, *_secrets_of(refreshed.credential)])
+        return report(status=_VERDICT_STATUS[verdict], mcp_probe=failure, refresh=refresh)
+
+    def _stored_credential(self, vault_id: str, credential_id: str) -> ResolvedMcpCredential | None:
+        """The credential with its secrets, or None when it has no token to try (archived: its secret is gone)."""
+        document, version = self.store._require_credential(vault_id, credential_id)
+        secret = document.get("secret")
+        kind = document.get("auth", {}).get("type")
+        token_field = "token" if kind == "static_bearer" else "access_token"
+        if document.get("archived_at") is not None or not isinstance(secret, dict) or not secret.get(token_field):
+            return None
+        return _resolved(document, version)
+
+    async def _probe(
+        self, credential: ResolvedMcpCredential, hidden: list[SecretStr]
+    ) -> tuple[_ProbeVerdict, McpProbeFailure | None]:
+        """Connect (discover or initialize) and list the first page of tools with the credential's token: the
+        smallest round trip that is authenticated on every MCP server that authenticates at all."""
+        trace = HttpTrace(keep_steps=True)
+        server = McpServer(name=credential.credential_id, url=credential.mcp_server_url)
+
+        async def operation(client: Client) -> None:
+            await client.list_tools()
+
+        try:
+            outcome = await self._attempt(server, credential, operation, trace)
+        except McpAuthenticationFailed:  # a 403: the server refuses this credential
+            return "rejected", trace.failing_step(hidden)
+        except Exception as exc:  # every other failure leaves the credential untested; the trace says where
+            if not isinstance(exc, McpError | MCPError):
+                logger.warning("probe of credential %s failed with %s", credential.credential_id, type(exc).__name__)
+            return "inconclusive", trace.failing_step(hidden)
+        if isinstance(outcome, _Unauthorized):
+            return "unauthorized", trace.failing_step(hidden)
+        return "ok", None
 
     # --- one connection -------------------------------------------------------------------------------------
 
     async def _attempt(
-        self, server: McpServer, credential: ResolvedMcpCredential, operation: Callable[[Client], Awaitable[T]]
+        self,
+        server: McpServer,
+        credential: ResolvedMcpCredential,
+        operation: Callable[[Client], Awaitable[T]],
+        trace: HttpTrace | None = None,
     ) -> T | _Unauthorized:
-        """Open a connection with this token, run `operation`, close. HTTP statuses are recorded as they arrive,
-        because the SDK turns an HTTP 401 or 503 into the same JSON-RPC error as any other failure."""
-        statuses: list[int] = []
-
-        async def record(response: httpx2.Response) -> None:
-            statuses.append(response.status_code)
-
+        """Open a connection with this token, run `operation`, close. HTTP statuses are recorded as they arrive
+        (in `trace`, given to see them), because the SDK turns an HTTP 401 or 503 into the same JSON-RPC error as
+        any other failure."""
+        trace = trace or HttpTrace()
+        statuses = trace.statuses
         started = False
         http = httpx2.AsyncClient(
             headers={"Authorization": f"Bearer {credential.token.get_secret_value()}"},
             timeout=httpx2.Timeout(self.timeout, connect=self.connect_timeout),
-            event_hooks={"response": [record]},
+            event_hooks={"request": [trace.on_request], "response": [trace.on_response]},
             verify=self._tls,
         )
         try:
@@ -227,6 +354,11 @@ class McpProxy:
                 # sending the request again (a retried tool call would run its side effects again).
                 raise _malformed_answer(server, malformed[0]) from None
             raise
+
+
+def _secrets_of(credential: ResolvedMcpCredential) -> list[SecretStr]:
+    found = [credential.token, credential.refresh_token, credential.client_secret]
+    return [secret for secret in found if secret is not None]
 
 
 def _connection_failure(

@@ -24,12 +24,13 @@ from corral.contract.events import AgentMcpToolResult
 from corral.records import Records
 from corral.serving import ServerThread
 from corral.temporal import cluster_id
-from proxy import GitProxyServer, VaultStore
+from proxy import GitProxyServer, McpProxy, McpServer, SessionBinding, VaultStore
 from tests.chaos._processes import RoleProcess, free_port, role_process, until_healthy
 from tests.conftest import Stack, history_text, remove_sandboxes, texts, unique, wait_for_idle
 from tests.proxy_servers.devvault import scan_for, shared_dev_vault
 from tests.proxy_servers.git_server import GitServerLog, create_git_app, make_bare_repository
 from tests.proxy_servers.mcp_server import create_mcp_app
+from tests.proxy_servers.oauth_server import TOKEN_PATH, create_token_app
 from tests.proxy_servers.tokens import TokenAuthority
 from workers.proxy import proxy_worker
 from workers.roles import sandbox_workers
@@ -92,6 +93,13 @@ def mcp_url(authority: TokenAuthority) -> Iterator[str]:
     with ServerThread(lambda url: create_mcp_app(authority, url), name="mcp", lifespan="on", app_takes_url=True) as mcp:
         assert mcp.base_url
         yield f"{mcp.base_url}/mcp"
+
+
+@pytest.fixture
+def token_endpoint(authority: TokenAuthority) -> Iterator[str]:
+    with ServerThread(create_token_app(authority), name="token-endpoint") as server:
+        assert server.base_url
+        yield server.base_url + TOKEN_PATH
 
 
 def user_message(text: str) -> Any:
@@ -185,6 +193,134 @@ async def test_vaults_are_records_of_the_workspace_and_the_proxys_vaults(gateway
         store.get_vault(vault.id)
     with pytest.raises(Exception, match="no vault"):
         store.list_credentials(vault.id)
+
+
+async def test_an_mcp_oauth_credential_is_validated_live_against_its_server(
+    gateway: Gateway, store: VaultStore, authority: TokenAuthority, mcp_url: str, token_endpoint: str
+) -> None:
+    """`mcp_oauth_validate` probes the real MCP server with the stored token; on a 401 it refreshes at the real
+    token endpoint, stores the new token (which the proxy's calls then use) and probes again. No answer shows a
+    token, a refresh token or the client secret, even the answer of a server that quotes the token back."""
+    client, other = await gateway.client("team-a"), await gateway.client("team-b")
+    authority.client_auth = "client_secret_basic"
+    assert authority.client_secret is not None
+    secrets = [authority.client_secret]
+
+    async def credential(
+        access: str, refresh: str | None = None, url: str = mcp_url, endpoint: str = token_endpoint
+    ) -> tuple[str, str]:
+        """A vault of its own (one credential per server URL and vault) with one mcp_oauth credential."""
+        vault = await client.beta.vaults.create(display_name="validated")
+        auth: Any = {"type": "mcp_oauth", "mcp_server_url": url, "access_token": access}
+        if refresh is not None:
+            client_auth = {"type": "client_secret_basic", "client_secret": authority.client_secret}
+            auth["refresh"] = {"token_endpoint": endpoint, "client_id": authority.client_id, "refresh_token": refresh,
+                               "token_endpoint_auth": client_auth}  # fmt: skip
+        created = await client.beta.vaults.credentials.create(vault.id, auth=auth)
+        secrets.extend([access, *([refresh] if refresh else [])])
+        return vault.id, created.id
+
+    async def validate(ids: tuple[str, str]) -> Any:
+        vault_id, credential_id = ids
+        return await client.beta.vaults.credentials.mcp_oauth_validate(credential_id, vault_id=vault_id)
+
+    # A token the server accepts.
+    good = await credential(authority.issue_access_token())
+    valid = await validate(good)
+    assert (valid.type, valid.vault_id, valid.credential_id) == ("vault_credential_validation", *good)
+    assert (valid.status, valid.mcp_probe, valid.refresh, valid.has_refresh_token) == ("valid", None, None, False)
+    assert valid.validated_at.tzinfo is not None
+
+    # A token the server rejects, and nothing to refresh it with: the server's 401 is the failing step.
+    rejected = await validate(await credential("at-unknown-" + uuid.uuid4().hex))
+    assert (rejected.status, rejected.has_refresh_token) == ("invalid", False)
+    assert rejected.refresh is not None and rejected.refresh.status == "no_refresh_token"
+    assert rejected.mcp_probe is not None and rejected.mcp_probe.method in ("server/discover", "initialize")
+    answer = rejected.mcp_probe.http_response
+    assert answer is not None and answer.status_code == 401 and "invalid_token" in answer.body
+    assert answer.content_type.startswith("application/json") and not answer.body_truncated
+
+    # A rejected token with a working refresh token: refreshed, stored, probed again with the new token.
+    stale_refresh = authority.issue_refresh_token()
+    refreshed_ids = await credential("at-stale-" + uuid.uuid4().hex, stale_refresh)
+    refreshed = await validate(refreshed_ids)
+    assert (refreshed.status, refreshed.mcp_probe, refreshed.has_refresh_token) == ("valid", None, True)
+    assert refreshed.refresh is not None
+    assert (refreshed.refresh.status, refreshed.refresh.http_response) == ("succeeded", None)
+    assert [(r.refresh_token, r.granted) for r in authority.refreshes] == [(stale_refresh, True)]
+    stored = store._resolve_mcp_credential([refreshed_ids[0]], mcp_url)
+    assert stored is not None and stored.token.get_secret_value().startswith("at-refreshed-")
+    assert stored.refresh_token is not None
+    secrets.extend([stored.token.get_secret_value(), stored.refresh_token.get_secret_value()])
+    # The stored token is the one a session's MCP call carries (no second refresh), and it validates as it is.
+    session_id = "sesn_" + uuid.uuid4().hex
+    binding = SessionBinding(session_id=session_id, reference=store.bind_session(session_id, [refreshed_ids[0]]))
+    added = await McpProxy(store).call_tool(binding, McpServer(name="tools", url=mcp_url), "add", {"a": 2, "b": 3})
+    assert added.text == "5" and authority.tool_calls == [("add", stored.token.get_secret_value())]
+    again = await validate(refreshed_ids)
+    assert (again.status, again.refresh, len(authority.refreshes)) == ("valid", None, 1)
+
+    # A refresh token the endpoint refuses: its OAuth error is shown, the credential is invalid, nothing stored.
+    revoked = authority.issue_refresh_token()
+    authority.revoke_refresh_token(revoked)
+    refused_ids = await credential("at-stale-" + uuid.uuid4().hex, revoked)
+    refused = await validate(refused_ids)
+    assert refused.status == "invalid" and refused.mcp_probe is not None and refused.refresh is not None
+    assert refused.mcp_probe.http_response is not None and refused.mcp_probe.http_response.status_code == 401
+    endpoint_answer = refused.refresh.http_response
+    assert refused.refresh.status == "failed" and endpoint_answer is not None
+    assert endpoint_answer.status_code == 400 and "invalid_grant" in endpoint_answer.body
+    unchanged = store._resolve_mcp_credential([refused_ids[0]], mcp_url)
+    assert unchanged is not None and unchanged.token.get_secret_value().startswith("at-stale-")
+
+    # A token endpoint that cannot be reached: whether the credential works is unknown.
+    nowhere = f"http://127.0.0.1:{free_port()}{TOKEN_PATH}"
+    cut_off = await validate(await credential("at-stale-" + uuid.uuid4().hex, "rt-lost", endpoint=nowhere))
+    assert cut_off.status == "unknown" and cut_off.refresh is not None and cut_off.refresh.status == "connect_error"
+    assert cut_off.refresh.http_response is None and cut_off.mcp_probe is not None
+
+    # A token endpoint in trouble (503): its answer is shown, and the verdict waits for a better time.
+    in_trouble = mcp_url.removesuffix("/mcp") + "/unavailable"
+    troubled = await validate(await credential("at-stale-" + uuid.uuid4().hex, "rt-kept", endpoint=in_trouble))
+    assert troubled.status == "unknown" and troubled.refresh is not None and troubled.refresh.status == "failed"
+    assert troubled.refresh.http_response is not None and troubled.refresh.http_response.status_code == 503
+
+    # An MCP server that cannot be reached: unknown, and the step that got no answer.
+    down = await validate(await credential(authority.issue_access_token(), url=f"http://127.0.0.1:{free_port()}/mcp"))
+    assert (down.status, down.refresh) == ("unknown", None)
+    assert down.mcp_probe is not None and down.mcp_probe.method in ("server/discover", "initialize")
+    assert down.mcp_probe.http_response is None
+
+    # A server that quotes the token back in its 401: its answer is shown, scrubbed.
+    careless_url = mcp_url.removesuffix("/mcp") + "/careless"
+    quoted = await validate(await credential("at-quoted-" + uuid.uuid4().hex, url=careless_url))
+    assert quoted.status == "invalid" and quoted.mcp_probe is not None
+    quoted_answer = quoted.mcp_probe.http_response
+    assert quoted_answer is not None and "invalid_token" in quoted_answer.body and "[redacted]" in quoted_answer.body
+
+    # Not this workspace's, not there, not mcp_oauth, archived: refused, in the upstream error shape.
+    with pytest.raises(anthropic.NotFoundError):
+        await other.beta.vaults.credentials.mcp_oauth_validate(good[1], vault_id=good[0])
+    their_vault = await other.beta.vaults.create(display_name="theirs")
+    with pytest.raises(anthropic.NotFoundError):
+        await other.beta.vaults.credentials.mcp_oauth_validate(good[1], vault_id=their_vault.id)
+    with pytest.raises(anthropic.NotFoundError, match="credential"):
+        await client.beta.vaults.credentials.mcp_oauth_validate("vcrd_nosuchcredential", vault_id=good[0])
+    bearer_vault = await client.beta.vaults.create(display_name="bearer")
+    bearer_token = authority.issue_access_token()
+    secrets.append(bearer_token)
+    bearer = await client.beta.vaults.credentials.create(
+        bearer_vault.id, auth={"type": "static_bearer", "mcp_server_url": mcp_url, "token": bearer_token}
+    )
+    with pytest.raises(anthropic.BadRequestError, match=r"static_bearer: .* mcp_oauth credentials only"):
+        await client.beta.vaults.credentials.mcp_oauth_validate(bearer.id, vault_id=bearer_vault.id)
+    await client.beta.vaults.credentials.archive(good[1], vault_id=good[0])
+    with pytest.raises(anthropic.BadRequestError, match="archived"):
+        await client.beta.vaults.credentials.mcp_oauth_validate(good[1], vault_id=good[0])
+
+    validations = [text for text in gateway.responses if "vault_credential_validation" in text]
+    assert len(validations) == 9, "every validation's answer was kept for the scan"
+    assert scan_for(secrets, *gateway.responses, gateway.process.log.read_text()) == []
 
 
 async def test_a_credential_over_http_authenticates_a_sessions_mcp_call_and_is_never_shown(

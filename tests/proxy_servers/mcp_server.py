@@ -38,7 +38,8 @@ class AuthorityVerifier:
 
 
 def create_mcp_app(authority: TokenAuthority, base_url: str) -> Any:
-    """The server's ASGI app: MCP at `/mcp`; `/unavailable` always answers 503 (a server in trouble)."""
+    """The server's ASGI app: MCP at `/mcp`; `/unavailable` always answers 503 (a server in trouble); `/careless`
+    answers 401 quoting the token it was sent."""
     server = MCPServer(
         "corral-test-mcp",
         token_verifier=AuthorityVerifier(authority),
@@ -85,5 +86,15 @@ def create_mcp_app(authority: TokenAuthority, base_url: str) -> Any:
     @server.custom_route("/unavailable", methods=["GET", "POST", "DELETE"])
     async def unavailable(request: Request) -> Response:
         return JSONResponse({"error": "maintenance"}, status_code=503)
+
+    @server.custom_route("/careless", methods=["GET", "POST", "DELETE"])
+    async def careless(request: Request) -> Response:
+        """Refuses every token and quotes it back, as a careless server might: whatever shows its answer must not."""
+        received = request.headers.get("authorization", "")
+        token = received.removeprefix("Bearer ")
+        return JSONResponse(
+            {"error": "invalid_token", "error_description": f"token {token} is unknown", "received": received},
+            status_code=401,
+        )
 
     return server.streamable_http_app()
