@@ -1,9 +1,11 @@
-"""Changing a session (title, metadata), archiving it (it keeps its log and takes no more events), and deleting
-it: its workflow, its log and its sandbox go; a running one cannot be deleted (interrupt it first).
+"""Changing a session (title, metadata, budget), archiving it (it keeps its log and takes no more events), and
+deleting it: its workflow, its log and its sandbox go; a running one cannot be deleted (interrupt it first).
 
-Upstream deletes "the record, its events and its container". Here the session is cancelled, so the harness
-releases its sandbox and MCP bindings itself and writes its end; then Temporal's execution, the log with it, is
-deleted, and the session is gone from every read and listing (404).
+Upstream deletes "the record, its events and its container". Here the session first takes the deletion (the
+`update_session` update refuses it while the session runs, else writes `session.deleted`, which ends every open
+stream, and takes nothing more); then it is cancelled, so the harness releases its sandbox and MCP bindings
+itself; then Temporal's execution, the log with it, is deleted, and the session is gone from every read and
+listing (404).
 """
 
 from __future__ import annotations
