@@ -7,18 +7,14 @@ ride in the workflow's memo, so a listing needs no query per session.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
-import json
-import logging
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
-from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -28,8 +24,6 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from corral.client import (
-    SessionClosed,
-    follow_events,
     new_session_id,
     read_events,
     send_events,
@@ -41,11 +35,9 @@ from corral.contract.pricing import PRICES_ENVIRONMENT_VARIABLE, NotBudgetable, 
 from corral.contract.session import SendEventsInput, SessionBudget, SessionInfo, SessionInput, parse_user_events
 from corral.names import SEARCH_ATTRIBUTE_STATUS, SESSION_WORKFLOW
 from corral.records import RecordNotFound, Records, RecordView
-from corral.streaming import StreamError, subscribe
 from gateway.errors import ApiError, invalid, not_found
 from gateway.http import Authed, body
 from gateway.owned import WORKSPACE_KEY, own_session
-from gateway.previews import Previews
 from gateway.repositories import (
     forget_repository_tokens,
     repository_views,
@@ -53,19 +45,15 @@ from gateway.repositories import (
     store_repository_tokens,
 )
 from gateway.shapes import agent_body, agent_config, agent_view, check_metadata, environment_recipe, event_view, when
+from gateway.stream import stream_events
 from gateway.vaults import check_vault_ids
 
 STATUS_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS)
 MAX_LIMIT = 1000
 DEFAULT_LIMIT = 20
-PING_SECONDS = 15.0
-RECENT_SPANS = 2000
-"""How far back a stream with previews looks, when it opens, for model requests under way or over."""
 SESSION_STATUSES = {"idle", "running", "rescheduling", "terminated"}
 AGENT_ONLY = ("created_at", "updated_at", "archived_at", "metadata")
 """Fields of an agent that a session's snapshot of it does not show."""
-
-logger = logging.getLogger("gateway")
 
 
 OVERRIDABLE = frozenset({"model", "system", "tools", "mcp_servers", "skills"})
@@ -302,84 +290,6 @@ class Sessions:
         written = {event.id: event for event in await read_events(handle, after=before) if event.id in set(ids)}
         return [event_view(written[event_id]) for event_id in ids if event_id in written]
 
-    async def stream(self, workspace: str, session_id: str, request: Request) -> EventSourceResponse:
-        handle, _ = await self._own(workspace, session_id)
-        deltas = request.query_params.getlist("event_deltas[]")
-        bad = sorted(set(deltas) - {"agent.message", "agent.thinking"})
-        if bad:
-            raise invalid(f"event_deltas[]: unknown type {', '.join(bad)}")
-        start = (await session_info(handle)).last_position  # only what is written after the stream opened
-        relay: str | None = getattr(request.app.state, "stream_url", None)
-        previews: Previews | None = None
-        if deltas and relay:
-            previews = Previews(set(deltas))
-            recent = await read_events(handle, after=max(0, start - RECENT_SPANS), before=start + 1,
-                                       types=["span.model_request_start", "span.model_request_end"])  # fmt: skip
-            for event in recent:
-                previews.log(event)  # which model requests are under way or over, before anything is shown
-        token: str | None = getattr(request.app.state, "stream_token", None)
-
-        async def frames() -> AsyncIterator[ServerSentEvent]:
-            queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-            feeders = [asyncio.create_task(_feed_log(handle, start, queue))]
-            if previews is not None and relay:
-                feeders.append(asyncio.create_task(_feed_live(relay, token, handle.id, queue)))
-            try:
-                while True:
-                    source, item = await queue.get()
-                    if source == "closed":
-                        return
-                    if source == "error":  # the client is told, in the stream's own terms
-                        error = {"type": "api_error", "message": f"the stream failed: {item}"}
-                        body = {"type": "error", "error": error}
-                        yield ServerSentEvent(event="error", data=json.dumps(body))
-                        return
-                    if source == "live":
-                        assert previews is not None
-                        for frame in previews.live(item):
-                            yield ServerSentEvent(event=frame["type"], data=json.dumps(frame))
-                        continue
-                    if previews is not None:
-                        previews.log(item)
-                    data = event_view(item)
-                    yield ServerSentEvent(event=data["type"], data=json.dumps(data))
-                    if data["type"] == "session.deleted":
-                        return  # the session's last event: the stream ends with it, as upstream
-            finally:
-                for feeder in feeders:
-                    feeder.cancel()
-                await asyncio.gather(*feeders, return_exceptions=True)
-
-        return EventSourceResponse(
-            frames(),
-            ping=PING_SECONDS,
-            ping_message_factory=lambda: ServerSentEvent(event="ping", data=json.dumps({"type": "ping"})),
-            headers={"Cache-Control": "no-cache"},
-        )
-
-
-async def _feed_log(handle: WorkflowHandle, after: int, queue: asyncio.Queue[tuple[str, Any]]) -> None:
-    """The session's log from `after` on, into `queue`; then `closed` (the session ended) or `error`."""
-    try:
-        async with contextlib.aclosing(follow_events(handle, after=after)) as events:
-            async for event in events:
-                await queue.put(("log", event))
-    except SessionClosed:
-        await queue.put(("closed", None))
-    except Exception as exc:
-        await queue.put(("error", exc))
-
-
-async def _feed_live(relay: str, token: str | None, session_id: str, queue: asyncio.Queue[tuple[str, Any]]) -> None:
-    """The relay's live text of the session, into `queue`. Best effort: a relay that refuses us ends the previews,
-    never the stream (the log carries every message whole)."""
-    try:
-        async with contextlib.aclosing(subscribe(relay, session_id, token)) as live:
-            async for event in live:
-                await queue.put(("live", event))
-    except StreamError as exc:
-        logger.warning("no live previews for %s: %s", session_id, exc)
-
 
 def session_view(session_id: str, memo: Mapping[str, Any], started: datetime | None, closed: datetime | None,
                  info: SessionInfo | None, attributes: TypedSearchAttributes) -> dict[str, Any]:  # fmt: skip
@@ -533,8 +443,9 @@ def session_routes(gateway: Any, authed: Authed) -> list[Route]:
     async def send_events(request: Request, workspace: str) -> Response:
         return JSONResponse(await sessions.send(workspace, request.path_params["id"], await body(request)))
 
-    async def stream_events(request: Request, workspace: str) -> Response:
-        return await sessions.stream(workspace, request.path_params["id"], request)
+    async def stream(request: Request, workspace: str) -> Response:
+        handle, _ = await sessions._own(workspace, request.path_params["id"])
+        return await stream_events(handle, request)
 
     return [
         Route("/v1/sessions", authed(create), methods=["POST"]),
@@ -542,5 +453,5 @@ def session_routes(gateway: Any, authed: Authed) -> list[Route]:
         Route("/v1/sessions/{id}", authed(retrieve), methods=["GET"]),
         Route("/v1/sessions/{id}/events", authed(list_events), methods=["GET"]),
         Route("/v1/sessions/{id}/events", authed(send_events), methods=["POST"]),
-        Route("/v1/sessions/{id}/events/stream", authed(stream_events), methods=["GET"]),
+        Route("/v1/sessions/{id}/events/stream", authed(stream), methods=["GET"]),
     ]
