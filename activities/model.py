@@ -12,9 +12,11 @@ import asyncio
 import contextlib
 import copy
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import anthropic
@@ -184,6 +186,7 @@ class ModelActivities:
             if tools:
                 request["tools"] = tools
             with_cache_breakpoints(request)
+            metrics = _TurnMetrics(agent.model, summary=input.summarize_through is not None)
             try:
                 async with (
                     self._live(input) as live,
@@ -191,6 +194,8 @@ class ModelActivities:
                     contextlib.aclosing(_whole(stream, self._stall_seconds)) as events,
                 ):
                     async for event in events:
+                        if event.type == "content_block_delta":
+                            metrics.first_token()
                         if live is not None and event.type == "content_block_delta":
                             if event.delta.type == "text_delta":
                                 await live.delta(event.index, "text", event.delta.text)
@@ -201,7 +206,9 @@ class ModelActivities:
                 info = classify(exc)
                 assert info is not None
                 log.warning("model turn %s of %s failed: %s", input.turn, input.session_id, exc)
+                metrics.ended(info.error_type)
                 raise model_error(exc, info) from exc
+        metrics.ended("ok")
         return _result(message, self._worker_task_queue)
 
     @activity.defn(name=ACTIVITY_READ_LOG)
@@ -245,6 +252,30 @@ class ModelActivities:
         # routed turn comes before any attempt on the shared queue, which replaces it if its worker was lost.
         attempt = input.stream_attempt * 1000 + (0 if input.routed else activity.info().attempt)
         return self._stream.attempt(input.session_id, input.stream_id, attempt)
+
+
+class _TurnMetrics:
+    """A model turn's metrics, through the activity's meter (a no-op unless `CORRAL_METRICS_ADDRESS` is set):
+    `corral_model_turns` by model and outcome, `corral_model_time_to_first_token` from the request to the first
+    content delta; `kind` tells a compaction's summary from a turn of the conversation."""
+
+    def __init__(self, model: str, summary: bool) -> None:
+        kind = "summary" if summary else "turn"
+        self._meter = activity.metric_meter().with_additional_attributes({"model": model, "kind": kind})
+        self._started = time.monotonic()
+        self._first_token_seen = False
+
+    def first_token(self) -> None:
+        if not self._first_token_seen:
+            self._first_token_seen = True
+            self._meter.create_histogram_timedelta(
+                "corral_model_time_to_first_token", "From a model request to its first content delta", "duration"
+            ).record(timedelta(seconds=time.monotonic() - self._started))
+
+    def ended(self, outcome: str) -> None:
+        self._meter.create_counter("corral_model_turns", "Model turns streamed, by outcome").add(
+            1, {"outcome": outcome}
+        )
 
 
 def warm_http_client() -> anthropic.DefaultAsyncHttpxClient:

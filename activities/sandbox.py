@@ -147,6 +147,9 @@ class SandboxActivities:
             containers.with_git_access, self._docker, input.environment, self._image, input.repositories
         )
         made = await self.pool.claim(f"{scope}/{name}", name, environment)
+        activity.metric_meter().create_counter("corral_pool_claims", "Warm-pool claims, by result").add(
+            1, {"result": "miss" if made is None else "hit"}
+        )
         if made is not None and (environment.networking.type != "none" or input.repositories):
             await asyncio.to_thread(
                 containers.settle_claimed, self._docker, made, input.session_id, environment, scope, self._image,

@@ -53,11 +53,17 @@ def data_converter() -> DataConverter:
 
 
 async def connect(address: str | None = None, namespace: str | None = None) -> Client:
-    """A client with corral's data converter (every corral client and worker uses it)."""
+    """A client with corral's data converter (every corral client and worker uses it), traced and metered as this
+    process's `corral.telemetry.setup` said (workers made from the client inherit its interceptors)."""
+    from corral import telemetry  # not at the top: the CLI imports this module, and fast
+
+    observed = telemetry.current()
     return await Client.connect(
         address or temporal_address(),
         namespace=namespace or temporal_namespace(),
         data_converter=data_converter(),
+        interceptors=list(observed.interceptors) if observed else [],
+        runtime=observed.runtime if observed else None,
     )
 
 

@@ -14,6 +14,7 @@ import os
 
 import uvicorn
 
+from corral import telemetry
 from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
 from corral.temporal import connect, ensure_search_attributes, temporal_address
 from gateway.app import DEFAULT_PORT, create_app
@@ -43,7 +44,11 @@ async def serve(args: argparse.Namespace) -> None:
     app = create_app(client, args.harness_queue, args.model_queue)
     app.state.stream_url = args.stream_url  # read by the events stream (gateway/sessions.py)
     app.state.stream_token = os.environ.get("CORRAL_STREAM_TOKEN") or None
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info", access_log=False)
+    # With JSON logs, uvicorn's loggers go through the root's JSON handler, not the handlers of its own log_config.
+    observed = telemetry.current()
+    json_logs = observed is not None and observed.json_logs
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info", access_log=False,
+                            log_config=None if json_logs else uvicorn.config.LOGGING_CONFIG)  # fmt: skip
     log = logging.getLogger("gateway")
     log.info("corral gateway at http://%s:%d", args.host, args.port)
     login = VaultLogin.from_environment()
@@ -55,7 +60,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    telemetry.setup("corral-gateway")  # logs, and traces and metrics if configured: before the client connects
     asyncio.run(serve(build_parser().parse_args()))
 
 

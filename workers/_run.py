@@ -19,6 +19,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
+from corral import telemetry
 from corral.names import ENV_TEMPORAL_ADDRESS
 from corral.temporal import connect
 from workers._settings import SettingsError, TemporalSettings
@@ -77,8 +78,9 @@ def run_worker(
     read_settings: Callable[[], Settings],
     serve: Callable[[Settings], Coroutine[Any, Any, None]],
 ) -> None:
-    """Read the settings (bad ones: exit code 2), then serve until stopped (a start failure: exit code 1)."""
-    setup_logging()
+    """Read the settings (bad ones: exit code 2), then serve until stopped (a start failure: exit code 1). Logs,
+    traces and metrics are set up first, named after `program` (corral/telemetry.py)."""
+    telemetry.setup(program)
     try:
         settings = read_settings()
     except SettingsError as exc:
@@ -97,4 +99,5 @@ def run_worker(
 
 
 def setup_logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    """The log format `CORRAL_LOG_FORMAT` names (for a process that sets up no traces or metrics)."""
+    telemetry.setup_logging()

@@ -135,6 +135,12 @@ STATUS_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS)
 MODEL_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_MODEL)
 
 
+def _count(name: str, description: str, **attributes: str) -> None:
+    """One more of a corral metric, through the workflow's meter: no command, no I/O, and nothing while a task is
+    replayed, so replays and determinism are untouched (a no-op unless the worker's runtime exports metrics)."""
+    workflow.metric_meter().create_counter(name, description).add(1, attributes)
+
+
 @workflow.defn(name=SESSION_WORKFLOW)
 class SessionWorkflow:
     """An agent session: user events in, model turns and tool calls out, every step a typed event."""
@@ -312,6 +318,7 @@ class SessionWorkflow:
         self._turns += 1
         summary = await self._context.fit(self._turn_input(), self._model_activity, self._context_note)
         if summary is not None:
+            _count("corral_compactions", "Context compactions (a summary replaced the start)", reason="budget")
             self._usage = add_usage(self._usage, summary.usage)
         retry = self._input.model_retry
         stream_id: str | None = None
@@ -338,6 +345,8 @@ class SessionWorkflow:
                 if error.context_too_long and attempt < retry.max_attempts:
                     shrunk, summary = await self._context.shrink(turn, self._model_activity, self._context_note)
                     if summary is not None:
+                        _count("corral_compactions", "Context compactions (a summary replaced the start)",
+                               reason="prompt_too_long")  # fmt: skip
                         self._usage = add_usage(self._usage, summary.usage)
                     if shrunk:
                         self._report_error(error, err, "retrying")
@@ -576,6 +585,7 @@ class SessionWorkflow:
 
     def _report(self, error_type: ErrorType, message: str, retry_status: RetryState) -> None:
         """A typed `session.error` the client sees; the session itself goes on."""
+        _count("corral_session_errors", "session.error events, by error type", error_type=error_type)
         self._log.append(
             SessionError,
             error=SessionErrorDetail(type=error_type, message=message, retry_status=RetryStatus(type=retry_status)),
