@@ -1,0 +1,309 @@
+"""The compose stack as containers: docker-compose.yml is valid for every profile, and the `offline` profile, built
+here with no registry, runs a session through its gateway while one container of each worker role is killed.
+
+The offline images are built (or reused) by `corral.compose.build_offline_images`, the stack comes up under a
+project name of its own on free host ports, and it is always taken down with its volumes (`down -v`), with the
+sandboxes its sandbox worker made, whatever happens. A container is killed with `docker kill` (SIGKILL) while a turn
+is under way, then started again, as an operator or an orchestrator would (a container killed by hand is not
+restarted by its restart policy); the session must end every turn once, with no event lost or logged twice.
+
+Not here yet: an MCP tool and git through the proxy (the proxy container is killed mid-turn, but the turn's tool
+runs in the sandbox), and two replicas per role (issue 14, scale-out).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import anthropic
+import docker
+import httpx
+import pytest
+import yaml
+from temporalio.client import WorkflowHandle
+
+from corral.apikeys import create_key
+from corral.client import read_events, wait_for_idle
+from corral.compose import build_offline_images, compose_command
+from corral.compose.__main__ import PROFILES, check_config
+from corral.contract.events import SessionEvent
+from corral.names import HARNESS_TASK_QUEUE, SEARCH_ATTRIBUTE_MODEL, SEARCH_ATTRIBUTE_STATUS
+from corral.records import Records
+from corral.sandbox import remove_all_sandboxes
+from corral.sandbox.containers import remove_session, session_containers
+from corral.temporal import cluster_id, connect
+from tests.chaos._processes import ROOT, free_port
+from tests.chaos.matrix import assert_whole
+from tests.conftest import STATE_DIR, texts
+
+pytestmark = pytest.mark.timeout(1200)  # a clean machine builds the base and the images first (~3 minutes)
+
+TURN_WITHIN = 180.0
+"""Generous: a killed activity is retried once its heartbeat times out, and CI's machine is shared."""
+LONG_REPLY = " ".join(f"word{index}" for index in range(30))
+SANDBOX_COMMAND = "echo ran >> /workspace/count; sleep 4; echo finished"
+
+
+@pytest.fixture(scope="module")
+def compose() -> list[str]:
+    return compose_command(state_dir=STATE_DIR, progress=print)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_the_compose_file_is_valid_for_every_profile(compose: list[str], profile: str) -> None:
+    services = yaml.safe_load(check_config(compose, profile))["services"]
+    prefix = "offline-" if profile == "offline" else ""
+    assert services, f"profile {profile} has no service"
+    assert (
+        all(name.startswith(prefix) for name in services)
+        if prefix
+        else not any(name.startswith("offline-") for name in services)
+    ), f"profile {profile} mixes in the other profile's services: {sorted(services)}"
+    roles = {"harness", "model", "sandbox", "proxy", "utility-hand", "stream", "gateway"}
+    named = {name.removeprefix("offline-").removeprefix("corral-") for name in services}
+    assert roles <= named, f"profile {profile} lacks roles: {sorted(roles - named)}"
+    for name, service in services.items():
+        if name.removeprefix("offline-").removeprefix("corral-") in roles | {"temporal", "openbao", "model-server"}:
+            assert service.get("restart") == "unless-stopped", f"{name} has no restart policy"
+        for secret in ("ANTHROPIC_API_KEY", "VAULT_TOKEN", "VAULT_SECRET_ID", "POSTGRES_PASSWORD"):
+            value = (service.get("environment") or {}).get(secret)
+            assert value in (None, "", "offline-stand-in"), f"{name} sets {secret} in the file"
+    if profile == "offline":
+        temporal = " ".join(services["offline-temporal"]["command"])
+        for attribute in (SEARCH_ATTRIBUTE_STATUS, SEARCH_ATTRIBUTE_MODEL):
+            assert f"{attribute}=Keyword" in temporal
+        assert all(service.get("pull_policy") == "never" for service in services.values()), "offline pulls nothing"
+        for name in ("offline-temporal", "offline-openbao", "offline-gateway", "offline-model-server"):
+            assert "healthcheck" in services[name], f"{name} has no health check"
+
+
+# ---- the offline stack --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class OfflineStack:
+    compose: list[str]
+    project: str
+    env: dict[str, str]
+    ports: dict[str, int]
+    engine: docker.DockerClient
+
+    def run(self, *arguments: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*self.compose, "--file", str(ROOT / "docker-compose.yml"), "--project-name", self.project,
+             "--profile", "offline", *arguments],
+            env=self.env, capture_output=True, text=True, check=check, timeout=300,
+        )  # fmt: skip
+
+    def container(self, service: str) -> Any:
+        [found] = self.engine.containers.list(
+            all=True,
+            filters={"label": [f"com.docker.compose.project={self.project}", f"com.docker.compose.service={service}"]},
+        )
+        return found
+
+    @property
+    def gateway_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['CORRAL_API_PORT']}"
+
+    @property
+    def model_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['CORRAL_MODEL_PORT']}"
+
+    @property
+    def temporal_address(self) -> str:
+        return f"127.0.0.1:{self.ports['CORRAL_TEMPORAL_PORT']}"
+
+
+def _until(what: str, ready: Any, within: float = 120.0) -> None:
+    deadline = time.monotonic() + within
+    while not ready():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not come up within {within:.0f} s")
+        time.sleep(0.5)
+
+
+def _answers(url: str) -> bool:
+    with contextlib.suppress(httpx.HTTPError):
+        return httpx.get(url, timeout=2).status_code == 200
+    return False
+
+
+@pytest.fixture(scope="module")
+def offline_stack(compose: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[OfflineStack]:
+    started = time.monotonic()
+    images = build_offline_images(STATE_DIR, progress=print)
+    print(f"offline images ready after {time.monotonic() - started:.0f} s")
+    names = ("CORRAL_TEMPORAL_PORT", "CORRAL_UI_PORT", "CORRAL_API_PORT", "CORRAL_STREAM_PORT", "CORRAL_MODEL_PORT",
+             "CORRAL_GIT_PROXY_PORT")  # fmt: skip
+    ports = {name: free_port() for name in names}
+    env = dict(os.environ) | images.environment() | {name: str(port) for name, port in ports.items()}
+    env |= {"DOCKER_GID": str(os.stat("/var/run/docker.sock").st_gid), "CORRAL_SANDBOX_POOL_SIZE": "1"}
+    engine = docker.from_env()
+    stack = OfflineStack(compose, f"corral-test-{uuid.uuid4().hex[:8]}", env, ports, engine)
+    log_file = tmp_path_factory.mktemp("compose") / "compose.log"
+    scope: str | None = None
+    try:
+        started = time.monotonic()
+        stack.run("up", "--detach")
+        _until("the gateway", lambda: _answers(f"{stack.gateway_url}/healthz"))
+        _until("the offline model server", lambda: _answers(f"{stack.model_url}/healthz"))
+        print(f"offline stack up after {time.monotonic() - started:.0f} s")
+
+        async def scope_of_stack() -> str:
+            client = await connect(stack.temporal_address)
+            return f"{await cluster_id(client)}/{client.namespace}"
+
+        scope = asyncio.run(scope_of_stack())
+        yield stack
+    finally:
+        logs = stack.run("logs", "--no-color", "--timestamps", check=False)
+        log_file.write_text(logs.stdout + logs.stderr)
+        print(f"compose logs: {log_file}")
+        stack.run("down", "--volumes", "--remove-orphans", "--timeout", "10", check=False)
+        if scope is not None:  # the sandboxes of the stack's workers, a killed worker's warm pool member included
+            print(remove_all_sandboxes(engine, scope).describe())
+        leftovers = engine.containers.list(all=True, filters={"label": f"com.docker.compose.project={stack.project}"})
+        volumes = engine.volumes.list(filters={"label": f"com.docker.compose.project={stack.project}"})
+        engine.close()
+        assert not leftovers and not volumes, f"left behind: {leftovers} {volumes}"
+
+
+# ---- one session, a container of each role killed mid-turn --------------------------------------------------------
+
+
+def tool(command: str) -> dict[str, Any]:
+    return {"tool_uses": [{"name": "bash", "input": {"command": command}}]}
+
+
+SCRIPT: list[dict[str, Any]] = [
+    tool("echo turn-1"), {"text": "reply-1"},  # a first turn: the sandbox is made
+    tool("sleep 4; echo turn-2"), {"text": "reply-2"},  # the harness is killed while the command runs
+    {"text": LONG_REPLY, "first_token_latency": 1, "tokens_per_second": 5, "pace_hits": 1},  # the model, mid-stream
+    tool(SANDBOX_COMMAND), tool("wc -l < /workspace/count"), {"text": "reply-4"},  # the sandbox hand, mid-command
+    tool("sleep 4; echo turn-5"), {"text": "reply-5"},  # the proxy, while the turn's command runs
+]  # fmt: skip
+
+
+async def _until_async(what: str, ready: Any, within: float = 90.0) -> None:
+    deadline = time.monotonic() + within
+    while not await ready():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the session never reached {what}")
+        await asyncio.sleep(0.2)
+
+
+async def _send_turn(client: anthropic.AsyncAnthropic, handle: WorkflowHandle, turn: int) -> int:
+    """Send turn `turn`'s message through the gateway; the message's position in the log."""
+    message = {"type": "user.message", "content": [{"type": "text", "text": f"turn {turn}"}]}
+    await client.beta.sessions.events.send(handle.id, events=[message])  # type: ignore[list-item]
+    sent: list[SessionEvent] = []
+
+    async def logged() -> bool:
+        sent[:] = [event for event in await read_events(handle) if event.type == "user.message"]
+        return len(sent) == turn
+
+    await _until_async(f"turn {turn}'s message in its log", logged)
+    return sent[-1].position
+
+
+async def _count(handle: WorkflowHandle, event_type: str, after: int) -> int:
+    return sum(1 for event in await read_events(handle, after=after) if event.type == event_type)
+
+
+def _command_runs(engine: docker.DockerClient, session_id: str, needle: str) -> bool:
+    running = [c for c in session_containers(engine, session_id) if c.status == "running"]
+    return any(needle in c.exec_run(["ps", "-eo", "args"]).output.decode() for c in running)
+
+
+def sleeping(stack: OfflineStack, handle: WorkflowHandle) -> Any:
+    """Whether the turn's command runs (its `sleep 4`) in the session's sandbox container."""
+
+    async def ready() -> bool:
+        return await asyncio.to_thread(_command_runs, stack.engine, handle.id, "sleep 4")
+
+    return ready
+
+
+async def _kill_and_restart(stack: OfflineStack, role: str) -> None:
+    """`docker kill` (SIGKILL) of the role's container, then `docker start`, as an operator would."""
+    container = stack.container(f"offline-{role}")
+    await asyncio.to_thread(container.kill)
+    container.reload()
+    assert container.status != "running", f"offline-{role} survived docker kill"
+    await asyncio.to_thread(container.start)
+
+
+async def test_a_session_survives_killing_each_worker_role_mid_turn(offline_stack: OfflineStack) -> None:
+    stack = offline_stack
+    temporal = await connect(stack.temporal_address)
+    key, _ = await create_key(Records(temporal, task_queue=HARNESS_TASK_QUEUE), f"compose-{uuid.uuid4().hex[:8]}")
+    client = anthropic.AsyncAnthropic(base_url=stack.gateway_url, api_key=key, max_retries=2)
+    script = f"compose-{uuid.uuid4().hex[:8]}"
+    async with httpx.AsyncClient(base_url=stack.model_url) as http:
+        (await http.put(f"/_corral/scripts/{script}", json={"steps": SCRIPT})).raise_for_status()
+    agent = await client.beta.agents.create(
+        name="compose", model=f"script:{script}", tools=[{"type": "agent_toolset_20260401"}]
+    )
+    environment = await client.beta.environments.create(name="compose")
+    session = await client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+    handle = temporal.get_workflow_handle(session.id)
+    try:
+        # Turn 1: nothing is killed; the session's sandbox is made through the containerised sandbox hand.
+        asked = await _send_turn(client, handle, 1)
+        await wait_for_idle(handle, after=asked, within_seconds=TURN_WITHIN)
+
+        # Turn 2: the harness, while the turn's command runs in the sandbox.
+        asked = await _send_turn(client, handle, 2)
+        await _until_async("turn 2's command", sleeping(stack, handle))
+        await _kill_and_restart(stack, "harness")
+        await wait_for_idle(handle, after=asked, within_seconds=TURN_WITHIN)
+
+        # Turn 3: the model worker, while the reply streams.
+        asked = await _send_turn(client, handle, 3)
+
+        async def streaming() -> bool:
+            return await _count(handle, "span.model_request_start", asked) >= 1
+
+        await _until_async("turn 3's model request", streaming)
+        await asyncio.sleep(1.5)  # the first token comes after 1 s, then 5 a second for 6 s
+        await _kill_and_restart(stack, "model")
+        await wait_for_idle(handle, after=asked, within_seconds=TURN_WITHIN)
+
+        # Turn 4: the sandbox hand, while the command runs in the sandbox (which outlives the worker).
+        asked = await _send_turn(client, handle, 4)
+        await _until_async("turn 4's command", sleeping(stack, handle))
+        await _kill_and_restart(stack, "sandbox")
+        await wait_for_idle(handle, after=asked, within_seconds=TURN_WITHIN)
+
+        # Turn 5: the proxy worker, while the turn's command runs.
+        asked = await _send_turn(client, handle, 5)
+        await _until_async("turn 5's command", sleeping(stack, handle))
+        await _kill_and_restart(stack, "proxy")
+        await wait_for_idle(handle, after=asked, within_seconds=TURN_WITHIN)
+
+        log = await read_events(handle)
+        listed = [event async for event in client.beta.sessions.events.list(session.id, limit=100)]
+    finally:
+        with contextlib.suppress(Exception):
+            await handle.terminate("test over")
+        await asyncio.to_thread(remove_session, stack.engine, handle.id, True)
+
+    assert_whole([log])
+    assert [(event.id, event.type) for event in listed] == [(event.id, event.type) for event in log], (
+        "the gateway lists the log as Temporal holds it"
+    )
+    assert texts(log) == ["reply-1", "reply-2", LONG_REPLY, "reply-4", "reply-5"], "each reply once, whole"
+    results = texts(log, "agent.tool_result")
+    assert results[:2] == ["turn-1", "turn-2"] and results[3:] == ["1", "turn-5"], results
+    assert results[2].startswith("finished") and "[recovered: this command had already run" in results[2], results[2]
+    types = [event.type for event in log]
+    assert types.count("user.message") == 5 and types.count("session.status_idle") == 5, types
