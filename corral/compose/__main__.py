@@ -27,12 +27,23 @@ def _progress(message: str) -> None:
     print(f"[compose] {message}", flush=True)
 
 
-def check_config(compose: list[str], profile: str, compose_file: Path = ROOT / "docker-compose.yml") -> str:
+def check_config(
+    compose: list[str],
+    profile: str,
+    compose_file: Path = ROOT / "docker-compose.yml",
+    *,
+    environ: dict[str, str] | None = None,
+    env_file: Path | None = None,
+) -> str:
     """`compose config` of one profile: its output; raises CalledProcessError with Compose's message when the file
-    is invalid."""
+    is invalid. `environ` and `env_file` replace the process's environment and the project's `.env` (a test checks
+    the file alone, not whatever a developer's shell or .env holds)."""
+    arguments = [*compose, "--file", str(compose_file)]
+    if env_file is not None:
+        arguments += ["--env-file", str(env_file)]
     result = subprocess.run(
-        [*compose, "--file", str(compose_file), "--profile", profile, "config"],
-        capture_output=True, text=True, check=False,
+        [*arguments, "--profile", profile, "config"],
+        capture_output=True, text=True, env=environ, check=False,
     )  # fmt: skip
     if result.returncode != 0:
         raise subprocess.CalledProcessError(result.returncode, result.args, result.stdout, result.stderr)
