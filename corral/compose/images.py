@@ -221,8 +221,9 @@ def _image(
     digest = hashlib.sha256(base.encode())
     for name, path in sorted(context_files.items()):
         executable = os.access(path, os.X_OK)
-        # Wheels are named by version (and pinned by the folder's pyproject hash): their names stand for them.
-        content = path.name.encode() if path.suffix == ".whl" else path.read_bytes()
+        # A wheel stands for itself by its folder (`deps-<pyproject hash>`, `project-<source hash>`) and its name
+        # (the version): reading 150 MB of wheels at every call would only say the same.
+        content = f"{path.parent.name}/{path.name}".encode() if path.suffix == ".whl" else path.read_bytes()
         digest.update(f"{name}\0{executable}\0".encode() + hashlib.sha256(content).digest())
     tag = f"{repository}:{digest.hexdigest()[:12]}"
     if not _has_image(engine, tag):
