@@ -7,8 +7,9 @@ sandboxes its sandbox worker made, whatever happens. A container is killed with 
 is under way, then started again, as an operator or an orchestrator would (a container killed by hand is not
 restarted by its restart policy); the session must end every turn once, with no event lost or logged twice.
 
-Not here yet: an MCP tool and git through the proxy (the proxy container is killed mid-turn, but the turn's tool
-runs in the sandbox), and two replicas per role (issue 14, scale-out).
+The proxy container is killed mid MCP call: the session's credential was written through the gateway into the
+stack's OpenBao, and the MCP server runs on the host (reached at the compose network's gateway). Not here yet: git
+through the proxy, and two replicas per role (issue 14, scale-out).
 """
 
 from __future__ import annotations
@@ -29,21 +30,28 @@ import docker
 import httpx
 import pytest
 import yaml
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import MCPServer
+from mcp.server.transport_security import TransportSecuritySettings
 from temporalio.client import WorkflowHandle
 
 from corral.apikeys import create_key
 from corral.client import read_events, wait_for_idle
 from corral.compose import build_offline_images, compose_command
 from corral.compose.__main__ import PROFILES, check_config
-from corral.contract.events import SessionEvent
+from corral.contract.events import AgentMcpToolResult, SessionError, SessionEvent
 from corral.names import HARNESS_TASK_QUEUE, SEARCH_ATTRIBUTE_MODEL, SEARCH_ATTRIBUTE_STATUS
 from corral.records import Records
 from corral.sandbox import remove_all_sandboxes
 from corral.sandbox.containers import remove_session, session_containers
+from corral.serving import ServerThread
 from corral.temporal import cluster_id, connect
 from tests.chaos._processes import ROOT, free_port
 from tests.chaos.matrix import assert_whole
 from tests.conftest import STATE_DIR, texts
+from tests.proxy_servers.mcp_server import AuthorityVerifier
+from tests.proxy_servers.tokens import TokenAuthority
 
 pytestmark = pytest.mark.timeout(1200)  # a clean machine builds the base and the images first (~3 minutes)
 
@@ -188,12 +196,49 @@ def tool(command: str) -> dict[str, Any]:
     return {"tool_uses": [{"name": "bash", "input": {"command": command}}]}
 
 
+def mcp(name: str, **input: Any) -> dict[str, Any]:
+    return {"tool_uses": [{"name": f"mcp__tools__{name}", "input": input}]}
+
+
+def create_mcp_app(authority: TokenAuthority, base_url: str) -> Any:
+    """An MCP server for the host's side: `slow` and `add`, each call recorded with the token it carried. It is
+    reached from the proxy container at the compose network's gateway, not at localhost, so the SDK's DNS-rebinding
+    check (which accepts only localhost Host headers) is off."""
+    server = MCPServer(
+        "corral-compose-mcp",
+        token_verifier=AuthorityVerifier(authority),
+        auth=AuthSettings(issuer_url=base_url, resource_server_url=None),
+        log_level="WARNING",
+    )
+
+    def caller_token() -> str:
+        token = get_access_token()
+        assert token is not None
+        return token.token
+
+    @server.tool()
+    def slow(seconds: float) -> str:
+        """Sleep, then answer."""
+        authority.record_tool_call("slow", caller_token())
+        time.sleep(seconds)
+        return "done"
+
+    @server.tool()
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        authority.record_tool_call("add", caller_token())
+        return a + b
+
+    security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    return server.streamable_http_app(transport_security=security, host="0.0.0.0")
+
+
 SCRIPT: list[dict[str, Any]] = [
     tool("echo turn-1"), {"text": "reply-1"},  # a first turn: the sandbox is made
     tool("sleep 4; echo turn-2"), {"text": "reply-2"},  # the harness is killed while the command runs
     {"text": LONG_REPLY, "first_token_latency": 1, "tokens_per_second": 5, "pace_hits": 1},  # the model, mid-stream
     tool(SANDBOX_COMMAND), tool("wc -l < /workspace/count"), {"text": "reply-4"},  # the sandbox hand, mid-command
-    tool("sleep 4; echo turn-5"), {"text": "reply-5"},  # the proxy, while the turn's command runs
+    mcp("slow", seconds=4), mcp("add", a=2, b=40), {"text": "reply-5"},  # the proxy, mid MCP call
 ]  # fmt: skip
 
 
@@ -254,11 +299,31 @@ async def test_a_session_survives_killing_each_worker_role_mid_turn(offline_stac
     script = f"compose-{uuid.uuid4().hex[:8]}"
     async with httpx.AsyncClient(base_url=stack.model_url) as http:
         (await http.put(f"/_corral/scripts/{script}", json={"steps": SCRIPT})).raise_for_status()
-    agent = await client.beta.agents.create(
-        name="compose", model=f"script:{script}", tools=[{"type": "agent_toolset_20260401"}]
+    authority = TokenAuthority()
+    mcp_server = ServerThread(
+        lambda url: create_mcp_app(authority, url), name="mcp", host="0.0.0.0", lifespan="on", app_takes_url=True
     )
+    mcp_server.start()
+    network = stack.engine.networks.get(f"{stack.project}_default")
+    host = network.attrs["IPAM"]["Config"][0]["Gateway"]  # the host, as the proxy container sees it
+    mcp_url = f"http://{host}:{mcp_server.port}/mcp"
+    vault = await client.beta.vaults.create(display_name="compose")
+    token = authority.issue_access_token()
+    await client.beta.vaults.credentials.create(  # through the gateway into the stack's OpenBao
+        vault.id, auth={"type": "static_bearer", "mcp_server_url": mcp_url, "token": token}
+    )
+    agent = await client.beta.agents.create(
+        name="compose",
+        model=f"script:{script}",
+        mcp_servers=[{"type": "url", "name": "tools", "url": mcp_url}],
+        tools=[
+            {"type": "agent_toolset_20260401"},
+            {"type": "mcp_toolset", "mcp_server_name": "tools",
+             "default_config": {"permission_policy": {"type": "always_allow"}}},
+        ],
+    )  # fmt: skip
     environment = await client.beta.environments.create(name="compose")
-    session = await client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+    session = await client.beta.sessions.create(agent=agent.id, environment_id=environment.id, vault_ids=[vault.id])
     handle = temporal.get_workflow_handle(session.id)
     try:
         # Turn 1: nothing is killed; the session's sandbox is made through the containerised sandbox hand.
@@ -288,15 +353,23 @@ async def test_a_session_survives_killing_each_worker_role_mid_turn(offline_stac
         await _kill_and_restart(stack, "sandbox")
         await wait_for_idle(handle, after=asked, within_seconds=TURN_WITHIN)
 
-        # Turn 5: the proxy worker, while the turn's command runs.
+        # Turn 5: the proxy worker, while its MCP call runs (the MCP server takes 4 s to answer).
+        def calls(name: str) -> int:
+            return [tool for tool, _ in authority.tool_calls].count(name)
+
+        async def slow_call_made() -> bool:
+            return calls("slow") >= 1
+
         asked = await _send_turn(client, handle, 5)
-        await _until_async("turn 5's command", sleeping(stack, handle))
+        await _until_async("turn 5's MCP call", slow_call_made)
         await _kill_and_restart(stack, "proxy")
         await wait_for_idle(handle, after=asked, within_seconds=TURN_WITHIN)
+        await asyncio.sleep(4)  # long enough for a call made again to reach the server
 
         log = await read_events(handle)
         listed = [event async for event in client.beta.sessions.events.list(session.id, limit=100)]
     finally:
+        mcp_server.stop()
         with contextlib.suppress(Exception):
             await handle.terminate("test over")
         await asyncio.to_thread(remove_session, stack.engine, handle.id, True)
@@ -307,7 +380,17 @@ async def test_a_session_survives_killing_each_worker_role_mid_turn(offline_stac
     )
     assert texts(log) == ["reply-1", "reply-2", LONG_REPLY, "reply-4", "reply-5"], "each reply once, whole"
     results = texts(log, "agent.tool_result")
-    assert results[:2] == ["turn-1", "turn-2"] and results[3:] == ["1", "turn-5"], results
+    assert results[:2] == ["turn-1", "turn-2"] and results[3:] == ["1"], results
     assert results[2].startswith("finished") and "[recovered: this command had already run" in results[2], results[2]
+    # The MCP call the proxy died in is not made again: the model is told its outcome is unknown, and the next
+    # call goes through the restarted proxy with the credential from OpenBao.
+    mcp_results = [event for event in log if isinstance(event, AgentMcpToolResult)]
+    assert [result.is_error for result in mcp_results] == [True, False]
+    assert "outcome is unknown" in texts(log, "agent.mcp_tool_result")[0]
+    assert texts(log, "agent.mcp_tool_result")[1] == "42"
+    assert (calls("slow"), calls("add")) == (1, 1), authority.tool_calls
+    assert {used for _, used in authority.tool_calls} == {token}
+    errors = [(e.error.type, e.error.retry_status.type) for e in log if isinstance(e, SessionError)]
+    assert errors == [("mcp_connection_failed_error", "exhausted")]
     types = [event.type for event in log]
     assert types.count("user.message") == 5 and types.count("session.status_idle") == 5, types
