@@ -35,6 +35,7 @@ from corral.contract.session import (
     SendEventsResult,
     SessionInfo,
     SessionInput,
+    UpdateSessionInput,
     web_ui_summary,
 )
 from corral.names import (
@@ -45,6 +46,7 @@ from corral.names import (
     SESSION_ID_PREFIX,
     SESSION_WORKFLOW,
     UPDATE_SEND_EVENTS,
+    UPDATE_SESSION,
 )
 
 T = TypeVar("T")
@@ -126,14 +128,25 @@ async def send_events(handle: WorkflowHandle, events: list[dict[str, Any]]) -> l
     and one that meets a workflow task the server refused (a continue-as-new while signals were arriving) answers
     WorkflowNotReady. None of these was applied, so sending again adds no event twice (a client id makes any
     resend harmless)."""
+    result = await _until_taken(
+        lambda: handle.execute_update(UPDATE_SEND_EVENTS, SendEventsInput(events=events), result_type=SendEventsResult)
+    )
+    return result.event_ids
+
+
+async def update_session(handle: WorkflowHandle, change: UpdateSessionInput) -> SessionInfo:
+    """The `update_session` update (title, metadata, budget, archive, the start of a deletion), sent again as
+    `send_events` is when Temporal or the session did not take it."""
+    return await _until_taken(lambda: handle.execute_update(UPDATE_SESSION, change, result_type=SessionInfo))
+
+
+async def _until_taken(update: Callable[[], Awaitable[T]]) -> T:
+    """`update()`, sent again with backoff for up to `BUSY_SECONDS` while it was not taken (see `send_events`)."""
     delay = RETRY_SECONDS
     deadline = time.monotonic() + BUSY_SECONDS
     while True:
         try:
-            result = await handle.execute_update(
-                UPDATE_SEND_EVENTS, SendEventsInput(events=events), result_type=SendEventsResult
-            )
-            return result.event_ids
+            return await update()
         except WorkflowUpdateFailedError as exc:
             handing_over = isinstance(exc.cause, ApplicationError) and exc.cause.type == HANDING_OVER
             if not handing_over or time.monotonic() > deadline:

@@ -23,8 +23,9 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpda
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from corral.contract.session import SessionBudget, SessionInfo, UpdateSessionInput
-from corral.names import BUDGET_CREATE_ONLY, BUDGET_NOT_RAISED, BUSY, UPDATE_SESSION
+from corral.client import update_session
+from corral.contract.session import SessionBudget, UpdateSessionInput
+from corral.names import BUDGET_CREATE_ONLY, BUDGET_NOT_RAISED, BUSY
 from gateway.errors import ApiError, invalid
 from gateway.http import Authed, body
 from gateway.shapes import patch_metadata
@@ -44,7 +45,7 @@ def session_admin_routes(gateway: Any, authed: Authed) -> list[Route]:
         handle, description = await sessions._own(workspace, session_id)
         if description.status is not None and description.status.name == "RUNNING":
             try:  # refused while the session runs; else its log ends with session.deleted, and it takes no more
-                await handle.execute_update(UPDATE_SESSION, UpdateSessionInput(delete=True), result_type=SessionInfo)
+                await update_session(handle, UpdateSessionInput(delete=True))
             except WorkflowUpdateFailedError as exc:
                 cause = exc.cause
                 if isinstance(cause, ApplicationError) and cause.type == BUSY:
@@ -94,7 +95,7 @@ def session_admin_routes(gateway: Any, authed: Authed) -> list[Route]:
         memo = await description.memo()
         patch_metadata(dict(memo.get("metadata") or {}), change.metadata)  # refuses what a create would refuse
         try:
-            await handle.execute_update(UPDATE_SESSION, change, result_type=SessionInfo)
+            await update_session(handle, change)
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause
             if not isinstance(cause, ApplicationError):

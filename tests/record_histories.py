@@ -26,7 +26,7 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from activities.sandbox import SandboxActivities
-from corral.client import read_events, send_text, start_session, wait_for_idle
+from corral.client import read_events, send_text, start_session, update_session, wait_for_idle
 from corral.contract.session import (
     AgentConfig,
     SendEventsInput,
@@ -147,6 +147,22 @@ async def budget_changed_then_deleted(handle: WorkflowHandle) -> None:
         await handle.result()
 
 
+async def idle_hand_over(handle: WorkflowHandle) -> list[str]:
+    """Renames while idle until the session continues as new (`workflow.patched("idle-hand-over")`): the first
+    run, which ends idle, and the second."""
+    await wait_for_idle(handle)
+    runs: list[str] = []
+    for n in range(1000):
+        await update_session(handle, UpdateSessionInput(title_set=True, title=f"name {n}"))
+        description = await handle.describe()
+        if description.run_id not in runs:
+            runs.append(description.run_id)
+        if len(runs) == 2:
+            await update_session(handle, UpdateSessionInput(title_set=True, title="in the second run"))
+            return runs
+    raise AssertionError("the session did not continue as new while idle")
+
+
 async def sandbox_tools(handle: WorkflowHandle) -> None:
     await wait_for_idle(handle, within_seconds=120)
     await handle.cancel()  # releases the sandbox: container and volume removed
@@ -160,6 +176,7 @@ SCRIPT_OPTIONS: dict[str, dict[str, Any]] = {
 }
 SESSION_OPTIONS: dict[str, dict[str, Any]] = {
     "continue_as_new": {"continue_as_new_after_events": 200},
+    "idle_hand_over": {"continue_as_new_after_events": 200},
     "budget_changed_then_deleted": {
         "budget": {
             "max_list_cost": {"amount": "100000"},
@@ -234,6 +251,7 @@ SCENARIOS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], Scenario]
     ),
     "renamed_and_archived": ([{"text": "hello"}], [], renamed_and_archived),
     "budget_changed_then_deleted": ([{"text": "hello"}], [], budget_changed_then_deleted),
+    "idle_hand_over": ([{"text": "hello"}], [], idle_hand_over),
     "refusal": (
         [{"text": "I can't help with that.", "stop_reason": "refusal", "refusal_category": "cyber"}, {"text": "Sure."}],
         [],

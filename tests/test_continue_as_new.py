@@ -25,9 +25,9 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
 from cli.session_ops import list_sessions, sessions_query
-from corral.client import fork_session, read_events, send_events, send_text, session_info
+from corral.client import fork_session, read_events, send_events, send_text, session_info, update_session
 from corral.contract.events import RequiresAction, SessionEvent, UserMessage
-from corral.contract.session import DEFAULT_RUN_HISTORY_EVENTS, SessionInput
+from corral.contract.session import DEFAULT_RUN_HISTORY_EVENTS, SessionInput, UpdateSessionInput
 from corral.names import SIGNAL_USER_MESSAGE
 from tests.conftest import Stack, assert_log_is_whole, stop_reason, texts, wait_for_idle
 
@@ -245,3 +245,25 @@ async def test_a_10_mb_document_and_a_50_mb_tool_output_stay_out_of_history(
     history = await handle.fetch_history()
     largest = max(event.ByteSize() for event in history.events)
     assert largest < TEMPORAL_PAYLOAD_LIMIT // 4, f"a history event of {largest} bytes"
+
+
+async def test_an_idle_session_hands_over_when_renames_and_signals_grow_its_history(stack: Stack) -> None:
+    """Idle, a session still continues as new when what it takes without a turn (renames, dropped signals) has
+    grown its run's history; a rename that meets the hand-over is sent again and lands in the next run."""
+    model = stack.script([{"text": "hi"}, {"text": "yes"}])
+    handle = await stack.start(model, "hello", continue_as_new_after_events=RUN_EVENTS)
+    events = await wait_for_idle(handle)
+    renames = 0
+    async with asyncio.timeout(120):
+        while (await session_info(handle)).run < 3:
+            renames += 1
+            await asyncio.gather(
+                update_session(handle, UpdateSessionInput(title_set=True, title=f"name {renames}")),
+                handle.signal(SIGNAL_USER_MESSAGE, {"content": " "}),  # dropped (empty), yet in history
+            )
+    info = await session_info(handle)
+    assert (info.run, info.status, info.title) == (3, "idle", f"name {renames}"), info
+    assert await read_events(handle) == events, "nothing was written to the log, in any run"
+    await send_text(handle, "still there?")
+    after = await wait_for_idle(handle, after=events[-1].position)
+    assert stop_reason(after[-1]).type == "end_turn"

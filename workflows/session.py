@@ -126,6 +126,11 @@ REFUSAL_PATCH = "refusal-stop-reason"
 """From here a response the model refused ends the turn with stop reason `refusal` and the response's details."""
 REFUSED_RESULT = "Not run: the model's response was refused."
 
+IDLE_HAND_OVER_PATCH = "idle-hand-over"
+"""From here an idle session also wakes to continue as new when updates and signals (renames, dropped messages)
+have grown its run's history enough: before, only a turn's end handed over, so an idle session could grow without
+bound."""
+
 BUDGET_PATCH = "session-budget"
 """From here a session with a budget stops taking model turns once they have cost it (only sessions with a budget
 ask for this patch, and none was recorded before it)."""
@@ -248,16 +253,25 @@ class SessionWorkflow:
     # ---- waiting and turns ----------------------------------------------------------------------------------
 
     async def _wait_for_work(self) -> bool:
-        """Zero compute while idle: wait for a message; stop a running sandbox once idle long enough."""
+        """Zero compute while idle: wait for a message (True: a turn is due); stop a running sandbox once idle long
+        enough, or hand over when updates and signals have grown the run's history enough while idle (False)."""
+        # Determinism: runs recorded before this woke for a message only. A message already here (a session's first)
+        # needs no waiting and asks for no patch: its first workflow task carries no marker.
+        waits = not self._inbox.pending and workflow.patched(IDLE_HAND_OVER_PATCH)
+        due = self._hand_over_due if waits else (lambda: False)
+
+        def woken() -> bool:
+            return bool(self._inbox.pending) or due()
+
         if not self._sandbox.running:
-            await workflow.wait_condition(lambda: bool(self._inbox.pending))
-            return True
+            await workflow.wait_condition(woken)
+            return bool(self._inbox.pending)
         try:
-            await workflow.wait_condition(lambda: bool(self._inbox.pending), timeout=self._sandbox.idle_stop_after)
+            await workflow.wait_condition(woken, timeout=self._sandbox.idle_stop_after)
         except asyncio.TimeoutError:  # noqa: UP041 - the builtin, not temporalio.exceptions.TimeoutError
             await self._sandbox.stop()
             return False
-        return True
+        return bool(self._inbox.pending)
 
     async def _run_turn(self, resume: Phase = "idle") -> None:
         """Run model calls and tool calls until the model ends its turn, an error ends it, or an interrupt. A turn
@@ -673,6 +687,8 @@ class SessionWorkflow:
 
     @update_session.validator
     def _validate_update_session(self, input: UpdateSessionInput) -> None:
+        if self._runs.handing_over:  # what it changes is carried into the next run: it is sent again there
+            raise ApplicationError("the session is continuing as new: send again", type=HANDING_OVER)
         if input.delete and self._status in ("running", "rescheduling"):
             raise ApplicationError(
                 f"the session is {self._status}: interrupt it first (send user.interrupt), then delete it once it "
