@@ -480,7 +480,7 @@ async def test_a_repository_token_goes_to_vault_and_never_into_the_session(
     assert resolved is not None and resolved.token.get_secret_value() == rotated_token, "the token was rotated"
     with pytest.raises(anthropic.BadRequestError, match="rotate its token"):
         await client.beta.sessions.resources.delete(resource.id, session_id=session.id)
-    assert [r.id async for r in client.beta.sessions.resources.list(session.id)] == [resource.id], "still there"
+    assert [r.model_dump()["id"] async for r in client.beta.sessions.resources.list(session.id)] == [resource.id]
     stranger = await gateway.client("team-b")
     with pytest.raises(anthropic.NotFoundError):
         await stranger.beta.sessions.resources.list(session.id)
