@@ -88,6 +88,12 @@ def test_the_compose_file_is_valid_for_every_profile(compose: list[str], profile
         for secret in SECRETS:
             value = (service.get("environment") or {}).get(secret)
             assert value in (None, "", "offline-stand-in"), f"{name} sets {secret} in the file"
+    # Large payloads go to the blob store with a reference in history: every role that talks to Temporal must see
+    # the same store, or one role writes a reference another cannot read.
+    talkers = {name: service for name, service in services.items()
+               if "CORRAL_TEMPORAL_ADDRESS" in (service.get("environment") or {})}  # fmt: skip
+    stores = {name: (service.get("environment") or {}).get("CORRAL_BLOB_STORE") for name, service in talkers.items()}
+    assert len(talkers) >= 6 and len(set(stores.values())) == 1 and None not in stores.values(), stores
     if profile == "offline":
         temporal = " ".join(services["offline-temporal"]["command"])
         for attribute in (SEARCH_ATTRIBUTE_STATUS, SEARCH_ATTRIBUTE_MODEL):
