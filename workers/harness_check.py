@@ -27,12 +27,8 @@ from temporalio.workflow import NondeterminismError
 
 from corral.contract.records import RECORD_WORKFLOW
 from corral.names import SESSION_WORKFLOW
-from workers.roles import HARNESS_WORKFLOW_RUNNER, RecordWorkflow, SessionWorkflow, SignalArgumentsInterceptor
+from workers.roles import HARNESS_WORKFLOW_RUNNER, HARNESS_WORKFLOWS, harness_interceptors
 
-HARNESS_WORKFLOWS: Sequence[type] = (SessionWorkflow, RecordWorkflow)
-"""The classes `roles.harness_worker` registers, which the check replays with. `roles.harness_worker` builds its
-Worker inline and a Worker cannot be made only to read its settings (making one registers it with the client), so
-the list is named here; tests/test_harness_check.py fails if it and the worker's ever differ."""
 HARNESS_WORKFLOW_TYPES: tuple[str, ...] = (SESSION_WORKFLOW, RECORD_WORKFLOW)
 """The workflow types the harness worker runs: what the check lists."""
 
@@ -48,7 +44,7 @@ def harness_replayer(client: Client, workflows: Sequence[type] | None = None) ->
     return Replayer(
         workflows=list(HARNESS_WORKFLOWS if workflows is None else workflows),
         workflow_runner=HARNESS_WORKFLOW_RUNNER,
-        interceptors=[SignalArgumentsInterceptor()],
+        interceptors=harness_interceptors(),
         namespace=client.namespace,  # workflow code reads it (web UI links, sandbox labels)
         data_converter=client.data_converter,
     )

@@ -11,7 +11,7 @@ from typing import Any
 
 import anthropic
 from temporalio.client import Client
-from temporalio.worker import FixedSizeSlotSupplier, Worker, WorkerTuner
+from temporalio.worker import FixedSizeSlotSupplier, Interceptor, Worker, WorkerTuner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.model import ModelActivities
@@ -48,14 +48,23 @@ MODEL_HEARTBEAT_THROTTLE = timedelta(seconds=1)
 would leave a heartbeat only 0.4 s to reach a busy server before the 2 s model heartbeat timeout)."""
 
 
+HARNESS_WORKFLOWS: tuple[type, ...] = (SessionWorkflow, RecordWorkflow)
+"""The workflow classes the harness worker runs (and `corral harness check` replays with)."""
+
+
+def harness_interceptors() -> list[Interceptor]:
+    """The harness worker's interceptors (and the replayer's: they run workflow code the same way)."""
+    return [SignalArgumentsInterceptor()]
+
+
 def harness_worker(client: Client, task_queue: str = HARNESS_TASK_QUEUE) -> Worker:
     """Workflows only: no activities, no credentials, no Docker."""
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[SessionWorkflow, RecordWorkflow],
+        workflows=list(HARNESS_WORKFLOWS),
         workflow_runner=HARNESS_WORKFLOW_RUNNER,
-        interceptors=[SignalArgumentsInterceptor()],
+        interceptors=harness_interceptors(),
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
     )
