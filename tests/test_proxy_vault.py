@@ -41,7 +41,7 @@ from proxy import (
     find_bao_binary,
     stop_local_vault,
 )
-from proxy.devvault import DevVault
+from proxy.devvault import DevVault, log_in
 from tests.proxy_servers.devvault import scan_for, shared_dev_vault
 
 ACCESS = "canary-access-7f3a9c"
@@ -410,3 +410,31 @@ def test_a_claim_left_by_a_crashed_add_is_taken_over_once_stale(store: VaultStor
     credential = store.add_credential(vault.id, oauth_params(url))
     assert store._resolve_mcp_credential([vault.id], url) is not None
     assert raw_document(raw, path)["credential_id"] == credential.id
+
+
+def test_an_approle_login_outlives_its_token(dev_vault: DevVault, raw: hvac.Client) -> None:
+    """A worker logged in with an AppRole keeps working after its token's TTL has run out: Vault refuses the old
+    token (403), and the client logs in again and repeats the request. A wrong secret id is refused at once."""
+    if "approle/" not in raw.sys.list_auth_methods()["data"]:
+        raw.sys.enable_auth_method("approle")
+    mount = dev_vault.mount
+    raw.sys.create_or_update_policy(
+        "corral-test-proxy",
+        f'path "{mount}/*" {{ capabilities = ["create", "read", "update", "patch", "delete", "list"] }}\n'
+        'path "sys/mounts" { capabilities = ["read"] }\npath "sys/mounts/*" { capabilities = ["read"] }\n',
+    )
+    raw.auth.approle.create_or_update_approle(
+        "corral-test-short", token_policies=["corral-test-proxy"], token_ttl="1s", token_max_ttl="1s"
+    )
+    role_id = raw.auth.approle.read_role_id("corral-test-short")["data"]["role_id"]
+    secret_id = raw.auth.approle.generate_secret_id("corral-test-short")["data"]["secret_id"]
+    client = log_in(dev_vault.address, mount, role_id=role_id, secret_id=secret_id)
+    store = VaultStore(client, mount=mount)
+    vault = store.create_vault("outlives its token")
+    first = client.adapter.token
+    time.sleep(2.5)  # past the token's maximum TTL: Vault now refuses it
+    assert not hvac.Client(url=dev_vault.address, token=first).is_authenticated(), "the first token expired"
+    assert store.get_vault(vault.id).display_name == "outlives its token"
+    assert client.adapter.token != first, "a new token, from a new login"
+    with pytest.raises(VaultUnavailable):
+        log_in(dev_vault.address, mount, role_id=role_id, secret_id="not-the-secret-id")
