@@ -9,9 +9,12 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from corral.contract.session import MAX_MESSAGE_BYTES
 from gateway.errors import ApiError, invalid
 
-MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_BODY_BYTES = MAX_MESSAGE_BYTES + 1024 * 1024
+"""A batch of events may carry `MAX_MESSAGE_BYTES` of content (corral/contract/session.py), and JSON adds a little;
+a larger body is refused as it arrives, before it is all read."""
 
 Handler = Callable[[Request, str], Awaitable[Response]]
 """An endpoint that is given the caller's workspace (see `gateway.app.Gateway.workspace`)."""
@@ -20,9 +23,17 @@ Authed = Callable[[Handler], Callable[[Request], Awaitable[Response]]]
 
 
 async def body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise ApiError(413, f"the request body is over {MAX_BODY_BYTES} bytes")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise _too_large()
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise _too_large()
+        chunks.append(chunk)
+    raw = b"".join(chunks)
     if not raw.strip():
         return {}
     try:
@@ -32,6 +43,11 @@ async def body(request: Request) -> dict[str, Any]:
     if not isinstance(parsed, dict):
         raise invalid("the request body must be a JSON object")
     return parsed
+
+
+def _too_large() -> ApiError:
+    return ApiError(413, f"the request body is over {MAX_BODY_BYTES} bytes (a batch of events may carry "
+                         f"{MAX_MESSAGE_BYTES} bytes of content)")  # fmt: skip
 
 
 def whole(value: str | None, where: str) -> int | None:

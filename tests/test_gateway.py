@@ -19,7 +19,9 @@ import httpx
 import pytest
 
 from corral.apikeys import create_key, revoke_key
+from corral.contract.session import MAX_MESSAGE_BYTES
 from corral.records import Records
+from gateway.http import MAX_BODY_BYTES
 from tests.chaos._processes import RoleProcess, free_port, role_process, until_healthy
 from tests.conftest import Stack
 
@@ -235,3 +237,24 @@ async def test_workspaces_see_nothing_of_each_other_and_a_bad_key_is_401(stack: 
     async with httpx.AsyncClient() as http:
         response = await http.get(f"{gateway.url}/v1/agents")
     assert response.status_code == 401 and response.json()["type"] == "error"
+
+
+async def test_a_body_over_the_limit_is_refused_as_it_arrives(stack: Stack, gateway: Gateway) -> None:
+    """413 in the upstream shape, whether the body declares its length or comes in chunks; a batch of events at the
+    content limit still fits."""
+    client = await gateway.client("team-big")
+    headers = {"x-api-key": str(client.api_key), "content-type": "application/json"}
+    oversized = b'{"name": "' + b"x" * MAX_BODY_BYTES + b'"}'
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for start in range(0, len(oversized), 1 << 20):
+            yield oversized[start : start + (1 << 20)]
+
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
+        declared = await http.post("/v1/agents", content=oversized, headers=headers)
+        streamed = await http.post("/v1/agents", content=chunks(), headers=headers)
+    for response in (declared, streamed):
+        assert response.status_code == 413, response.text
+        assert response.json()["error"]["type"] == "request_too_large"
+    assert MAX_BODY_BYTES > MAX_MESSAGE_BYTES, "a batch of events at its content limit fits in a body"
+    assert [a async for a in client.beta.agents.list()] == [], "nothing was made"
