@@ -7,7 +7,6 @@ model call or tool call is an activity. Handlers only validate and append to the
 from __future__ import annotations
 
 import asyncio
-import functools
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -26,17 +25,12 @@ with workflow.unsafe.imports_passed_through():
     from corral.contract.context import ContextView
     from corral.contract.errors import ModelErrorInfo
     from corral.contract.events import (
-        AgentCustomToolUse,
-        AgentMcpToolUse,
-        AgentToolUse,
         BudgetReached,
         EndTurn,
         ErrorType,
         ModelUsage,
-        PermissionEvaluation,
         Refusal,
         RefusalStopDetails,
-        RequiresAction,
         RetriesExhausted,
         RetryStatus,
         SessionDeleted,
@@ -51,12 +45,10 @@ with workflow.unsafe.imports_passed_through():
         StopReason,
     )
     from corral.contract.pricing import list_cost
-    from corral.contract.sandbox import policy_type
     from corral.contract.session import (
         CustomTool,
         EventPage,
         EventsQuery,
-        HandTool,
         InterruptSignal,
         ResolvedTool,
         SandboxTool,
@@ -95,12 +87,13 @@ with workflow.unsafe.imports_passed_through():
     from workflows._context import SessionContext
     from workflows._fork import start_fork
     from workflows._handover import HandOver, Parts
-    from workflows._hands import ModelRoute, execute_on_hand
+    from workflows._hands import ModelRoute
     from workflows._inbox import UserInbox
     from workflows._log import SessionLog
     from workflows._mcp import RetryState, SessionMcp
     from workflows._outcomes import ToolUseEvent, add_usage, model_error_info, record_response
     from workflows._sandbox import SessionSandbox
+    from workflows._tool_calls import ToolCalls
 
 
 MAX_CUT_OFF = 3
@@ -111,13 +104,6 @@ CUT_OFF_RESULT = (
 
 CONFIRMATIONS_PATCH = "tool-confirmations"
 """From here a session evaluates each call's permission policy, and waits for confirmation where it asks."""
-DENIED_RESULT = "Not run: the user denied this tool call."
-NEW_MESSAGE_RESULT = "No result: the user sent a new message instead."
-
-WAITING_LIST_PATCH = "still-waiting-calls"
-"""From here a session that gets answers to some of the calls it waits on goes idle again, listing those left (as
-the Managed Agents API does): a client that reads only the newest idle knows what is still asked of it."""
-
 MESSAGE_IDS_PATCH = "message-ids-from-request"
 """From here a response's `agent.message` and `agent.thinking` take ids made from their request's span id
 (`message_id_of`), the ids their live previews carry, instead of new ones."""
@@ -172,6 +158,10 @@ class SessionWorkflow:
             workflow.info().workflow_id, input.sandbox_environment(), lambda: self._mcp.clones(input.resources)
         )
         self._runs = HandOver(input)
+        self._tool_calls = ToolCalls(
+            input.agent, self._tools, self._log, self._inbox, self._sandbox, self._mcp, self._report,
+            self._go_idle, self._resume_running, self._hand_over_due, self._hand_over,
+        )  # fmt: skip
         self._model_route = ModelRoute(input.model_task_queue)
         self._static = web_ui_summary(input, workflow.info().namespace)
         self._archived_at: datetime | None = None
@@ -282,7 +272,7 @@ class SessionWorkflow:
         try:
             if resume in ("awaiting_custom", "awaiting_confirmation"):
                 custom_uses, asked = self._inbox.awaiting_custom.values(), self._inbox.awaiting_confirmation.values()
-                await self._await_answers(list(custom_uses), list(asked))
+                await self._tool_calls.await_answers(list(custom_uses), list(asked))
             await self._mcp.prepare(self._report)
             cut_off = 0  # replies in a row cut off at max_tokens with tool calls in them
             while True:
@@ -311,14 +301,14 @@ class SessionWorkflow:
                 # Determinism: histories recorded before permissions were evaluated have no marker here, and never
                 # wait for a confirmation; the patch also keeps their events (and so their sizes) as they were.
                 if uses and workflow.patched(CONFIRMATIONS_PATCH):
-                    self._evaluate_permissions(uses)
+                    self._tool_calls.evaluate_permissions(uses)
                 if uses and result.stop_reason == "max_tokens":
                     cut_off += 1
                     if not self._refuse_cut_off_calls(uses, cut_off):
                         return
                 elif uses:
                     cut_off = 0
-                    await self._run_tools(uses)
+                    await self._tool_calls.run(uses)
                 elif not self._inbox.pending:
                     self._go_idle(EndTurn())
                     return
@@ -441,118 +431,6 @@ class SessionWorkflow:
     def _is_custom(self, name: str) -> bool:
         return isinstance(self._tools.get(name), CustomTool)
 
-    def _evaluate_permissions(self, uses: list[ToolUseEvent]) -> None:
-        """Mark each hand and MCP call with what its permission policy decided (upstream's `evaluated_permission`
-        and `evaluation`): `ask` calls wait for the client's confirmation; a tool the agent lacks is denied."""
-        toolsets = {server.name: toolset for server, toolset in self._input.agent.mcp_toolsets()}
-        for use in uses:
-            if isinstance(use, AgentMcpToolUse):
-                toolset = toolsets.get(use.mcp_server_name)
-                policy = toolset.permission(use.name) if toolset is not None else None
-            elif isinstance(use, AgentToolUse):
-                tool = self._tools.get(use.name)
-                policy = policy_type(tool.permission_policy) if isinstance(tool, HandTool | SandboxTool) else None
-            else:
-                continue  # a custom tool call is the client's to run: no policy applies
-            use.evaluated_permission = "deny" if policy is None else "ask" if policy == "always_ask" else "allow"
-            use.evaluation = None if policy is None else PermissionEvaluation(type=policy)
-
-    async def _run_tools(self, uses: list[ToolUseEvent]) -> None:
-        """Run hand and MCP calls concurrently, then wait for the client: its custom tool results, and its
-        confirmations of the calls whose policy asks (those allowed run then)."""
-        calls = [use for use in uses if isinstance(use, AgentToolUse | AgentMcpToolUse)]
-        asked = [use for use in calls if use.evaluated_permission == "ask"]
-        await self._run_calls([use for use in calls if use.evaluated_permission != "ask"])
-        custom_uses = [use for use in uses if isinstance(use, AgentCustomToolUse)]
-        if not custom_uses and not asked:
-            return
-        for custom_use in custom_uses:
-            self._inbox.awaiting_custom[custom_use.id] = custom_use
-        for call in asked:
-            self._inbox.awaiting_confirmation[call.id] = call
-        waiting = {use.id for use in [*custom_uses, *asked]}
-        self._go_idle(RequiresAction(event_ids=[use.id for use in uses if use.id in waiting]))
-        await self._await_answers(custom_uses, asked)
-
-    async def _run_calls(self, calls: list[AgentToolUse | AgentMcpToolUse]) -> None:
-        """Run calls concurrently, hand calls first (the order their activities have always been scheduled in),
-        and write their results."""
-        hand_uses = [use for use in calls if isinstance(use, AgentToolUse)]
-        mcp_uses = [use for use in calls if isinstance(use, AgentMcpToolUse)]
-        outputs = await asyncio.gather(
-            *(self._execute(use) for use in hand_uses), *(self._mcp.call(use, self._report) for use in mcp_uses)
-        )
-        ordered: list[AgentToolUse | AgentMcpToolUse] = [*hand_uses, *mcp_uses]
-        for call, (text, is_error) in zip(ordered, outputs, strict=True):
-            self._log.answer(call, text, is_error)
-
-    async def _await_answers(
-        self, custom_uses: list[AgentCustomToolUse], asked: list[AgentToolUse | AgentMcpToolUse]
-    ) -> None:
-        """Wait for the client's results of `custom_uses` and confirmations of `asked` (or a new message), handing
-        over to a new run if the wait outlasts this one; then put the results in the conversation, run the calls
-        allowed, answer the others as denied, and go on with the turn."""
-
-        def answered() -> bool:
-            inbox = self._inbox
-            results = all(use.id in inbox.custom_results for use in custom_uses)
-            return (results and all(use.id in inbox.confirmations for use in asked)) or bool(inbox.pending)
-
-        calls: list[ToolUseEvent] = sorted([*custom_uses, *asked], key=lambda use: use.position)
-
-        def still_waiting() -> list[str]:
-            inbox = self._inbox
-            answers = {*inbox.custom_results, *inbox.confirmations}
-            return [use.id for use in calls if use.id not in answers]
-
-        def woken(was: list[str]) -> bool:
-            return answered() or self._hand_over_due() or still_waiting() != was
-
-        listed = still_waiting()
-        while not answered():
-            await workflow.wait_condition(functools.partial(woken, listed))
-            if answered():
-                break
-            if still_waiting() != listed:
-                listed = still_waiting()
-                if workflow.patched(WAITING_LIST_PATCH):
-                    self._go_idle(RequiresAction(event_ids=listed))
-                continue
-            await self._hand_over("awaiting_confirmation" if asked else "awaiting_custom")
-        self._set_status("running")
-        self._log.append(SessionStatusRunning)
-        for custom_use in custom_uses:
-            self._inbox.awaiting_custom.pop(custom_use.id, None)
-            answer = self._inbox.custom_results.pop(custom_use.id, None)
-            if answer is None:
-                # Do better than blocking forever: a new message answers the open calls with an error.
-                self._log.answer(custom_use, NEW_MESSAGE_RESULT, True)
-            else:
-                answer.processed_at = workflow.now()
-                self._log.add_to_conversation(answer)
-        allowed: list[AgentToolUse | AgentMcpToolUse] = []
-        for call in asked:
-            self._inbox.awaiting_confirmation.pop(call.id, None)
-            confirmation = self._inbox.confirmations.pop(call.id, None)
-            if confirmation is None:
-                self._log.answer(call, NEW_MESSAGE_RESULT, True)
-                continue
-            confirmation.processed_at = workflow.now()
-            if confirmation.result == "allow":
-                allowed.append(call)
-            else:
-                self._log.answer(call, confirmation.deny_message or DENIED_RESULT, True)
-        await self._run_calls(allowed)
-
-    async def _execute(self, use: AgentToolUse) -> tuple[str, bool]:
-        """`execute(name, input) -> string` on the hand that serves the tool; errors become error results."""
-        tool = self._tools.get(use.name)
-        if isinstance(tool, SandboxTool):
-            return await self._sandbox.execute(use)
-        if not isinstance(tool, HandTool):
-            return f"Unknown tool {use.name!r}. Available tools: {', '.join(sorted(self._tools))}.", True
-        return await execute_on_hand(tool, use)
-
     def _finish_interrupt(self) -> None:
         """Close what the interrupt cut short so the conversation stays valid, then go idle."""
         for use in self._log.unanswered_tool_uses():
@@ -568,6 +446,11 @@ class SessionWorkflow:
         else:
             self._log.append(SessionStatusIdle, stop_reason=reason, stop_details=details)
         self._set_status("idle", reason.type)
+
+    def _resume_running(self) -> None:
+        """The turn goes on after a wait for the client."""
+        self._set_status("running")
+        self._log.append(SessionStatusRunning)
 
     def _set_status(self, status: SessionStatus, stop_reason: str | None = None) -> None:
         if status != self._status:
