@@ -268,3 +268,13 @@ async def test_which_sessions_count_as_closed(temporal_env: WorkflowEnvironment)
         assert await closed_sessions(client, ids, missing_means_closed=True) == [ended.id, unknown]
     finally:
         await running.terminate("test finished")
+
+
+def test_a_model_worker_serves_the_pool_its_environment_names() -> None:
+    key = {"ANTHROPIC_API_KEY": "k"}
+    assert ModelSettings.from_environment(key).task_queue == "corral-model"
+    assert ModelSettings.from_environment({**key, "CORRAL_MODEL_TASK_QUEUE": "corral-model-eu"}).task_queue == (
+        "corral-model-eu"
+    )
+    with pytest.raises(SettingsError, match="CORRAL_MODEL_TASK_QUEUE must name a task queue without '@'"):
+        ModelSettings.from_environment({**key, "CORRAL_MODEL_TASK_QUEUE": "corral-model@host-1"})

@@ -10,9 +10,12 @@ workers it starts)::
     CORRAL_STREAM_URL                (no live deltas)   model: the stream relay that text deltas are published to
     CORRAL_STREAM_TOKEN              (none)             model: the relay's bearer token
     CORRAL_MODEL_STALL_TIMEOUT_SECONDS  120             model: a response stream silent this long is retried
+    CORRAL_MODEL_TASK_QUEUE          corral-model       model: the pool it serves (a session's `model_task_queue`)
     CORRAL_SANDBOX_IMAGE             built here         sandbox
     CORRAL_STATE_DIR                 .corral            sandbox: where the image is built; model: see below
-    CORRAL_BLOB_STORE                $CORRAL_STATE_DIR/blobs   model, sandbox: archived runs, kept whole outputs
+    CORRAL_BLOB_STORE                $CORRAL_STATE_DIR/blobs   every role and client: archived runs, kept whole
+                                                        outputs, and every payload of 256 KiB or more (the data
+                                                        converter's): all must see the same store
     CORRAL_REAP_INTERVAL_SECONDS     60                 sandbox, proxy: how often the reaper looks for closed sessions
     CORRAL_SANDBOX_POOL_SIZE         2                  sandbox: started sandboxes kept per recipe (0: no warm pool)
     CORRAL_SANDBOX_POOL_MAX_AGE_SECONDS  3600           sandbox: a pool member older than this is made again
@@ -47,11 +50,13 @@ from corral.names import (
     ENV_MODEL_STALL_TIMEOUT,
     ENV_TEMPORAL_ADDRESS,
     ENV_TEMPORAL_NAMESPACE,
+    MODEL_TASK_QUEUE,
 )
 from corral.sandbox.pool import PoolSettings
 
 Environ = Mapping[str, str]
 
+MODEL_QUEUE_VARIABLE = "CORRAL_MODEL_TASK_QUEUE"
 REAP_INTERVAL = "CORRAL_REAP_INTERVAL_SECONDS"
 POOL_SIZE = "CORRAL_SANDBOX_POOL_SIZE"
 POOL_MAX_AGE = "CORRAL_SANDBOX_POOL_MAX_AGE_SECONDS"
@@ -93,9 +98,16 @@ class ModelSettings:
     stream_url: str | None = None
     stream_token: str | None = field(default=None, repr=False)
     stall_timeout_seconds: float = DEFAULT_MODEL_STALL_TIMEOUT_SECONDS
+    task_queue: str = MODEL_TASK_QUEUE
+    """The shared queue of its pool of model workers; sessions choose a pool by their `model_task_queue`."""
 
     def __post_init__(self) -> None:
         _check_positive(ENV_MODEL_STALL_TIMEOUT, self.stall_timeout_seconds)
+        if "@" in self.task_queue or not self.task_queue.strip():
+            raise SettingsError(
+                f"{MODEL_QUEUE_VARIABLE} must name a task queue without '@' (a worker's own queue is "
+                f"'<queue>@<worker>'), not {self.task_queue!r}"
+            )
 
     @classmethod
     def from_environment(cls, environ: Environ | None = None) -> ModelSettings:
@@ -112,6 +124,7 @@ class ModelSettings:
             stream_url=_url(environ, "CORRAL_STREAM_URL"),
             stream_token=_text(environ, "CORRAL_STREAM_TOKEN"),
             stall_timeout_seconds=_seconds(environ, ENV_MODEL_STALL_TIMEOUT, DEFAULT_MODEL_STALL_TIMEOUT_SECONDS),
+            task_queue=_text(environ, MODEL_QUEUE_VARIABLE) or MODEL_TASK_QUEUE,
         )
 
 

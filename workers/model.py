@@ -30,7 +30,9 @@ def model_role(client: Client, settings: ModelSettings) -> list[Worker]:
     _warming.add(warming)
     warming.add_done_callback(_warming.discard)
     stream = StreamPublisher(settings.stream_url, token=settings.stream_token) if settings.stream_url else None
-    return model_workers(client, model, stream=stream, stall_timeout_seconds=settings.stall_timeout_seconds)
+    return model_workers(
+        client, model, settings.task_queue, stream=stream, stall_timeout_seconds=settings.stall_timeout_seconds
+    )
 
 
 async def _serve(settings: ModelWorkerSettings) -> None:
