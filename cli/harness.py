@@ -72,7 +72,9 @@ def check_command(
         str,
         typer.Option(help="Also replay executions closed this recently (e.g. 24h, 90m, 7d).", callback=_check_duration),
     ] = "24h",
-    limit: Annotated[int, typer.Option(help="At most this many executions, running ones first.", min=1)] = 200,
+    limit: Annotated[
+        int, typer.Option(help="At most this many executions of each workflow type, running ones first.", min=1)
+    ] = 200,
     workflow_types: Annotated[
         list[str] | None,
         typer.Option(

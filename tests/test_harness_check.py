@@ -120,8 +120,13 @@ async def test_recent_sessions_and_records_replay_clean(stack: Stack, recent: Re
         **{session: (SESSION_WORKFLOW, "clean") for session in recent.sessions},
         recent.record: (RECORD_WORKFLOW, "clean"),
     }
-    # Running executions come first: a new worker replays them as soon as it is deployed.
-    assert {check.workflow_id for check in report.checks[:2]} == {*recent.running, recent.record}
+    # Each type has its own share of the limit, in turn; running executions come first within it: a new worker
+    # replays them as soon as it is deployed.
+    assert [check.workflow_type for check in report.checks] == [SESSION_WORKFLOW] * 3 + [RECORD_WORKFLOW]
+    assert {report.checks[0].workflow_id} == set(recent.running)
+    limited = await list_executions(stack.client, limit=1, task_queue=stack.harness_queue)
+    assert [execution.workflow_type for execution in limited.executions] == [SESSION_WORKFLOW, RECORD_WORKFLOW]
+    assert limited.executions[0].id in recent.running and limited.matched == 4
     assert report.listing.matched == 4
     assert progress == [(1, 4), (2, 4), (3, 4), (4, 4)]
     assert {kind: dict(counts) for kind, counts in report.counts().items()} == {

@@ -68,8 +68,9 @@ class ExecutionCheck:
 class Listing:
     """The executions to check, as visibility listed them. `matched` may exceed them when `limit` cut the list."""
 
-    queries: tuple[str, str]
-    """The visibility queries of the running executions and of the closed ones (`executions_query`)."""
+    queries: tuple[str, ...]
+    """For each workflow type, the visibility queries of its running executions and of its closed ones
+    (`executions_query`)."""
     matched: int
     executions: list[WorkflowExecution]
 
@@ -147,24 +148,29 @@ async def list_executions(
     workflow_types: Sequence[str] = HARNESS_WORKFLOW_TYPES,
     task_queue: str | None = None,
 ) -> Listing:
-    """At most `limit` executions of `workflow_types` (see `executions_query`): the running ones first, since a new
-    worker replays them as soon as it is deployed, then those closed in the last `since`."""
+    """At most `limit` executions of each of `workflow_types` (see `executions_query`; each type its own share, so
+    the many long-running records never crowd the sessions out): the running ones first, since a new worker replays
+    them as soon as it is deployed, then those closed in the last `since`."""
     unknown = sorted(set(workflow_types) - set(HARNESS_WORKFLOW_TYPES))
     if unknown:
         raise ValueError(f"not a workflow type of the harness: {', '.join(unknown)}")
-    queries = executions_query(datetime.now(UTC) - since, workflow_types, task_queue)
+    queries: list[str] = []
     matched = 0
     executions: list[WorkflowExecution] = []
     listed: set[str] = set()
-    for query in queries:
-        matched += (await client.count_workflows(query)).count
-        async for execution in client.list_workflows(query, limit=limit):
-            if len(executions) == limit:
-                break
-            if execution.run_id not in listed:  # one that closed between the two listings is in both
-                listed.add(execution.run_id)
-                executions.append(execution)
-    return Listing(queries, matched, executions)
+    for kind in workflow_types:
+        taken = 0
+        for query in executions_query(datetime.now(UTC) - since, [kind], task_queue):
+            queries.append(query)
+            matched += (await client.count_workflows(query)).count
+            async for execution in client.list_workflows(query, limit=limit):
+                if taken == limit:
+                    break
+                if execution.run_id not in listed:  # one that closed between the two listings is in both
+                    listed.add(execution.run_id)
+                    executions.append(execution)
+                    taken += 1
+    return Listing(tuple(queries), matched, executions)
 
 
 async def replay_executions(
