@@ -418,11 +418,13 @@ def test_an_approle_login_outlives_its_token(dev_vault: DevVault, raw: hvac.Clie
     if "approle/" not in raw.sys.list_auth_methods()["data"]:
         raw.sys.enable_auth_method("approle")
     mount = dev_vault.mount
-    raw.sys.create_or_update_policy(
-        "corral-test-proxy",
-        f'path "{mount}/*" {{ capabilities = ["create", "read", "update", "patch", "delete", "list"] }}\n'
-        'path "sys/mounts" { capabilities = ["read"] }\npath "sys/mounts/*" { capabilities = ["read"] }\n',
+    policy = (  # docs/operations.md's policy for the proxy's role
+        'path "sys/mounts" { capabilities = ["read"] }\n'
+        f'path "{mount}/config" {{ capabilities = ["create", "update"] }}\n'
+        f'path "{mount}/data/*" {{ capabilities = ["create", "read", "update"] }}\n'
+        f'path "{mount}/metadata/*" {{ capabilities = ["list", "read", "delete"] }}\n'
     )
+    raw.sys.create_or_update_policy("corral-test-proxy", policy)
     raw.auth.approle.create_or_update_approle(
         "corral-test-short", token_policies=["corral-test-proxy"], token_ttl="1s", token_max_ttl="1s"
     )
@@ -436,5 +438,14 @@ def test_an_approle_login_outlives_its_token(dev_vault: DevVault, raw: hvac.Clie
     assert not hvac.Client(url=dev_vault.address, token=first).is_authenticated(), "the first token expired"
     assert store.get_vault(vault.id).display_name == "outlives its token"
     assert client.adapter.token != first, "a new token, from a new login"
+    # The policy serves the rest of a vault's life too: a credential, its rotation, archiving, deleting.
+    credential = store.add_credential(vault.id, StaticBearerParams(mcp_server_url="https://x.test/mcp", token=STATIC))
+    store.rotate_credential(vault.id, credential.id, StaticBearerParams(mcp_server_url="https://x.test/mcp",
+                                                                        token=STATIC))  # fmt: skip
+    assert vault.id in [listed.id for listed in store.list_vaults()]
+    store.archive_vault(vault.id)
+    store.delete_vault(vault.id)
+    with pytest.raises(VaultNotFound):
+        store.get_vault(vault.id)
     with pytest.raises(VaultUnavailable):
         log_in(dev_vault.address, mount, role_id=role_id, secret_id="not-the-secret-id")
