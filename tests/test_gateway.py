@@ -32,12 +32,14 @@ class Gateway:
     def __init__(self, url: str, process: RoleProcess, records: Records) -> None:
         self.url, self.process, self.records = url, process, records
         self.suffix = uuid.uuid4().hex[:8]
+        self.clients: list[anthropic.AsyncAnthropic] = []
 
     async def client(self, workspace: str) -> anthropic.AsyncAnthropic:
         """A client with a new key of `workspace`, a name of this test's own: a listing of a workspace reads each of
         its records from its workflow, and an earlier test's records ran on a harness queue that is gone now."""
         key, _ = await create_key(self.records, f"{workspace}-{self.suffix}")
-        return anthropic.AsyncAnthropic(base_url=self.url, api_key=key, max_retries=0)
+        self.clients.append(anthropic.AsyncAnthropic(base_url=self.url, api_key=key, max_retries=0))
+        return self.clients[-1]
 
 
 def gateway_argv(stack: Stack, port: int, *options: str) -> list[str]:
@@ -54,7 +56,12 @@ async def running_gateway(stack: Stack, log_dir: Path, **env: str) -> AsyncItera
     with role_process("gateway", gateway_argv(stack, port), log_dir, **env) as process:
         url = f"http://127.0.0.1:{port}"
         await until_healthy(url, process)
-        yield Gateway(url, process, Records(stack.client, task_queue=stack.harness_queue))
+        gateway = Gateway(url, process, Records(stack.client, task_queue=stack.harness_queue))
+        try:
+            yield gateway
+        finally:
+            for client in gateway.clients:
+                await client.close()
 
 
 @pytest.fixture
