@@ -8,8 +8,12 @@ is under way, then started again, as an operator or an orchestrator would (a con
 restarted by its restart policy); the session must end every turn once, with no event lost or logged twice.
 
 The proxy container is killed mid MCP call: the session's credential was written through the gateway into the
-stack's OpenBao, and the MCP server runs on the host (reached at the compose network's gateway). Not here yet: git
-through the proxy, and two replicas per role (issue 14, scale-out).
+stack's OpenBao, and the MCP server runs on the host (reached at the compose network's gateway).
+
+Then the stack is scaled to two replicas of each worker role (Compose's `--scale`; the proxy's second replica is the
+`offline-proxy-replica` service, since one container alone can publish the git port) and sessions run concurrently:
+their histories say which worker took each task, and both replicas of the harness, model, sandbox and utility hand
+must have done work. Not here yet: git through the proxy, a second Docker engine for sandboxes, the bus.
 """
 
 from __future__ import annotations
@@ -34,14 +38,25 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
-from temporalio.client import WorkflowHandle
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client, WorkflowHandle
 
 from corral.apikeys import create_key
 from corral.client import read_events, wait_for_idle
 from corral.compose import build_offline_images, compose_command
 from corral.compose.__main__ import PROFILES, check_config
 from corral.contract.events import AgentMcpToolResult, SessionError, SessionEvent
-from corral.names import HARNESS_TASK_QUEUE, SEARCH_ATTRIBUTE_MODEL, SEARCH_ATTRIBUTE_STATUS
+from corral.names import (
+    HARNESS_TASK_QUEUE,
+    MODEL_TASK_QUEUE,
+    PROXY_TASK_QUEUE,
+    SANDBOX_TASK_QUEUE,
+    SEARCH_ATTRIBUTE_MODEL,
+    SEARCH_ATTRIBUTE_STATUS,
+    UTILITY_HAND_TASK_QUEUE,
+)
 from corral.records import Records
 from corral.sandbox import remove_all_sandboxes
 from corral.sandbox.containers import remove_session, session_containers
@@ -114,18 +129,24 @@ class OfflineStack:
     ports: dict[str, int]
     engine: docker.DockerClient
 
-    def run(self, *arguments: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
+    def run(self, *arguments: str, check: bool = True, replicas: bool = False) -> subprocess.CompletedProcess[str]:
+        """Compose on the stack's project; `replicas` adds the profile of the proxy's extra replicas."""
+        profiles = ["--profile", "offline", *(["--profile", "offline-replicas"] if replicas else [])]
+        done = subprocess.run(
             [*self.compose, "--file", str(ROOT / "docker-compose.yml"), "--project-name", self.project,
-             "--profile", "offline", *arguments],
-            env=self.env, capture_output=True, text=True, check=check, timeout=300,
+             *profiles, *arguments],
+            env=self.env, capture_output=True, text=True, check=False, timeout=300,
         )  # fmt: skip
+        assert done.returncode == 0 or not check, f"compose {' '.join(arguments)} failed: {done.stderr[-3000:]}"
+        return done
+
+    def containers(self, service: str) -> list[Any]:
+        labels = [f"com.docker.compose.project={self.project}", f"com.docker.compose.service={service}"]
+        return list(self.engine.containers.list(all=True, filters={"label": labels}))
 
     def container(self, service: str) -> Any:
-        [found] = self.engine.containers.list(
-            all=True,
-            filters={"label": [f"com.docker.compose.project={self.project}", f"com.docker.compose.service={service}"]},
-        )
+        """The service's first replica."""
+        [found] = [c for c in self.containers(service) if c.labels["com.docker.compose.container-number"] == "1"]
         return found
 
     @property
@@ -186,7 +207,7 @@ def offline_stack(compose: list[str], tmp_path_factory: pytest.TempPathFactory) 
         logs = stack.run("logs", "--no-color", "--timestamps", check=False)
         log_file.write_text(logs.stdout + logs.stderr)
         print(f"compose logs: {log_file}")
-        stack.run("down", "--volumes", "--remove-orphans", "--timeout", "10", check=False)
+        stack.run("down", "--volumes", "--remove-orphans", "--timeout", "10", check=False, replicas=True)
         if scope is not None:  # the sandboxes of the stack's workers, a killed worker's warm pool member included
             print(remove_all_sandboxes(engine, scope).describe())
         leftovers = engine.containers.list(all=True, filters={"label": f"com.docker.compose.project={stack.project}"})
@@ -400,3 +421,124 @@ async def test_a_session_survives_killing_each_worker_role_mid_turn(offline_stac
     assert errors == [("mcp_connection_failed_error", "exhausted")]
     types = [event.type for event in log]
     assert types.count("user.message") == 5 and types.count("session.status_idle") == 5, types
+
+
+# ---- two replicas of each worker role, sessions spread across them ------------------------------------------------
+
+REPLICATED: dict[str, tuple[str, TaskQueueType.ValueType, tuple[str, ...]]] = {
+    "harness": (HARNESS_TASK_QUEUE, TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, ("offline-harness",)),
+    "model": (MODEL_TASK_QUEUE, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY, ("offline-model",)),
+    "sandbox": (SANDBOX_TASK_QUEUE, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY, ("offline-sandbox",)),
+    "utility-hand": (UTILITY_HAND_TASK_QUEUE, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY, ("offline-utility-hand",)),
+    "proxy": (PROXY_TASK_QUEUE, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY, ("offline-proxy", "offline-proxy-replica")),
+}
+"""Each worker role: the task queue its replicas poll, and the services whose containers are its replicas."""
+SCALE = ("offline-harness=2", "offline-model=2", "offline-sandbox=2", "offline-utility-hand=2",
+         "offline-proxy-replica=1")  # fmt: skip
+MUST_SPREAD = ("harness", "model", "sandbox", "utility-hand")
+"""The roles every session uses; the proxy is used only by sessions with MCP servers or repositories, so of its
+replicas the test checks only that both poll."""
+SESSIONS_PER_ROUND = 6
+MOST_ROUNDS = 4
+"""Tasks go to whichever replica polls first, so a round may leave a replica idle (all 6 sessions' first workflow
+task on one harness: 1 in 32); another round of new sessions is run, at most this many in all."""
+SPREAD_SCRIPT: list[dict[str, Any]] = [
+    tool("echo spread"),  # the sandbox hand
+    {"tool_uses": [{"name": "calculate", "input": {"expression": "6*7"}}]},  # the utility hand
+    {"text": "spread-done"},
+]
+
+
+def _hostname(identity: str) -> str:
+    """The host of a worker's identity (the SDK's default, `pid@host`); in a container, its hostname."""
+    return identity.rpartition("@")[2]
+
+
+async def _pollers(temporal: Client, queue: str, kind: TaskQueueType.ValueType) -> set[str]:
+    request = DescribeTaskQueueRequest(
+        namespace=temporal.namespace, task_queue=TaskQueue(name=queue), task_queue_type=kind
+    )
+    described = await temporal.workflow_service.describe_task_queue(request)
+    return {_hostname(poller.identity) for poller in described.pollers}
+
+
+async def _identities(handle: WorkflowHandle) -> set[str]:
+    """The identity of every worker that started one of the session's workflow or activity tasks."""
+    history = await handle.fetch_history()
+    found = set()
+    for event in history.events:
+        if event.HasField("workflow_task_started_event_attributes"):
+            found.add(event.workflow_task_started_event_attributes.identity)
+        elif event.HasField("activity_task_started_event_attributes"):
+            found.add(event.activity_task_started_event_attributes.identity)
+    return found
+
+
+async def test_sessions_spread_across_two_replicas_of_each_worker_role(offline_stack: OfflineStack) -> None:
+    stack = offline_stack
+    started = time.monotonic()
+    stack.run("up", "--detach", *(word for scale in SCALE for word in ("--scale", scale)), replicas=True)
+    replicas = {  # role -> {container hostname: container name}
+        role: {c.attrs["Config"]["Hostname"]: c.name for service in services for c in stack.containers(service)}
+        for role, (_, _, services) in REPLICATED.items()
+    }
+    assert all(len(hosts) == 2 for hosts in replicas.values()), replicas
+    temporal = await connect(stack.temporal_address)
+
+    async def all_polling() -> bool:
+        for role, (queue, kind, _) in REPLICATED.items():
+            if not set(replicas[role]) <= await _pollers(temporal, queue, kind):
+                return False
+        return True
+
+    await _until_async("every replica polling its task queue", all_polling, within=120.0)
+    print(f"scaled to two replicas per worker role after {time.monotonic() - started:.0f} s")
+
+    key, _ = await create_key(Records(temporal, task_queue=HARNESS_TASK_QUEUE), f"spread-{uuid.uuid4().hex[:8]}")
+    client = anthropic.AsyncAnthropic(base_url=stack.gateway_url, api_key=key, max_retries=2)
+    script = f"spread-{uuid.uuid4().hex[:8]}"
+    async with httpx.AsyncClient(base_url=stack.model_url) as http:
+        (await http.put(f"/_corral/scripts/{script}", json={"steps": SPREAD_SCRIPT})).raise_for_status()
+    agent = await client.beta.agents.create(
+        name="spread",
+        model=f"script:{script}",
+        tools=[{"type": "agent_toolset_20260401"}, {"type": "corral_utility"}],  # type: ignore[typeddict-item]
+    )
+    environment = await client.beta.environments.create(name="spread")
+
+    async def one_session() -> WorkflowHandle:
+        session = await client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+        handle = temporal.get_workflow_handle(session.id)
+        handles.append(handle)
+        asked = await _send_turn(client, handle, 1)
+        await wait_for_idle(handle, after=asked, within_seconds=TURN_WITHIN)
+        return handle
+
+    handles: list[WorkflowHandle] = []
+    worked: dict[str, set[str]] = {role: set() for role in REPLICATED}
+    rounds = 0
+    try:
+        while rounds < MOST_ROUNDS and any(worked[role] != set(replicas[role]) for role in MUST_SPREAD):
+            rounds += 1
+            for handle in await asyncio.gather(*(one_session() for _ in range(SESSIONS_PER_ROUND))):
+                hosts = {_hostname(identity) for identity in await _identities(handle)}
+                for role in REPLICATED:
+                    worked[role] |= hosts & set(replicas[role])
+        logs = [await read_events(handle) for handle in handles]
+    finally:
+        for handle in handles:
+            with contextlib.suppress(Exception):
+                await handle.terminate("test over")
+        await asyncio.gather(*(asyncio.to_thread(remove_session, stack.engine, h.id, True) for h in handles))
+    spread = {role: sorted(replicas[role][host] for host in hosts) for role, hosts in worked.items()}
+    print(f"{len(handles)} sessions in {rounds} rounds, {time.monotonic() - started:.0f} s in all; worked: {spread}")
+
+    for role in MUST_SPREAD:
+        assert worked[role] == set(replicas[role]), f"{role}: only {spread[role]} of {sorted(replicas[role].values())}"
+    assert len(handles) == rounds * SESSIONS_PER_ROUND
+    assert_whole(logs)
+    for log in logs:  # nothing lost, nothing twice: one message, two tool results, one reply, one idle
+        assert texts(log) == ["spread-done"], texts(log)
+        assert texts(log, "agent.tool_result") == ["spread", "6*7 = 42"], texts(log, "agent.tool_result")
+        types = [event.type for event in log]
+        assert types.count("user.message") == 1 and types.count("session.status_idle") == 1, types
