@@ -29,6 +29,12 @@ def tool_output_key(session_id: str, tool_use_id: str) -> str:
     return f"sessions/{session_id}/outputs/{tool_use_id}"
 
 
+def forget_session(store: BlobStore, session_id: str) -> None:
+    """Remove what the store keeps of a deleted session: its archived runs and its kept tool outputs (payloads are
+    shared by content, and stay)."""
+    store.delete_prefix(f"sessions/{session_id}/")
+
+
 def chunk_key(session_id: str, first: int) -> str:
     return f"sessions/{session_id}/log/{first:012d}.jsonl"
 

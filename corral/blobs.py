@@ -17,6 +17,7 @@ import asyncio
 import errno
 import hashlib
 import os
+import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -76,6 +77,10 @@ class LocalBlobStore:
             scratch.write(data)
         os.replace(scratch.name, path)
 
+    def delete_prefix(self, prefix: str) -> None:
+        """Remove every blob whose key starts with `prefix` (a folder: `sessions/<id>/`); none there is no error."""
+        shutil.rmtree(self._path(prefix.rstrip("/")), ignore_errors=True)
+
     def get(self, key: str) -> bytes:
         try:
             return self._path(key).read_bytes()
@@ -114,6 +119,15 @@ class S3BlobStore:
     def put(self, key: str, data: bytes) -> None:
         self._client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
 
+    def delete_prefix(self, prefix: str) -> None:
+        """Remove every object whose key starts with `prefix` (a folder: `sessions/<id>/`), a page at a time."""
+        folder = self._key(prefix.rstrip("/")) + "/"
+        pages = self._client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=folder)
+        for page in pages:
+            keys = [{"Key": item["Key"]} for item in page.get("Contents", [])]
+            if keys:  # a page holds at most 1,000 keys, as many as one delete takes
+                self._client.delete_objects(Bucket=self.bucket, Delete={"Objects": keys, "Quiet": True})
+
     def get(self, key: str) -> bytes:
         from botocore.exceptions import ClientError
 
@@ -127,7 +141,8 @@ class S3BlobStore:
 
 
 BlobStore = LocalBlobStore | S3BlobStore
-"""The store interface: `put(key, bytes)`, `get(key) -> bytes` (BlobStoreError when missing), `url`."""
+"""The store interface: `put(key, bytes)`, `get(key) -> bytes` (BlobStoreError when missing),
+`delete_prefix(prefix)`, `url`."""
 
 
 def open_blob_store(url: str | None = None, environ: dict[str, str] | None = None) -> BlobStore:

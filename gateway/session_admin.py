@@ -11,6 +11,7 @@ listing (404).
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from pydantic import ValidationError
@@ -23,6 +24,8 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpda
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from corral.archive import forget_session
+from corral.blobs import BlobStoreError, open_blob_store
 from corral.client import update_session
 from corral.contract.session import SessionBudget, UpdateSessionInput
 from corral.names import BUDGET_CREATE_ONLY, BUDGET_NOT_RAISED, BUSY
@@ -33,6 +36,8 @@ from gateway.shapes import patch_metadata
 GONE_SECONDS = 60.0
 """How long a delete waits for Temporal to remove the execution (it does so in the background: about 30 s on the
 dev server, less on a cluster), so that the client's next read is a 404."""
+logger = logging.getLogger("gateway")
+
 CANCEL_SECONDS = 60.0
 """How long the harness gets to release the sandbox before the execution is deleted regardless."""
 
@@ -64,6 +69,10 @@ def session_admin_routes(gateway: Any, authed: Authed) -> list[Route]:
             if exc.status != RPCStatusCode.NOT_FOUND:
                 raise
         await _until_gone(handle)
+        try:  # what the blob store keeps of it (earlier runs, whole tool outputs) goes too
+            await asyncio.to_thread(forget_session, open_blob_store(), session_id)
+        except (BlobStoreError, OSError) as exc:
+            logger.warning("session %s is deleted, but its blobs could not be: %s", session_id, exc)
         return JSONResponse({"id": session_id, "type": "session_deleted"})
 
     async def update(request: Request, workspace: str) -> Response:

@@ -16,6 +16,7 @@ from moto.server import ThreadedMotoServer
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from corral.archive import forget_session
 from corral.blobs import BlobStore, BlobStoreError, LocalBlobStore, S3BlobStore, open_blob_store, payload_storage
 from corral.client import read_events, send_text, start_session, wait_for_idle
 from corral.contract.events import UserMessage
@@ -57,6 +58,19 @@ def _check_store(store: BlobStore) -> None:
     for bad in ("", "../up", "a//b", "./a"):
         with pytest.raises(BlobStoreError, match="invalid blob key"):
             store.put(bad, b"x")
+    # A deleted session's blobs go, with all its keys (more than one S3 page of them); another's stay.
+    for n in range(1_005):
+        store.put(f"sessions/sesn_gone/log/{n:012d}.jsonl", b"x")
+    store.put("sessions/sesn_gone/outputs/call", b"x")
+    store.put("sessions/sesn_gone2/log/000000000001.jsonl", b"kept")
+    forget_session(store, "sesn_gone")
+    forget_session(store, "sesn_never")  # nothing there: no error
+    for key in ("sessions/sesn_gone/log/000000000000.jsonl", "sessions/sesn_gone/log/000000001004.jsonl",
+                "sessions/sesn_gone/outputs/call"):  # fmt: skip
+        with pytest.raises(BlobStoreError, match="is not in the store"):
+            store.get(key)
+    assert store.get("sessions/sesn_gone2/log/000000000001.jsonl") == b"kept"
+    assert store.get("a/b.bin") == b"\x00one"
 
 
 def test_a_local_store_keeps_blobs(tmp_path: Path) -> None:

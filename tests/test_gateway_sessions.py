@@ -11,6 +11,8 @@ import anthropic
 import pytest
 from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 
+from corral.archive import tool_output_key
+from corral.blobs import BlobNotFound, open_blob_store
 from corral.client import read_events, send_events, wait_for_idle
 from corral.contract.session import SessionInfo, UpdateSessionInput
 from corral.names import SIGNAL_USER_MESSAGE, UPDATE_SESSION
@@ -123,10 +125,14 @@ async def test_an_idle_session_is_deleted_with_its_log(stack: Stack, gateway: Ga
 
     following = asyncio.create_task(follow())
     await asyncio.sleep(0.3)  # the stream is open before the delete
+    blobs = open_blob_store()  # the run's shared store (tests/conftest.py), the gateway's too
+    blobs.put(tool_output_key(session_id, "toolu_kept"), b"a whole tool output")
     deleted = await client.beta.sessions.delete(session_id)
     assert (deleted.id, deleted.type) == (session_id, "session_deleted")
     await asyncio.wait_for(following, 30)  # the stream ended by itself
     assert [e.type for e in seen] == ["session.deleted"], "the open stream got session.deleted, then its end"
+    with pytest.raises(BlobNotFound):
+        blobs.get(tool_output_key(session_id, "toolu_kept"))
     with pytest.raises(anthropic.NotFoundError):
         await client.beta.sessions.retrieve(session_id)
     with pytest.raises(anthropic.NotFoundError):
