@@ -14,7 +14,6 @@ import asyncio
 import logging
 from typing import Any
 
-from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -27,11 +26,11 @@ from temporalio.service import RPCError, RPCStatusCode
 from corral.archive import forget_session
 from corral.blobs import BlobStoreError, open_blob_store
 from corral.client import update_session
-from corral.contract.session import SessionBudget, UpdateSessionInput
+from corral.contract.session import UpdateSessionInput
 from corral.names import BUDGET_CREATE_ONLY, BUDGET_NOT_RAISED, BUSY
 from gateway.errors import ApiError, invalid
 from gateway.http import Authed, body
-from gateway.shapes import patch_metadata
+from gateway.shapes import budget_limit, patch_metadata
 
 GONE_SECONDS = 60.0
 """How long a delete waits for Temporal to remove the execution (it does so in the background: about 30 s on the
@@ -88,7 +87,7 @@ def session_admin_routes(gateway: Any, authed: Authed) -> list[Route]:
         patch = changes.get("metadata") or {}
         if not isinstance(patch, dict) or not all(isinstance(v, str | None) for v in patch.values()):
             raise invalid("metadata must be an object of strings (null removes a key)")
-        budget = _budget(changes["budget"]) if "budget" in changes else None
+        budget = budget_limit(changes.get("budget"))
         change = UpdateSessionInput(title_set="title" in changes, title=title, metadata=patch,
                                     budget_set="budget" in changes, budget=budget)  # fmt: skip
         return await _apply(request, workspace, change)
@@ -118,18 +117,6 @@ def session_admin_routes(gateway: Any, authed: Authed) -> list[Route]:
         Route("/v1/sessions/{id}", authed(update), methods=["POST"]),
         Route("/v1/sessions/{id}/archive", authed(archive), methods=["POST"]),
     ]
-
-
-def _budget(raw: Any) -> SessionBudget | None:
-    """A new budget for a session (None removes it); the session prices it as it priced the one it was made with."""
-    if raw is None:
-        return None
-    if not isinstance(raw, dict) or "price" in raw:
-        raise invalid("budget must be {type: 'limit', max_list_cost: {amount, currency: 'USD'}} or null")
-    try:
-        return SessionBudget.model_validate(raw)
-    except ValidationError as exc:
-        raise invalid(f"budget: {exc}") from exc
 
 
 async def _until_gone(handle: WorkflowHandle) -> None:

@@ -44,7 +44,16 @@ from gateway.repositories import (
     session_repositories,
     store_repository_tokens,
 )
-from gateway.shapes import agent_body, agent_config, agent_view, check_metadata, environment_recipe, event_view, when
+from gateway.shapes import (
+    agent_body,
+    agent_config,
+    agent_view,
+    budget_limit,
+    check_metadata,
+    environment_recipe,
+    event_view,
+    when,
+)
 from gateway.stream import stream_events
 from gateway.vaults import check_vault_ids
 
@@ -328,14 +337,9 @@ def session_view(session_id: str, memo: Mapping[str, Any], started: datetime | N
 def _session_budget(raw: Any, agent: Mapping[str, Any]) -> SessionBudget | None:
     """The session's budget with the price in force for its model copied in (the table's, or `CORRAL_MODEL_PRICES`'s
     read here, never by the session); a model with no price is refused, as upstream does."""
-    if raw is None:
+    budget = budget_limit(raw)
+    if budget is None:
         return None
-    if not isinstance(raw, dict) or "price" in raw:
-        raise invalid("budget must be {type: 'limit', max_list_cost: {amount, currency: 'USD'}}")
-    try:
-        budget = SessionBudget.model_validate(raw)
-    except ValidationError as exc:
-        raise invalid(f"budget: {exc}") from exc
     model = agent_config(dict(agent)).model
     try:
         price = price_in_force(model, parse_prices(os.environ.get(PRICES_ENVIRONMENT_VARIABLE)))

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from corral.contract.events import SessionEvent
 from corral.contract.sandbox import Environment
-from corral.contract.session import AgentConfig
+from corral.contract.session import AgentConfig, SessionBudget
 from gateway.errors import invalid
 
 BUILT_IN_TOOLS = ["bash", "edit", "read", "write", "glob", "grep", "web_fetch", "web_search"]
@@ -328,3 +328,15 @@ def event_view(event: SessionEvent) -> dict[str, Any]:
     if data.get("processed_at") is None and not data["type"].startswith("user."):
         data["processed_at"] = data.get("created_at")
     return data
+
+
+def budget_limit(raw: Any) -> SessionBudget | None:
+    """A request's `budget` (None: none, or removed), checked; its price is never the client's to set."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or "price" in raw:
+        raise invalid("budget must be {type: 'limit', max_list_cost: {amount, currency: 'USD'}} or null")
+    try:
+        return SessionBudget.model_validate(raw)
+    except ValidationError as exc:
+        raise invalid(f"budget: {exc}") from exc
