@@ -1,14 +1,16 @@
 """Sandbox activities: provision, execute (the built-in tools), stop, release. Docker access, no credential.
 
-`provision_sandbox` runs on the shared `corral-sandbox` queue and answers with a handle naming the queue of the
-engine that holds the container (`corral-sandbox@<engine>`); every later call for that container goes there, so a
-sandbox worker can live on another host (`DOCKER_HOST`) and several can share one engine.
+`provision_sandbox` runs on the shared queue of an engine pool (`corral-sandbox`, or `corral-sandbox.<name>` for
+the workers started with `CORRAL_SANDBOX_ENGINE=<name>`) and answers with a handle naming the queue of the engine
+that holds the container (`corral-sandbox@<engine>`); every later call for that container goes there, so a sandbox
+worker can live on another host (`DOCKER_HOST`) and several can share one engine.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 from typing import Any
 
@@ -58,8 +60,20 @@ WHAT_SURVIVES = (
 )
 
 
+DEFAULT_DOCKER_ROOT = "/var/lib/docker"
+
+
 def engine_task_queue(client: docker.DockerClient) -> str:
-    return f"{SANDBOX_TASK_QUEUE}@{containers.engine_id(client)}"
+    """The queue of the workers attached to this engine: `corral-sandbox@<engine id>`, and for an engine whose data
+    root is not the default one, `-<hash of that root>` after it. Docker 20.10 derives its engine id from the host's
+    `/etc/docker/key.json`, so two daemons on one host report the same id, and calls for one engine's containers
+    would reach the other's workers; two daemons on one host always have different data roots. An engine with the
+    default root keeps the queue it always had, so the handles of running sessions stay valid."""
+    queue = f"{SANDBOX_TASK_QUEUE}@{containers.engine_id(client)}"
+    root = str(client.info().get("DockerRootDir") or DEFAULT_DOCKER_ROOT)
+    if root != DEFAULT_DOCKER_ROOT:
+        queue += f"-{hashlib.sha256(root.encode()).hexdigest()[:8]}"
+    return queue
 
 
 def _gone(exc: SandboxGone) -> ApplicationError:

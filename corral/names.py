@@ -3,6 +3,7 @@
 Users script against these (the `temporal` CLI, their own workers), so they change only with a migration note.
 """
 
+import re
 from typing import Final
 
 # Task queues, one per role (DESIGN.md, "Processes and task queues").
@@ -11,6 +12,26 @@ MODEL_TASK_QUEUE: Final = "corral-model"
 SANDBOX_TASK_QUEUE: Final = "corral-sandbox"
 PROXY_TASK_QUEUE: Final = "corral-proxy"
 UTILITY_HAND_TASK_QUEUE: Final = "corral-utility"
+
+SANDBOX_ENGINE_NAME: Final = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?$")
+"""A sandbox engine pool's name: 1-32 lowercase letters, digits and inner hyphens (it becomes part of a queue name)."""
+
+
+def sandbox_engine_problem(name: str) -> str | None:
+    """Why `name` cannot name a sandbox engine pool, or None when it can; one message for every place that checks."""
+    if SANDBOX_ENGINE_NAME.match(name):
+        return None
+    return (
+        f"a sandbox engine pool's name is 1-32 lowercase letters, digits and hyphens, starting and ending with a "
+        f"letter or digit, not {name!r}"
+    )
+
+
+def sandbox_provision_queue(engine: str | None) -> str:
+    """Where a session's sandbox is provisioned: `corral-sandbox`, or `corral-sandbox.<engine>` for the workers
+    started with `CORRAL_SANDBOX_ENGINE=<engine>` (the engine pool its environment names)."""
+    return SANDBOX_TASK_QUEUE if engine is None else f"{SANDBOX_TASK_QUEUE}.{engine}"
+
 
 # Workflow type and its handlers.
 SESSION_WORKFLOW: Final = "SessionWorkflow"
@@ -62,6 +83,8 @@ EVENT_ID_PREFIX: Final = "sevt_"
 # Environment variables read by processes (never by workflow code).
 ENV_TEMPORAL_ADDRESS: Final = "CORRAL_TEMPORAL_ADDRESS"
 ENV_TEMPORAL_NAMESPACE: Final = "CORRAL_TEMPORAL_NAMESPACE"
+ENV_SANDBOX_ENGINE: Final = "CORRAL_SANDBOX_ENGINE"
+"""The engine pool a sandbox worker serves (`sandbox_provision_queue`); unset: the default pool, `corral-sandbox`."""
 ENV_BLOB_STORE: Final = "CORRAL_BLOB_STORE"
 """Where sessions' archived logs are (corral.blobs): a directory or a file:// URL; default `blobs/` in the state dir."""
 DEFAULT_TEMPORAL_ADDRESS: Final = "127.0.0.1:7233"

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from corral.contract.events import SessionEvent
 from corral.contract.sandbox import Environment
 from corral.contract.session import AgentConfig, SessionBudget
+from corral.names import sandbox_engine_problem
 from gateway.errors import invalid
 
 BUILT_IN_TOOLS = ["bash", "edit", "read", "write", "glob", "grep", "web_fetch", "web_search"]
@@ -221,6 +222,10 @@ def agent_view(record_id: str, version: int, body: dict[str, Any], created: date
 
 SUPPORTED_PACKAGES = ("apt", "pip")
 ALL_PACKAGES = ("apt", "cargo", "gem", "go", "npm", "pip")
+ENGINE = "engine"
+"""corral's extension of a `cloud` config: the sandbox engine pool that provisions the environment's sandboxes (the
+workers started with `CORRAL_SANDBOX_ENGINE=<name>`, on their own Docker engine). Absent: the default pool. Shown
+only when set, so an environment without it looks exactly as upstream's."""
 
 
 def environment_body(request: dict[str, Any], current: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -251,9 +256,23 @@ def environment_body(request: dict[str, Any], current: dict[str, Any] | None = N
         for key in ("networking", "packages"):
             if config.get(key) is not None:
                 merged[key] = config[key]
+        if ENGINE in config:  # unlike the other keys, an explicit null is meaningful: back to the default pool
+            merged.pop(ENGINE, None)
+            if config[ENGINE] is not None:
+                merged[ENGINE] = check_engine(config[ENGINE])
         body["config"] = merged
     environment_recipe(body)
     return body
+
+
+def check_engine(engine: Any) -> str:
+    """`config.engine` as corral's recipe takes it, or a 400 that says what a pool's name may be."""
+    if not isinstance(engine, str):
+        raise invalid("config.engine must be a string: the name of a sandbox engine pool (or null for the default)")
+    problem = sandbox_engine_problem(engine)
+    if problem is not None:
+        raise invalid(f"config.engine: {problem}")
+    return engine
 
 
 def environment_recipe(body: dict[str, Any]) -> Environment:
@@ -281,6 +300,7 @@ def environment_recipe(body: dict[str, Any]) -> Environment:
             {
                 "networking": corral_networking,
                 "packages": {kind: list(packages.get(kind) or []) for kind in SUPPORTED_PACKAGES},
+                **({ENGINE: config[ENGINE]} if config.get(ENGINE) is not None else {}),
             }
         )
     except ValidationError as exc:
@@ -299,6 +319,7 @@ def environment_view(record_id: str, body: dict[str, Any], created: datetime, up
             "allow_package_managers": bool(networking.get("allow_package_managers")),
         }
     packages = config.get("packages") or {}
+    engine = {ENGINE: config[ENGINE]} if config.get(ENGINE) is not None else {}
     return {
         "id": record_id,
         "type": "environment",
@@ -313,6 +334,7 @@ def environment_view(record_id: str, body: dict[str, Any], created: datetime, up
             "type": "cloud",
             "networking": networking,
             "packages": {"type": "packages", **{kind: list(packages.get(kind) or []) for kind in ALL_PACKAGES}},
+            **engine,
         },
     }
 

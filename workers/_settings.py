@@ -12,6 +12,10 @@ workers it starts)::
     CORRAL_MODEL_STALL_TIMEOUT_SECONDS  120             model: a response stream silent this long is retried
     CORRAL_MODEL_TASK_QUEUE          corral-model       model: the pool it serves (a session's `model_task_queue`)
     CORRAL_SANDBOX_IMAGE             built here         sandbox
+    CORRAL_SANDBOX_ENGINE            (default pool)     sandbox: the engine pool it serves, provisioning on
+                                                        `corral-sandbox.<name>` instead of `corral-sandbox` for the
+                                                        sessions whose environment names it (`engine`); 1-32 of
+                                                        a-z, 0-9 and inner hyphens
     CORRAL_STATE_DIR                 .corral            sandbox: where the image is built; model: see below
     CORRAL_BLOB_STORE                $CORRAL_STATE_DIR/blobs   every role and client: archived runs, kept whole
                                                         outputs, and every payload of 256 KiB or more (the data
@@ -48,9 +52,11 @@ from corral.names import (
     DEFAULT_TEMPORAL_ADDRESS,
     DEFAULT_TEMPORAL_NAMESPACE,
     ENV_MODEL_STALL_TIMEOUT,
+    ENV_SANDBOX_ENGINE,
     ENV_TEMPORAL_ADDRESS,
     ENV_TEMPORAL_NAMESPACE,
     MODEL_TASK_QUEUE,
+    sandbox_engine_problem,
 )
 from corral.sandbox.pool import PoolSettings
 
@@ -130,7 +136,8 @@ class ModelSettings:
 
 @dataclass(frozen=True)
 class SandboxSettings:
-    """The sandbox hand: which image (None: build one under `state_dir`), the reaper's pace, the git proxy port."""
+    """The sandbox hand: which image (None: build one under `state_dir`), the reaper's pace, the git proxy port, the
+    engine pool it serves."""
 
     image: str | None = None
     state_dir: Path = Path(".corral")
@@ -139,8 +146,13 @@ class SandboxSettings:
     pool: PoolSettings = field(default_factory=PoolSettings)
     """The warm pool: started sandboxes per recipe (`CORRAL_SANDBOX_POOL_SIZE`, 0 turns it off) and their maximum
     age (`CORRAL_SANDBOX_POOL_MAX_AGE_SECONDS`)."""
+    engine: str | None = None
+    """The engine pool served (`CORRAL_SANDBOX_ENGINE`): sessions whose environment names it are provisioned here."""
 
     def __post_init__(self) -> None:
+        problem = None if self.engine is None else sandbox_engine_problem(self.engine)
+        if problem is not None:
+            raise SettingsError(f"{ENV_SANDBOX_ENGINE}: {problem}")
         _check_interval(self.reap_interval_seconds)
         _check_port(self.git_proxy_port)
         if not 0 <= self.pool.size <= MAX_POOL_SIZE:
@@ -159,6 +171,7 @@ class SandboxSettings:
                 size=_count(environ, POOL_SIZE, PoolSettings.size),
                 max_age_seconds=_seconds(environ, POOL_MAX_AGE, PoolSettings.max_age_seconds),
             ),
+            engine=_text(environ, ENV_SANDBOX_ENGINE),
         )
 
 

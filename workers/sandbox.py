@@ -1,7 +1,9 @@
 """`corral-sandbox`: the sandbox hand. Docker access (local engine or `DOCKER_HOST`), no credential of any kind.
 
-Serves `provision_sandbox` on `corral-sandbox` and the container calls on `corral-sandbox@<engine>`, and runs the
-reaper: containers whose session workflow is closed (terminated, cancelled, gone) are removed with their volume.
+Serves `provision_sandbox` on its engine pool's queue (`corral-sandbox`, or `corral-sandbox.<name>` with
+`CORRAL_SANDBOX_ENGINE=<name>`) and the container calls on `corral-sandbox@<engine>`, and runs the reaper: containers
+whose session workflow is closed (terminated, cancelled, gone) are removed with their volume. It only dials out (to
+Temporal and its Docker engine), so it can run in another network than the rest of corral.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.sandbox import SandboxActivities
+from corral.names import sandbox_provision_queue
 from corral.sandbox import containers
 from corral.sandbox.errors import SandboxSetupError
 from corral.sandbox.image import ensure_sandbox_image
@@ -90,7 +93,8 @@ async def sandbox_role(temporal: Client, settings: SandboxSettings) -> AsyncIter
         git_proxy_port=settings.git_proxy_port,
         pool=settings.pool if settings.pool.enabled else None,
     )
-    log.info("sandbox hand on corral-sandbox and %s", activities.task_queue)
+    provision_queue = sandbox_provision_queue(settings.engine)
+    log.info("sandbox hand on %s and %s", provision_queue, activities.task_queue)
     reaper = SandboxReaper(engine, f"{cluster}/{temporal.namespace}")
     async with (
         reaping(
@@ -103,7 +107,7 @@ async def sandbox_role(temporal: Client, settings: SandboxSettings) -> AsyncIter
         ),
         keeping_filled(activities.pool),
     ):
-        yield sandbox_workers(temporal, activities)
+        yield sandbox_workers(temporal, activities, provision_queue)
 
 
 @contextlib.asynccontextmanager

@@ -1,5 +1,9 @@
 """The session's sandbox as the workflow sees it: data (a handle), provisioned lazily, re-made after it dies,
-stopped when the session idles, released when it ends. Workflow code: every effect is an activity."""
+stopped when the session idles, released when it ends. Workflow code: every effect is an activity.
+
+A sandbox is provisioned on its engine pool's queue (`corral-sandbox`, or `corral-sandbox.<engine>` when the
+environment names an engine pool), always that pool's, also when the engine that held it is gone; every later
+call goes to the queue of the engine that holds the container (the handle's)."""
 
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         ACTIVITY_RELEASE_SANDBOX,
         ACTIVITY_STOP_SANDBOX,
         SANDBOX_TASK_QUEUE,
+        sandbox_provision_queue,
     )
     from workflows._outcomes import INFRASTRUCTURE_RETRY, failure_message, not_picked_up, tool_failure
 
@@ -45,6 +50,9 @@ class SessionSandbox:
         self._session_id = session_id
         self._environment = environment
         self._repositories = repositories
+        self._provision_queue = sandbox_provision_queue(environment.engine)
+        """`corral-sandbox` for an environment that names no engine pool: the commands of such a session are
+        exactly those of the code before engine pools, so its recorded history replays without a patch."""
         self.handle: SandboxHandle | None = None
         self.stopped = False
         self.generation = 0
@@ -75,7 +83,7 @@ class SessionSandbox:
             except ActivityError as err:
                 if isinstance(err.cause, CancelledError):
                     raise
-                return f"The sandbox could not be started: {failure_message(err)}", True
+                return f"The sandbox could not be started: {self._provision_failure(err)}", True
             try:
                 output: str = await workflow.execute_activity(
                     ACTIVITY_EXECUTE,
@@ -111,15 +119,15 @@ class SessionSandbox:
     async def _ensure(self) -> SandboxHandle:
         if self.handle is not None and not self.stopped:
             return self.handle
-        queue = self.handle.task_queue if self.handle is not None else SANDBOX_TASK_QUEUE
+        queue = self.handle.task_queue if self.handle is not None else self._provision_queue
         summary = "restart sandbox" if self.handle is not None else f"provision sandbox (generation {self.generation})"
         try:
             handle = await self._provision(queue, summary)
         except ActivityError as err:
             if self.handle is None or not isinstance(err.cause, TimeoutError):
                 raise
-            self._forget()  # the engine that held the stopped container is gone: start over elsewhere
-            handle = await self._provision(SANDBOX_TASK_QUEUE, f"provision sandbox (generation {self.generation})")
+            self._forget()  # the engine that held the stopped container is gone: start over in the same pool
+            handle = await self._provision(self._provision_queue, f"provision sandbox (generation {self.generation})")
         self.handle, self.stopped, self.volume = handle, False, handle.volume or self.volume
         return handle
 
@@ -137,12 +145,24 @@ class SessionSandbox:
             task_queue=task_queue,
             result_type=SandboxHandle,
             start_to_close_timeout=PROVISION_TIMEOUT,
+            # Only the default pool may wait for a worker indefinitely; a named pool with none is a clear error.
             schedule_to_start_timeout=ENGINE_SCHEDULE_TO_START if task_queue != SANDBOX_TASK_QUEUE else None,
             heartbeat_timeout=timedelta(seconds=10),
             retry_policy=INFRASTRUCTURE_RETRY,
             summary=summary,
         )
         return handle
+
+    def _provision_failure(self, err: ActivityError) -> str:
+        """Why the sandbox could not be provisioned, as the tool result says it: a named engine pool that no worker
+        serves is said so by name (the default pool waits for a worker instead)."""
+        engine = self._environment.engine
+        if engine is not None and not_picked_up(err):
+            return (
+                f"no sandbox worker serves the engine pool {engine!r} (task queue {self._provision_queue!r}); start "
+                f"one with CORRAL_SANDBOX_ENGINE={engine}, or use an environment that names another engine pool"
+            )
+        return failure_message(err)
 
     def _forget(self) -> None:
         """The container is gone: the next call makes a new one from the same recipe."""
@@ -171,7 +191,7 @@ class SessionSandbox:
             container_name="",
             volume="",
             image="",
-            task_queue=SANDBOX_TASK_QUEUE,
+            task_queue=self._provision_queue,
             generation=self.generation,
         )
         try:

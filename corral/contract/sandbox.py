@@ -10,7 +10,17 @@ import functools
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+
+from corral.names import sandbox_engine_problem
 
 SANDBOX_TOOL_NAMES = ("bash", "read", "write", "edit", "glob", "grep")
 UNAVAILABLE_TOOL_NAMES = ("web_fetch", "web_search")
@@ -163,6 +173,29 @@ class Environment(BaseModel):
     idle_stop_seconds: float = Field(default=600, ge=5, le=7 * 24 * 3600)
     bash_timeout_seconds: float = Field(default=120, gt=0, le=24 * 3600)
     bash_max_timeout_seconds: float = Field(default=600, gt=0, le=24 * 3600)
+    engine: str | None = Field(
+        default=None,
+        description="the sandbox engine pool: the workers started with CORRAL_SANDBOX_ENGINE=<engine> provision the "
+        "sandbox (on their Docker engine); default: the workers of the default pool",
+    )
+
+    @field_validator("engine")
+    @classmethod
+    def _engine(cls, engine: str | None) -> str | None:
+        problem = None if engine is None else sandbox_engine_problem(engine)
+        if problem is not None:
+            raise ValueError(problem)
+        return engine
+
+    @model_serializer(mode="wrap")
+    def _without_default_engine(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # An environment without an engine serializes exactly as before the field existed: its payloads (a session's
+        # input, `provision_sandbox`'s) stay byte for byte the same, and workers that predate the field (which
+        # forbids unknown fields) still read them during a rolling upgrade.
+        data: dict[str, Any] = handler(self)
+        if self.engine is None:
+            data.pop("engine", None)
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> Environment:
