@@ -21,12 +21,15 @@ from cli.context import run, settings_of
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from workers._deployment import DeploymentState
     from workers.harness_check import ExecutionCheck, HarnessCheckReport, Progress
 
 # Like every command module, this imports the Temporal client, rich and the workflow code (through
 # workers.harness_check) only when its command runs: `corral --help` starts without them.
 
-harness_app = typer.Typer(name="harness", help="The harness (workflow code): check it before a deploy.")
+harness_app = typer.Typer(
+    name="harness", help="The harness (workflow code): check it before a deploy, see its builds, promote one."
+)
 app.add_typer(harness_app, rich_help_panel="Deploying")
 
 EXIT_REPLAY_FAILED = 1
@@ -195,3 +198,83 @@ def render_report(console: Console, report: HarnessCheckReport, limit: int) -> N
                 style="bold red",
             )
         )
+
+
+# ---- a versioned harness (workers/_deployment.py) ------------------------------------------------------------------
+
+DEFAULT_DEPLOYMENT = "corral-harness"
+DeploymentOption = Annotated[
+    str,
+    typer.Option(
+        "--deployment",
+        envvar="CORRAL_HARNESS_DEPLOYMENT",
+        help="The harness's Worker Deployment (what its workers' CORRAL_HARNESS_DEPLOYMENT names).",
+    ),
+]
+
+
+@harness_app.command("builds")
+def builds_command(ctx: typer.Context, deployment: DeploymentOption = DEFAULT_DEPLOYMENT) -> None:
+    """The builds of a versioned harness and their state: `current` takes new sessions; `draining` still runs
+    sessions pinned to it (keep its workers); `drained` runs none (its workers can go)."""
+    from workers._deployment import describe_deployment
+
+    settings = settings_of(ctx)
+
+    async def go() -> DeploymentState | None:
+        return await describe_deployment(await client_of(settings), deployment)
+
+    state = run(settings, go())
+    if state is None:
+        from cli.context import CliError, fail
+
+        fail(settings, CliError(f"no deployment {deployment!r}: no harness worker of it has run",
+                                hint="start the harness with CORRAL_HARNESS_DEPLOYMENT set"))  # fmt: skip
+    render_builds(settings.out, state)
+
+
+@harness_app.command("promote")
+def promote_command(
+    ctx: typer.Context,
+    build_id: Annotated[str, typer.Argument(help="The build to make current (its workers' CORRAL_HARNESS_BUILD_ID).")],
+    deployment: DeploymentOption = DEFAULT_DEPLOYMENT,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for its workers and the routing.", min=1)] = 60,
+) -> None:
+    """Make a build of the harness current: new sessions start on it, and running ones move to it as their
+    deployment's upgrade policy says (`pinned`: at their next safe point; `auto-upgrade`: at their next task).
+    Run `corral harness check` with the new build's code first."""
+    from workers._deployment import DeploymentError, describe_deployment, set_current_build
+
+    settings = settings_of(ctx)
+
+    async def go() -> DeploymentState | None:
+        client = await client_of(settings)
+        try:
+            await set_current_build(client, deployment, build_id, timeout=timeout)
+        except DeploymentError as exc:
+            from cli.context import CliError
+
+            raise CliError(str(exc), hint="`corral harness builds` lists the builds Temporal knows") from None
+        return await describe_deployment(client, deployment)
+
+    state = run(settings, go())
+    settings.out.print(f"{build_id} is the current build of {deployment}", style="bold green")
+    if state is not None:
+        render_builds(settings.out, state)
+
+
+def render_builds(console: Console, state: DeploymentState) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    from cli.render import safe
+
+    table = Table(title=f"Builds of {safe(state.name)}")
+    table.add_column("build")
+    table.add_column("state")
+    styles = {"current": "bold green", "draining": "yellow", "ramping": "cyan"}
+    for build in state.builds:
+        table.add_row(Text(safe(build.build_id)), Text(build.status, style=styles.get(build.status, "")))
+    console.print(table)
+    if state.current is None:
+        console.print("no build is current: no session can start", style="bold red")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -27,11 +27,12 @@ from corral.names import (
     UTILITY_HAND_TASK_QUEUE,
 )
 from corral.streaming import StreamPublisher
+from workers._deployment import HarnessDeployment
 from workers._run import GRACEFUL_SHUTDOWN, STICKY_TIMEOUT
 from workers._slots import SharedSlots
 from workflows import SessionWorkflow
 from workflows._signals import SignalArgumentsInterceptor
-from workflows.records import RecordWorkflow
+from workflows.records import RecordWorkflow, VersionedRecordWorkflow
 
 HARNESS_WORKFLOW_RUNNER = SandboxedWorkflowRunner(
     restrictions=SandboxRestrictions.default.with_passthrough_all_modules()
@@ -57,14 +58,23 @@ def harness_interceptors() -> list[Interceptor]:
     return [SignalArgumentsInterceptor()]
 
 
-def harness_worker(client: Client, task_queue: str = HARNESS_TASK_QUEUE) -> Worker:
-    """Workflows only: no activities, no credentials, no Docker."""
+def harness_worker(
+    client: Client,
+    task_queue: str = HARNESS_TASK_QUEUE,
+    deployment: HarnessDeployment | None = None,
+    workflows: Sequence[type] = HARNESS_WORKFLOWS,
+) -> Worker:
+    """Workflows only: no activities, no credentials, no Docker. With a `deployment`, this worker is one build of
+    a versioned harness (workers/_deployment.py). `workflows`: other harness code (a test's next build)."""
+    if deployment is not None:  # records always auto-upgrade (workflows/records.py)
+        workflows = [VersionedRecordWorkflow if cls is RecordWorkflow else cls for cls in workflows]
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=list(HARNESS_WORKFLOWS),
+        workflows=list(workflows),
         workflow_runner=HARNESS_WORKFLOW_RUNNER,
         interceptors=harness_interceptors(),
+        deployment_config=deployment.worker_config() if deployment is not None else None,
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
     )

@@ -2,7 +2,9 @@
 run of the same workflow id, carrying its state (corral.contract.carry) and leaving its events in the archive.
 
 When: Temporal suggests it, or this run's history reached `continue_as_new_after_events`, or it took
-`MAX_UPDATES_PER_RUN` updates and signals (Temporal refuses the 2,001st update of a run). Where: only at points
+`MAX_UPDATES_PER_RUN` updates and signals (Temporal refuses the 2,001st update of a run), or a new build of a
+versioned harness became current while this run is pinned to an older one (workers/_deployment.py): the next run
+starts on the new build (`moves_build`). Where: only at points
 where no activity is in flight: waiting for a message, between a tool result and the next model call, or waiting
 for the client's custom tool results and tool confirmations (the calls waiting, and the answers already in, are
 carried; a confirmed call runs in the next run). How: the run's final events are written to the archive by an
@@ -62,9 +64,15 @@ class HandOver:
         length = info.get_current_history_length()
         if length < self._not_before:
             return False
-        if info.is_continue_as_new_suggested():
+        if info.is_continue_as_new_suggested() or self.moves_build():
             return True
         return length >= self._after_events or self.requests >= MAX_UPDATES_PER_RUN
+
+    @staticmethod
+    def moves_build() -> bool:
+        """A newer build of the harness is current: the next run starts there, not on this run's pinned build.
+        (Always False on an unversioned harness, so recorded histories replay unchanged.)"""
+        return workflow.info().is_target_worker_deployment_version_changed()
 
     def postpone(self) -> None:
         """The hand-over failed: try again once the history has grown by half a run."""

@@ -227,7 +227,10 @@ class SessionWorkflow:
             stop_reason=self._stop_reason,
             archived_at=self._archived_at,
         )
-        workflow.continue_as_new(self._input.model_copy(update={"carry": carry, "message": None}))
+        moving = workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE if self._runs.moves_build() else None
+        workflow.continue_as_new(
+            self._input.model_copy(update={"carry": carry, "message": None}), initial_versioning_behavior=moving
+        )
 
     def _resume(self, carry: SessionCarry) -> None:
         """Start from the state the previous run handed over."""
