@@ -170,35 +170,32 @@ def edge_engine(docker_client: docker.DockerClient, sandbox_image: str) -> Itera
         stop_second_engine(engine)
 
 
-@pytest.fixture(scope="module")
-async def edge_worker(
-    temporal_env: WorkflowEnvironment, edge_engine: SecondEngine, sandbox_image: str
-) -> AsyncIterator[RoleProcess]:
-    """The sandbox worker's own entrypoint, configured as in production for the `edge` engine pool."""
-    client = temporal_env.client
-    environment = temporal_env_of(client) | {
-        "DOCKER_HOST": edge_engine.url,
+def sandbox_worker_environment(client: Client, image: str, docker_host: str | None) -> dict[str, str]:
+    """A sandbox worker of the pool `edge`, configured as in production, on `docker_host` (None: the default
+    engine). No warm pool: every container is a session's."""
+    environment = temporal_env(client.service_client.config.target_host) | {
         ENV_SANDBOX_ENGINE: EDGE,
-        "CORRAL_SANDBOX_IMAGE": sandbox_image,
+        "CORRAL_SANDBOX_IMAGE": image,
         "CORRAL_SANDBOX_POOL_SIZE": "0",
         "CORRAL_GIT_PROXY_PORT": str(free_port()),
     }
-    with tempfile.TemporaryDirectory(prefix="corral-edge-worker-") as logs:
-        with role_process("sandbox-edge", worker_argv("sandbox"), Path(logs), **environment) as worker:
-            try:
-                await until_polled(client, sandbox_provision_queue(EDGE), worker)
-                yield worker
-            except BaseException:
-                print((Path(logs) / "sandbox-edge.log").read_text(errors="replace")[-4000:])
-                raise
+    return environment | ({"DOCKER_HOST": docker_host} if docker_host else {})
 
 
-def temporal_env_of(client: Client) -> dict[str, str]:
-    return temporal_env(client.service_client.config.target_host)
+@pytest.fixture
+async def edge_worker(
+    temporal_env: WorkflowEnvironment, edge_engine: SecondEngine, sandbox_image: str, tmp_path: Path
+) -> AsyncIterator[RoleProcess]:
+    """The sandbox worker's own entrypoint (`python -m workers.sandbox`) for the pool `edge`, on the second engine."""
+    environment = sandbox_worker_environment(temporal_env.client, sandbox_image, edge_engine.url)
+    with role_process("sandbox-edge", worker_argv("sandbox"), tmp_path, **environment) as worker:
+        await until_polled(temporal_env.client, sandbox_provision_queue(EDGE), worker)
+        yield worker
 
 
 async def until_polled(client: Client, queue: str, worker: RoleProcess) -> None:
-    """Until the worker process polls its engine pool's queue (it has started)."""
+    """Until this worker process polls the queue (it has started); a worker stopped earlier is listed for a while,
+    so the poller is told by its identity, `<pid>@<host>` (the SDK's default)."""
     request = DescribeTaskQueueRequest(
         namespace=client.namespace,
         task_queue=TaskQueue(name=queue),
@@ -206,11 +203,12 @@ async def until_polled(client: Client, queue: str, worker: RoleProcess) -> None:
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        assert worker.alive(), f"the edge sandbox worker exited: see {worker.log}"
-        if (await client.workflow_service.describe_task_queue(request)).pollers:
+        assert worker.alive(), f"the sandbox worker exited: see {worker.log}"
+        pollers = (await client.workflow_service.describe_task_queue(request)).pollers
+        if any(poller.identity.startswith(f"{worker.current.pid}@") for poller in pollers):
             return
         await asyncio.sleep(0.1)
-    raise AssertionError(f"no worker polled {queue}: see {worker.log}")
+    raise AssertionError(f"the sandbox worker did not poll {queue}: see {worker.log}")
 
 
 # ---- helpers ------------------------------------------------------------------------------------------------------
@@ -290,6 +288,49 @@ async def test_each_session_gets_its_sandbox_on_the_engine_its_environment_names
     assert labelled(docker_client, on_edge.id) == []
     assert await provision_queues(on_edge) == [f"{SANDBOX_TASK_QUEUE}.{EDGE}"] * 2
     assert texts(again) == ["second"]
+
+
+async def test_a_sandbox_whose_engine_is_gone_is_made_again_in_its_pool(
+    sandbox_stack: Stack,
+    edge_engine: SecondEngine,
+    sandbox_image: str,
+    docker_client: docker.DockerClient,
+    tmp_path: Path,
+) -> None:
+    """The engine that held a stopped sandbox is gone (no worker serves its queue any more): the restart is not
+    picked up, and the sandbox is made again by a worker of the same pool, here one on the default engine. The
+    default pool, which serves that engine too, is never asked: the history says which queue each provision used."""
+    stack = sandbox_stack
+    client = stack.client
+    model = stack.script([bash(WHERE), {"text": "first"}, bash(WHERE), {"text": "second"}])
+    pool = sandbox_provision_queue(EDGE)
+    environment = Environment(engine=EDGE, idle_stop_seconds=5)
+    on_edge = sandbox_worker_environment(client, sandbox_image, edge_engine.url)
+    with role_process("sandbox-edge", worker_argv("sandbox"), tmp_path, **on_edge) as worker:
+        await until_polled(client, pool, worker)
+        handle = await stack.start(model, message="go", tools=TOOLSET, environment=environment)
+        first = await wait_for_idle(handle, within_seconds=120)
+        [held] = labelled(edge_engine.client, handle.id)
+        for _ in range(600):  # the idle stop: the container stops, its workspace stays
+            if edge_engine.client.containers.get(held).status == "exited":
+                break
+            await asyncio.sleep(0.1)
+        else:
+            pytest.fail("the idle sandbox was never stopped")
+    # The edge engine's only worker has stopped: that engine is gone as far as the session can tell.
+    on_default = sandbox_worker_environment(client, sandbox_image, None)
+    with role_process("sandbox-edge-elsewhere", worker_argv("sandbox"), tmp_path, **on_default) as worker:
+        await until_polled(client, pool, worker)
+        await send_text(handle, "again")
+        second = await wait_for_idle(handle, after=first[-1].position, within_seconds=180)
+        await handle.terminate("test finished")  # before its worker stops: no sandbox activity is left
+    [result] = tool_results(second)
+    assert not result.is_error, result_text(result)
+    assert labelled(docker_client, handle.id) == [result_text(result)], "made again on the default engine"
+    assert labelled(edge_engine.client, handle.id) == [held], "the stopped one is still on edge, not restarted"
+    engine_queue = engine_task_queue(edge_engine.client)
+    assert await provision_queues(handle) == [pool, engine_queue, pool], "never the default pool's queue"
+    assert texts(second) == ["second"]
 
 
 async def test_an_engine_pool_that_no_worker_serves_is_a_clear_tool_error(stack: Stack) -> None:
