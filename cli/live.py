@@ -87,7 +87,8 @@ class LiveText:
         return False
 
     async def follow(self, base_url: str, session_id: str) -> None:
-        """Print deltas until cancelled; a relay that is down only costs the live view, never the tail."""
+        """Print deltas until cancelled; a relay that is down only costs the live view, never the tail. `base_url`
+        may be a comma-separated list of relays: every one is followed and their text merged (`subscribe`)."""
         try:
             async for event in subscribe(base_url, session_id):
                 self.on_stream(event)

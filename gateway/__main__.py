@@ -16,9 +16,18 @@ import uvicorn
 
 from corral import telemetry
 from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
+from corral.streaming.partition import relay_urls
 from corral.temporal import connect, ensure_search_attributes, temporal_address
 from gateway.app import DEFAULT_PORT, create_app
 from gateway.vault_access import VaultLogin
+
+
+def _relays(value: str) -> str:
+    """`--stream-url`: one relay URL or a comma-separated list, written back normalised (`relay_urls`)."""
+    try:
+        return ",".join(relay_urls(value))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,8 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--temporal", default=None, help="Temporal address (default: $CORRAL_TEMPORAL_ADDRESS)")
     parser.add_argument("--harness-queue", default=HARNESS_TASK_QUEUE)
     parser.add_argument("--model-queue", default=MODEL_TASK_QUEUE)
-    parser.add_argument("--stream-url", default=os.environ.get("CORRAL_STREAM_URL") or None,
-                        help="the stream relay of live text, for `event_deltas[]` (default: $CORRAL_STREAM_URL; "
+    parser.add_argument("--stream-url", default=os.environ.get("CORRAL_STREAM_URL") or None, type=_relays,
+                        help="the stream relay of live text, for `event_deltas[]`, or a comma-separated list of "
+                             "relays (the model workers' list: every one is followed) (default: $CORRAL_STREAM_URL; "
                              "its token: $CORRAL_STREAM_TOKEN)")  # fmt: skip
     return parser
 

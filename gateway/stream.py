@@ -99,8 +99,9 @@ async def _feed_log(handle: WorkflowHandle, after: int, queue: asyncio.Queue[tup
 
 
 async def _feed_live(relay: str, token: str | None, session_id: str, queue: asyncio.Queue[tuple[str, Any]]) -> None:
-    """The relay's live text of the session, into `queue`. Best effort: a relay that refuses us ends the previews,
-    never the stream (the log carries every message whole)."""
+    """The relay's live text of the session, into `queue`; with a comma-separated list of relays, every one of them
+    followed and their text merged (`corral.streaming.subscribe`), so a relay lost mid-reply costs a pause. Best
+    effort: relays that all refuse us end the previews, never the stream (the log carries every message whole)."""
     try:
         async with contextlib.aclosing(subscribe(relay, session_id, token)) as live:
             async for event in live:

@@ -7,7 +7,9 @@ workers it starts)::
     CORRAL_TEMPORAL_NAMESPACE        default            every role
     ANTHROPIC_API_KEY                (required)         model
     ANTHROPIC_BASE_URL               Anthropic's API    model: any Messages-API-compatible endpoint
-    CORRAL_STREAM_URL                (no live deltas)   model: the stream relay that text deltas are published to
+    CORRAL_STREAM_URL                (no live deltas)   model: the stream relay that text deltas are published to;
+                                                        a comma-separated list partitions sessions over several
+                                                        (`corral/streaming/partition.py`), the same list everywhere
     CORRAL_STREAM_TOKEN              (none)             model: the relay's bearer token
     CORRAL_MODEL_STALL_TIMEOUT_SECONDS  120             model: a response stream silent this long is retried
     CORRAL_MODEL_TASK_QUEUE          corral-model       model: the pool it serves (a session's `model_task_queue`)
@@ -127,7 +129,7 @@ class ModelSettings:
         return cls(
             api_key=api_key,
             base_url=_url(environ, "ANTHROPIC_BASE_URL"),
-            stream_url=_url(environ, "CORRAL_STREAM_URL"),
+            stream_url=_urls(environ, "CORRAL_STREAM_URL"),
             stream_token=_text(environ, "CORRAL_STREAM_TOKEN"),
             stall_timeout_seconds=_seconds(environ, ENV_MODEL_STALL_TIMEOUT, DEFAULT_MODEL_STALL_TIMEOUT_SECONDS),
             task_queue=_text(environ, MODEL_QUEUE_VARIABLE) or MODEL_TASK_QUEUE,
@@ -323,6 +325,18 @@ def _url(environ: Environ, name: str) -> str | None:
         parts = urlsplit(raw)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise _invalid(name, raw, "an http:// or https:// URL")
+    return raw
+
+
+def _urls(environ: Environ, name: str) -> str | None:
+    """A comma-separated list of http(s) URLs (one URL is a list of one), each checked like `_url`."""
+    raw = _text(environ, name)
+    if raw is not None:
+        parts = [part.strip() for part in raw.split(",") if part.strip()]
+        for part in parts or [raw]:
+            url = urlsplit(part)
+            if url.scheme not in ("http", "https") or not url.netloc:
+                raise _invalid(name, raw, "an http:// or https:// URL, or a comma-separated list of them")
     return raw
 
 

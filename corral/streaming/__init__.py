@@ -7,6 +7,20 @@ broker, no database, nothing to install that corral does not already ship (starl
 passes proxies and is readable with `curl`. Deltas are ephemeral and held only in the relay's memory; the
 durable record of each turn stays the `agent.message` in the session's history, so losing the relay costs the
 live view and nothing else. The relay absorbs Temporal retries: a retried attempt never shows a second copy.
+
+Beyond one relay (still no broker): `CORRAL_STREAM_URL` / `--stream-url` may list several relays, comma-separated,
+the same list for every model worker. Sessions are partitioned over them by rendezvous hashing of the session id
+(`partition.relay_order`): every publisher computes the same preference order of the relays for a session, whatever
+the order of the list, and removing a relay moves only its own sessions. An attempt publishes to the first relay of
+its session's order; if that relay refuses it or the connection breaks, the attempt moves to the next one, sends it
+the attempt's whole text so far (kept per block while the attempt runs, bounded like the relay's memory), and goes
+on. Subscribers (the gateway, `corral tail`) follow every relay of the list at once and merge what they get
+(`merge.LiveMerge`): per span and block the text already shown is kept, and from any relay only text beyond it is
+passed on, so a relay catching up after a failover adds just the excess; a `reset` counts from the relay feeding
+the span (or announcing a newer attempt); a relay that is down is retried in the background without ending the
+stream. Losing a relay therefore costs a pause in the live text, until the publisher's next delta reaches the next
+relay; nothing is shown twice and nothing is skipped. With one URL none of this runs: the one-relay path is as
+before.
 """
 
 from corral.streaming.app import create_stream_app
@@ -19,6 +33,8 @@ from corral.streaming.errors import (
     StreamRelayError,
 )
 from corral.streaming.hub import StreamHub, Subscription
+from corral.streaming.merge import LiveMerge
+from corral.streaming.partition import relay_order, relay_urls
 from corral.streaming.protocol import (
     DeltaRecord,
     EndRecord,
@@ -35,6 +51,7 @@ __all__ = [
     "EndRecord",
     "InvalidRecordError",
     "InvalidSinceError",
+    "LiveMerge",
     "PublishRecord",
     "StartRecord",
     "StreamAuthError",
@@ -47,5 +64,7 @@ __all__ = [
     "StreamRelayThread",
     "Subscription",
     "create_stream_app",
+    "relay_order",
+    "relay_urls",
     "subscribe",
 ]

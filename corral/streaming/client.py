@@ -5,11 +5,19 @@ in-memory buffer, a background task streams the buffer as NDJSON over one reques
 (relay down, slow, refusing the token) turns into dropped deltas and one warning. Deltas waiting while the relay
 is slow are merged, so the buffer holds a few records however far behind it falls; past `max_pending_bytes` the
 attempt stops streaming rather than leave a hole in the text.
+
+With several relays (a comma-separated list, `partition`), an attempt publishes to the first relay of its session's
+order; if that relay refuses it or the connection breaks, the attempt moves to the next one and sends it its whole
+text so far (kept per block while the attempt runs, up to `max_kept_bytes`), then goes on. A relay that failed is
+tried last for a while (`relay_down_seconds`), so the next attempts do not wait on it. `subscribe()` given several
+relays follows all of them at once and merges their text (`merge.LiveMerge`). With one relay nothing is kept and
+nothing is merged: the path is exactly the one-relay path.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -21,7 +29,10 @@ from typing import Any
 
 import httpx
 
-from corral.streaming.errors import StreamAuthError, StreamRelayError
+from corral.streaming.errors import StreamAuthError, StreamError, StreamRelayError
+from corral.streaming.hub import DEFAULT_MAX_BYTES
+from corral.streaming.merge import LiveMerge
+from corral.streaming.partition import relay_order, relay_urls
 from corral.streaming.protocol import (
     DeltaKind,
     DeltaRecord,
@@ -36,6 +47,7 @@ logger = logging.getLogger("corral.streaming")
 
 _WARNING_INTERVAL = 30.0  # a relay that stays down warns once per interval, not once per model turn
 _MAX_TRACKED_SPANS = 256
+RELAY_DOWN_SECONDS = 10.0
 
 
 def _auth_headers(token: str | None) -> dict[str, str]:
@@ -50,19 +62,26 @@ class _Pending:
 
 
 class StreamPublisher:
-    """Publishes model output to a relay; one instance per worker process, shared by all model turns."""
+    """Publishes model output to a relay, or to the relays of a comma-separated list (partitioned by session);
+    one instance per worker process, shared by all model turns."""
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         token: str | None = None,
         *,
         max_pending_bytes: int = 1024 * 1024,
+        max_kept_bytes: int = DEFAULT_MAX_BYTES,
+        relay_down_seconds: float = RELAY_DOWN_SECONDS,
         connect_timeout: float = 2.0,
         io_timeout: float = 10.0,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self.relays = relay_urls(base_url)
+        self.base_url = self.relays[0]
         self.max_pending_bytes = max_pending_bytes
+        self.max_kept_bytes = max_kept_bytes
+        self.relay_down_seconds = relay_down_seconds
+        self._down_until: dict[str, float] = {}
         self._headers = {"Content-Type": "application/x-ndjson", **_auth_headers(token)}
         self._timeout = httpx.Timeout(io_timeout, connect=connect_timeout, pool=connect_timeout)
         self._client: httpx.AsyncClient | None = None
@@ -76,11 +95,11 @@ class StreamPublisher:
             self._client = httpx.AsyncClient(timeout=self._timeout, limits=limits)
         return self._client
 
-    def _warn(self, message: str, *args: object) -> None:
+    def _warn(self, message: str, *args: object, consequence: str = "live text is dropped") -> None:
         now = time.monotonic()
         if now - self._last_warning >= _WARNING_INTERVAL:
             self._last_warning = now
-            logger.warning(message + " (live text is dropped; the durable message is unaffected)", *args)
+            logger.warning(f"{message} ({consequence}; the durable message is unaffected)", *args)
         else:
             logger.debug(message, *args)
 
@@ -88,23 +107,44 @@ class StreamPublisher:
         """The live stream of one attempt of one model request; use it as `async with`."""
         return AttemptStream(self, session_id, span_id, attempt)
 
-    async def publish_batch(self, session_id: str, records: Sequence[PublishRecord]) -> bool:
-        """Publish finished records in one JSON array request; False (and a warning) if the relay refused it."""
-        body = b"[" + b",".join(record.model_dump_json().encode() for record in records) + b"]"
-        try:
-            response = await self._http().post(
-                self._url(session_id), content=body, headers={**self._headers, "Content-Type": "application/json"}
-            )
-        except httpx.HTTPError as exc:
-            self._warn("stream relay %s unreachable: %s", self.base_url, type(exc).__name__)
-            return False
-        if response.status_code != 200:
-            self._warn("stream relay %s answered %d to a batch", self.base_url, response.status_code)
-            return False
-        return True
+    def relays_for(self, session_id: str) -> list[str]:
+        """The relays an attempt of `session_id` tries, in order: the session's order, relays that failed lately
+        moved to the end (they are still tried, last)."""
+        if len(self.relays) == 1:
+            return [self.relays[0]]
+        order = relay_order(session_id, self.relays)
+        if not self._down_until:
+            return order
+        now = time.monotonic()
+        for url, until in list(self._down_until.items()):
+            if until <= now:
+                del self._down_until[url]
+        return [url for url in order if url not in self._down_until] + [u for u in order if u in self._down_until]
 
-    def _url(self, session_id: str) -> str:
-        return f"{self.base_url}/v1/streams/{session_id}/publish"
+    def _failed(self, url: str) -> None:
+        if len(self.relays) > 1:
+            self._down_until[url] = time.monotonic() + self.relay_down_seconds
+
+    async def publish_batch(self, session_id: str, records: Sequence[PublishRecord]) -> bool:
+        """Publish finished records in one JSON array request, to the first relay of the session's order that
+        takes it; False (and a warning) if every relay refused it."""
+        body = b"[" + b",".join(record.model_dump_json().encode() for record in records) + b"]"
+        headers = {**self._headers, "Content-Type": "application/json"}
+        for url in self.relays_for(session_id):
+            try:
+                response = await self._http().post(self._url(session_id, url), content=body, headers=headers)
+            except httpx.HTTPError as exc:
+                self._warn("stream relay %s unreachable: %s", url, type(exc).__name__)
+                self._failed(url)
+                continue
+            if response.status_code == 200:
+                return True
+            self._warn("stream relay %s answered %d to a batch", url, response.status_code)
+            self._failed(url)
+        return False
+
+    def _url(self, session_id: str, relay: str | None = None) -> str:
+        return f"{relay or self.base_url}/v1/streams/{session_id}/publish"
 
     def _track(self, task: asyncio.Task[None]) -> None:
         self._tasks.add(task)
@@ -134,7 +174,10 @@ class AttemptStream:
     """One NDJSON request carrying `start`, the attempt's deltas as they come, and `end` when the block exits.
 
     Nothing here raises or waits on the network: leaving the `async with` queues `end` and returns at once,
-    the request finishes in the background (the publisher's `aclose()` waits for it).
+    the request finishes in the background (the publisher's `aclose()` waits for it). With several relays, a
+    request that fails is followed by one to the next relay of the session's order, which starts with the
+    attempt's whole text so far; each relay is tried at most once per attempt (a relay that saw part of the
+    attempt would take the whole text again for new text).
     """
 
     def __init__(self, publisher: StreamPublisher, session_id: str, span_id: str, attempt: int) -> None:
@@ -150,6 +193,11 @@ class AttemptStream:
         self._stopped = False  # no further delta will be sent
         self._next_seq = 0
         self._task: asyncio.Task[None] | None = None
+        self._relays = publisher.relays_for(session_id)
+        self._relay = self._relays[0]  # the relay the attempt is published to now
+        # The attempt's text per block, for a failover: kept only when there is a relay to fail over to.
+        self._kept: dict[int, _Pending] | None = {} if len(self._relays) > 1 else None
+        self._kept_bytes = 0
 
     async def __aenter__(self) -> AttemptStream:
         try:
@@ -175,7 +223,7 @@ class AttemptStream:
             return
         size = len(text.encode("utf-8", "surrogatepass"))
         if self._pending_bytes + size > self._publisher.max_pending_bytes:
-            self._publisher._warn("stream relay %s is too slow for span %s", self._publisher.base_url, self.span_id)
+            self._publisher._warn("stream relay %s is too slow for span %s", self._relay, self.span_id)
             self.dropped += sum(len(p.texts) for p in self._pending) + 1
             self._pending.clear()
             self._pending_bytes = 0
@@ -187,7 +235,22 @@ class AttemptStream:
         else:
             self._pending.append(_Pending(block, kind, [text]))
         self._pending_bytes += size
+        if self._kept is not None:
+            self._keep(block, kind, text, size)
         self._ready.set()
+
+    def _keep(self, block: int, kind: DeltaKind, text: str, size: int) -> None:
+        assert self._kept is not None
+        if self._kept_bytes + size > self._publisher.max_kept_bytes:
+            self._kept = None  # too long to send again: a failover now ends the attempt's streaming instead
+            return
+        kept = self._kept.get(block)
+        if kept is None:
+            self._kept[block] = _Pending(block, kind, [text])
+        else:
+            kept.kind = kind
+            kept.texts.append(text)
+        self._kept_bytes += size
 
     def _record(self, record_type: str) -> bytes:
         record: PublishRecord
@@ -197,8 +260,26 @@ class AttemptStream:
             record = EndRecord(span_id=self.span_id, attempt=self.attempt)
         return record_line(record)
 
-    async def _body(self) -> AsyncIterator[bytes]:
-        yield self._record("start")
+    def _whole_text(self) -> bytes:
+        """`start` and the attempt's text so far, one delta per block, for a relay taking over the attempt. It
+        includes every pending delta, so those are dropped (no await between, so none comes in meanwhile)."""
+        assert self._kept is not None
+        lines = [self._record("start")]
+        for block, kept in sorted(self._kept.items()):
+            text = "".join(kept.texts)
+            kept.texts = [text]
+            record = DeltaRecord(span_id=self.span_id, attempt=self.attempt, seq=self._next_seq, block=block,
+                                 kind=kept.kind, text=text)  # fmt: skip
+            self._next_seq += 1
+            lines.append(record_line(record))
+        self._pending.clear()
+        self._pending_bytes = 0
+        return b"".join(lines)
+
+    async def _body(self, whole: bool = False) -> AsyncIterator[bytes]:
+        if whole and self._kept is None:
+            return  # the text grew past what is kept since the failover began: send nothing rather than a part
+        yield self._whole_text() if whole else self._record("start")
         while True:
             if self._pending:
                 lines = []
@@ -225,19 +306,34 @@ class AttemptStream:
         yield self._record("end")
 
     async def _send(self) -> None:
-        publisher = self._publisher
         try:
-            response = await publisher._http().post(
-                publisher._url(self.session_id), content=self._body(), headers=publisher._headers
-            )
-            if response.status_code != 200:
-                publisher._warn("stream relay %s answered %d", publisher.base_url, response.status_code)
-        except Exception as exc:
-            publisher._warn("stream relay %s unreachable: %s", publisher.base_url, type(exc).__name__)
+            for index, relay in enumerate(self._relays):
+                if index and (self._kept is None or self._stopped):
+                    break  # its text so far is not kept (too long) or the attempt stopped streaming
+                if await self._post(relay, whole=index > 0):
+                    return
         finally:
             self._stopped = True
             self.dropped += sum(len(p.texts) for p in self._pending)
             self._pending.clear()
+
+    async def _post(self, relay: str, whole: bool) -> bool:
+        """One request carrying the attempt to `relay`; False if the relay refused it or the connection broke."""
+        publisher = self._publisher
+        self._relay = relay
+        last = relay == self._relays[-1]
+        consequence = "live text is dropped" if last else "the attempt moves to the next relay"
+        try:
+            response = await publisher._http().post(
+                publisher._url(self.session_id, relay), content=self._body(whole), headers=publisher._headers
+            )
+            if response.status_code == 200:
+                return True
+            publisher._warn("stream relay %s answered %d", relay, response.status_code, consequence=consequence)
+        except Exception as exc:
+            publisher._warn("stream relay %s unreachable: %s", relay, type(exc).__name__, consequence=consequence)
+        publisher._failed(relay)
+        return False
 
 
 # ---- subscribing ------------------------------------------------------------------------------------------
@@ -306,7 +402,8 @@ class _TextTracker:
         if kind == "reset":
             seen.lengths.clear()
             seen.ended = False
-            return StreamEvent("reset", span_id)
+            attempt = data.get("attempt")
+            return StreamEvent("reset", span_id, attempt=attempt if isinstance(attempt, int) else 0)
         if kind == "end":
             if seen.ended:
                 return None
@@ -326,8 +423,8 @@ class _TextTracker:
         return StreamEvent("delta", span_id, block, data["kind"], fresh, max(offset, have))
 
 
-async def subscribe(
-    base_url: str,
+def subscribe(
+    base_url: str | Sequence[str],
     session_id: str,
     token: str | None = None,
     reconnect: bool = True,
@@ -343,7 +440,68 @@ async def subscribe(
     to stop); 401 raises `StreamAuthError` and other 4xx `StreamRelayError` at once. The read timeout is a
     few keep-alive periods, so a silently dead connection is noticed too. Wrap it in `contextlib.aclosing`
     so that leaving the loop early closes the connection at once.
+
+    `base_url` may name several relays (a comma-separated list, or a sequence): then every one is followed at
+    once and their text merged (`merge.LiveMerge`); a relay that is down is retried in the background without
+    ending the stream, and only when every relay has refused the subscription does the error reach the caller.
+    `since` is a position on one relay, so it is used only with one.
     """
+    urls = relay_urls(base_url)
+    options = {"retry_delay": retry_delay, "max_retry_delay": max_retry_delay, "read_timeout": read_timeout}
+    if len(urls) == 1:
+        return _subscribe_one(urls[0], session_id, token, reconnect, since, **options)
+    return _subscribe_all(urls, session_id, token, reconnect, **options)
+
+
+async def _subscribe_all(
+    urls: Sequence[str], session_id: str, token: str | None, reconnect: bool, **options: float
+) -> AsyncGenerator[StreamEvent, None]:
+    """Every relay of `urls` followed by a task of its own, their events merged as they come."""
+    queue: asyncio.Queue[tuple[int, StreamEvent | StreamError | None]] = asyncio.Queue()
+
+    async def follow(index: int, url: str) -> None:
+        try:
+            async with contextlib.aclosing(_subscribe_one(url, session_id, token, reconnect, None, **options)) as one:
+                async for event in one:
+                    await queue.put((index, event))
+        except StreamError as exc:
+            await queue.put((index, exc))
+        else:
+            await queue.put((index, None))
+
+    followers = [asyncio.create_task(follow(index, url)) for index, url in enumerate(urls)]
+    merge = LiveMerge()
+    finished: list[StreamError | None] = []
+    try:
+        while len(finished) < len(urls):
+            index, item = await queue.get()
+            if isinstance(item, StreamEvent):
+                for event in merge.feed(index, item):
+                    yield event
+                continue
+            finished.append(item)
+            if item is not None:
+                logger.warning("no live text from relay %s for %s: %s", urls[index], session_id, item)
+        errors = [error for error in finished if error is not None]
+        if len(errors) == len(urls):
+            raise errors[-1]  # every relay refused: as with one relay, the caller is told
+    finally:
+        for task in followers:
+            task.cancel()
+        await asyncio.gather(*followers, return_exceptions=True)
+
+
+async def _subscribe_one(
+    base_url: str,
+    session_id: str,
+    token: str | None,
+    reconnect: bool,
+    since: str | None,
+    *,
+    retry_delay: float,
+    max_retry_delay: float,
+    read_timeout: float,
+) -> AsyncGenerator[StreamEvent, None]:
     url = f"{base_url.rstrip('/')}/v1/streams/{session_id}"
     tracker = _TextTracker()
     last_id = since

@@ -192,7 +192,8 @@ class StreamHub:
         span.log = []
         session.nbytes -= span.nbytes
         span.nbytes = 0
-        messages = [self._emit(session, span, "reset", {"type": "reset", "span_id": span.span_id})]
+        reset = {"type": "reset", "span_id": span.span_id, "attempt": span.attempt}
+        messages = [self._emit(session, span, "reset", reset)]
         for index, block in kept.items():
             text = block.text.value()
             cost = utf8_len(text) + _ENTRY_BYTES
@@ -327,7 +328,9 @@ class StreamHub:
         by_block: dict[int, list[LogEntry]] = {}
         for entry in entries:
             if entry.event == "reset":
-                items.append(("reset", {"type": "reset", "span_id": span.span_id}, [entry.seq]))
+                # The attempt whose text follows (this catch-up sends the span's current text).
+                reset = {"type": "reset", "span_id": span.span_id, "attempt": span.attempt}
+                items.append(("reset", reset, [entry.seq]))
             elif entry.event == "delta":
                 by_block.setdefault(entry.block, []).append(entry)
         for index, block_entries in by_block.items():

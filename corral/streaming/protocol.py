@@ -14,11 +14,13 @@ Subscribers receive Server-Sent Events, each with `event: <type>`, `id: <span_id
 `data:` line::
 
     {"type": "delta", "span_id": S, "block": B, "kind": K, "text": "...", "offset": O}
-    {"type": "reset", "span_id": S}
+    {"type": "reset", "span_id": S, "attempt": A}
     {"type": "end",   "span_id": S}
 
-`offset` counts the characters (Unicode code points) of that span and block delivered before `text`, so a client
-drops what it already has. `out_seq` is a watermark: once a subscriber has read a message, it holds every message
+`attempt` on a reset is the attempt whose text follows it (subscribers following several relays use it to tell a
+newer attempt from a relay still holding an older one; a relay before it sent none, read as 0). `offset` counts
+the characters (Unicode code points) of that span and block delivered before `text`, so a client drops what it
+already has. `out_seq` is a watermark: once a subscriber has read a message, it holds every message
 of the session up to that number, which is what makes `?since=<id>` (or `Last-Event-ID`) a safe resume point.
 """
 
@@ -134,8 +136,9 @@ class StreamEvent:
     """What `subscribe()` yields: only text the caller has not seen yet, resets, and ends.
 
     For a delta, `offset` is where `text` starts in the span+block; for `reset` the text shown so far for the
-    span is void and the new attempt's text follows from offset 0; for `end` the span's text is complete as far
-    as streaming goes (the durable `agent.message` follows in the session log).
+    span is void and the new attempt's text follows from offset 0 (`attempt` says which one, 0 if the relay did
+    not say); for `end` the span's text is complete as far as streaming goes (the durable `agent.message` follows
+    in the session log).
     """
 
     type: EventType
@@ -144,3 +147,4 @@ class StreamEvent:
     kind: DeltaKind | None = None
     text: str = ""
     offset: int = 0
+    attempt: int = 0
