@@ -2,7 +2,9 @@
 as deployed (`corral.telemetry.setup`), exporting spans over OTLP/HTTP to a receiver in this test, serving
 Prometheus metrics and logging JSON. One trace runs from the gateway's request to the workflow and its model
 activity; the metrics count what the session did; the log lines name the session; and a canary that the session
-carried (the user's message, a tool's input and result, the model's answer) is in none of them."""
+carried (the user's message, a tool's input and result, the model's answer) is in none of them. A second session
+calls an MCP tool through a proxy worker process with a bearer token held in Vault (written there through the
+gateway): the server got the token, and it is in no span, metric or log of any process, no event and no history."""
 
 from __future__ import annotations
 
@@ -16,12 +18,13 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import AsyncExitStack, contextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -31,11 +34,16 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from temporalio.testing import WorkflowEnvironment
 
 from corral.modelserver import ModelServerThread
-from corral.names import SESSION_WORKFLOW, SIGNAL_USER_MESSAGE
+from corral.names import ACTIVITY_MCP_CALL_TOOL, ENV_TEMPORAL_ADDRESS, SESSION_WORKFLOW, SIGNAL_USER_MESSAGE
+from corral.serving import ServerThread
 from corral.streaming import StreamRelayThread
-from tests.chaos._processes import RoleProcess, free_port, role_process
-from tests.conftest import Stack, unique
-from tests.test_gateway import running_gateway
+from proxy.devvault import DevVault
+from tests.chaos._processes import RoleProcess, free_port, role_process, worker_argv
+from tests.conftest import Stack, history_text, unique
+from tests.proxy_servers.devvault import scan_for, shared_dev_vault
+from tests.proxy_servers.mcp_server import create_mcp_app
+from tests.proxy_servers.tokens import TokenAuthority
+from tests.test_gateway import Gateway, running_gateway
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -143,19 +151,24 @@ class Observed:
     """Each process's Prometheus address, by role."""
 
 
-@pytest.fixture
-async def observed(
+@asynccontextmanager
+async def observing(
     temporal_env: WorkflowEnvironment, model_server: ModelServerThread, stream_relay: StreamRelayThread,
-    tmp_path: Path,
-) -> AsyncIterator[tuple[Observed, Any]]:  # fmt: skip
+    tmp_path: Path, vault: DevVault | None = None,
+) -> AsyncIterator[tuple[Observed, Gateway]]:  # fmt: skip
     """Harness and model worker processes and a gateway process on fresh queues, all traced, metered and logging
-    JSON; no in-process worker, so every task of the session runs in an observed process."""
+    JSON; no in-process worker, so every task of the session runs in an observed process. With `vault`, the gateway
+    writes credentials to it and a proxy worker process (its own entrypoint, `workers.proxy`) serves MCP calls with
+    them: on `corral-proxy`, the one queue sessions send proxy activities to (this run's dev server is its own)."""
     stack = Stack(temporal_env.client, model_server, unique("harness"), unique("model"), unique("hand"), stream_relay)
     with otlp_receiver() as (endpoint, receiver):
         common = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100",
                   "CORRAL_LOG_FORMAT": "json"}  # fmt: skip
-        metrics = {role: f"127.0.0.1:{free_port()}" for role in ("harness", "model", "gateway")}
+        roles = ("harness", "model", "gateway", *(("proxy",) if vault is not None else ()))
+        metrics = {role: f"127.0.0.1:{free_port()}" for role in roles}
         address = temporal_env.client.service_client.config.target_host
+        vault_env = {} if vault is None else {"VAULT_ADDR": vault.address, "CORRAL_VAULT_MOUNT": vault.mount,
+                                              "VAULT_TOKEN": vault.root_token.get_secret_value()}  # fmt: skip
         async with AsyncExitStack() as running:
             processes: dict[str, RoleProcess] = {}
             for role in ("harness", "model"):
@@ -165,13 +178,40 @@ async def observed(
                 processes[role] = running.enter_context(
                     role_process(role, argv, tmp_path, CORRAL_METRICS_ADDRESS=metrics[role], **common)
                 )
+            if vault is not None:
+                # The git proxy it also serves listens on a free port of loopback, not on 0.0.0.0:8767.
+                proxy_env = {ENV_TEMPORAL_ADDRESS: address, "CORRAL_METRICS_ADDRESS": metrics["proxy"],
+                             "CORRAL_GIT_PROXY_HOST": "127.0.0.1",
+                             "CORRAL_GIT_PROXY_PORT": str(free_port())}  # fmt: skip
+                processes["proxy"] = running.enter_context(
+                    role_process("proxy", worker_argv("proxy"), tmp_path, **proxy_env, **vault_env, **common)
+                )
             gateway = await running.enter_async_context(
-                running_gateway(stack, tmp_path, CORRAL_METRICS_ADDRESS=metrics["gateway"], **common)
+                running_gateway(stack, tmp_path, CORRAL_METRICS_ADDRESS=metrics["gateway"], **vault_env, **common)
             )
             processes["gateway"] = gateway.process
             yield Observed(stack, receiver, processes, metrics), gateway
             for handle_id in [s.id for s in stack.started]:
                 await temporal_env.client.get_workflow_handle(handle_id).terminate("test finished")
+
+
+@pytest.fixture
+async def observed(
+    temporal_env: WorkflowEnvironment, model_server: ModelServerThread, stream_relay: StreamRelayThread,
+    tmp_path: Path,
+) -> AsyncIterator[tuple[Observed, Gateway]]:  # fmt: skip
+    async with observing(temporal_env, model_server, stream_relay, tmp_path) as running:
+        yield running
+
+
+@pytest.fixture
+async def observed_with_proxy(
+    temporal_env: WorkflowEnvironment, model_server: ModelServerThread, stream_relay: StreamRelayThread,
+    tmp_path: Path,
+) -> AsyncIterator[tuple[Observed, Gateway]]:  # fmt: skip
+    """`observed` plus the OpenBao dev server, written to by the gateway and read by a proxy worker process."""
+    async with observing(temporal_env, model_server, stream_relay, tmp_path, vault=shared_dev_vault()) as running:
+        yield running
 
 
 async def until(predicate: Any, what: str, within: float = 60) -> None:
@@ -182,7 +222,32 @@ async def until(predicate: Any, what: str, within: float = 60) -> None:
         await asyncio.sleep(0.1)
 
 
-async def test_a_session_is_traced_metered_and_logged_and_no_canary_leaks(observed: tuple[Observed, Any]) -> None:
+async def until_answered(client: anthropic.AsyncAnthropic, session_id: str, within: float = 90) -> list[Any]:
+    """The session's events once it went idle after an agent message."""
+    deadline = time.monotonic() + within
+    while True:
+        events = [e async for e in client.beta.sessions.events.list(session_id)]
+        if events[-1].type == "session.status_idle" and any(e.type == "agent.message" for e in events):
+            return events
+        assert time.monotonic() < deadline, [e.type for e in events]
+        await asyncio.sleep(0.2)
+
+
+def session_trace(receiver: OtlpReceiver, session_id: str) -> str:
+    """The id of the trace the session's workflow runs in (its span names the session)."""
+    workflow_spans = [s for s in receiver.named(f"RunWorkflow:{SESSION_WORKFLOW}", "corral-harness")
+                      if s.attributes.get("temporalWorkflowID", "").strip('"').endswith(session_id)]  # fmt: skip
+    assert workflow_spans, "the workflow's span names its session"
+    return workflow_spans[0].trace_id
+
+
+async def scrape(metrics: dict[str, str]) -> dict[str, str]:
+    """Each process's Prometheus text, by role."""
+    async with httpx.AsyncClient(timeout=10) as http:
+        return {role: (await http.get(f"http://{address}/metrics")).text for role, address in metrics.items()}
+
+
+async def test_a_session_is_traced_metered_and_logged_and_no_canary_leaks(observed: tuple[Observed, Gateway]) -> None:
     world, gateway = observed
     stack = world.stack
     canary = f"canary-{uuid.uuid4().hex}"
@@ -192,8 +257,8 @@ async def test_a_session_is_traced_metered_and_logged_and_no_canary_leaks(observ
         {"fail": [{"status": 529}], "tool_uses": [{"name": "echo", "input": {"text": canary}}]},
         {"text": f"the echo said {canary}"},
     ])  # fmt: skip
-    echo = {"type": "hand", "name": "echo", "description": "echo text", "task_queue": stack.hand_queue,
-            "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}}}  # fmt: skip
+    echo: Any = {"type": "hand", "name": "echo", "description": "echo text", "task_queue": stack.hand_queue,
+                 "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}}}  # fmt: skip
     agent = await client.beta.agents.create(name="observed", model=model, tools=[echo])
     environment = await client.beta.environments.create(name="plain")
     session = await client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
@@ -201,16 +266,7 @@ async def test_a_session_is_traced_metered_and_logged_and_no_canary_leaks(observ
     await client.beta.sessions.events.send(
         session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": f"say {canary}"}]}]
     )
-    events: list[Any] = []
-
-    async def answered() -> bool:
-        events[:] = [e async for e in client.beta.sessions.events.list(session.id)]
-        return events[-1].type == "session.status_idle" and any(e.type == "agent.message" for e in events)
-
-    deadline = time.monotonic() + 90
-    while not await answered():
-        assert time.monotonic() < deadline, [e.type for e in events]
-        await asyncio.sleep(0.2)
+    events = await until_answered(client, session.id)
     dumped = json.dumps([e.model_dump(mode="json") for e in events])
     assert dumped.count(canary) >= 3, "the canary went through the session (message, tool call and result, answer)"
     assert "session.error" in [e.type for e in events]
@@ -223,10 +279,7 @@ async def test_a_session_is_traced_metered_and_logged_and_no_canary_leaks(observ
                 and receiver.named("RunActivity:execute", "corral-model")
                 and receiver.named(f"RunWorkflow:{SESSION_WORKFLOW}", "corral-harness")
                 and receiver.named("POST /v1/sessions", "corral-gateway"), "the session's spans exported")  # fmt: skip
-    workflow_spans = [s for s in receiver.named(f"RunWorkflow:{SESSION_WORKFLOW}", "corral-harness")
-                      if s.attributes.get("temporalWorkflowID", "").strip('"').endswith(session.id)]  # fmt: skip
-    assert workflow_spans, "the workflow's span names its session"
-    trace_id = workflow_spans[0].trace_id
+    trace_id = session_trace(receiver, session.id)
     requests = [s for s in receiver.named("POST /v1/sessions", "corral-gateway") if s.trace_id == trace_id]
     assert requests, "the session's workflow runs in the trace of the gateway request that created it"
     assert requests[0].parent_id == "", "the gateway's server span is the trace's root"
@@ -238,8 +291,7 @@ async def test_a_session_is_traced_metered_and_logged_and_no_canary_leaks(observ
     assert services == {"corral-gateway", "corral-harness", "corral-model"}
 
     # ---- metrics: each process's Prometheus endpoint
-    async with httpx.AsyncClient(timeout=10) as http:
-        scraped = {role: (await http.get(f"http://{address}/metrics")).text for role, address in world.metrics.items()}
+    scraped = await scrape(world.metrics)
     model_metrics, harness_metrics = scraped["model"], scraped["harness"]
     assert total(model_metrics, "corral_model_turns", model=model, kind="turn", outcome="ok") == 2
     assert total(model_metrics, "corral_model_turns", model=model, outcome="model_overloaded_error") == 1
@@ -269,6 +321,87 @@ async def test_a_session_is_traced_metered_and_logged_and_no_canary_leaks(observ
     assert canary.encode() not in exported
     assert not [role for role, text in scraped.items() if canary in text]
     assert not [role for role, process in world.processes.items() if canary in process.log.read_text(errors="replace")]
+
+
+async def test_a_vault_credential_the_proxy_process_used_is_in_no_span_metric_log_event_or_history(
+    observed_with_proxy: tuple[Observed, Gateway],
+) -> None:
+    """The canary is an MCP server's bearer token, written to Vault through the gateway and used by the proxy worker
+    process for the session's MCP call: the server saw it, and no process (the proxy included) exported or logged
+    it."""
+    world, gateway = observed_with_proxy
+    stack, receiver = world.stack, world.receiver
+    dev_vault = shared_dev_vault()
+    authority = TokenAuthority()
+    token = authority.issue_access_token(prefix="at-canary")
+    proxy_log = world.processes["proxy"].log
+    await until(lambda: "worker on task queue corral-proxy started" in proxy_log.read_text(errors="replace"),
+                f"the proxy worker serving (see {proxy_log})")  # fmt: skip
+    with ServerThread(lambda url: create_mcp_app(authority, url), name="mcp", lifespan="on", app_takes_url=True) as mcp:
+        mcp_url = f"{mcp.base_url}/mcp"
+        client = await gateway.client("observed-vault")
+        vault = await client.beta.vaults.create(display_name="observed")
+        credential = await client.beta.vaults.credentials.create(
+            vault.id, auth={"type": "static_bearer", "mcp_server_url": mcp_url, "token": token}
+        )
+        stored = dev_vault.client().secrets.kv.v2.read_secret_version(
+            path=f"credentials/{vault.id}/{credential.id}", mount_point=dev_vault.mount, raise_on_deleted_version=True
+        )["data"]["data"]["secret"]
+        raw_secret = json.dumps(stored)
+        assert token in raw_secret, "the gateway wrote the token to Vault"
+        model = stack.script([
+            {"tool_uses": [{"name": "mcp__tools__add", "input": {"a": 2, "b": 40}}]},
+            {"text": "sum:", "echo_last_user": True},
+        ])  # fmt: skip
+        toolset: Any = {"type": "mcp_toolset", "mcp_server_name": "tools",
+                        "default_config": {"permission_policy": {"type": "always_allow"}}}  # fmt: skip
+        agent = await client.beta.agents.create(
+            name="observed-mcp", model=model, mcp_servers=[{"type": "url", "name": "tools", "url": mcp_url}],
+            tools=[toolset],
+        )  # fmt: skip
+        environment = await client.beta.environments.create(name="plain")
+        session = await client.beta.sessions.create(agent=agent.id, environment_id=environment.id, vault_ids=[vault.id])
+        handle = stack.client.get_workflow_handle(session.id)
+        stack.started.append(handle)
+        await client.beta.sessions.events.send(
+            session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "add"}]}]
+        )
+        events = await until_answered(client, session.id)
+    [result] = [e for e in events if e.type == "agent.mcp_tool_result"]
+    assert not result.is_error and result.content[0].text == "42"
+    assert authority.tool_calls == [("add", token)], "the MCP server saw the token from Vault: the proxy used it"
+
+    # ---- the proxy process is in the session's trace (the MCP call), so the scan of spans covered it
+    mcp_call = f"RunActivity:{ACTIVITY_MCP_CALL_TOOL}"
+    await until(lambda: receiver.named(f"RunWorkflow:{SESSION_WORKFLOW}", "corral-harness")
+                and receiver.named(mcp_call, "corral-proxy"), "the MCP call's span exported")  # fmt: skip
+    trace_id = session_trace(receiver, session.id)
+    calls = [s for s in receiver.named(mcp_call, "corral-proxy") if s.trace_id == trace_id]
+    assert calls, "the proxy process's span of the MCP call is in the session's trace"
+    with receiver.lock:
+        services = {s.service for s in receiver.spans if s.trace_id == trace_id}
+    assert services == {"corral-gateway", "corral-harness", "corral-model", "corral-proxy"}
+
+    # ---- the proxy's metrics counted the call, its log is JSON like every other process's
+    scraped = await scrape(world.metrics)
+    assert total(scraped["proxy"], "corral_tool_latency_count", hand="mcp", outcome="ok") == 1
+    logs = {role: json_lines(process.log) for role, process in world.processes.items()}
+    assert all(logs.values()), "every process logs JSON"
+
+    # ---- the canaries (the token, the secret as Vault holds it, and the Vault token the gateway and the proxy log
+    # in with): in none of the spans, metrics, log lines, events or workflow histories
+    listed = json.dumps([e.model_dump(mode="json") for e in events])
+    assert "agent.mcp_tool_use" in listed and session.vault_ids == [vault.id]
+    workflows = [w.id async for w in stack.client.list_workflows(f"TaskQueue = '{stack.harness_queue}'")]
+    assert session.id in workflows
+    histories = [await history_text(stack.client.get_workflow_handle(workflow_id)) for workflow_id in workflows]
+    with receiver.lock:
+        exported = b"".join(receiver.bodies).decode("latin-1")
+    places = {"spans": [exported], "metrics": list(scraped.values()), "events": [listed], "histories": histories,
+              "logs": [process.log.read_text(errors="replace") for process in world.processes.values()]}  # fmt: skip
+    canaries = [token, raw_secret, dev_vault.root_token.get_secret_value()]
+    leaks = {where: scan_for(canaries, *texts) for where, texts in places.items()}
+    assert leaks == {where: [] for where in places}, f"a Vault-held canary leaked: {leaks}"
 
 
 def test_without_the_variables_nothing_is_set_up() -> None:
