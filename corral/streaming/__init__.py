@@ -24,7 +24,7 @@ before.
 """
 
 from corral.streaming.app import create_stream_app
-from corral.streaming.client import AttemptStream, StreamPublisher, subscribe
+from corral.streaming.client import AttemptStream, StreamPublisher
 from corral.streaming.errors import (
     InvalidRecordError,
     InvalidSinceError,
@@ -44,6 +44,7 @@ from corral.streaming.protocol import (
     StreamMessage,
 )
 from corral.streaming.server import StreamRelayThread
+from corral.streaming.subscriber import subscribe
 
 __all__ = [
     "AttemptStream",
