@@ -13,7 +13,15 @@ stack's OpenBao, and the MCP server runs on the host (reached at the compose net
 Then the stack is scaled to two replicas of each worker role (Compose's `--scale`; the proxy's second replica is the
 `offline-proxy-replica` service, since one container alone can publish the git port) and sessions run concurrently:
 their histories say which worker took each task, and both replicas of the harness, model, sandbox and utility hand
-must have done work. Not here yet: git through the proxy, a second Docker engine for sandboxes, the bus.
+must have done work (the proxy's with an MCP call in every session).
+
+A session with a repository resource clones it at provisioning and pushes to it, through the proxy container's
+git proxy (the git server on the host, the token written through the gateway into OpenBao, never in the sandbox).
+
+The stack's harness is versioned (a Worker Deployment, `pinned`): last, a next build with an incompatible change is
+started beside it and promoted while a session's sandbox command runs; that session finishes its run on the first
+build and continues as new onto the next, an idle one moves at its next message, and no workflow task fails.
+A second Docker engine for sandboxes is tested apart (tests/test_sandbox_engines.py).
 """
 
 from __future__ import annotations
@@ -21,7 +29,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -42,7 +52,9 @@ from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle
+from typer.testing import CliRunner
 
+from cli.main import app
 from corral.apikeys import create_key
 from corral.client import read_events, wait_for_idle
 from corral.compose import build_offline_images, compose_command
@@ -65,8 +77,10 @@ from corral.temporal import cluster_id, connect
 from tests.chaos._processes import ROOT, free_port
 from tests.chaos.matrix import assert_whole
 from tests.conftest import STATE_DIR, texts
+from tests.proxy_servers.git_server import GitServerLog, create_git_app, git, make_bare_repository
 from tests.proxy_servers.mcp_server import AuthorityVerifier
 from tests.proxy_servers.tokens import TokenAuthority
+from workers._deployment import describe_deployment
 
 pytestmark = pytest.mark.timeout(1200)  # a clean machine builds the base and the images first (~3 minutes)
 
@@ -76,6 +90,11 @@ LONG_REPLY = " ".join(f"word{index}" for index in range(30))
 SECRETS = ("ANTHROPIC_API_KEY", "VAULT_TOKEN", "VAULT_ROLE_ID", "VAULT_SECRET_ID", "POSTGRES_PASSWORD",
            "MINIO_ROOT_PASSWORD", "CORRAL_STREAM_TOKEN")  # fmt: skip
 SANDBOX_COMMAND = "echo ran >> /workspace/count; sleep 4; echo finished"
+DEPLOYMENT = "corral-compose"
+"""A session with a repository resource clones it at provisioning and pushes to it, through the proxy container's
+git proxy (the git server on the host, the token written through the gateway into OpenBao, never in the sandbox).
+
+The stack's harness is versioned (its build: a hash of its code); the upgrade test deploys the next build."""
 
 
 @pytest.fixture(scope="module")
@@ -129,12 +148,15 @@ class OfflineStack:
     ports: dict[str, int]
     engine: docker.DockerClient
 
-    def run(self, *arguments: str, check: bool = True, replicas: bool = False) -> subprocess.CompletedProcess[str]:
-        """Compose on the stack's project; `replicas` adds the profile of the proxy's extra replicas."""
+    def run(
+        self, *arguments: str, check: bool = True, replicas: bool = False, overrides: tuple[Path, ...] = ()
+    ) -> subprocess.CompletedProcess[str]:
+        """Compose on the stack's project; `replicas` adds the profile of the proxy's extra replicas, `overrides`
+        more compose files."""
         profiles = ["--profile", "offline", *(["--profile", "offline-replicas"] if replicas else [])]
+        files = [word for path in (ROOT / "docker-compose.yml", *overrides) for word in ("--file", str(path))]
         done = subprocess.run(
-            [*self.compose, "--file", str(ROOT / "docker-compose.yml"), "--project-name", self.project,
-             *profiles, *arguments],
+            [*self.compose, *files, "--project-name", self.project, *profiles, *arguments],
             env=self.env, capture_output=True, text=True, check=False, timeout=300,
         )  # fmt: skip
         assert done.returncode == 0 or not check, f"compose {' '.join(arguments)} failed: {done.stderr[-3000:]}"
@@ -186,6 +208,7 @@ def offline_stack(compose: list[str], tmp_path_factory: pytest.TempPathFactory) 
     ports = {name: free_port() for name in names}
     env = dict(os.environ) | images.environment() | {name: str(port) for name, port in ports.items()}
     env |= {"DOCKER_GID": str(os.stat("/var/run/docker.sock").st_gid), "CORRAL_SANDBOX_POOL_SIZE": "1"}
+    env |= {"CORRAL_HARNESS_DEPLOYMENT": DEPLOYMENT, "CORRAL_HARNESS_UPGRADE": "pinned"}  # a versioned harness
     engine = docker.from_env()
     stack = OfflineStack(compose, f"corral-test-{uuid.uuid4().hex[:8]}", env, ports, engine)
     log_file = tmp_path_factory.mktemp("compose") / "compose.log"
@@ -260,6 +283,17 @@ def create_mcp_app(authority: TokenAuthority, base_url: str) -> Any:
     return server.streamable_http_app(transport_security=security, host="0.0.0.0")
 
 
+def _host_mcp_server(stack: OfflineStack, authority: TokenAuthority) -> tuple[ServerThread, str]:
+    """The MCP server, started on the host, and its URL as the proxy containers reach it."""
+    server = ServerThread(
+        lambda url: create_mcp_app(authority, url), name="mcp", host="0.0.0.0", lifespan="on", app_takes_url=True
+    )
+    server.start()
+    network = stack.engine.networks.get(f"{stack.project}_default")
+    host = network.attrs["IPAM"]["Config"][0]["Gateway"]  # the host, as the proxy container sees it
+    return server, f"http://{host}:{server.port}/mcp"
+
+
 SCRIPT: list[dict[str, Any]] = [
     tool("echo turn-1"), {"text": "reply-1"},  # a first turn: the sandbox is made
     tool("sleep 4; echo turn-2"), {"text": "reply-2"},  # the harness is killed while the command runs
@@ -327,13 +361,7 @@ async def test_a_session_survives_killing_each_worker_role_mid_turn(offline_stac
     async with httpx.AsyncClient(base_url=stack.model_url) as http:
         (await http.put(f"/_corral/scripts/{script}", json={"steps": SCRIPT})).raise_for_status()
     authority = TokenAuthority()
-    mcp_server = ServerThread(
-        lambda url: create_mcp_app(authority, url), name="mcp", host="0.0.0.0", lifespan="on", app_takes_url=True
-    )
-    mcp_server.start()
-    network = stack.engine.networks.get(f"{stack.project}_default")
-    host = network.attrs["IPAM"]["Config"][0]["Gateway"]  # the host, as the proxy container sees it
-    mcp_url = f"http://{host}:{mcp_server.port}/mcp"
+    mcp_server, mcp_url = _host_mcp_server(stack, authority)
     vault = await client.beta.vaults.create(display_name="compose")
     token = authority.issue_access_token()
     await client.beta.vaults.credentials.create(  # through the gateway into the stack's OpenBao
@@ -435,9 +463,8 @@ REPLICATED: dict[str, tuple[str, TaskQueueType.ValueType, tuple[str, ...]]] = {
 """Each worker role: the task queue its replicas poll, and the services whose containers are its replicas."""
 SCALE = ("offline-harness=2", "offline-model=2", "offline-sandbox=2", "offline-utility-hand=2",
          "offline-proxy-replica=1")  # fmt: skip
-MUST_SPREAD = ("harness", "model", "sandbox", "utility-hand")
-"""The roles every session uses; the proxy is used only by sessions with MCP servers or repositories, so of its
-replicas the test checks only that both poll."""
+MUST_SPREAD = ("harness", "model", "sandbox", "utility-hand", "proxy")
+"""The roles every session uses (the proxy for its MCP call)."""
 SESSIONS_PER_ROUND = 6
 MOST_ROUNDS = 4
 """Tasks go to whichever replica polls first, so a round may leave a replica idle (all 6 sessions' first workflow
@@ -445,6 +472,7 @@ task on one harness: 1 in 32); another round of new sessions is run, at most thi
 SPREAD_SCRIPT: list[dict[str, Any]] = [
     tool("echo spread"),  # the sandbox hand
     {"tool_uses": [{"name": "calculate", "input": {"expression": "6*7"}}]},  # the utility hand
+    mcp("add", a=2, b=40),  # the proxy, with the credential from the stack's OpenBao
     {"text": "spread-done"},
 ]
 
@@ -499,15 +527,28 @@ async def test_sessions_spread_across_two_replicas_of_each_worker_role(offline_s
     script = f"spread-{uuid.uuid4().hex[:8]}"
     async with httpx.AsyncClient(base_url=stack.model_url) as http:
         (await http.put(f"/_corral/scripts/{script}", json={"steps": SPREAD_SCRIPT})).raise_for_status()
+    authority = TokenAuthority()
+    mcp_server, mcp_url = _host_mcp_server(stack, authority)
+    vault = await client.beta.vaults.create(display_name="spread")
+    token = authority.issue_access_token()
+    await client.beta.vaults.credentials.create(
+        vault.id, auth={"type": "static_bearer", "mcp_server_url": mcp_url, "token": token}
+    )
     agent = await client.beta.agents.create(
         name="spread",
         model=f"script:{script}",
-        tools=[{"type": "agent_toolset_20260401"}, {"type": "corral_utility"}],  # type: ignore[typeddict-item]
-    )
+        mcp_servers=[{"type": "url", "name": "tools", "url": mcp_url}],
+        tools=[
+            {"type": "agent_toolset_20260401"},
+            {"type": "corral_utility"},  # type: ignore[typeddict-item]
+            {"type": "mcp_toolset", "mcp_server_name": "tools",
+             "default_config": {"permission_policy": {"type": "always_allow"}}},
+        ],
+    )  # fmt: skip
     environment = await client.beta.environments.create(name="spread")
 
     async def one_session() -> WorkflowHandle:
-        session = await client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+        session = await client.beta.sessions.create(agent=agent.id, environment_id=environment.id, vault_ids=[vault.id])
         handle = temporal.get_workflow_handle(session.id)
         handles.append(handle)
         asked = await _send_turn(client, handle, 1)
@@ -526,6 +567,7 @@ async def test_sessions_spread_across_two_replicas_of_each_worker_role(offline_s
                     worked[role] |= hosts & set(replicas[role])
         logs = [await read_events(handle) for handle in handles]
     finally:
+        mcp_server.stop()
         for handle in handles:
             with contextlib.suppress(Exception):
                 await handle.terminate("test over")
@@ -536,9 +578,244 @@ async def test_sessions_spread_across_two_replicas_of_each_worker_role(offline_s
     for role in MUST_SPREAD:
         assert worked[role] == set(replicas[role]), f"{role}: only {spread[role]} of {sorted(replicas[role].values())}"
     assert len(handles) == rounds * SESSIONS_PER_ROUND
+    assert [tool for tool, _ in authority.tool_calls] == ["add"] * len(handles), "each MCP call made once"
+    assert {used for _, used in authority.tool_calls} == {token}
     assert_whole(logs)
     for log in logs:  # nothing lost, nothing twice: one message, two tool results, one reply, one idle
         assert texts(log) == ["spread-done"], texts(log)
         assert texts(log, "agent.tool_result") == ["spread", "6*7 = 42"], texts(log, "agent.tool_result")
+        assert texts(log, "agent.mcp_tool_result") == ["42"], texts(log, "agent.mcp_tool_result")
         types = [event.type for event in log]
         assert types.count("user.message") == 1 and types.count("session.status_idle") == 1, types
+
+
+# ---- git through the containerised proxy -------------------------------------------------------------------------
+
+GIT_SCRIPT: list[dict[str, Any]] = [
+    tool("cd /workspace/app && git log --oneline | wc -l"),  # cloned at provisioning, through the git proxy
+    tool("cd /workspace/app && git checkout -q -b feature && echo more >> README.md && "
+         "git -c user.email=agent@corral.invalid -c user.name=agent commit -qam 'agent change' && "
+         "git push -q origin feature && echo pushed"),
+    tool("cat /workspace/app/.git/config; env"),
+    {"text": "git-done"},
+]  # fmt: skip
+
+
+async def test_a_repository_is_cloned_and_pushed_through_the_proxy_container(
+    offline_stack: OfflineStack, tmp_path: Path
+) -> None:
+    stack = offline_stack
+    token = f"ghp_canary{uuid.uuid4().hex}"
+    root = tmp_path / "repos"
+    root.mkdir()
+    bare = make_bare_repository(root, "app", tmp_path / "scratch")
+    seen = GitServerLog()
+    git_server = ServerThread(create_git_app(root, token, seen), name="git-server", host="0.0.0.0")
+    git_server.start()
+    network = stack.engine.networks.get(f"{stack.project}_default")
+    host = network.attrs["IPAM"]["Config"][0]["Gateway"]  # the host, as the proxy container sees it
+    temporal = await connect(stack.temporal_address)
+    key, _ = await create_key(Records(temporal, task_queue=HARNESS_TASK_QUEUE), f"git-{uuid.uuid4().hex[:8]}")
+    client = anthropic.AsyncAnthropic(base_url=stack.gateway_url, api_key=key, max_retries=2)
+    script = f"git-{uuid.uuid4().hex[:8]}"
+    async with httpx.AsyncClient(base_url=stack.model_url) as http:
+        (await http.put(f"/_corral/scripts/{script}", json={"steps": GIT_SCRIPT})).raise_for_status()
+    agent = await client.beta.agents.create(
+        name="git", model=f"script:{script}", tools=[{"type": "agent_toolset_20260401"}]
+    )
+    environment = await client.beta.environments.create(name="git")
+    repository = {"type": "github_repository", "url": f"http://{host}:{git_server.port}/app.git",
+                  "authorization_token": token, "checkout": {"type": "branch", "name": "main"}}  # fmt: skip
+    session = await client.beta.sessions.create(
+        agent=agent.id,
+        environment_id=environment.id,
+        resources=[repository],  # type: ignore[list-item]
+    )
+    handle = temporal.get_workflow_handle(session.id)
+    try:
+        asked = await _send_turn(client, handle, 1)
+        await wait_for_idle(handle, after=asked, within_seconds=TURN_WITHIN)
+        log = await read_events(handle)
+        containers = session_containers(stack.engine, session.id)
+        filesystem = b"".join(
+            c.exec_run(["tar", "-cf", "-", "--exclude=/proc", "--exclude=/sys", "/"], user="0").output
+            for c in containers
+            if c.status == "running"
+        )
+        history = (await handle.fetch_history()).to_json()
+    finally:
+        git_server.stop()
+        with contextlib.suppress(Exception):
+            await handle.terminate("test over")
+        await asyncio.to_thread(remove_session, stack.engine, handle.id, True)
+    results = texts(log, "agent.tool_result")
+    assert results[:2] == ["1", "pushed"], results
+    assert "pxr_" in results[2] and f"{host}:{git_server.port}" not in results[2], "origin is the git proxy"
+    assert "agent change" in git("--git-dir", str(bare), "log", "--oneline", "feature"), "the push arrived"
+    assert [c for c in seen.credentials if c] and all(c == ("x-access-token", token) for c in seen.credentials if c)
+    assert containers and filesystem, "the sandbox was there to search"
+    places = {"sandbox": filesystem.decode("latin-1"), "history": history,
+              "events": "\n".join(event.model_dump_json() for event in log)}  # fmt: skip
+    assert [where for where, text in places.items() if token in text] == []
+
+
+# ---- a new harness build deployed while a session is mid-turn -----------------------------------------------------
+
+NEXT_BUILD = "next"
+HELD = "until [ -e /workspace/go ]; do sleep 0.2; done; echo upgraded"
+"""The mid-turn session's command: it runs until the test lets it finish, after the promotion."""
+
+
+def _next_harness_override(stack: OfflineStack) -> Path:
+    """A compose file adding `offline-harness-next`: the corral image running tests/compose_harness_next.py (an
+    incompatible change to SessionWorkflow) as build `next` of the stack's deployment. The file is copied to a
+    directory the image's non-root user can read (a clone in a `mktemp -d` directory is private)."""
+    directory = Path(tempfile.mkdtemp(prefix="corral-upgrade-"))
+    directory.chmod(0o755)
+    script = directory / "harness_next.py"
+    shutil.copyfile(ROOT / "tests" / "compose_harness_next.py", script)
+    script.chmod(0o644)
+    service = {
+        "image": stack.env.get("CORRAL_IMAGE", "corral-offline/corral:local"),
+        "pull_policy": "never",
+        "profiles": ["offline"],
+        "command": ["python", "-c", "import harness_next; harness_next.main()"],
+        "environment": {
+            "PYTHONPATH": "/upgrade",
+            "CORRAL_TEMPORAL_ADDRESS": "offline-temporal:7233",
+            "CORRAL_BLOB_STORE": "/var/lib/corral/blobs",
+            "CORRAL_HARNESS_DEPLOYMENT": DEPLOYMENT,
+            "CORRAL_HARNESS_BUILD_ID": NEXT_BUILD,
+            "CORRAL_HARNESS_UPGRADE": "pinned",
+        },
+        "volumes": ["offline-blobs:/var/lib/corral/blobs", f"{script}:/upgrade/harness_next.py:ro"],
+    }
+    override = directory / "next.yml"
+    override.write_text(yaml.safe_dump({"services": {"offline-harness-next": service}}))
+    return override
+
+
+async def _builds_of_runs(temporal: Client, handle: WorkflowHandle) -> list[set[str]]:
+    """For each run of the session, first to last: the builds that completed its workflow tasks. Fails on a
+    failed workflow task (a build that could not run the history it was given)."""
+    runs: list[set[str]] = []
+    described = await handle.describe()
+    run_id: str | None = described.raw_description.workflow_execution_info.first_run_id
+    while run_id is not None:
+        history = await temporal.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
+        builds = set()
+        run_id = None
+        for event in history.events:
+            assert not event.HasField("workflow_task_failed_event_attributes"), event
+            if event.HasField("workflow_task_completed_event_attributes"):
+                builds.add(event.workflow_task_completed_event_attributes.deployment_version.build_id)
+            if event.HasField("workflow_execution_continued_as_new_event_attributes"):
+                run_id = event.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+        runs.append(builds)
+    return runs
+
+
+async def test_a_new_harness_build_takes_over_at_a_safe_point(offline_stack: OfflineStack) -> None:
+    stack = offline_stack
+    temporal = await connect(stack.temporal_address)
+    state = await describe_deployment(temporal, DEPLOYMENT)
+    assert state is not None and state.current is not None and state.current.startswith("code-"), state
+    first = state.current  # the stack's own harness made itself current: a hash of its code
+    key, _ = await create_key(Records(temporal, task_queue=HARNESS_TASK_QUEUE), f"upgrade-{uuid.uuid4().hex[:8]}")
+    client = anthropic.AsyncAnthropic(base_url=stack.gateway_url, api_key=key, max_retries=2)
+    scripts = {"held": [tool(HELD), {"text": "upgrade-done"}], "idle": [{"text": "upgrade-done"}]}
+    handles = []
+    environment = await client.beta.environments.create(name="upgrade")
+    for name, steps in scripts.items():
+        script = f"upgrade-{name}-{uuid.uuid4().hex[:8]}"
+        async with httpx.AsyncClient(base_url=stack.model_url) as http:
+            (await http.put(f"/_corral/scripts/{script}", json={"steps": steps, "loop": True})).raise_for_status()
+        agent = await client.beta.agents.create(
+            name="upgrade", model=f"script:{script}", tools=[{"type": "agent_toolset_20260401"}]
+        )
+        session = await client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+        handles.append(temporal.get_workflow_handle(session.id))
+    mid_turn, idle = handles
+    override = _next_harness_override(stack)
+    try:
+        await _gateway_turn(client, idle.id, 1)
+        turn = asyncio.create_task(_gateway_turn(client, mid_turn.id, 1))
+
+        async def held() -> bool:
+            return await asyncio.to_thread(_command_runs, stack.engine, mid_turn.id, "sleep 0.2")  # its wait
+
+        await _until_async("the turn's command", held)
+
+        # Deploy the next build beside the first, and promote it while the command runs.
+        await asyncio.to_thread(stack.run, "up", "--detach", "--no-deps", "offline-harness-next", overrides=(override,))
+
+        async def next_build_polls() -> bool:
+            state = await describe_deployment(temporal, DEPLOYMENT)
+            return state is not None and NEXT_BUILD in {build.build_id for build in state.builds}
+
+        try:
+            await _until_async("the next build polling", next_build_polls, within=120.0)
+        except AssertionError:
+            dumped = stack.run("logs", "--no-color", "offline-harness-next", check=False, overrides=(override,))
+            output = dumped.stdout[-3000:] + dumped.stderr[-2000:]
+            raise AssertionError(f"offline-harness-next did not poll:\n{output}") from None
+        promoted = await asyncio.to_thread(
+            CliRunner().invoke, app,
+            ["--address", stack.temporal_address, "harness", "promote", NEXT_BUILD, "--deployment", DEPLOYMENT,
+             "--timeout", "120"],
+        )  # fmt: skip
+        assert promoted.exit_code == 0, promoted.output
+        state = await describe_deployment(temporal, DEPLOYMENT)
+        assert state is not None and state.current == NEXT_BUILD
+        assert {build.build_id: build.status for build in state.builds}[first] == "draining", state
+
+        # The session mid-turn ends its turn: its run stays on the first build (the next one could not replay
+        # it), and it continues as new onto the next build before its next model call.
+        for container in session_containers(stack.engine, mid_turn.id):
+            await asyncio.to_thread(container.exec_run, ["touch", "/workspace/go"])
+        await turn
+        assert await _builds_of_runs(temporal, mid_turn) == [{first}, {NEXT_BUILD}]
+        # The idle session moves when its next message comes.
+        await _gateway_turn(client, idle.id, 2)
+        idle_runs = await _builds_of_runs(temporal, idle)
+        assert idle_runs[0] == {first} and idle_runs[-1] == {NEXT_BUILD}, idle_runs
+        # The log across the runs, as the gateway lists it (earlier runs' events are in the stack's blob store).
+        logs = [[event async for event in client.beta.sessions.events.list(h.id, limit=100)] for h in (mid_turn, idle)]
+    finally:
+        for handle in (idle, mid_turn):
+            with contextlib.suppress(Exception):
+                await handle.terminate("test over")
+            await asyncio.to_thread(remove_session, stack.engine, handle.id, True)
+        shutil.rmtree(override.parent, ignore_errors=True)
+    for log in logs:  # each event once
+        assert len({event.id for event in log}) == len(log)
+    mid_turn_log, idle_log = ([event.model_dump(mode="json") for event in log] for log in logs)
+    assert _kinds(mid_turn_log) == ["user.message", "session.status_running", "span.model_request_start",
+                                    "span.model_request_end", "agent.tool_use", "agent.tool_result",
+                                    "span.model_request_start", "span.model_request_end", "agent.message",
+                                    "session.status_idle"]  # fmt: skip
+    assert _texts(mid_turn_log, "agent.tool_result") == ["upgraded"]
+    assert _texts(mid_turn_log, "agent.message")[-1] == "upgrade-done"
+    assert _kinds(idle_log).count("user.message") == 2 and _kinds(idle_log).count("session.status_idle") == 2
+    assert _texts(idle_log, "agent.message") == ["upgrade-done"] * 2
+
+
+async def _gateway_turn(client: anthropic.AsyncAnthropic, session_id: str, turn: int) -> None:
+    """Send turn `turn`'s message through the gateway and wait, listing the log through it, for the turn's end."""
+    message = {"type": "user.message", "content": [{"type": "text", "text": f"turn {turn}"}]}
+    await client.beta.sessions.events.send(session_id, events=[message])  # type: ignore[list-item]
+
+    async def ended() -> bool:
+        types = [event.type async for event in client.beta.sessions.events.list(session_id, limit=100)]
+        return types.count("session.status_idle") == turn
+
+    await _until_async(f"the end of turn {turn}", ended, within=TURN_WITHIN)
+
+
+def _kinds(log: list[dict[str, Any]]) -> list[str]:
+    return [event["type"] for event in log if event["type"] != "agent.thinking"]
+
+
+def _texts(log: list[dict[str, Any]], kind: str) -> list[str]:
+    return ["".join(str(block.get("text", "")) for block in event.get("content") or []) for event in log
+            if event["type"] == kind]  # fmt: skip

@@ -5,6 +5,9 @@ workers it starts)::
 
     CORRAL_TEMPORAL_ADDRESS          127.0.0.1:7233     every role
     CORRAL_TEMPORAL_NAMESPACE        default            every role
+    CORRAL_HARNESS_DEPLOYMENT        (unversioned)      harness: its Worker Deployment (workers/_deployment.py)
+    CORRAL_HARNESS_BUILD_ID          a hash of the code harness: this build of it
+    CORRAL_HARNESS_UPGRADE           pinned             harness: pinned (move at a safe point) or auto-upgrade
     ANTHROPIC_API_KEY                (required)         model
     ANTHROPIC_BASE_URL               Anthropic's API    model: any Messages-API-compatible endpoint
     CORRAL_STREAM_URL                (no live deltas)   model: the stream relay that text deltas are published to;
