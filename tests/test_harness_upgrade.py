@@ -166,7 +166,7 @@ class Run:
 async def runs_of(client: Client, handle: WorkflowHandle) -> list[Run]:
     """Every run of a session, first to last, from their histories."""
     runs: list[Run] = []
-    run_id: str | None = handle.first_execution_run_id or handle.run_id or (await handle.describe()).run_id
+    run_id: str | None = (await handle.describe()).raw_description.workflow_execution_info.first_run_id
     while run_id is not None:
         history = await client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
         builds = [
