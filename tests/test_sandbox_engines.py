@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,15 +75,17 @@ class SecondEngine:
 
 
 def start_second_engine(dockerd: str, directory: Path) -> SecondEngine:
-    """A second engine beside the default one, sharing nothing with it: no bridge and no iptables rules (sandboxes
-    run with no network), and a containerd namespace of its own in case both reach one system containerd."""
+    """A second engine beside the default one, sharing nothing with it: a bridge of its own and no iptables rules
+    (sandboxes run with no network), and a containerd namespace of its own in case both reach one system
+    containerd. Not `--bridge=none`: a daemon started so deletes the host's `docker0`, the default engine's bridge."""
+    bridge = _make_bridge(directory)
     argv = [
         dockerd,
         f"--host=unix://{directory / 'docker.sock'}",
         f"--data-root={directory / 'data'}",
         f"--exec-root={directory / 'exec'}",
         f"--pidfile={directory / 'docker.pid'}",
-        "--bridge=none",
+        f"--bridge={bridge}",
         "--iptables=false",
         "--ip-masq=false",
         "--containerd-namespace=corral-test-edge",
@@ -133,7 +137,21 @@ def _stop_daemon(process: subprocess.Popen[bytes], directory: Path) -> None:
             os.kill(pid, signal.SIGKILL)
     for mount in reversed(_mounts_under(directory)):  # a killed daemon's overlay and shm mounts
         subprocess.run(["umount", "-l", mount], check=False, capture_output=True)
+    with contextlib.suppress(OSError):
+        bridge = (directory / "bridge").read_text().strip()
+        subprocess.run(["ip", "link", "delete", bridge], check=False, capture_output=True)
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def _make_bridge(directory: Path) -> str:
+    """A bridge interface for the second engine, its name kept in `directory` for the cleanup."""
+    name = f"corral-e{uuid.uuid4().hex[:6]}"
+    subnet = f"10.{random.randint(200, 250)}.{random.randint(0, 255)}.1/24"
+    for command in (["ip", "link", "add", name, "type", "bridge"], ["ip", "addr", "add", subnet, "dev", name],
+                    ["ip", "link", "set", name, "up"]):  # fmt: skip
+        subprocess.run(command, check=True, capture_output=True)
+    (directory / "bridge").write_text(name)
+    return name
 
 
 def _log_tail(directory: Path) -> str:
@@ -162,12 +180,16 @@ def edge_engine(docker_client: docker.DockerClient, sandbox_image: str) -> Itera
     if dockerd is None:
         pytest.skip("dockerd is not installed (Debian's docker.io): no second Docker engine can be started")
     # A short directory of its own: the engine's socket path must fit in a unix socket address (108 bytes).
+    bridges_before = set(os.listdir("/sys/class/net"))
     engine = start_second_engine(dockerd, Path(tempfile.mkdtemp(prefix="corral-edge-")))
     try:
         load_image(docker_client, engine.client, sandbox_image)
         yield engine
     finally:
         stop_second_engine(engine)
+    # The default engine's network interfaces (its docker0 above all) are untouched, and the second's are gone.
+    assert set(os.listdir("/sys/class/net")) >= bridges_before - {name for name in bridges_before if "veth" in name}
+    assert not [name for name in os.listdir("/sys/class/net") if name.startswith("corral-e")]
 
 
 def sandbox_worker_environment(client: Client, image: str, docker_host: str | None) -> dict[str, str]:
