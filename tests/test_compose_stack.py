@@ -8,15 +8,15 @@ is under way, then started again, as an operator or an orchestrator would (a con
 restarted by its restart policy); the session must end every turn once, with no event lost or logged twice.
 
 The proxy container is killed mid MCP call: the session's credential was written through the gateway into the
-stack's OpenBao, and the MCP server runs on the host (reached at the compose network's gateway).
+stack's OpenBao, and the MCP server runs on the host (reached at the compose network's gateway). The session also
+has a repository (a git server on the host, its token written through the gateway into OpenBao): it is cloned
+into the sandbox through the proxy container's git proxy, and pushed to through the restarted proxy; the tokens are
+in no sandbox file, history or event.
 
 Then the stack is scaled to two replicas of each worker role (Compose's `--scale`; the proxy's second replica is the
 `offline-proxy-replica` service, since one container alone can publish the git port) and sessions run concurrently:
 their histories say which worker took each task, and both replicas of the harness, model, sandbox and utility hand
 must have done work (the proxy's with an MCP call in every session).
-
-A session with a repository resource clones it at provisioning and pushes to it, through the proxy container's
-git proxy (the git server on the host, the token written through the gateway into OpenBao, never in the sandbox).
 
 The stack's harness is versioned (a Worker Deployment, `pinned`): last, a next build with an incompatible change is
 started beside it and promoted while a session's sandbox command runs; that session finishes its run on the first
@@ -76,7 +76,7 @@ from corral.serving import ServerThread
 from corral.temporal import cluster_id, connect
 from tests.chaos._processes import ROOT, free_port
 from tests.chaos.matrix import assert_whole
-from tests.conftest import STATE_DIR, texts
+from tests.conftest import STATE_DIR, history_text, texts
 from tests.proxy_servers.git_server import GitServerLog, create_git_app, git, make_bare_repository
 from tests.proxy_servers.mcp_server import AuthorityVerifier
 from tests.proxy_servers.tokens import TokenAuthority
@@ -91,10 +91,7 @@ SECRETS = ("ANTHROPIC_API_KEY", "VAULT_TOKEN", "VAULT_ROLE_ID", "VAULT_SECRET_ID
            "MINIO_ROOT_PASSWORD", "CORRAL_STREAM_TOKEN")  # fmt: skip
 SANDBOX_COMMAND = "echo ran >> /workspace/count; sleep 4; echo finished"
 DEPLOYMENT = "corral-compose"
-"""A session with a repository resource clones it at provisioning and pushes to it, through the proxy container's
-git proxy (the git server on the host, the token written through the gateway into OpenBao, never in the sandbox).
-
-The stack's harness is versioned (its build: a hash of its code); the upgrade test deploys the next build."""
+"""The stack's harness is versioned (its build: a hash of its code); the upgrade test deploys the next build."""
 
 
 @pytest.fixture(scope="module")
@@ -294,12 +291,20 @@ def _host_mcp_server(stack: OfflineStack, authority: TokenAuthority) -> tuple[Se
     return server, f"http://{host}:{server.port}/mcp"
 
 
+PUSH = (
+    "cd /workspace/app && git checkout -q -b feature && echo more >> README.md && "
+    "git -c user.email=agent@corral.invalid -c user.name=agent commit -qam 'agent change' && "
+    "git push -q origin feature && echo pushed"
+)
 SCRIPT: list[dict[str, Any]] = [
-    tool("echo turn-1"), {"text": "reply-1"},  # a first turn: the sandbox is made
+    # A first turn: the sandbox is made, with the repository cloned into it through the git proxy.
+    tool("cd /workspace/app && git log --oneline | wc -l"), {"text": "reply-1"},
     tool("sleep 4; echo turn-2"), {"text": "reply-2"},  # the harness is killed while the command runs
     {"text": LONG_REPLY, "first_token_latency": 1, "tokens_per_second": 5, "pace_hits": 1},  # the model, mid-stream
     tool(SANDBOX_COMMAND), tool("wc -l < /workspace/count"), {"text": "reply-4"},  # the sandbox hand, mid-command
-    mcp("slow", seconds=4), mcp("add", a=2, b=40), {"text": "reply-5"},  # the proxy, mid MCP call
+    # The proxy, mid MCP call; then a push through the restarted proxy's git proxy.
+    mcp("slow", seconds=4), mcp("add", a=2, b=40), tool(PUSH), tool("cat /workspace/app/.git/config; env"),
+    {"text": "reply-5"},
 ]  # fmt: skip
 
 
@@ -352,7 +357,33 @@ async def _kill_and_restart(stack: OfflineStack, role: str) -> None:
     await asyncio.to_thread(container.start)
 
 
-async def test_a_session_survives_killing_each_worker_role_mid_turn(offline_stack: OfflineStack) -> None:
+def _host_git_server(
+    stack: OfflineStack, directory: Path, token: str
+) -> tuple[ServerThread, dict[str, Any], Path, GitServerLog]:
+    """A git server on the host with one repository demanding `token`: the server, the session resource naming the
+    repository as the proxy containers reach it, the bare repository, and what the server saw."""
+    (directory / "repos").mkdir()
+    bare = make_bare_repository(directory / "repos", "app", directory / "scratch")
+    seen = GitServerLog()
+    server = ServerThread(create_git_app(directory / "repos", token, seen), name="git-server", host="0.0.0.0")
+    server.start()
+    network = stack.engine.networks.get(f"{stack.project}_default")
+    host = network.attrs["IPAM"]["Config"][0]["Gateway"]
+    resource = {"type": "github_repository", "url": f"http://{host}:{server.port}/app.git",
+                "authorization_token": token, "checkout": {"type": "branch", "name": "main"}}  # fmt: skip
+    return server, resource, bare, seen
+
+
+def _sandbox_files(stack: OfflineStack, session_id: str) -> str:
+    """Every file of the session's running sandbox containers, as one text (to scan for a secret)."""
+    command = ["tar", "-cf", "-", "--exclude=/proc", "--exclude=/sys", "/"]
+    containers = [c for c in session_containers(stack.engine, session_id) if c.status == "running"]
+    return b"".join(c.exec_run(command, user="0").output for c in containers).decode("latin-1")
+
+
+async def test_a_session_survives_killing_each_worker_role_mid_turn(
+    offline_stack: OfflineStack, tmp_path: Path
+) -> None:
     stack = offline_stack
     temporal = await connect(stack.temporal_address)
     key, _ = await create_key(Records(temporal, task_queue=HARNESS_TASK_QUEUE), f"compose-{uuid.uuid4().hex[:8]}")
@@ -362,6 +393,8 @@ async def test_a_session_survives_killing_each_worker_role_mid_turn(offline_stac
         (await http.put(f"/_corral/scripts/{script}", json={"steps": SCRIPT})).raise_for_status()
     authority = TokenAuthority()
     mcp_server, mcp_url = _host_mcp_server(stack, authority)
+    git_token = f"ghp_canary{uuid.uuid4().hex}"
+    git_server, repository, bare, git_log = _host_git_server(stack, tmp_path, git_token)
     vault = await client.beta.vaults.create(display_name="compose")
     token = authority.issue_access_token()
     await client.beta.vaults.credentials.create(  # through the gateway into the stack's OpenBao
@@ -378,10 +411,16 @@ async def test_a_session_survives_killing_each_worker_role_mid_turn(offline_stac
         ],
     )  # fmt: skip
     environment = await client.beta.environments.create(name="compose")
-    session = await client.beta.sessions.create(agent=agent.id, environment_id=environment.id, vault_ids=[vault.id])
+    session = await client.beta.sessions.create(
+        agent=agent.id,
+        environment_id=environment.id,
+        vault_ids=[vault.id],
+        resources=[repository],  # type: ignore[list-item]
+    )
     handle = temporal.get_workflow_handle(session.id)
     try:
-        # Turn 1: nothing is killed; the session's sandbox is made through the containerised sandbox hand.
+        # Turn 1: nothing is killed; the session's sandbox is made through the containerised sandbox hand, and the
+        # repository cloned into it through the proxy container's git proxy.
         asked = await _send_turn(client, handle, 1)
         await wait_for_idle(handle, after=asked, within_seconds=TURN_WITHIN)
 
@@ -423,8 +462,11 @@ async def test_a_session_survives_killing_each_worker_role_mid_turn(offline_stac
 
         log = await read_events(handle)
         listed = [event async for event in client.beta.sessions.events.list(session.id, limit=100)]
+        sandbox = await asyncio.to_thread(_sandbox_files, stack, handle.id)
+        history = await history_text(handle)
     finally:
         mcp_server.stop()
+        git_server.stop()
         with contextlib.suppress(Exception):
             await handle.terminate("test over")
         await asyncio.to_thread(remove_session, stack.engine, handle.id, True)
@@ -435,8 +477,16 @@ async def test_a_session_survives_killing_each_worker_role_mid_turn(offline_stac
     )
     assert texts(log) == ["reply-1", "reply-2", LONG_REPLY, "reply-4", "reply-5"], "each reply once, whole"
     results = texts(log, "agent.tool_result")
-    assert results[:2] == ["turn-1", "turn-2"] and results[3:] == ["1"], results
+    assert results[:2] == ["1", "turn-2"] and results[3:5] == ["1", "pushed"], results
     assert results[2].startswith("finished") and "[recovered: this command had already run" in results[2], results[2]
+    # Git: cloned and pushed through the git proxy, which alone held the token (from OpenBao).
+    assert "pxr_" in results[5] and str(git_server.port) not in results[5], "origin is the git proxy"
+    assert "agent change" in git("--git-dir", str(bare), "log", "--oneline", "feature"), "the push arrived"
+    assert [c for c in git_log.credentials if c] and all(
+        c == ("x-access-token", git_token) for c in git_log.credentials if c
+    )
+    places = {"sandbox": sandbox, "history": history, "events": "\n".join(e.model_dump_json() for e in log)}
+    assert sandbox and [where for where, text in places.items() if git_token in text or token in text] == []
     # The MCP call the proxy died in is not made again: the model is told its outcome is unknown, and the next
     # call goes through the restarted proxy with the credential from OpenBao.
     mcp_results = [event for event in log if isinstance(event, AgentMcpToolResult)]
@@ -587,76 +637,6 @@ async def test_sessions_spread_across_two_replicas_of_each_worker_role(offline_s
         assert texts(log, "agent.mcp_tool_result") == ["42"], texts(log, "agent.mcp_tool_result")
         types = [event.type for event in log]
         assert types.count("user.message") == 1 and types.count("session.status_idle") == 1, types
-
-
-# ---- git through the containerised proxy -------------------------------------------------------------------------
-
-GIT_SCRIPT: list[dict[str, Any]] = [
-    tool("cd /workspace/app && git log --oneline | wc -l"),  # cloned at provisioning, through the git proxy
-    tool("cd /workspace/app && git checkout -q -b feature && echo more >> README.md && "
-         "git -c user.email=agent@corral.invalid -c user.name=agent commit -qam 'agent change' && "
-         "git push -q origin feature && echo pushed"),
-    tool("cat /workspace/app/.git/config; env"),
-    {"text": "git-done"},
-]  # fmt: skip
-
-
-async def test_a_repository_is_cloned_and_pushed_through_the_proxy_container(
-    offline_stack: OfflineStack, tmp_path: Path
-) -> None:
-    stack = offline_stack
-    token = f"ghp_canary{uuid.uuid4().hex}"
-    root = tmp_path / "repos"
-    root.mkdir()
-    bare = make_bare_repository(root, "app", tmp_path / "scratch")
-    seen = GitServerLog()
-    git_server = ServerThread(create_git_app(root, token, seen), name="git-server", host="0.0.0.0")
-    git_server.start()
-    network = stack.engine.networks.get(f"{stack.project}_default")
-    host = network.attrs["IPAM"]["Config"][0]["Gateway"]  # the host, as the proxy container sees it
-    temporal = await connect(stack.temporal_address)
-    key, _ = await create_key(Records(temporal, task_queue=HARNESS_TASK_QUEUE), f"git-{uuid.uuid4().hex[:8]}")
-    client = anthropic.AsyncAnthropic(base_url=stack.gateway_url, api_key=key, max_retries=2)
-    script = f"git-{uuid.uuid4().hex[:8]}"
-    async with httpx.AsyncClient(base_url=stack.model_url) as http:
-        (await http.put(f"/_corral/scripts/{script}", json={"steps": GIT_SCRIPT})).raise_for_status()
-    agent = await client.beta.agents.create(
-        name="git", model=f"script:{script}", tools=[{"type": "agent_toolset_20260401"}]
-    )
-    environment = await client.beta.environments.create(name="git")
-    repository = {"type": "github_repository", "url": f"http://{host}:{git_server.port}/app.git",
-                  "authorization_token": token, "checkout": {"type": "branch", "name": "main"}}  # fmt: skip
-    session = await client.beta.sessions.create(
-        agent=agent.id,
-        environment_id=environment.id,
-        resources=[repository],  # type: ignore[list-item]
-    )
-    handle = temporal.get_workflow_handle(session.id)
-    try:
-        asked = await _send_turn(client, handle, 1)
-        await wait_for_idle(handle, after=asked, within_seconds=TURN_WITHIN)
-        log = await read_events(handle)
-        containers = session_containers(stack.engine, session.id)
-        filesystem = b"".join(
-            c.exec_run(["tar", "-cf", "-", "--exclude=/proc", "--exclude=/sys", "/"], user="0").output
-            for c in containers
-            if c.status == "running"
-        )
-        history = (await handle.fetch_history()).to_json()
-    finally:
-        git_server.stop()
-        with contextlib.suppress(Exception):
-            await handle.terminate("test over")
-        await asyncio.to_thread(remove_session, stack.engine, handle.id, True)
-    results = texts(log, "agent.tool_result")
-    assert results[:2] == ["1", "pushed"], results
-    assert "pxr_" in results[2] and f"{host}:{git_server.port}" not in results[2], "origin is the git proxy"
-    assert "agent change" in git("--git-dir", str(bare), "log", "--oneline", "feature"), "the push arrived"
-    assert [c for c in seen.credentials if c] and all(c == ("x-access-token", token) for c in seen.credentials if c)
-    assert containers and filesystem, "the sandbox was there to search"
-    places = {"sandbox": filesystem.decode("latin-1"), "history": history,
-              "events": "\n".join(event.model_dump_json() for event in log)}  # fmt: skip
-    assert [where for where, text in places.items() if token in text] == []
 
 
 # ---- a new harness build deployed while a session is mid-turn -----------------------------------------------------
