@@ -647,13 +647,13 @@ HELD = "until [ -e /workspace/go ]; do sleep 0.2; done; echo upgraded"
 
 
 def _next_harness_override(stack: OfflineStack) -> Path:
-    """A compose file adding `offline-harness-next`: the corral image running tests/compose_harness_next.py (an
+    """A compose file adding `offline-harness-next`: the corral image running tests/timer_first_harness.py (an
     incompatible change to SessionWorkflow) as build `next` of the stack's deployment. The file is copied to a
     directory the image's non-root user can read (a clone in a `mktemp -d` directory is private)."""
     directory = Path(tempfile.mkdtemp(prefix="corral-upgrade-"))
     directory.chmod(0o755)
     script = directory / "harness_next.py"
-    shutil.copyfile(ROOT / "tests" / "compose_harness_next.py", script)
+    shutil.copyfile(ROOT / "tests" / "timer_first_harness.py", script)
     script.chmod(0o644)
     service = {
         "image": stack.env.get("CORRAL_IMAGE", "corral-offline/corral:local"),

@@ -16,7 +16,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from temporalio import workflow
 from temporalio.client import Client
 from temporalio.worker import ReplayerConfig
 from typer.testing import CliRunner
@@ -24,10 +23,10 @@ from typer.testing import CliRunner
 from cli.main import app
 from corral.client import send_text
 from corral.contract.records import RECORD_WORKFLOW
-from corral.contract.session import SessionInput
 from corral.names import SESSION_WORKFLOW
 from corral.records import Records
 from tests.conftest import Stack, unique, wait_for_idle
+from tests.timer_first_harness import TimerFirstSessionWorkflow
 from workers import harness_check
 from workers.harness_check import (
     HarnessCheckReport,
@@ -38,21 +37,10 @@ from workers.harness_check import (
     replay_executions,
 )
 from workers.roles import harness_worker
-from workflows import SessionWorkflow
 from workflows.records import RecordWorkflow
 
 runner = CliRunner()
 AGENT = {"name": "researcher", "model": {"id": "claude-sonnet-4-5"}, "tools": []}
-
-
-@workflow.defn(name=SESSION_WORKFLOW)
-class TimerFirstSessionWorkflow(SessionWorkflow):
-    """A harness change that forgot `workflow.patched`: its run starts with a timer no recorded history has."""
-
-    @workflow.run
-    async def run(self, input: SessionInput) -> None:
-        await workflow.sleep(timedelta(milliseconds=1))
-        await super().run(input)
 
 
 @dataclass

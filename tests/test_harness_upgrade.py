@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ from corral.names import SESSION_WORKFLOW
 from corral.records import Records
 from corral.temporal import data_converter
 from tests.conftest import Stack, assert_log_is_whole, texts, unique
+from tests.timer_first_harness import TimerFirstSessionWorkflow
 from workers._deployment import (
     HarnessDeployment,
     HarnessSettings,
@@ -63,16 +63,6 @@ class CompatibleSessionWorkflow(SessionWorkflow):
     @workflow.query(name=BUILD_QUERY)
     def harness_build(self) -> str:
         return "v2"
-
-
-@workflow.defn(name=SESSION_WORKFLOW)
-class IncompatibleSessionWorkflow(SessionWorkflow):
-    """An incompatible change (no patch): every run starts with a timer no recorded history has."""
-
-    @workflow.run
-    async def run(self, input: SessionInput) -> None:
-        await workflow.sleep(timedelta(milliseconds=1))
-        await super().run(input)
 
 
 class Gate:
@@ -236,7 +226,7 @@ async def test_an_incompatible_build_waits_for_pinned_sessions_to_reach_a_safe_p
     idle_first = await wait_for_idle(idle)
     mid_turn = await upgrade.start_mid_turn()
 
-    await upgrade.run_build(v3, (IncompatibleSessionWorkflow, RecordWorkflow))
+    await upgrade.run_build(v3, (TimerFirstSessionWorkflow, RecordWorkflow))
     await set_current_build(upgrade.client, upgrade.name, "v3")
     state = await describe_deployment(upgrade.client, upgrade.name)
     assert state is not None and state.current == "v3"
@@ -256,12 +246,9 @@ async def test_an_incompatible_build_waits_for_pinned_sessions_to_reach_a_safe_p
     assert upgrade.gate.calls == 1
 
     # The change really is incompatible: v3 cannot replay the first run's history. Staying pinned is what saved it.
-    replayed = await Replayer(
-        workflows=[IncompatibleSessionWorkflow],
-        interceptors=harness_interceptors(),
-        workflow_runner=HARNESS_WORKFLOW_RUNNER,
-        data_converter=upgrade.client.data_converter,
-    ).replay_workflow(workflow_history(mid_turn.id, runs[0].history), raise_on_replay_failure=False)
+    replayed = await replayer(TimerFirstSessionWorkflow).replay_workflow(
+        workflow_history(mid_turn.id, runs[0].history), raise_on_replay_failure=False
+    )
     assert replayed.replay_failure is not None
     replayed = await replayer(SessionWorkflow).replay_workflow(workflow_history(mid_turn.id, runs[0].history))
     assert replayed.replay_failure is None, "the old build's own code replays it (the move is deterministic)"

@@ -1,8 +1,9 @@
-"""The next harness build of the compose upgrade test (tests/test_compose_stack.py): an incompatible change to
-`SessionWorkflow` (its run starts with a timer no recorded history has), served as one build of the versioned
-harness. The test mounts this file into a container of the corral image (the image holds the project, not its
-tests) and runs `main()` with it importable by name (`PYTHONPATH`): the workflow sandbox re-imports a workflow's
-module, which it cannot do for `__main__`."""
+"""A harness change that forgot `workflow.patched`: `SessionWorkflow` whose run starts with a timer no recorded
+history has, so no earlier history replays with it. `corral harness check`'s tests catch it; the upgrade tests
+deploy it as a next build. The compose upgrade test mounts this file into a container of the corral image (which
+holds the project, not its tests) and runs `main()` there as one build of the versioned harness, with the module
+importable by name (`PYTHONPATH`): the workflow sandbox re-imports a workflow's module, which it cannot do for
+`__main__`."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from workflows.records import RecordWorkflow
 
 @workflow.defn(name=SESSION_WORKFLOW)
 class TimerFirstSessionWorkflow(SessionWorkflow):
+    """An incompatible change: a timer first."""
+
     @workflow.run
     async def run(self, input: SessionInput) -> None:
         await workflow.sleep(timedelta(milliseconds=1))
