@@ -37,14 +37,8 @@ from corral.records import Records
 from corral.temporal import data_converter
 from tests.conftest import Stack, assert_log_is_whole, texts, unique
 from tests.timer_first_harness import TimerFirstSessionWorkflow
-from workers._deployment import (
-    HarnessDeployment,
-    HarnessSettings,
-    become_current_if_first,
-    describe_deployment,
-    set_current_build,
-)
-from workers._settings import SettingsError
+from workers._deployment import become_current_if_first, describe_deployment, set_current_build
+from workers._settings import HarnessDeployment, HarnessSettings, SettingsError
 from workers.roles import HARNESS_WORKFLOW_RUNNER, harness_interceptors, harness_worker
 from workflows import SessionWorkflow
 from workflows.records import RecordWorkflow

@@ -13,8 +13,8 @@ from temporalio import workflow
 
 from corral.contract.session import SessionInput
 from corral.names import SESSION_WORKFLOW
-from workers._deployment import HarnessSettings
 from workers._run import connect_to_temporal, run_until_stopped, run_worker
+from workers._settings import HarnessSettings
 from workers.roles import harness_worker
 from workflows import SessionWorkflow
 from workflows.records import RecordWorkflow

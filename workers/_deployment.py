@@ -23,11 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import re
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import cast
 
 from temporalio.api.enums.v1 import deployment_pb2, task_queue_pb2
 from temporalio.api.workflowservice.v1 import (
@@ -36,21 +33,18 @@ from temporalio.api.workflowservice.v1 import (
     SetWorkerDeploymentCurrentVersionRequest,
 )
 from temporalio.client import Client
-from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+from temporalio.common import VersioningBehavior
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import WorkerDeploymentConfig
 
-from workers._settings import SettingsError, TemporalSettings
+from workers._settings import ENV_BUILD_ID, ENV_DEPLOYMENT, HarnessDeployment
 
-ENV_DEPLOYMENT = "CORRAL_HARNESS_DEPLOYMENT"
-ENV_BUILD_ID = "CORRAL_HARNESS_BUILD_ID"
-ENV_UPGRADE = "CORRAL_HARNESS_UPGRADE"
-
-UpgradePolicy = Literal["pinned", "auto-upgrade"]
-UPGRADE_POLICIES: tuple[UpgradePolicy, ...] = ("pinned", "auto-upgrade")
 _BEHAVIOR = {"pinned": VersioningBehavior.PINNED, "auto-upgrade": VersioningBehavior.AUTO_UPGRADE}
-_DEPLOYMENT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")  # Temporal refuses '.' and '/' in a deployment name
-_BUILD_ID = re.compile(r"^[A-Za-z0-9._+-]{1,100}$")
+_NOT_YET = (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION)
+"""The build has not registered yet: its worker's first poll makes it known."""
+_TRANSIENT = (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE,
+              RPCStatusCode.ABORTED, RPCStatusCode.RESOURCE_EXHAUSTED)  # fmt: skip
+"""A busy server: the deployment's change is made by a system workflow, which may be cancelled or time out."""
 _ROUTING_DONE = task_queue_pb2.RoutingConfigUpdateState.ROUTING_CONFIG_UPDATE_STATE_COMPLETED
 
 logger = logging.getLogger("corral.harness")
@@ -60,78 +54,14 @@ class DeploymentError(Exception):
     """Temporal refused a change of the deployment, or it did not happen in time; the message says which."""
 
 
-@dataclass(frozen=True)
-class HarnessDeployment:
-    """One build of the harness in a Worker Deployment, and how running sessions move between builds."""
-
-    name: str
-    build_id: str
-    upgrade: UpgradePolicy = "pinned"
-
-    def __post_init__(self) -> None:
-        if not _DEPLOYMENT_NAME.match(self.name):
-            raise SettingsError(f"{ENV_DEPLOYMENT} must be 1-100 of A-Z, a-z, 0-9, '_' and '-', got {self.name!r}")
-        if not _BUILD_ID.match(self.build_id):
-            raise SettingsError(
-                f"{ENV_BUILD_ID} must be 1-100 of A-Z, a-z, 0-9, '.', '_', '+' and '-', got {self.build_id!r}"
-            )
-        if self.upgrade not in UPGRADE_POLICIES:
-            raise SettingsError(f"{ENV_UPGRADE} must be one of {', '.join(UPGRADE_POLICIES)}, got {self.upgrade!r}")
-
-    @property
-    def version(self) -> WorkerDeploymentVersion:
-        return WorkerDeploymentVersion(deployment_name=self.name, build_id=self.build_id)
-
-    def worker_config(self) -> WorkerDeploymentConfig:
-        """What the harness worker is built with: this version, and the upgrade policy as its sessions' default."""
-        return WorkerDeploymentConfig(
-            version=self.version, use_worker_versioning=True, default_versioning_behavior=_BEHAVIOR[self.upgrade]
-        )
-
-    @classmethod
-    def from_environment(cls, environ: Mapping[str, str]) -> HarnessDeployment | None:
-        """The deployment the environment names, or None (an unversioned harness). The build id defaults to a hash
-        of the code this process loaded (the SDK's), so two builds of different code never share one."""
-        name = environ.get(ENV_DEPLOYMENT) or None
-        if name is None:
-            for variable in (ENV_BUILD_ID, ENV_UPGRADE):
-                if environ.get(variable):
-                    raise SettingsError(f"{variable} is set but {ENV_DEPLOYMENT} is not: name the deployment too")
-            return None
-        upgrade = environ.get(ENV_UPGRADE) or "pinned"
-        build_id = environ.get(ENV_BUILD_ID) or _code_build_id()
-        return cls(name=name, build_id=build_id, upgrade=cast(UpgradePolicy, upgrade))
-
-
-def _code_build_id() -> str:
-    """A hash of the harness's code: the workflow modules and the contract they read (and the SDK's version), so a
-    build of other code never shares an id, and the same code on two hosts shares one."""
-    import hashlib
-    from importlib.metadata import version
-    from pathlib import Path
-
-    import corral.contract
-    import workflows
-
-    digest = hashlib.sha256(version("temporalio").encode())
-    for package in (workflows, corral.contract):
-        root = Path(str(package.__file__)).parent
-        for path in sorted(root.rglob("*.py")):
-            digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
-    return f"code-{digest.hexdigest()[:16]}"
-
-
-@dataclass(frozen=True)
-class HarnessSettings:
-    """`corral-harness`: where Temporal is, and the deployment this build belongs to (None: unversioned)."""
-
-    temporal: TemporalSettings
-    deployment: HarnessDeployment | None
-
-    @classmethod
-    def from_environment(cls, environ: Mapping[str, str] | None = None) -> HarnessSettings:
-        environ = os.environ if environ is None else environ
-        return cls(TemporalSettings.from_environment(environ), HarnessDeployment.from_environment(environ))
+def worker_config(deployment: HarnessDeployment) -> WorkerDeploymentConfig:
+    """What a harness worker of `deployment` is built with: its version, and the upgrade policy as the default
+    versioning behavior of its sessions."""
+    return WorkerDeploymentConfig(
+        version=deployment.version,
+        use_worker_versioning=True,
+        default_versioning_behavior=_BEHAVIOR[deployment.upgrade],
+    )
 
 
 # ---- the deployment on the server -----------------------------------------------------------------------------------
@@ -181,22 +111,29 @@ async def set_current_build(client: Client, name: str, build_id: str, *, timeout
         try:
             await client.workflow_service.set_worker_deployment_current_version(request)
             break
-        except RPCError as err:  # the build has not registered yet: its worker's first poll makes it known
-            if err.status not in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION):
+        except RPCError as err:
+            if err.status not in _NOT_YET and err.status not in _TRANSIENT:
                 raise DeploymentError(f"Temporal refused to make {build_id} current in {name}: {err.message}") from err
             if loop.time() >= deadline:
                 raise DeploymentError(
                     f"build {build_id} of {name} is not known to Temporal after {timeout:.0f} s: start a harness "
                     f"worker with {ENV_DEPLOYMENT}={name} {ENV_BUILD_ID}={build_id} first ({err.message})"
+                    if err.status in _NOT_YET
+                    else f"Temporal did not make {build_id} current in {name} within {timeout:.0f} s: {err.message}"
                 ) from err
         await asyncio.sleep(0.2)
     while True:
-        info = (await _describe(client, name)).worker_deployment_info
-        routed = info.routing_config.current_deployment_version.build_id == build_id
-        if routed and info.routing_config_update_state == _ROUTING_DONE:
-            return
-        if loop.time() >= deadline:
-            raise DeploymentError(f"Temporal did not finish routing {name} to {build_id} within {timeout:.0f} s")
+        try:
+            info = (await _describe(client, name)).worker_deployment_info
+        except RPCError as err:
+            if err.status not in _TRANSIENT or loop.time() >= deadline:
+                raise DeploymentError(f"could not read {name} from Temporal: {err.message}") from err
+        else:
+            routed = info.routing_config.current_deployment_version.build_id == build_id
+            if routed and info.routing_config_update_state == _ROUTING_DONE:
+                return
+            if loop.time() >= deadline:
+                raise DeploymentError(f"Temporal did not finish routing {name} to {build_id} within {timeout:.0f} s")
         await asyncio.sleep(0.2)
 
 
@@ -206,7 +143,12 @@ async def become_current_if_first(client: Client, deployment: HarnessDeployment,
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
-        state = await describe_deployment(client, deployment.name)
+        try:
+            state = await describe_deployment(client, deployment.name)
+        except RPCError as err:
+            if err.status not in _TRANSIENT or loop.time() >= deadline:
+                raise
+            state = None
         if state is not None and state.current is not None:
             return False
         if state is not None and any(build.build_id == deployment.build_id for build in state.builds):

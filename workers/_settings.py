@@ -44,12 +44,15 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Self
+from typing import Literal, Self, cast
 from urllib.parse import urlsplit
+
+from temporalio.common import WorkerDeploymentVersion
 
 from corral.names import (
     DEFAULT_GIT_PROXY_PORT,
@@ -277,6 +280,86 @@ class AllInOneSettings(_ProcessSettings):
     temporal: TemporalSettings
     model: ModelSettings
     sandbox: SandboxSettings
+
+
+# ---- the harness: a build of a versioned deployment, or unversioned (workers/_deployment.py) ---------------------
+
+ENV_DEPLOYMENT = "CORRAL_HARNESS_DEPLOYMENT"
+ENV_BUILD_ID = "CORRAL_HARNESS_BUILD_ID"
+ENV_UPGRADE = "CORRAL_HARNESS_UPGRADE"
+
+UpgradePolicy = Literal["pinned", "auto-upgrade"]
+UPGRADE_POLICIES: tuple[UpgradePolicy, ...] = ("pinned", "auto-upgrade")
+_DEPLOYMENT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")  # Temporal refuses '.' and '/' in a deployment name
+_BUILD_ID = re.compile(r"^[A-Za-z0-9._+-]{1,100}$")
+
+
+@dataclass(frozen=True)
+class HarnessDeployment:
+    """One build of the harness in a Worker Deployment, and how running sessions move between builds."""
+
+    name: str
+    build_id: str
+    upgrade: UpgradePolicy = "pinned"
+
+    def __post_init__(self) -> None:
+        if not _DEPLOYMENT_NAME.match(self.name):
+            raise SettingsError(f"{ENV_DEPLOYMENT} must be 1-100 of A-Z, a-z, 0-9, '_' and '-', got {self.name!r}")
+        if not _BUILD_ID.match(self.build_id):
+            raise SettingsError(
+                f"{ENV_BUILD_ID} must be 1-100 of A-Z, a-z, 0-9, '.', '_', '+' and '-', got {self.build_id!r}"
+            )
+        if self.upgrade not in UPGRADE_POLICIES:
+            raise SettingsError(f"{ENV_UPGRADE} must be one of {', '.join(UPGRADE_POLICIES)}, got {self.upgrade!r}")
+
+    @property
+    def version(self) -> WorkerDeploymentVersion:
+        return WorkerDeploymentVersion(deployment_name=self.name, build_id=self.build_id)
+
+    @classmethod
+    def from_environment(cls, environ: Environ) -> HarnessDeployment | None:
+        """The deployment the environment names, or None (an unversioned harness). The build id defaults to a hash
+        of the harness code (`_code_build_id`), so two builds of different code never share one."""
+        name = environ.get(ENV_DEPLOYMENT) or None
+        if name is None:
+            for variable in (ENV_BUILD_ID, ENV_UPGRADE):
+                if environ.get(variable):
+                    raise SettingsError(f"{variable} is set but {ENV_DEPLOYMENT} is not: name the deployment too")
+            return None
+        upgrade = environ.get(ENV_UPGRADE) or "pinned"
+        build_id = environ.get(ENV_BUILD_ID) or _code_build_id()
+        return cls(name=name, build_id=build_id, upgrade=cast(UpgradePolicy, upgrade))
+
+
+def _code_build_id() -> str:
+    """A hash of the harness's code: the workflow modules and the contract they read (and the SDK's version), so a
+    build of other code never shares an id, and the same code on two hosts shares one."""
+    import hashlib
+    from importlib.metadata import version
+    from pathlib import Path
+
+    import corral.contract
+    import workflows
+
+    digest = hashlib.sha256(version("temporalio").encode())
+    for package in (workflows, corral.contract):
+        root = Path(str(package.__file__)).parent
+        for path in sorted(root.rglob("*.py")):
+            digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    return f"code-{digest.hexdigest()[:16]}"
+
+
+@dataclass(frozen=True)
+class HarnessSettings:
+    """`corral-harness`: where Temporal is, and the deployment this build belongs to (None: unversioned)."""
+
+    temporal: TemporalSettings
+    deployment: HarnessDeployment | None
+
+    @classmethod
+    def from_environment(cls, environ: Environ | None = None) -> HarnessSettings:
+        environ = _environ(environ)
+        return cls(TemporalSettings.from_environment(environ), HarnessDeployment.from_environment(environ))
 
 
 # ---- reading one variable -----------------------------------------------------------------------------------------

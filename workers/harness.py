@@ -10,8 +10,9 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from corral.temporal import ensure_search_attributes
-from workers._deployment import DeploymentError, HarnessDeployment, HarnessSettings, become_current_if_first
+from workers._deployment import DeploymentError, become_current_if_first
 from workers._run import connect_to_temporal, run_until_stopped, run_worker
+from workers._settings import HarnessDeployment, HarnessSettings
 from workers.roles import harness_worker
 
 log = logging.getLogger("workers")

@@ -27,8 +27,9 @@ from corral.names import (
     UTILITY_HAND_TASK_QUEUE,
 )
 from corral.streaming import StreamPublisher
-from workers._deployment import HarnessDeployment
+from workers._deployment import worker_config
 from workers._run import GRACEFUL_SHUTDOWN, STICKY_TIMEOUT
+from workers._settings import HarnessDeployment
 from workers._slots import SharedSlots
 from workflows import SessionWorkflow
 from workflows._signals import SignalArgumentsInterceptor
@@ -74,7 +75,7 @@ def harness_worker(
         workflows=list(workflows),
         workflow_runner=HARNESS_WORKFLOW_RUNNER,
         interceptors=harness_interceptors(),
-        deployment_config=deployment.worker_config() if deployment is not None else None,
+        deployment_config=worker_config(deployment) if deployment is not None else None,
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
     )
