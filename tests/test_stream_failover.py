@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -23,42 +23,12 @@ from corral.records import Records
 from corral.streaming.partition import relay_order, relay_urls
 from tests.chaos._processes import RoleProcess, free_port, role_process, temporal_env, until_healthy, worker_argv
 from tests.conftest import Stack, unique
+from tests.live_previews import Previews, read_until
 
 pytestmark = pytest.mark.timeout(300)
 
 REPLY = " ".join(f"word{n}" for n in range(200))  # ~25 s at 8 words a second: long enough for both faults
 DELTAS_BEFORE_EACH_FAULT = 5
-
-
-class Previews:
-    """A client following the documented preview rules: `event_start` (re)starts a preview, empty; a delta appends
-    to entry `index` of its preview. `texts` is what each preview shows now."""
-
-    def __init__(self) -> None:
-        self.texts: dict[str, dict[int, str]] = {}
-        self.deltas = 0
-
-    def feed(self, event: Any) -> None:
-        if event.type == "event_start" and event.event.type == "agent.message":
-            self.texts[event.event.id] = {}
-        elif event.type == "event_delta":
-            assert event.event_id in self.texts, f"a delta for preview {event.event_id}, which is not open"
-            entry = self.texts[event.event_id]
-            index = event.delta.index or 0
-            entry[index] = entry.get(index, "") + event.delta.content.text
-            self.deltas += 1
-
-    def text(self, preview: str) -> str:
-        entry = self.texts.get(preview, {})
-        return "".join(entry[index] for index in sorted(entry))
-
-
-async def read_until(stream: Any, seen: list[Any], previews: Previews, done: Callable[[], bool]) -> None:
-    async for event in stream:
-        seen.append(event)
-        previews.feed(event)
-        if done():
-            return
 
 
 @contextlib.contextmanager

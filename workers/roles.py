@@ -176,7 +176,8 @@ def sandbox_workers(
         Worker(
             client,
             task_queue=shared_queue,
-            activities=[activities.provision_sandbox, activities.fork_workspace],
+            # release too: a session whose container was lost (no handle) releases through its pool's queue
+            activities=[activities.provision_sandbox, activities.fork_workspace, activities.release_sandbox],
             graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
         ),
         Worker(
