@@ -16,7 +16,9 @@ in no sandbox file, history or event.
 Then the stack is scaled to two replicas of each worker role (Compose's `--scale`; the proxy's second replica is the
 `offline-proxy-replica` service, since one container alone can publish the git port) and sessions run concurrently:
 their histories say which worker took each task, and both replicas of the harness, model, sandbox and utility hand
-must have done work (the proxy's with an MCP call in every session).
+must have done work (the proxy's with an MCP call in every session). The live channel: of the stack's two relays,
+the container of the one that owns a session is killed mid-reply, then the client's gateway; through the second
+gateway the client sees the reply's text with no gap and no repeat, and every log event once.
 
 The stack's harness is versioned (a Worker Deployment, `pinned`): last, a next build with an incompatible change is
 started beside it and promoted while a session's sandbox command runs; that session finishes its run on the first
@@ -38,6 +40,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import anthropic
 import docker
@@ -73,10 +76,12 @@ from corral.records import Records
 from corral.sandbox import remove_all_sandboxes
 from corral.sandbox.containers import remove_session, session_containers
 from corral.serving import ServerThread
+from corral.streaming.partition import relay_order, relay_urls
 from corral.temporal import cluster_id, connect
 from tests.chaos._processes import ROOT, free_port
 from tests.chaos.matrix import assert_whole
 from tests.conftest import STATE_DIR, history_text, texts
+from tests.live_previews import Previews, read_until
 from tests.proxy_servers.git_server import GitServerLog, create_git_app, git, make_bare_repository
 from tests.proxy_servers.mcp_server import AuthorityVerifier
 from tests.proxy_servers.tokens import TokenAuthority
@@ -200,8 +205,8 @@ def offline_stack(compose: list[str], tmp_path_factory: pytest.TempPathFactory) 
     started = time.monotonic()
     images = build_offline_images(STATE_DIR, progress=print)
     print(f"offline images ready after {time.monotonic() - started:.0f} s")
-    names = ("CORRAL_TEMPORAL_PORT", "CORRAL_UI_PORT", "CORRAL_API_PORT", "CORRAL_STREAM_PORT", "CORRAL_MODEL_PORT",
-             "CORRAL_GIT_PROXY_PORT")  # fmt: skip
+    names = ("CORRAL_TEMPORAL_PORT", "CORRAL_UI_PORT", "CORRAL_API_PORT", "CORRAL_API_2_PORT", "CORRAL_STREAM_PORT",
+             "CORRAL_MODEL_PORT", "CORRAL_GIT_PROXY_PORT")  # fmt: skip
     ports = {name: free_port() for name in names}
     env = dict(os.environ) | images.environment() | {name: str(port) for name, port in ports.items()}
     env |= {"DOCKER_GID": str(os.stat("/var/run/docker.sock").st_gid), "CORRAL_SANDBOX_POOL_SIZE": "1"}
@@ -637,6 +642,97 @@ async def test_sessions_spread_across_two_replicas_of_each_worker_role(offline_s
         assert texts(log, "agent.mcp_tool_result") == ["42"], texts(log, "agent.mcp_tool_result")
         types = [event.type for event in log]
         assert types.count("user.message") == 1 and types.count("session.status_idle") == 1, types
+
+
+# ---- the live channel: a relay and a gateway killed mid-reply -------------------------------------------------------
+
+STREAMED_REPLY = " ".join(f"word{n}" for n in range(240))  # ~30 s at 8 words a second: long enough for both kills
+DELTAS_BEFORE_EACH_KILL = 5
+
+
+async def test_a_relay_and_a_gateway_killed_mid_reply_the_client_sees_no_gap_and_no_repeat(
+    offline_stack: OfflineStack,
+) -> None:
+    """The stack's two relays (`offline-stream`, `offline-stream-2`) and two gateways (`offline-gateway` and
+    `offline-gateway-replica`): the container of the relay that owns the session is killed mid-reply, then the
+    client's gateway; the client reopens its stream on the other gateway and lists what it missed. A killed
+    container, unlike a killed process, resets no connection: the model worker sees the relay gone only because it
+    stops acknowledging (`UNACKED_MILLISECONDS`)."""
+    stack = offline_stack
+    await asyncio.to_thread(stack.run, "up", "--detach", "--no-deps", "offline-gateway-replica", replicas=True)
+    url_b = f"http://127.0.0.1:{stack.ports['CORRAL_API_2_PORT']}"
+    _until("the second gateway", lambda: _answers(f"{url_b}/healthz"))
+    temporal = await connect(stack.temporal_address)
+    key, _ = await create_key(Records(temporal, task_queue=HARNESS_TASK_QUEUE), f"relays-{uuid.uuid4().hex[:8]}")
+    client_a = anthropic.AsyncAnthropic(base_url=stack.gateway_url, api_key=key, max_retries=0)
+    client_b = anthropic.AsyncAnthropic(base_url=url_b, api_key=key, max_retries=0)
+    script = f"relays-{uuid.uuid4().hex[:8]}"
+    steps = [{"text": STREAMED_REPLY, "first_token_latency": 0.3, "tokens_per_second": 8}]
+    async with httpx.AsyncClient(base_url=stack.model_url) as http:
+        (await http.put(f"/_corral/scripts/{script}", json={"steps": steps})).raise_for_status()
+    agent = await client_a.beta.agents.create(name="streamer", model=f"script:{script}")
+    environment = await client_a.beta.environments.create(name="relays")
+    session = await client_a.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+    relays = yaml.safe_load(stack.run("config").stdout)["services"]["offline-model"]["environment"]["CORRAL_STREAM_URL"]
+    owner = urlsplit(relay_order(session.id, relay_urls(relays))[0]).hostname  # the service the session's text uses
+    try:
+        seen_a: list[Any] = []
+        shown_a = Previews()
+        stream_a = await client_a.beta.sessions.events.stream(session.id, event_deltas=["agent.message"])
+        reading = asyncio.create_task(
+            read_until(stream_a, seen_a, shown_a, lambda: shown_a.deltas >= DELTAS_BEFORE_EACH_KILL)
+        )
+        await asyncio.sleep(0.5)  # the stream's relay subscriptions are open before the message goes in
+        await client_a.beta.sessions.events.send(
+            session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "go"}]}]
+        )
+        await asyncio.wait_for(reading, 90)
+        [preview] = list(shown_a.texts)
+        await asyncio.to_thread(stack.container(str(owner)).kill)  # the relay holding the session's text
+        at_relay_kill = shown_a.text(preview)
+        after = shown_a.deltas + DELTAS_BEFORE_EACH_KILL
+        await asyncio.wait_for(read_until(stream_a, seen_a, shown_a, lambda: shown_a.deltas >= after), 90)
+        at_gateway_kill = shown_a.text(preview)
+        await asyncio.to_thread(stack.container("offline-gateway").kill)  # the client's gateway
+        with contextlib.suppress(Exception):  # whatever the SDK makes of a connection that died
+            async for event in stream_a:
+                seen_a.append(event)
+                shown_a.feed(event)
+        shown_at_a = shown_a.text(preview)
+
+        seen_b: list[Any] = []
+        shown_b = Previews()
+        async with await client_b.beta.sessions.events.stream(session.id, event_deltas=["agent.message"]) as stream_b:
+            listed = [event async for event in client_b.beta.sessions.events.list(session.id, limit=1000)]
+            await asyncio.wait_for(
+                read_until(stream_b, seen_b, shown_b, lambda: seen_b[-1].type == "session.status_idle"), 180
+            )
+        log = [event async for event in client_b.beta.sessions.events.list(session.id, limit=1000)]
+    finally:
+        for service in (str(owner), "offline-gateway"):  # started again, as an operator would, for later tests
+            await asyncio.to_thread(stack.container(service).start)
+        _until("the gateway again", lambda: _answers(f"{stack.gateway_url}/healthz"))
+        with contextlib.suppress(Exception):
+            await temporal.get_workflow_handle(session.id).terminate("test over")
+        await client_a.close()
+        await client_b.close()
+
+    [message] = [event for event in log if event.type == "agent.message"]
+    final = "".join(getattr(block, "text", "") for block in message.content)
+    assert final == STREAMED_REPLY
+    assert preview == message.id
+    assert at_relay_kill and len(at_relay_kill) < len(at_gateway_kill), "no live text after the relay died"
+    assert final.startswith(shown_at_a), f"gateway A showed {shown_at_a!r}: not the reply once, in order"
+    assert len(shown_at_a) < len(final), "the reply was still being written when gateway A died"
+    assert list(shown_b.texts) == [message.id] and shown_b.text(message.id) == final, "the preview is the message"
+    for stream_events in (seen_a, seen_b):
+        ids = [e.id for e in stream_events if e.type not in ("event_start", "event_delta")]
+        assert len(ids) == len(set(ids)), "a stream sent a log event twice"
+    shown_ids: list[str] = []
+    for event in seen_a + listed + seen_b:
+        if event.type not in ("event_start", "event_delta") and event.id not in shown_ids:
+            shown_ids.append(event.id)
+    assert shown_ids == [event.id for event in log], "the log events seen are the whole log, in order"
 
 
 # ---- a new harness build deployed while a session is mid-turn -----------------------------------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,15 @@ logger = logging.getLogger("corral.streaming")
 
 _WARNING_INTERVAL = 30.0  # a relay that stays down warns once per interval, not once per model turn
 RELAY_DOWN_SECONDS = 10.0
+UNACKED_MILLISECONDS = 2000
+"""A relay that leaves the deltas sent to it unacknowledged this long is gone. A relay process that dies is seen at
+once (its host resets the connection), but a relay whose host or container vanishes sends nothing back: the deltas
+would fill the socket's buffer for minutes before any write failed, and its sessions' live text would stop until
+the attempt ends. The kernel drops such a connection after this long (TCP_USER_TIMEOUT), and the attempt moves to
+the next relay."""
+_UNACKED_LIMIT = (
+    [(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, UNACKED_MILLISECONDS)] if hasattr(socket, "TCP_USER_TIMEOUT") else []
+)
 
 
 def _auth_headers(token: str | None) -> dict[str, str]:
@@ -83,7 +93,8 @@ class StreamPublisher:
         # Created on first use, inside the event loop that runs the model activities.
         if self._client is None:
             limits = httpx.Limits(max_connections=None, max_keepalive_connections=16)
-            self._client = httpx.AsyncClient(timeout=self._timeout, limits=limits)
+            transport = httpx.AsyncHTTPTransport(limits=limits, socket_options=_UNACKED_LIMIT)
+            self._client = httpx.AsyncClient(timeout=self._timeout, transport=transport)
         return self._client
 
     def _warn(self, message: str, *args: object, consequence: str = "live text is dropped") -> None:
