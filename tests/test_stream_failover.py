@@ -6,29 +6,25 @@ twice (both relays in `--stream-url`), driven by the official `anthropic` SDK.""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
 import anthropic
 import pytest
 
 from corral.apikeys import create_key
-from corral.contract.events import message_id_of
 from corral.records import Records
 from corral.streaming.partition import relay_order, relay_urls
 from tests.chaos._processes import RoleProcess, free_port, role_process, temporal_env, until_healthy, worker_argv
 from tests.conftest import Stack, unique
-from tests.live_previews import Previews, read_until
+from tests.live_previews import relay_then_gateway_killed
 
 pytestmark = pytest.mark.timeout(300)
 
 REPLY = " ".join(f"word{n}" for n in range(200))  # ~25 s at 8 words a second: long enough for both faults
-DELTAS_BEFORE_EACH_FAULT = 5
 
 
 @contextlib.contextmanager
@@ -82,64 +78,14 @@ async def test_a_relay_and_a_gateway_killed_mid_reply_the_client_sees_no_gap_and
         owner = relay_order(session.id, relay_urls(stream_url))[0]
         owner_process = next(process for url, process in relays if url == owner)
 
-        # Gateway A: the reply starts streaming through the session's relay.
-        seen_a: list[Any] = []
-        shown_a = Previews()
-        stream_a = await client_a.beta.sessions.events.stream(session.id, event_deltas=["agent.message"])
-        reading = asyncio.create_task(
-            read_until(stream_a, seen_a, shown_a, lambda: shown_a.deltas >= DELTAS_BEFORE_EACH_FAULT)
-        )
-        await asyncio.sleep(0.3)  # the stream's relay subscriptions are open before the message goes in
-        await client_a.beta.sessions.events.send(
-            session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "go"}]}]
-        )
-        await asyncio.wait_for(reading, 60)
-        [preview] = list(shown_a.texts)
-        owner_process.kill()  # the relay holding the session's live text, mid-reply
-        at_relay_kill = shown_a.text(preview)
-        after = shown_a.deltas + DELTAS_BEFORE_EACH_FAULT
-        await asyncio.wait_for(read_until(stream_a, seen_a, shown_a, lambda: shown_a.deltas >= after), 60)
-        at_gateway_kill = shown_a.text(preview)
-        gateway_a.kill()  # and then the gateway the client streams through
-        with contextlib.suppress(Exception):  # whatever the SDK makes of a connection that died
-            async for event in stream_a:
-                seen_a.append(event)
-                shown_a.feed(event)
-        shown_at_a = shown_a.text(preview)
-        assert "agent.message" not in [e.type for e in seen_a], "gateway A died before the reply was written"
+        async def kill_relay() -> None:
+            owner_process.kill()
 
-        # Gateway B: the client reopens its stream there, then lists what it missed.
-        seen_b: list[Any] = []
-        shown_b = Previews()
-        async with await client_b.beta.sessions.events.stream(session.id, event_deltas=["agent.message"]) as stream_b:
-            listed = [event async for event in client_b.beta.sessions.events.list(session.id, limit=1000)]
-            await asyncio.wait_for(
-                read_until(stream_b, seen_b, shown_b, lambda: seen_b[-1].type == "session.status_idle"), 120
-            )
-        log = [event async for event in client_b.beta.sessions.events.list(session.id, limit=1000)]
+        async def kill_gateway() -> None:
+            gateway_a.kill()
 
+        log = await relay_then_gateway_killed(client_a, client_b, session.id, kill_relay, kill_gateway, within=60)
     [message] = [event for event in log if event.type == "agent.message"]
-    final = "".join(getattr(block, "text", "") for block in message.content)
-    assert final == REPLY
-    assert preview == message.id == message_id_of(next(e.id for e in log if e.type == "span.model_request_start"))
-    # Through gateway A: the text grew after the relay died (the other relay took over), never repeated a piece.
-    assert at_relay_kill and len(at_relay_kill) < len(at_gateway_kill), "no live text after the relay died"
-    assert final.startswith(shown_at_a), f"gateway A showed {shown_at_a!r}: not the reply once, in order"
-    # Through gateway B: the preview starts over with the text so far, then goes on; it ends as the message.
-    assert list(shown_b.texts) == [message.id], "gateway B opened the same preview"
-    assert shown_b.text(message.id) == final, "the preview assembled through gateway B is the message"
-    assert len(shown_at_a) < len(final), "the reply was still being written when gateway A died"
-
-    # Log events: every one once, in the log's order (the client drops ids it has already seen).
-    logged = [event for event in seen_a + listed + seen_b if event.type not in ("event_start", "event_delta")]
-    for stream_events in (seen_a, seen_b):
-        ids = [e.id for e in stream_events if e.type not in ("event_start", "event_delta")]
-        assert len(ids) == len(set(ids)), "a stream sent a log event twice"
-    shown_ids: list[str] = []
-    for event in logged:
-        if event.id not in shown_ids:
-            shown_ids.append(event.id)
-    assert shown_ids == [event.id for event in log], "the log events seen are the whole log, in order"
-    assert log[-1].type == "session.status_idle"
+    assert "".join(getattr(block, "text", "") for block in message.content) == REPLY
     await client_a.close()
     await client_b.close()
