@@ -11,7 +11,8 @@ The proxy container is killed mid MCP call: the session's credential was written
 stack's OpenBao, and the MCP server runs on the host (reached at the compose network's gateway). The session also
 has a repository (a git server on the host, its token written through the gateway into OpenBao): it is cloned
 into the sandbox through the proxy container's git proxy, and pushed to through the restarted proxy; the tokens are
-in no sandbox file, history or event.
+in no sandbox file, history or event. Last, the utility hand's container is killed before a call it must serve, and
+started while the call waits.
 
 Then the stack is scaled to two replicas of each worker role (Compose's `--scale`; the proxy's second replica is the
 `offline-proxy-replica` service, since one container alone can publish the git port) and sessions run concurrently:
@@ -310,6 +311,9 @@ SCRIPT: list[dict[str, Any]] = [
     # The proxy, mid MCP call; then a push through the restarted proxy's git proxy.
     mcp("slow", seconds=4), mcp("add", a=2, b=40), tool(PUSH), tool("cat /workspace/app/.git/config; env"),
     {"text": "reply-5"},
+    # The utility hand: its calls take microseconds, so its container is killed before the call and started once
+    # the call waits for it.
+    {"tool_uses": [{"name": "calculate", "input": {"expression": "6*7"}}]}, {"text": "reply-6"},
 ]  # fmt: skip
 
 
@@ -411,6 +415,7 @@ async def test_a_session_survives_killing_each_worker_role_mid_turn(
         mcp_servers=[{"type": "url", "name": "tools", "url": mcp_url}],
         tools=[
             {"type": "agent_toolset_20260401"},
+            {"type": "corral_utility"},  # type: ignore[typeddict-item]
             {"type": "mcp_toolset", "mcp_server_name": "tools",
              "default_config": {"permission_policy": {"type": "always_allow"}}},
         ],
@@ -465,6 +470,18 @@ async def test_a_session_survives_killing_each_worker_role_mid_turn(
         await wait_for_idle(handle, after=asked, within_seconds=TURN_WITHIN)
         await asyncio.sleep(4)  # long enough for a call made again to reach the server
 
+        # Turn 6: the utility hand, dead when its call is made; started again while the call waits for it.
+        utility = stack.container("offline-utility-hand")
+        await asyncio.to_thread(utility.kill)
+        asked = await _send_turn(client, handle, 6)
+
+        async def calculating() -> bool:
+            return await _count(handle, "agent.tool_use", asked) >= 1
+
+        await _until_async("turn 6's call", calculating)
+        await asyncio.to_thread(utility.start)
+        await wait_for_idle(handle, after=asked, within_seconds=TURN_WITHIN)
+
         log = await read_events(handle)
         listed = [event async for event in client.beta.sessions.events.list(session.id, limit=100)]
         sandbox = await asyncio.to_thread(_sandbox_files, stack, handle.id)
@@ -480,7 +497,7 @@ async def test_a_session_survives_killing_each_worker_role_mid_turn(
     assert [(event.id, event.type) for event in listed] == [(event.id, event.type) for event in log], (
         "the gateway lists the log as Temporal holds it"
     )
-    assert texts(log) == ["reply-1", "reply-2", LONG_REPLY, "reply-4", "reply-5"], "each reply once, whole"
+    assert texts(log) == ["reply-1", "reply-2", LONG_REPLY, "reply-4", "reply-5", "reply-6"], "each reply once, whole"
     results = texts(log, "agent.tool_result")
     assert results[:2] == ["1", "turn-2"] and results[3:5] == ["1", "pushed"], results
     assert results[2].startswith("finished") and "[recovered: this command had already run" in results[2], results[2]
@@ -503,7 +520,8 @@ async def test_a_session_survives_killing_each_worker_role_mid_turn(
     errors = [(e.error.type, e.error.retry_status.type) for e in log if isinstance(e, SessionError)]
     assert errors == [("mcp_connection_failed_error", "exhausted")]
     types = [event.type for event in log]
-    assert types.count("user.message") == 5 and types.count("session.status_idle") == 5, types
+    assert types.count("user.message") == 6 and types.count("session.status_idle") == 6, types
+    assert results[6:] == ["6*7 = 42"], results
 
 
 # ---- two replicas of each worker role, sessions spread across them ------------------------------------------------
