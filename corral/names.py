@@ -13,6 +13,36 @@ SANDBOX_TASK_QUEUE: Final = "corral-sandbox"
 PROXY_TASK_QUEUE: Final = "corral-proxy"
 UTILITY_HAND_TASK_QUEUE: Final = "corral-utility"
 
+CORRAL_TASK_QUEUES: Final = (
+    HARNESS_TASK_QUEUE,
+    MODEL_TASK_QUEUE,
+    SANDBOX_TASK_QUEUE,
+    PROXY_TASK_QUEUE,
+    UTILITY_HAND_TASK_QUEUE,
+)
+RESERVED_TASK_QUEUE_PREFIXES: Final = ("corral-", "/_sys/")
+"""Task queues no hand may use, by anyone: every `corral-` queue is corral's (the roles above, the sandbox engine
+pools `corral-sandbox.<engine>` and engines `corral-sandbox@<engine id>`, model pools such as `corral-model-eu`,
+and any role added later), and `/_sys/` is Temporal's own. A hand there would receive `execute` activities meant
+for corral's workers, or send them work they would run as corral's."""
+
+
+def reserved_task_queue(queue: str) -> bool:
+    """Whether `queue` is corral's (or Temporal's) own, so that no hand may be declared or registered on it."""
+    name = queue.strip()
+    return name in CORRAL_TASK_QUEUES or name.startswith(RESERVED_TASK_QUEUE_PREFIXES)
+
+
+def reserved_task_queue_problem(queue: str) -> str | None:
+    """Why `queue` cannot be a hand's, or None when it is not reserved; one message for every place that checks."""
+    if not reserved_task_queue(queue):
+        return None
+    return (
+        f"{queue!r} is reserved: every `corral-` task queue is corral's own (harness, model, sandbox, proxy, utility) "
+        "and `/_sys/` is Temporal's; a hand serves a queue of its own"
+    )
+
+
 SANDBOX_ENGINE_NAME: Final = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?$")
 """A sandbox engine pool's name: 1-32 lowercase letters, digits and inner hyphens (it becomes part of a queue name)."""
 

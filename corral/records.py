@@ -169,10 +169,18 @@ class Records:
 
     # ---- writes ---------------------------------------------------------------------------------------------
 
-    async def create(self, kind: str, workspace: str, body: dict[str, Any], id_prefix: str) -> RecordView:
-        """A new record at version 1, readable (get) as soon as this returns; listings show it a moment later."""
+    async def create(
+        self, kind: str, workspace: str, body: dict[str, Any], id_prefix: str, *, record_id: str | None = None
+    ) -> RecordView:
+        """A new record at version 1, readable (get) as soon as this returns; listings show it a moment later.
+
+        `record_id` (of `id_prefix`) is for an object named by what it is rather than when it was made (a hand's
+        task queue): a second create of the same id raises `WorkflowAlreadyStartedError` and writes nothing."""
         input = RecordInput(kind=_check_kind(kind), workspace=check_workspace(workspace), body=body)
-        record_id = new_record_id(id_prefix)
+        if record_id is None:
+            record_id = new_record_id(id_prefix)
+        elif not is_record_id(record_id, id_prefix):
+            raise InvalidRecord(f"{record_id!r} is not a record id of prefix {id_prefix!r}")
         start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
             RECORD_WORKFLOW,
             input,

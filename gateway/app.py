@@ -26,6 +26,7 @@ from corral.apikeys import verify_key
 from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
 from corral.records import RecordArchived, RecordNotFound, Records, RecordView, VersionConflict
 from gateway.errors import ApiError, api_error_handler, error_response, invalid, not_found
+from gateway.hands import check_hands
 from gateway.http import Authed, Handler, body, flag, whole
 from gateway.session_admin import session_admin_routes
 from gateway.sessions import Sessions, session_routes
@@ -95,9 +96,16 @@ class Resource:
         return record
 
     async def create(self, request: Request, workspace: str) -> Response:
-        record = await self.gateway.records.create(self.kind, workspace, self.make_body(await body(request)),
-                                                   self.prefix)  # fmt: skip
+        made = self.make_body(await body(request))
+        await self.check_hands(workspace, made)
+        record = await self.gateway.records.create(self.kind, workspace, made, self.prefix)
         return JSONResponse(self.show(record))
+
+    async def check_hands(self, workspace: str, made: dict[str, Any]) -> None:
+        """An agent's hands must be registered for its workspace (gateway/hands.py): checked before any write."""
+        if self.kind == "agent":
+            await check_hands(self.gateway.records, workspace, made.get("tools"),
+                              own_queues=self.gateway.sessions.own_queues())  # fmt: skip
 
     async def retrieve(self, request: Request, workspace: str) -> Response:
         version = whole(request.query_params.get("version"), "version")
@@ -110,9 +118,10 @@ class Resource:
         expected = changes.pop("version", None) if self.kind == "agent" else None
         if expected is not None and (not isinstance(expected, int) or expected < 1):
             raise invalid("version must be a positive integer")
+        made = self.make_body(changes, current.body)
+        await self.check_hands(workspace, made)
         try:
-            record = await self.gateway.records.put(record_id, workspace, self.make_body(changes, current.body),
-                                                    expected_version=expected)  # fmt: skip
+            record = await self.gateway.records.put(record_id, workspace, made, expected_version=expected)
         except VersionConflict as exc:
             raise ApiError(409, f"{self.kind} {record_id!r} is at version {current.version}, not {expected}: "
                                 "read it again and apply the change to the latest version") from exc  # fmt: skip

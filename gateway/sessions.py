@@ -36,6 +36,7 @@ from corral.contract.session import SendEventsInput, SessionBudget, SessionInfo,
 from corral.names import SEARCH_ATTRIBUTE_STATUS, SESSION_WORKFLOW
 from corral.records import RecordNotFound, Records, RecordView
 from gateway.errors import ApiError, invalid, not_found
+from gateway.hands import check_hands, check_session_hands
 from gateway.http import Authed, body
 from gateway.owned import WORKSPACE_KEY, own_session
 from gateway.repositories import (
@@ -101,6 +102,7 @@ class Sessions:
             raise invalid(f"unknown session field(s): {', '.join(unknown)}")
         repositories = session_repositories(request.get("resources"))  # checked here; their tokens go to Vault
         agent = await self._agent(workspace, request.get("agent"))
+        await check_hands(self.records, workspace, agent.body.get("tools"), "agent.tools", self.own_queues())
         environment_id = request.get("environment_id")
         if not isinstance(environment_id, str):
             raise invalid("environment_id is required")
@@ -284,7 +286,13 @@ class Sessions:
         events = request.get("events")
         if not isinstance(events, list) or not events:
             raise invalid("events must be a non-empty list")
+        memo = await description.memo()
+        await check_session_hands(self.records, workspace, session_id, memo, events, self.own_queues())
         return {"data": await self._send(handle, events)}
+
+    def own_queues(self) -> tuple[str, str]:
+        """The task queues of this gateway's own workers, which no hand may name."""
+        return self.harness_queue, self.model_queue
 
     async def _send(self, handle: WorkflowHandle, events: list[Any]) -> list[dict[str, Any]]:
         """Send a batch through the `send_events` update (validated as a whole by the session: all or nothing),

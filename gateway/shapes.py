@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from corral.contract.events import SessionEvent
 from corral.contract.sandbox import Environment
 from corral.contract.session import AgentConfig, SessionBudget
-from corral.names import sandbox_engine_problem
+from corral.names import reserved_task_queue_problem, sandbox_engine_problem
 from gateway.errors import invalid
 
 BUILT_IN_TOOLS = ["bash", "edit", "read", "write", "glob", "grep", "web_fetch", "web_search"]
@@ -135,6 +135,11 @@ def agent_body(request: dict[str, Any], current: dict[str, Any] | None = None) -
         if field in request:
             body[field] = list(request[field] or [])
     body["tools"] = [_with_default_policy(tool) for tool in body.get("tools") or []]
+    for index, tool in enumerate(body["tools"]):  # by anyone: whether it is registered is checked after (I/O)
+        queue = tool.get("task_queue") if isinstance(tool, dict) and tool.get("type") == "hand" else None
+        reserved = reserved_task_queue_problem(queue) if isinstance(queue, str) else None
+        if reserved is not None:
+            raise invalid(f"tools[{index}].task_queue: {reserved}")
     agent_config(body)
     return body
 

@@ -273,6 +273,7 @@ async def test_the_api_shows_the_policy_the_session_runs(stack: Stack, gateway: 
     # A sandbox-free tool set to ask: the test hand's, declared by the API agent.
     target = tmp_path / "a.txt"
     model = stack.script([{"tool_uses": [append_call(target, "via the API")]}, {"text": "done"}])
+    await gateway.allow_hand(stack.hand_queue, "team-a")  # the operator's registration of the test hand
     agent = await client.beta.agents.create(name="asks", model=model, tools=[ask_tool(stack)])  # type: ignore[list-item]
     environment = await client.beta.environments.create(name="plain")
     session = await client.beta.sessions.create(agent=agent.id, environment_id=environment.id)

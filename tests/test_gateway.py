@@ -20,6 +20,7 @@ import pytest
 
 from corral.apikeys import create_key, revoke_key
 from corral.contract.session import MAX_MESSAGE_BYTES
+from corral.hand_registry import OPERATOR_WORKSPACE, hand_record_id, register_hand
 from corral.records import Records
 from gateway.http import MAX_BODY_BYTES
 from tests.chaos._processes import RoleProcess, free_port, role_process, until_healthy
@@ -33,6 +34,7 @@ class Gateway:
         self.url, self.process, self.records = url, process, records
         self.suffix = uuid.uuid4().hex[:8]
         self.clients: list[anthropic.AsyncAnthropic] = []
+        self.hands: set[str] = set()
 
     async def client(self, workspace: str) -> anthropic.AsyncAnthropic:
         """A client with a new key of `workspace`, a name of this test's own: a listing of a workspace reads each of
@@ -40,6 +42,12 @@ class Gateway:
         key, _ = await create_key(self.records, f"{workspace}-{self.suffix}")
         self.clients.append(anthropic.AsyncAnthropic(base_url=self.url, api_key=key, max_retries=0))
         return self.clients[-1]
+
+    async def allow_hand(self, queue: str, *workspaces: str) -> None:
+        """Register the hand `queue` for `workspaces` (names as given to `client`), as the operator does; its record
+        goes when the gateway does, so no listing of a later test reads it from a harness queue that is gone."""
+        await register_hand(self.records, queue, [f"{workspace}-{self.suffix}" for workspace in workspaces])
+        self.hands.add(queue)
 
 
 def gateway_argv(stack: Stack, port: int, *options: str) -> list[str]:
@@ -62,6 +70,8 @@ async def running_gateway(stack: Stack, log_dir: Path, **env: str) -> AsyncItera
         finally:
             for client in gateway.clients:
                 await client.close()
+            for queue in gateway.hands:
+                await gateway.records.delete(hand_record_id(queue), OPERATOR_WORKSPACE)
 
 
 @pytest.fixture

@@ -259,6 +259,7 @@ async def test_a_session_is_traced_metered_and_logged_and_no_canary_leaks(observ
     ])  # fmt: skip
     echo: Any = {"type": "hand", "name": "echo", "description": "echo text", "task_queue": stack.hand_queue,
                  "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}}}  # fmt: skip
+    await gateway.allow_hand(stack.hand_queue, "observed")  # the operator's registration of the test hand
     agent = await client.beta.agents.create(name="observed", model=model, tools=[echo])
     environment = await client.beta.environments.create(name="plain")
     session = await client.beta.sessions.create(agent=agent.id, environment_id=environment.id)

@@ -25,7 +25,7 @@ from corral.contract.sandbox import (
     check_permission_policy,
     sandbox_tool_schema,
 )
-from corral.names import MODEL_TASK_QUEUE, UTILITY_HAND_TASK_QUEUE
+from corral.names import MODEL_TASK_QUEUE, UTILITY_HAND_TASK_QUEUE, reserved_task_queue_problem
 
 TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
@@ -137,6 +137,15 @@ class AgentConfig(SendableInput):
                 raise ValueError(
                     f"agent.tools: mcp_toolset names server {tool.mcp_server_name!r}, which is not in agent.mcp_servers"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _hands_not_on_corrals_queues(self) -> AgentConfig:
+        # Declared tools only: the utility toolset's own tools (UTILITY_TOOLS) are on corral-utility by design.
+        for index, tool in enumerate(self.tools):
+            problem = reserved_task_queue_problem(tool.task_queue) if isinstance(tool, HandTool) else None
+            if problem is not None:
+                raise ValueError(f"agent.tools[{index}].task_queue: {problem}")
         return self
 
     def mcp_toolsets(self) -> list[tuple[McpServerUrl, McpToolset]]:
