@@ -24,7 +24,8 @@ import docker.utils
 from docker.models.containers import Container, _create_container_args
 from docker.utils.socket import STDERR, STDOUT, frames_iter
 
-from corral.contract.sandbox import Environment, RepositoryClone
+from corral.contract.grammar import branch_problem, workspace_path_problem
+from corral.contract.sandbox import Environment, Packages, RepositoryClone
 from corral.names import DEFAULT_GIT_PROXY_PORT
 from corral.sandbox import egress, networks, runner
 from corral.sandbox.errors import SandboxError, SandboxGone, SandboxSetupError
@@ -71,35 +72,46 @@ def engine_id(client: docker.DockerClient) -> str:
 
 
 def packages_image(client: docker.DockerClient, base: str, environment: Environment) -> str:
-    """The base image plus the recipe's packages, built once per (base, package list) and cached by tag."""
+    """The base image plus the recipe's packages, built once per Dockerfile (base, package list) and cached by tag."""
     packages = environment.packages
     if packages.empty():
         return base
-    digest = hashlib.sha256(json.dumps([base, packages.apt, packages.pip]).encode()).hexdigest()[:12]
+    dockerfile = packages_dockerfile(base, packages)
+    digest = hashlib.sha256(dockerfile.encode()).hexdigest()[:12]  # the base and the packages, as they are installed
     tag = f"corral-sandbox-packages:{digest}"
     try:
         client.images.get(tag)
         return tag
     except docker.errors.ImageNotFound:
         pass
-    apt = sorted(set(packages.apt) | ({"python3-pip"} if packages.pip else set()))
-    lines = [f"FROM {base}", "USER root"]
-    if apt:
-        lines.append(
-            "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
-            + " ".join(apt)
-            + " && rm -rf /var/lib/apt/lists/*"
-        )
-    if packages.pip:
-        lines.append("RUN pip install --no-cache-dir --break-system-packages " + " ".join(packages.pip))
-    lines.append(f"USER {SANDBOX_UID}:{SANDBOX_GID}")
     log.info("building %s with packages apt=%s pip=%s", tag, packages.apt, packages.pip)
     try:
-        client.images.build(fileobj=io.BytesIO("\n".join(lines).encode()), tag=tag, rm=True, forcerm=True)
+        client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True, forcerm=True)
     except docker.errors.BuildError as exc:
         detail = "".join(str(chunk.get("stream", "")) for chunk in exc.build_log)[-2000:]
         raise SandboxSetupError(f"installing the environment's packages failed: {exc.msg}\n{detail}") from exc
     return tag
+
+
+_APT_SCRIPT = (
+    'apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@" '
+    "&& rm -rf /var/lib/apt/lists/*"
+)
+_PIP_SCRIPT = 'pip install --no-cache-dir --break-system-packages -- "$@"'
+
+
+def packages_dockerfile(base: str, packages: Packages) -> str:
+    """The Dockerfile of a recipe's derived image. Its RUN lines are in exec form (JSON argv): each script is fixed
+    text, and the package names are its positional arguments, one argv element each, so no shell ever parses a
+    name (a pip specifier such as `x>=1` keeps its `>`)."""
+    apt = sorted(set(packages.apt) | ({"python3-pip"} if packages.pip else set()))
+    lines = [f"FROM {base}", "USER root"]  # `base` is the operator's image setting, not a session's input
+    if apt:
+        lines.append("RUN " + json.dumps(["sh", "-c", _APT_SCRIPT, "apt", *apt]))
+    if packages.pip:
+        lines.append("RUN " + json.dumps(["sh", "-c", _PIP_SCRIPT, "pip", *packages.pip]))
+    lines.append(f"USER {SANDBOX_UID}:{SANDBOX_GID}")
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -157,7 +169,7 @@ def ensure_container(
     if networking == "limited":
         egress.refresh_policy(client)
     if environment.working_dir != "/workspace":
-        container.exec_run(["mkdir", "-p", environment.working_dir])
+        container.exec_run(["mkdir", "-p", "--", environment.working_dir])
     _clone_all(client, container, name, repositories, git_host, git_proxy_port)
     return Provisioned(container_id=container.id or name, container_name=name, volume=volume, image=image)
 
@@ -254,7 +266,7 @@ def make_pool_member(
     chown_workspace(client, volume, image)
     container.start()
     if environment.working_dir != "/workspace":
-        container.exec_run(["mkdir", "-p", environment.working_dir])
+        container.exec_run(["mkdir", "-p", "--", environment.working_dir])
     return Provisioned(container_id=str(container.id), container_name=name, volume=volume, image=image)
 
 
@@ -367,23 +379,64 @@ def _egress_git_host(client: docker.DockerClient, base_image: str) -> str:
     return egress.gateway(client, egress.EGRESS_NETWORK)
 
 
+@dataclass(frozen=True)
+class CloneCommands:
+    """The argv of each step of one repository's clone (no shell: every value is one argv element)."""
+
+    present: list[str]
+    """Exits 0 when the workspace already has the clone (it survived a dead container)."""
+    clone: list[str]
+    checkout: list[str] | None
+
+
+_PLAIN_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+
+
+def clone_commands(repository: RepositoryClone, proxy: str) -> CloneCommands:
+    """The commands that clone `repository` through the git proxy at `proxy`. The contract checked these values
+    at the edge; they are checked again here, where they meet a command, so a value that slipped past (an input
+    recorded before the check existed) fails the provision with a message instead of reaching git."""
+    problem = workspace_path_problem(repository.mount_path)
+    if problem is not None:
+        raise SandboxSetupError(f"repository {repository.repository_id!r}: mount_path {problem}")
+    for what, value in (("repository_id", repository.repository_id), ("reference", repository.reference)):
+        if not _PLAIN_ID.fullmatch(value):
+            raise SandboxSetupError(f"repository {value!r}: {what} may hold only letters, digits, '_' and '-'")
+    checkout = repository.checkout
+    problem = None if checkout is None else branch_problem(checkout)
+    if problem is not None:
+        raise SandboxSetupError(f"repository {repository.repository_id!r}: checkout {checkout!r}: {problem}")
+    origin = f"{proxy}/{repository.reference}/{repository.repository_id}"
+    mount = repository.mount_path
+    return CloneCommands(
+        present=["test", "-d", f"{mount}/.git"],
+        clone=["git", "clone", "--quiet", "--", origin, mount],
+        # The ref is never read as an option (branch_problem refuses a leading '-'; git 2.39's checkout does not
+        # honour --end-of-options) nor as a path (`--`).
+        checkout=None if not checkout else ["git", "-C", mount, "checkout", "--quiet", checkout, "--"],
+    )
+
+
 def _clone(container: Container, repository: RepositoryClone, proxy: str) -> None:
     """Clone through the git proxy (it adds the token outside the sandbox); a workspace that survived a dead
     container already has the clone, and keeps it."""
-    origin = f"{proxy}/{repository.reference}/{repository.repository_id}"
-    mount = repository.mount_path
-    script = (
-        f'if [ ! -d "{mount}/.git" ]; then git clone --quiet "$1" "{mount}" && '
-        f'{{ [ -z "$2" ] || git -C "{mount}" checkout --quiet "$2"; }}; fi'
-    )
-    result = container.exec_run(
-        ["bash", "-c", script, "clone", origin, repository.checkout or ""],
-        user=f"{SANDBOX_UID}:{SANDBOX_GID}",
-        environment={"GIT_TERMINAL_PROMPT": "0"},
-    )
-    if result.exit_code != 0:
-        output = result.output.decode(errors="replace")[-800:]
-        raise SandboxSetupError(f"could not clone repository {repository.repository_id} into {mount}: {output}")
+    commands = clone_commands(repository, proxy)
+    if _in_sandbox(container, commands.present).exit_code == 0:
+        return
+    for command in (commands.clone, commands.checkout):
+        if command is None:
+            continue
+        result = _in_sandbox(container, command)
+        if result.exit_code != 0:
+            output = result.output.decode(errors="replace")[-800:]
+            raise SandboxSetupError(
+                f"could not clone repository {repository.repository_id} into {repository.mount_path}: {output}"
+            )
+
+
+def _in_sandbox(container: Container, command: list[str]) -> Any:
+    """Run one argv as the sandbox user, git never asking for a password."""
+    return container.exec_run(command, user=f"{SANDBOX_UID}:{SANDBOX_GID}", environment={"GIT_TERMINAL_PROMPT": "0"})
 
 
 def _run_options(environment: Environment, volume: str, name: str) -> dict[str, Any]:
@@ -471,14 +524,24 @@ def _feed_exec(client: docker.DockerClient, exec_id: str, data: bytes) -> tuple[
     return b"".join(chunks[STDOUT]), b"".join(chunks[STDERR])
 
 
+def call_output_command(call_id: str) -> list[str]:
+    """The argv that prints a bash call's whole output. A fixed script (it falls back from the outputs' tmpfs to
+    the call's record): the call id is its positional argument `$1`, never part of its text, and must be one file
+    name, as the runner requires of it."""
+    if not call_id or call_id in (".", "..") or "/" in call_id or "\0" in call_id:
+        raise SandboxError(f"bad call id {call_id!r}")
+    script = f'cat -- "{OUTPUT_DIR}/$1" 2>/dev/null || cat -- "{STATE_DIR}/calls/$1/out"'
+    return ["sh", "-c", script, "output", call_id]
+
+
 def call_output_file(container: Container, call_id: str) -> bytes:
     """The whole output of a bash call, as the container recorded it (SandboxError when it is not there). Read by
     `cat` in the container: the daemon's archive API does not see the tmpfs the calls are recorded in."""
-    script = f'cat -- "{OUTPUT_DIR}/$1" 2>/dev/null || cat -- "{STATE_DIR}/calls/$1/out"'
     client = container.client
     assert client is not None
+    command = call_output_command(call_id)
     try:
-        exec_id = _create_exec(client, container, ["sh", "-c", script, "output", call_id], "/")
+        exec_id = _create_exec(client, container, command, "/")
         stdout, stderr = _feed_exec(client, exec_id, b"")
         exit_code = client.api.exec_inspect(exec_id).get("ExitCode")
     except docker.errors.APIError as exc:
