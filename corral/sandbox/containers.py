@@ -169,9 +169,14 @@ def ensure_container(
     if networking == "limited":
         egress.refresh_policy(client)
     if environment.working_dir != "/workspace":
-        container.exec_run(["mkdir", "-p", "--", environment.working_dir])
+        container.exec_run(working_dir_command(environment.working_dir))
     _clone_all(client, container, name, repositories, git_host, git_proxy_port)
     return Provisioned(container_id=container.id or name, container_name=name, volume=volume, image=image)
+
+
+def working_dir_command(working_dir: str) -> list[str]:
+    """The argv that makes the recipe's working directory (one argv element, never an option)."""
+    return ["mkdir", "-p", "--", working_dir]
 
 
 def with_git_access(
@@ -266,7 +271,7 @@ def make_pool_member(
     chown_workspace(client, volume, image)
     container.start()
     if environment.working_dir != "/workspace":
-        container.exec_run(["mkdir", "-p", "--", environment.working_dir])
+        container.exec_run(working_dir_command(environment.working_dir))
     return Provisioned(container_id=str(container.id), container_name=name, volume=volume, image=image)
 
 
