@@ -28,7 +28,7 @@ from corral.contract.grammar import branch_problem, workspace_path_problem
 from corral.contract.proxy import GitRepositoryResource
 from corral.contract.sandbox import Environment, Packages, RepositoryClone
 from corral.contract.session import SessionInput
-from corral.sandbox.containers import (
+from corral.sandbox.commands import (
     call_output_command,
     clone_commands,
     packages_dockerfile,
