@@ -203,7 +203,9 @@ def store_repository(
     try:
         GitRepositoryResource.model_validate(resource)
     except ValidationError as exc:
-        raise CliError(f"--repo: {exc.errors()[0]['msg']}", exit_code=2) from None
+        error = exc.errors()[0]
+        option = "--repo-branch" if error["loc"][:1] == ("checkout",) else "--repo"
+        raise CliError(f"{option}: {error['msg']}", exit_code=2) from None
     token = _read_secret(token_file, "repository token")
     try:
         vault_store(settings).store_repository_token(session_id, "repo1", url, token.get_secret_value())

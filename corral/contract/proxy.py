@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from corral.contract.grammar import branch_problem, default_mount_name, repository_url_problem, workspace_path_problem
 from corral.contract.sandbox import (
     PermissionPolicyType,
     ToolsetDefaultConfig,
@@ -109,6 +110,14 @@ class GitCheckout(BaseModel):
             raise ValueError("a commit sha is 7 to 40 hex digits")
         return sha
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str | None) -> str | None:
+        problem = None if name is None else branch_problem(name)
+        if problem is not None:
+            raise ValueError(problem)
+        return name
+
     def ref(self) -> str | None:
         return self.name if self.type == "branch" else self.sha
 
@@ -127,20 +136,21 @@ class GitRepositoryResource(BaseModel):
     @field_validator("url")
     @classmethod
     def _url(cls, url: str) -> str:
-        if not url.startswith(("https://", "http://")) or "@" in url.split("/")[2]:
-            raise ValueError("a repository url is http(s):// with no credentials in it")
+        problem = repository_url_problem(url)
+        if problem is not None:
+            raise ValueError(problem)
         return url
 
     @field_validator("mount_path")
     @classmethod
     def _mount(cls, path: str | None) -> str | None:
-        if path is not None and not (path.startswith("/workspace/") and ".." not in path.split("/")):
-            raise ValueError("mount_path must be under /workspace/")
+        problem = None if path is None else workspace_path_problem(path)
+        if problem is not None:
+            raise ValueError(f"mount_path {problem}")
         return path
 
     def mount(self) -> str:
-        name = self.url.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git") or self.repository_id
-        return self.mount_path or f"/workspace/{name}"
+        return self.mount_path or f"/workspace/{default_mount_name(self.url, self.repository_id)}"
 
 
 class BindSessionInput(BaseModel):

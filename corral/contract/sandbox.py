@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from corral.contract.grammar import workspace_path_problem
 from corral.names import sandbox_engine_problem
 
 SANDBOX_TOOL_NAMES = ("bash", "read", "write", "edit", "glob", "grep")
@@ -187,6 +188,14 @@ class Environment(BaseModel):
             raise ValueError(problem)
         return engine
 
+    @field_validator("working_dir")
+    @classmethod
+    def _working_dir(cls, path: str) -> str:
+        problem = workspace_path_problem(path, root_allowed=True)
+        if problem is not None:
+            raise ValueError(f"working_dir {problem}")
+        return path
+
     @model_serializer(mode="wrap")
     def _without_default_engine(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # An environment without an engine serializes exactly as before the field existed: its payloads (a session's
@@ -201,8 +210,6 @@ class Environment(BaseModel):
     def _consistent(self) -> Environment:
         if self.bash_timeout_seconds > self.bash_max_timeout_seconds:
             raise ValueError("bash_timeout_seconds must not exceed bash_max_timeout_seconds")
-        if self.working_dir != "/workspace" and not self.working_dir.startswith("/workspace/"):
-            raise ValueError("working_dir must be /workspace or below it (the persistent, writable volume)")
         return self
 
 

@@ -27,6 +27,14 @@ from docker.utils.socket import STDERR, STDOUT, frames_iter
 from corral.contract.sandbox import Environment, RepositoryClone
 from corral.names import DEFAULT_GIT_PROXY_PORT
 from corral.sandbox import egress, networks, runner
+from corral.sandbox.commands import (
+    OUTPUT_DIR,
+    STATE_DIR,
+    call_output_command,
+    clone_commands,
+    packages_dockerfile,
+    working_dir_command,
+)
 from corral.sandbox.errors import SandboxError, SandboxGone, SandboxSetupError
 from corral.sandbox.workspace import (
     SANDBOX_GID,
@@ -44,9 +52,6 @@ SESSION_LABEL = "corral.session"
 SCOPE_LABEL = "corral.scope"
 """`<temporal cluster id>/<namespace>`: a reaper judges only the sessions of its own server and namespace."""
 GENERATION_LABEL = "corral.generation"
-STATE_DIR = "/run/corral"
-OUTPUT_DIR = "/run/corral-out"
-"""A tmpfs of its own for bash calls' outputs: endless output fills it, never the calls' records in STATE_DIR."""
 OUTPUT_TMPFS_MB = 64
 MAX_COMMAND_BYTES = 512 * 1024
 """The longest bash command (UTF-8): as much as the write tool's content, more than a model writes in one reply."""
@@ -71,31 +76,21 @@ def engine_id(client: docker.DockerClient) -> str:
 
 
 def packages_image(client: docker.DockerClient, base: str, environment: Environment) -> str:
-    """The base image plus the recipe's packages, built once per (base, package list) and cached by tag."""
+    """The base image plus the recipe's packages, built once per Dockerfile (base, package list) and cached by tag."""
     packages = environment.packages
     if packages.empty():
         return base
-    digest = hashlib.sha256(json.dumps([base, packages.apt, packages.pip]).encode()).hexdigest()[:12]
+    dockerfile = packages_dockerfile(base, packages)
+    digest = hashlib.sha256(dockerfile.encode()).hexdigest()[:12]  # the base and the packages, as they are installed
     tag = f"corral-sandbox-packages:{digest}"
     try:
         client.images.get(tag)
         return tag
     except docker.errors.ImageNotFound:
         pass
-    apt = sorted(set(packages.apt) | ({"python3-pip"} if packages.pip else set()))
-    lines = [f"FROM {base}", "USER root"]
-    if apt:
-        lines.append(
-            "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
-            + " ".join(apt)
-            + " && rm -rf /var/lib/apt/lists/*"
-        )
-    if packages.pip:
-        lines.append("RUN pip install --no-cache-dir --break-system-packages " + " ".join(packages.pip))
-    lines.append(f"USER {SANDBOX_UID}:{SANDBOX_GID}")
     log.info("building %s with packages apt=%s pip=%s", tag, packages.apt, packages.pip)
     try:
-        client.images.build(fileobj=io.BytesIO("\n".join(lines).encode()), tag=tag, rm=True, forcerm=True)
+        client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True, forcerm=True)
     except docker.errors.BuildError as exc:
         detail = "".join(str(chunk.get("stream", "")) for chunk in exc.build_log)[-2000:]
         raise SandboxSetupError(f"installing the environment's packages failed: {exc.msg}\n{detail}") from exc
@@ -157,7 +152,7 @@ def ensure_container(
     if networking == "limited":
         egress.refresh_policy(client)
     if environment.working_dir != "/workspace":
-        container.exec_run(["mkdir", "-p", environment.working_dir])
+        container.exec_run(working_dir_command(environment.working_dir))
     _clone_all(client, container, name, repositories, git_host, git_proxy_port)
     return Provisioned(container_id=container.id or name, container_name=name, volume=volume, image=image)
 
@@ -254,7 +249,7 @@ def make_pool_member(
     chown_workspace(client, volume, image)
     container.start()
     if environment.working_dir != "/workspace":
-        container.exec_run(["mkdir", "-p", environment.working_dir])
+        container.exec_run(working_dir_command(environment.working_dir))
     return Provisioned(container_id=str(container.id), container_name=name, volume=volume, image=image)
 
 
@@ -370,20 +365,23 @@ def _egress_git_host(client: docker.DockerClient, base_image: str) -> str:
 def _clone(container: Container, repository: RepositoryClone, proxy: str) -> None:
     """Clone through the git proxy (it adds the token outside the sandbox); a workspace that survived a dead
     container already has the clone, and keeps it."""
-    origin = f"{proxy}/{repository.reference}/{repository.repository_id}"
-    mount = repository.mount_path
-    script = (
-        f'if [ ! -d "{mount}/.git" ]; then git clone --quiet "$1" "{mount}" && '
-        f'{{ [ -z "$2" ] || git -C "{mount}" checkout --quiet "$2"; }}; fi'
-    )
-    result = container.exec_run(
-        ["bash", "-c", script, "clone", origin, repository.checkout or ""],
-        user=f"{SANDBOX_UID}:{SANDBOX_GID}",
-        environment={"GIT_TERMINAL_PROMPT": "0"},
-    )
-    if result.exit_code != 0:
-        output = result.output.decode(errors="replace")[-800:]
-        raise SandboxSetupError(f"could not clone repository {repository.repository_id} into {mount}: {output}")
+    commands = clone_commands(repository, proxy)
+    if _in_sandbox(container, commands.present).exit_code == 0:
+        return
+    for command in (commands.clone, commands.checkout):
+        if command is None:
+            continue
+        result = _in_sandbox(container, command)
+        if result.exit_code != 0:
+            output = result.output.decode(errors="replace")[-800:]
+            raise SandboxSetupError(
+                f"could not clone repository {repository.repository_id} into {repository.mount_path}: {output}"
+            )
+
+
+def _in_sandbox(container: Container, command: list[str]) -> Any:
+    """Run one argv as the sandbox user, git never asking for a password."""
+    return container.exec_run(command, user=f"{SANDBOX_UID}:{SANDBOX_GID}", environment={"GIT_TERMINAL_PROMPT": "0"})
 
 
 def _run_options(environment: Environment, volume: str, name: str) -> dict[str, Any]:
@@ -474,11 +472,11 @@ def _feed_exec(client: docker.DockerClient, exec_id: str, data: bytes) -> tuple[
 def call_output_file(container: Container, call_id: str) -> bytes:
     """The whole output of a bash call, as the container recorded it (SandboxError when it is not there). Read by
     `cat` in the container: the daemon's archive API does not see the tmpfs the calls are recorded in."""
-    script = f'cat -- "{OUTPUT_DIR}/$1" 2>/dev/null || cat -- "{STATE_DIR}/calls/$1/out"'
     client = container.client
     assert client is not None
+    command = call_output_command(call_id)
     try:
-        exec_id = _create_exec(client, container, ["sh", "-c", script, "output", call_id], "/")
+        exec_id = _create_exec(client, container, command, "/")
         stdout, stderr = _feed_exec(client, exec_id, b"")
         exit_code = client.api.exec_inspect(exec_id).get("ExitCode")
     except docker.errors.APIError as exc:

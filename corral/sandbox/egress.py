@@ -174,6 +174,7 @@ def refresh_policy(client: docker.DockerClient) -> dict[str, list[str]]:
         "open(path + '.tmp', 'wb').write(base64.b64decode(sys.argv[1]))\n"
         "os.replace(path + '.tmp', path)\n"
     )
+    # A fixed script (EGRESS_POLICY is a constant); the policy, built from session labels, is its argument only.
     result = proxy.exec_run(["python3", "-c", write, encoded])
     if result.exit_code != 0:
         raise SandboxSetupError(f"could not update the egress policy: {result.output!r}")
