@@ -158,7 +158,8 @@ class Vaults:
 
     async def own_credential(self, request: Request, workspace: str) -> tuple[str, str]:
         """The vault and credential ids of a credential's path: the vault the workspace's, the credential id one."""
-        vault_id, credential_id = await self.own_credential(request, workspace)
+        vault_id, credential_id = request.path_params["id"], request.path_params["credential_id"]
+        await self.own(workspace, vault_id)
         return vault_id, id_of(credential_id, "credential_id", "credential")
 
     # ---- vaults -------------------------------------------------------------------------------------------
