@@ -8,6 +8,7 @@ workspace's is a 404, exactly as for one that never existed: an id never tells o
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowHandle
@@ -18,6 +19,7 @@ from corral.contract.records import SEARCH_ATTRIBUTE_WORKSPACE
 from corral.names import ID_KINDS, SESSION_WORKFLOW
 from corral.records import RecordNotFound, Records, RecordView
 from gateway.errors import invalid, not_found
+from gateway.http import whole
 
 WORKSPACE_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_WORKSPACE)
 """On every session the gateway starts: the workspace of the key that started it."""
@@ -82,6 +84,22 @@ async def own_session(
     ):
         raise not_found("session", session_id)
     return handle, description
+
+
+async def sessions_made_by(records: Records, workspace: str, params: Any) -> Callable[[Mapping[str, Any]], bool]:
+    """Which sessions (by their agent snapshot) a listing's `agent_id` and `agent_version` keep: the agent id is
+    checked like every other (400 for another kind, 404 for another workspace's). Filters corral has no objects for
+    are refused, never ignored: an unfiltered list must not pass for a filtered one."""
+    for unserved in ("deployment_id", "memory_store_id"):
+        if params.get(unserved) is not None:
+            raise invalid(f"{unserved}: corral has no {unserved.removesuffix('_id').replace('_', ' ')}s to list by")
+    agent_id, version = params.get("agent_id"), whole(params.get("agent_version"), "agent_version")
+    if agent_id is None:
+        if version is not None:
+            raise invalid("agent_version filters by a version of agent_id: give agent_id too")
+        return lambda agent: True
+    await own_record(records, workspace, agent_id, "agent", "agent_id")
+    return lambda agent: agent.get("id") == agent_id and version in (None, agent.get("version"))
 
 
 def _a(kind: str) -> str:

@@ -37,7 +37,7 @@ from corral.names import SEARCH_ATTRIBUTE_STATUS, SESSION_WORKFLOW
 from corral.records import Records, RecordView
 from gateway.errors import ApiError, invalid
 from gateway.http import Authed, body
-from gateway.owned import WORKSPACE_KEY, id_of, own_record, own_session
+from gateway.owned import WORKSPACE_KEY, id_of, own_record, own_session, sessions_made_by
 from gateway.repositories import (
     forget_repository_tokens,
     repository_views,
@@ -199,6 +199,7 @@ class Sessions:
         if order not in ("asc", "desc"):
             raise invalid("order must be asc or desc")
         clauses = [f"WorkflowType = '{SESSION_WORKFLOW}'", f"CorralWorkspace = '{workspace}'"]
+        made_by = await sessions_made_by(self.records, workspace, params)
         statuses = params.getlist("statuses[]")
         if statuses:
             bad = sorted(set(statuses) - SESSION_STATUSES)
@@ -222,6 +223,7 @@ class Sessions:
         include_archived = (params.get("include_archived") or "").lower() in ("true", "1")
         shown = [(execution, await execution.memo()) for execution in found]
         shown = [(e, memo) for e, memo in shown if include_archived or not memo.get("archived_at")]
+        shown = [(e, memo) for e, memo in shown if made_by(memo.get("agent") or {})]
         data = [
             session_view(e.id, memo, e.start_time, e.close_time, None, e.typed_search_attributes)
             for e, memo in shown[:limit]

@@ -73,7 +73,7 @@ class Row:
     method: str
     route: str
     param: str
-    """The route's path parameter under test, or `body:<field>` for an id in the body."""
+    """The route's path parameter under test, or `body:<field>` / `query:<name>` for an id in the body or query."""
     position: str
     """The `Ids` attribute the position takes."""
     field: str
@@ -118,6 +118,8 @@ def rows() -> list[Row]:
         Row("POST", sessions, "body:vault_ids", "vault", "vault_ids[1]",
             lambda c, t, o: c.beta.sessions.create(agent=o.agent, environment_id=o.environment,
                                                    vault_ids=[o.vault, t.vault])),
+        Row("GET", sessions, "query:agent_id", "agent", "agent_id",
+            lambda c, t, o: c.beta.sessions.list(agent_id=t.agent)),
         Row("GET", session, "id", "session", "session_id", lambda c, t, o: c.beta.sessions.retrieve(t.session)),
         Row("POST", session, "id", "session", "session_id",
             lambda c, t, o: c.beta.sessions.update(t.session, title="x")),
@@ -198,9 +200,9 @@ def served_routes(stack: Stack) -> set[tuple[str, str, str]]:
 
 
 async def test_every_route_has_a_row(stack: Stack) -> None:
-    covered = {(row.method, row.route, row.param) for row in rows() if not row.param.startswith("body:")}
+    covered = {(row.method, row.route, row.param) for row in rows() if ":" not in row.param}
     covered |= {(method, path, "") for method, path in (*LISTINGS, *NO_ID)}
-    covered |= {(row.method, row.route, "") for row in rows() if row.param.startswith("body:")}
+    covered |= {(row.method, row.route, "") for row in rows() if ":" in row.param}  # ids in the body or query
     missing = served_routes(stack) - covered
     assert missing == set(), f"routes with no isolation row: {sorted(missing)}"
     assert {(m, p) for m, p, _ in covered} <= {(m, p) for m, p, _ in served_routes(stack)}, "a row for no route"
@@ -344,6 +346,17 @@ async def test_another_workspaces_ids_are_404_and_the_wrong_kind_is_400_on_every
     seen_by_b = await listed(client_b)
     assert all(not set(seen_by_b[kind]) & set(ids) for kind, ids in listings_a.items()), seen_by_b
     assert sorted(seen_by_b["session"]) == sorted([b.session, b.repo_session]), "B's refused creates made none"
+
+    async def made_by(**query: Any) -> list[str]:
+        return sorted([s.id async for s in client_a.beta.sessions.list(**query)])
+
+    # A listing by agent keeps that agent's sessions (the first made with version 1, the second with version 2).
+    assert await made_by(agent_id=a.agent) == sorted([a.session, a.repo_session])
+    assert await made_by(agent_id=a.agent, agent_version=1) == [a.session]
+    assert await made_by(agent_id=a.agent, agent_version=2) == [a.repo_session]
+    for refused_filter in ({"agent_version": 1}, {"extra_query": {"deployment_id": "depl_x"}}):
+        with pytest.raises(anthropic.BadRequestError):  # a filter corral cannot apply is refused, never ignored
+            await made_by(**refused_filter)
 
 
 async def test_a_session_takes_an_environment_id_only(stack: Stack, gateway: Gateway) -> None:
