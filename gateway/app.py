@@ -27,7 +27,7 @@ from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
 from corral.records import RecordArchived, RecordNotFound, Records, RecordView, VersionConflict
 from gateway.errors import ApiError, api_error_handler, error_response, invalid, not_found
 from gateway.http import DEFAULT_STREAMS_PER_KEY, Authed, Handler, StreamSlots, body, flag, whole
-from gateway.owned import own_record, record_prefix
+from gateway.owned import WORKSPACE_HEADER, check_selected_workspace, own_record, record_prefix
 from gateway.session_admin import session_admin_routes
 from gateway.sessions import Sessions, session_routes
 from gateway.shapes import agent_body, agent_view, environment_body, environment_view
@@ -291,6 +291,7 @@ def create_app(
     def authed(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             workspace = await gateway.workspace(request)
+            check_selected_workspace(request.headers.get(WORKSPACE_HEADER), workspace)
             return await handler(request, workspace)
 
         return endpoint

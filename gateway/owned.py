@@ -102,5 +102,15 @@ async def sessions_made_by(records: Records, workspace: str, params: Any) -> Cal
     return lambda agent: agent.get("id") == agent_id and version in (None, agent.get("version"))
 
 
+WORKSPACE_HEADER = "anthropic-workspace-id"
+"""The SDK's `workspace_id`: "if sent, it must match" the key's workspace (a corral key acts on one workspace)."""
+
+
+def check_selected_workspace(selected: str | None, workspace: str) -> None:
+    """A request that selects a workspace selects its key's, or gets the 404 of a workspace that is not there."""
+    if selected is not None and selected != workspace:
+        raise not_found("workspace", selected)
+
+
 def _a(kind: str) -> str:
     return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"

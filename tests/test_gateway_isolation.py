@@ -372,3 +372,29 @@ async def test_a_session_takes_an_environment_id_only(stack: Stack, gateway: Gat
     with pytest.raises(anthropic.NotFoundError, match="environment"):
         await client.beta.sessions.create(agent=agent.id, environment_id="env_" + "0" * 26)
     assert [s async for s in client.beta.sessions.list()] == [], "no session was started"
+
+
+async def test_a_request_selects_only_its_keys_workspace(gateway: Gateway) -> None:
+    """The SDK's `workspace_id` (the `anthropic-workspace-id` header) "must match" the key's workspace: naming
+    another one reaches nothing of it, and writes nothing anywhere."""
+    mine, theirs = unique("tenant-own"), unique("tenant-other")
+    key, _ = await create_key(gateway.records, mine)
+    await create_key(gateway.records, theirs)
+    client = anthropic.AsyncAnthropic(base_url=gateway.url, api_key=key, max_retries=0)
+    agent = await client.beta.agents.create(name="a", model="claude-sonnet-4-6", workspace_id=mine)
+    assert (await client.beta.agents.retrieve(agent.id, workspace_id=mine)).id == agent.id
+    for call in (
+        client.beta.agents.retrieve(agent.id, workspace_id=theirs),
+        client.beta.agents.create(name="b", model="claude-sonnet-4-6", workspace_id=theirs),
+        client.beta.agents.list(workspace_id=theirs),
+    ):
+        with pytest.raises(anthropic.NotFoundError, match="workspace"):
+            await call
+
+    async def only_the_first() -> bool:
+        return [a.id async for a in client.beta.agents.list()] == [agent.id]
+
+    await until(only_the_first, "the key's workspace lists its one agent")
+    theirs_key, _ = await create_key(gateway.records, theirs)
+    other = anthropic.AsyncAnthropic(base_url=gateway.url, api_key=theirs_key, max_retries=0)
+    assert [a.id async for a in other.beta.agents.list()] == [], "nothing was made in the workspace named"
