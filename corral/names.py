@@ -107,8 +107,26 @@ SEARCH_ATTRIBUTE_MODEL: Final = "CorralModel"
 HANDING_OVER: Final = "SessionHandingOver"
 """The error type of a `send_events` update refused while the session continues as new: send it again."""
 
+# Id prefixes: an id says what it names, so the gateway refuses an id of the wrong kind before any lookup.
 SESSION_ID_PREFIX: Final = "sesn_"
 EVENT_ID_PREFIX: Final = "sevt_"
+AGENT_ID_PREFIX: Final = "agent_"
+ENVIRONMENT_ID_PREFIX: Final = "env_"
+VAULT_ID_PREFIX: Final = "vlt_"
+CREDENTIAL_ID_PREFIX: Final = "vcrd_"
+"""A vault's credential (the proxy's `VaultStore` makes these ids)."""
+SESSION_RESOURCE_ID_PREFIX: Final = "repo"
+"""A session's repository resource: `repo1`, `repo2`… in the order the session was given them."""
+ID_KINDS: Final = {
+    SESSION_ID_PREFIX: "session",
+    EVENT_ID_PREFIX: "event",
+    AGENT_ID_PREFIX: "agent",
+    ENVIRONMENT_ID_PREFIX: "environment",
+    VAULT_ID_PREFIX: "vault",
+    CREDENTIAL_ID_PREFIX: "credential",
+    SESSION_RESOURCE_ID_PREFIX: "session resource",
+}
+"""What each prefix names, for errors that say which kind of id was given where another was expected."""
 
 # Environment variables read by processes (never by workflow code).
 ENV_TEMPORAL_ADDRESS: Final = "CORRAL_TEMPORAL_ADDRESS"
@@ -121,6 +139,8 @@ DEFAULT_TEMPORAL_ADDRESS: Final = "127.0.0.1:7233"
 DEFAULT_TEMPORAL_NAMESPACE: Final = "default"
 DEFAULT_GIT_PROXY_PORT: Final = 8767
 """Where the proxy worker's git proxy listens and sandboxes' git origins point (`CORRAL_GIT_PROXY_PORT`)."""
+ENV_GATEWAY_STREAMS_PER_KEY: Final = "CORRAL_GATEWAY_MAX_STREAMS_PER_KEY"
+"""Event streams one API key may hold open at once on one gateway (default `gateway.http.DEFAULT_STREAMS_PER_KEY`)."""
 ENV_MODEL_STALL_TIMEOUT: Final = "CORRAL_MODEL_STALL_TIMEOUT_SECONDS"
 DEFAULT_MODEL_STALL_TIMEOUT_SECONDS: Final = 120.0
 """A model response stream that sends no byte for this long (pings count) has stalled: the model worker ends the

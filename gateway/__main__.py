@@ -15,10 +15,11 @@ import os
 import uvicorn
 
 from corral import telemetry
-from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
+from corral.names import ENV_GATEWAY_STREAMS_PER_KEY, HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
 from corral.streaming.partition import relay_urls
 from corral.temporal import connect, ensure_search_attributes, temporal_address
 from gateway.app import DEFAULT_PORT, create_app
+from gateway.http import DEFAULT_STREAMS_PER_KEY
 from gateway.vault_access import VaultLogin
 
 
@@ -45,13 +46,31 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the stream relay of live text, for `event_deltas[]`, or a comma-separated list of "
                              "relays (the model workers' list: every one is followed) (default: $CORRAL_STREAM_URL; "
                              "its token: $CORRAL_STREAM_TOKEN)")  # fmt: skip
+    parser.add_argument("--max-streams-per-key", type=_positive, metavar="N",  # argparse types a string default too
+                        default=os.environ.get(ENV_GATEWAY_STREAMS_PER_KEY) or str(DEFAULT_STREAMS_PER_KEY),
+                        help="event streams one API key may hold open at once on this gateway; past it, 429 with "
+                             f"retry-after (default: ${ENV_GATEWAY_STREAMS_PER_KEY}, "
+                             f"else {DEFAULT_STREAMS_PER_KEY})")  # fmt: skip
     return parser
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(
+            f"a number of streams is a whole number of at least 1, not {value!r} (--max-streams-per-key or "
+            f"${ENV_GATEWAY_STREAMS_PER_KEY})"
+        )
+    return number
 
 
 async def serve(args: argparse.Namespace) -> None:
     client = await connect(args.temporal or temporal_address())
     await ensure_search_attributes(client)
-    app = create_app(client, args.harness_queue, args.model_queue)
+    app = create_app(client, args.harness_queue, args.model_queue, args.max_streams_per_key)
     app.state.stream_url = args.stream_url  # read by the events stream (gateway/sessions.py)
     app.state.stream_token = os.environ.get("CORRAL_STREAM_TOKEN") or None
     # With JSON logs, uvicorn's loggers go through the root's JSON handler, not the handlers of its own log_config.

@@ -22,12 +22,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.client import Client
 
 from corral import telemetry
-from corral.apikeys import verify_key
+from corral.apikeys import KEY_PREFIX, verify_key
 from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
 from corral.records import RecordArchived, RecordNotFound, Records, RecordView, VersionConflict
 from gateway.errors import ApiError, api_error_handler, error_response, invalid, not_found
 from gateway.hands import check_hands
-from gateway.http import Authed, Handler, body, flag, whole
+from gateway.http import DEFAULT_STREAMS_PER_KEY, Authed, Handler, StreamSlots, body, flag, whole
+from gateway.owned import WORKSPACE_HEADER, check_selected_workspace, own_record, record_prefix
 from gateway.session_admin import session_admin_routes
 from gateway.sessions import Sessions, session_routes
 from gateway.shapes import agent_body, agent_view, environment_body, environment_view
@@ -48,17 +49,27 @@ _RFC_3339 = re.compile(
 class Gateway:
     """The app's state: a Temporal client and what is built on it. Nothing else: two gateways serve alike."""
 
-    def __init__(self, client: Client, harness_queue: str = HARNESS_TASK_QUEUE, model_queue: str = MODEL_TASK_QUEUE):
+    def __init__(
+        self,
+        client: Client,
+        harness_queue: str = HARNESS_TASK_QUEUE,
+        model_queue: str = MODEL_TASK_QUEUE,
+        streams_per_key: int = DEFAULT_STREAMS_PER_KEY,
+    ) -> None:
         self.records = Records(client, task_queue=harness_queue)
         self.sessions = Sessions(client, self.records, harness_queue, model_queue)
+        self.streams = StreamSlots(streams_per_key)
         self._keys: dict[str, tuple[str, float]] = {}
 
     async def workspace(self, request: Request) -> str:
+        """The workspace of the request's key; the key's record id is left in `request.state.key_id` (the key's
+        own bounds, such as its open streams, are counted by it: never by the secret)."""
         authorization = request.headers.get("authorization", "")
         key = authorization[7:].strip() if authorization.lower().startswith("bearer ") else ""
         key = key or request.headers.get("x-api-key", "").strip()
         if not key:
             raise ApiError(401, "no API key: send it as `Authorization: Bearer <key>` (or `x-api-key`)")
+        request.state.key_id = key.removeprefix(KEY_PREFIX).partition("-")[0]  # only read once the key is verified
         cached = self._keys.get(key)
         if cached is not None and time.monotonic() - cached[1] < KEY_CACHE_SECONDS:
             return cached[0]
@@ -76,8 +87,8 @@ class Gateway:
 class Resource:
     """A versioned record kind (agents, environments) under `/v1/<plural>`."""
 
-    def __init__(self, gateway: Gateway, kind: str, prefix: str, make_body: Any, view: Any) -> None:
-        self.gateway, self.kind, self.prefix = gateway, kind, prefix
+    def __init__(self, gateway: Gateway, kind: str, make_body: Any, view: Any) -> None:
+        self.gateway, self.kind = gateway, kind
         self.make_body, self.view = make_body, view
 
     def show(self, record: RecordView) -> dict[str, Any]:
@@ -87,18 +98,12 @@ class Resource:
         return self.view(record.id, record.body, record.created_at, record.updated_at, record.archived_at)
 
     async def get(self, workspace: str, record_id: str, version: int | None = None) -> RecordView:
-        try:
-            record = await self.gateway.records.get(record_id, workspace, version)
-        except RecordNotFound as exc:
-            raise not_found(self.kind, record_id) from exc
-        if record.kind != self.kind:
-            raise not_found(self.kind, record_id)
-        return record
+        return await own_record(self.gateway.records, workspace, record_id, self.kind, f"{self.kind}_id", version)
 
     async def create(self, request: Request, workspace: str) -> Response:
         made = self.make_body(await body(request))
         await self.check_hands(workspace, made)
-        record = await self.gateway.records.create(self.kind, workspace, made, self.prefix)
+        record = await self.gateway.records.create(self.kind, workspace, made, record_prefix(self.kind))
         return JSONResponse(self.show(record))
 
     async def check_hands(self, workspace: str, made: dict[str, Any]) -> None:
@@ -121,7 +126,8 @@ class Resource:
         made = self.make_body(changes, current.body)
         await self.check_hands(workspace, made)
         try:
-            record = await self.gateway.records.put(record_id, workspace, made, expected_version=expected)
+            record = await self.gateway.records.put(record_id, workspace, made, expected_version=expected,
+                                                    kind=self.kind)  # fmt: skip
         except VersionConflict as exc:
             raise ApiError(409, f"{self.kind} {record_id!r} is at version {current.version}, not {expected}: "
                                 "read it again and apply the change to the latest version") from exc  # fmt: skip
@@ -134,12 +140,12 @@ class Resource:
     async def archive(self, request: Request, workspace: str) -> Response:
         record_id = request.path_params["id"]
         await self.get(workspace, record_id)
-        return JSONResponse(self.show(await self.gateway.records.archive(record_id, workspace)))
+        return JSONResponse(self.show(await self.gateway.records.archive(record_id, workspace, kind=self.kind)))
 
     async def delete(self, request: Request, workspace: str) -> Response:
         record_id = request.path_params["id"]
         await self.get(workspace, record_id)
-        await self.gateway.records.delete(record_id, workspace)
+        await self.gateway.records.delete(record_id, workspace, kind=self.kind)
         return JSONResponse({"id": record_id, "type": f"{self.kind}_deleted"})
 
     async def list(self, request: Request, workspace: str) -> Response:
@@ -165,7 +171,7 @@ class Resource:
     async def versions(self, request: Request, workspace: str) -> Response:
         record_id = request.path_params["id"]
         await self.get(workspace, record_id)
-        versions = await self.gateway.records.versions(record_id, workspace)
+        versions = await self.gateway.records.versions(record_id, workspace, kind=self.kind)
         return JSONResponse({"data": [self.show(r) for r in sorted(versions, key=lambda r: -r.version)],
                              "next_page": None})  # fmt: skip
 
@@ -257,8 +263,8 @@ def resource_routes(gateway: Gateway, authed: Authed) -> list[Route]:
     """Agents and environments: versioned records."""
     routes = []
     for resource, plural in (
-        (Resource(gateway, "agent", "agent", agent_body, agent_view), "agents"),
-        (Resource(gateway, "environment", "env", environment_body, environment_view), "environments"),
+        (Resource(gateway, "agent", agent_body, agent_view), "agents"),
+        (Resource(gateway, "environment", environment_body, environment_view), "environments"),
     ):
         base = f"/v1/{plural}"
         routes += [
@@ -285,13 +291,17 @@ FEATURES: list[Callable[[Gateway, Authed], list[Route]]] = [
 
 
 def create_app(
-    client: Client, harness_queue: str = HARNESS_TASK_QUEUE, model_queue: str = MODEL_TASK_QUEUE
+    client: Client,
+    harness_queue: str = HARNESS_TASK_QUEUE,
+    model_queue: str = MODEL_TASK_QUEUE,
+    streams_per_key: int = DEFAULT_STREAMS_PER_KEY,
 ) -> Starlette:
-    gateway = Gateway(client, harness_queue, model_queue)
+    gateway = Gateway(client, harness_queue, model_queue, streams_per_key)
 
     def authed(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             workspace = await gateway.workspace(request)
+            check_selected_workspace(request.headers.get(WORKSPACE_HEADER), workspace)
             return await handler(request, workspace)
 
         return endpoint

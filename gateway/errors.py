@@ -19,6 +19,7 @@ ERROR_TYPES = {
     404: "not_found_error",
     409: "conflict_error",
     413: "request_too_large",
+    429: "rate_limit_error",
     500: "api_error",
     503: "overloaded_error",
 }
@@ -27,11 +28,14 @@ ERROR_TYPES = {
 class ApiError(Exception):
     """A request the gateway refuses, with the status and message the client sees."""
 
-    def __init__(self, status: int, message: str, *, error_code: str | None = None) -> None:
+    def __init__(
+        self, status: int, message: str, *, error_code: str | None = None, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.error_code = error_code
+        self.headers = headers or {}
 
 
 def not_found(kind: str, object_id: str) -> ApiError:
@@ -43,12 +47,14 @@ def invalid(message: str) -> ApiError:
     return ApiError(400, message)
 
 
-def error_response(status: int, message: str, error_code: str | None = None) -> JSONResponse:
+def error_response(
+    status: int, message: str, error_code: str | None = None, extra_headers: dict[str, str] | None = None
+) -> JSONResponse:
     error: dict[str, object] = {"type": ERROR_TYPES.get(status, "api_error"), "message": message}
     if error_code:
         error["details"] = {"error_code": error_code}
     request_id = "req_" + secrets.token_hex(12)
-    headers = {"request-id": request_id}
+    headers = {**(extra_headers or {}), "request-id": request_id}
     if status < 500 and status not in (408, 429):
         headers["x-should-retry"] = "false"
     return JSONResponse({"type": "error", "error": error, "request_id": request_id}, status, headers=headers)
@@ -56,4 +62,4 @@ def error_response(status: int, message: str, error_code: str | None = None) -> 
 
 async def api_error_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
-    return error_response(exc.status, exc.message, exc.error_code)
+    return error_response(exc.status, exc.message, exc.error_code, exc.headers)

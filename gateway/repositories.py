@@ -23,7 +23,7 @@ from temporalio.client import Client
 from corral.contract.proxy import GitRepositoryResource
 from gateway.errors import invalid, not_found
 from gateway.http import Authed, body, whole
-from gateway.owned import own_session
+from gateway.owned import id_of, own_session
 from gateway.shapes import problem, when
 from gateway.vault_access import ACCESS, VaultAccess, in_vault
 
@@ -128,6 +128,7 @@ class SessionResources:
 
     async def _one(self, workspace: str, session_id: str, resource_id: str) -> tuple[dict[str, Any], bool]:
         resources, running = await self._own(workspace, session_id)
+        id_of(resource_id, "resource_id", "session resource")
         for resource in resources:
             if resource.get("id") == resource_id:
                 return resource, running

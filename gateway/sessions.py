@@ -34,11 +34,11 @@ from corral.contract.events import SessionEvent
 from corral.contract.pricing import PRICES_ENVIRONMENT_VARIABLE, NotBudgetable, parse_prices, price_in_force
 from corral.contract.session import SendEventsInput, SessionBudget, SessionInfo, SessionInput, parse_user_events
 from corral.names import SEARCH_ATTRIBUTE_STATUS, SESSION_WORKFLOW
-from corral.records import RecordNotFound, Records, RecordView
-from gateway.errors import ApiError, invalid, not_found
+from corral.records import Records, RecordView
+from gateway.errors import ApiError, invalid
 from gateway.hands import check_hands, check_session_hands
 from gateway.http import Authed, body
-from gateway.owned import WORKSPACE_KEY, own_session
+from gateway.owned import WORKSPACE_KEY, id_of, own_record, own_session, sessions_made_by
 from gateway.repositories import (
     forget_repository_tokens,
     repository_views,
@@ -104,13 +104,9 @@ class Sessions:
         agent = await self._agent(workspace, request.get("agent"))
         await check_hands(self.records, workspace, agent.body.get("tools"), "agent.tools", self.own_queues())
         environment_id = request.get("environment_id")
-        if not isinstance(environment_id, str):
+        if environment_id is None:
             raise invalid("environment_id is required")
-        try:
-            environment = await self.records.get(environment_id, workspace)
-        except RecordNotFound as exc:
-            message = f"environment {environment_id!r} was not found"
-            raise ApiError(404, message, error_code="environment_not_found") from exc
+        environment = await own_record(self.records, workspace, environment_id, "environment", "environment_id")
         if environment.archived_at is not None:
             raise ApiError(400, f"environment {environment_id!r} is archived", error_code="environment_archived")
         initial = request.get("initial_events") or []
@@ -173,7 +169,7 @@ class Sessions:
         if isinstance(reference, str):
             agent_id, version = reference, None
         elif isinstance(reference, dict) and kind in ("agent", "agent_with_overrides") and reference.get("id"):
-            agent_id, version = str(reference["id"]), reference.get("version")
+            agent_id, version = reference["id"], reference.get("version")
             if version is not None and (not isinstance(version, int) or version < 1):
                 raise invalid("agent.version must be a positive integer")
             if kind == "agent_with_overrides":
@@ -187,12 +183,8 @@ class Sessions:
             raise invalid(
                 "agent must be an agent id, {type: 'agent', id, version} or {type: 'agent_with_overrides', id, ...}"
             )
-        try:
-            agent = await self.records.get(agent_id, workspace, version)
-        except RecordNotFound as exc:
-            raise not_found("agent", agent_id if version is None else f"{agent_id} version {version}") from exc
-        if agent.kind != "agent":
-            raise not_found("agent", agent_id)
+        field = "agent" if isinstance(reference, str) else "agent.id"
+        agent = await own_record(self.records, workspace, agent_id, "agent", field, version)
         if agent.archived_at is not None:
             raise invalid(f"agent {agent_id!r} is archived")
         if overrides is not None:
@@ -209,6 +201,7 @@ class Sessions:
         if order not in ("asc", "desc"):
             raise invalid("order must be asc or desc")
         clauses = [f"WorkflowType = '{SESSION_WORKFLOW}'", f"CorralWorkspace = '{workspace}'"]
+        made_by = await sessions_made_by(self.records, workspace, params)
         statuses = params.getlist("statuses[]")
         if statuses:
             bad = sorted(set(statuses) - SESSION_STATUSES)
@@ -232,6 +225,7 @@ class Sessions:
         include_archived = (params.get("include_archived") or "").lower() in ("true", "1")
         shown = [(execution, await execution.memo()) for execution in found]
         shown = [(e, memo) for e, memo in shown if include_archived or not memo.get("archived_at")]
+        shown = [(e, memo) for e, memo in shown if made_by(memo.get("agent") or {})]
         data = [
             session_view(e.id, memo, e.start_time, e.close_time, None, e.typed_search_attributes)
             for e, memo in shown[:limit]
@@ -299,7 +293,7 @@ class Sessions:
         and answer with the events as they were written."""
         before = (await session_info(handle)).last_position
         try:
-            ids = await send_events(handle, [_corral_event(event) for event in events])
+            ids = await send_events(handle, [_corral_event(event, index) for index, event in enumerate(events)])
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause
             message = cause.message if isinstance(cause, ApplicationError) else str(cause or exc)
@@ -370,10 +364,14 @@ def _check_initial_events(events: list[Any]) -> None:
             raise invalid(f"initial_events[{index}]: a session starts with user.message events only")
 
 
-def _corral_event(event: Any) -> dict[str, Any]:
-    """A sent event in the form corral's `send_events` takes (the same vocabulary)."""
+def _corral_event(event: Any, index: int) -> dict[str, Any]:
+    """A sent event in the form corral's `send_events` takes (the same vocabulary); the event ids it names are
+    event ids (the session itself says whether it has them)."""
     if not isinstance(event, dict):
         raise invalid("each event must be an object")
+    for field in ("tool_use_id", "custom_tool_use_id"):
+        if field in event:
+            id_of(event[field], f"events[{index}].{field}", "event")
     return dict(event)
 
 
@@ -457,7 +455,7 @@ def session_routes(gateway: Any, authed: Authed) -> list[Route]:
 
     async def stream(request: Request, workspace: str) -> Response:
         handle, _ = await sessions._own(workspace, request.path_params["id"])
-        return await stream_events(handle, request)
+        return await gateway.streams.open(request.state.key_id, lambda: stream_events(handle, request))
 
     return [
         Route("/v1/sessions", authed(create), methods=["POST"]),

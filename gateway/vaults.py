@@ -27,8 +27,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from corral.records import RecordArchived, RecordNotFound, Records, RecordView
-from gateway.errors import ApiError, invalid, not_found
+from gateway.errors import invalid, not_found
 from gateway.http import Authed, body, flag, whole
+from gateway.owned import id_of, own_record, record_prefix
 from gateway.repositories import repository_routes
 from gateway.shapes import check_metadata, patch_metadata, problem, when
 from gateway.vault_access import ACCESS, VaultAccess, in_proxy, in_vault
@@ -37,7 +38,7 @@ from proxy import Credential, CredentialParams, CredentialValidation
 T = TypeVar("T")
 
 VAULT_KIND = "vault"
-VAULT_ID_PREFIX = "vlt"
+VAULT_ID_PREFIX = record_prefix(VAULT_KIND)
 """Record ids are `vlt_` and 26 lower-case letters and digits: the shape the proxy's vault ids have too."""
 MAX_LIST = 100
 CREDENTIAL_TYPES = ("static_bearer", "mcp_oauth")
@@ -153,10 +154,13 @@ class Vaults:
         self.access = access
 
     async def own(self, workspace: str, vault_id: str) -> RecordView:
-        try:
-            return await self.records.get(vault_id, workspace, kind=VAULT_KIND)
-        except RecordNotFound as exc:
-            raise not_found("vault", vault_id) from exc
+        return await own_record(self.records, workspace, vault_id, VAULT_KIND, "vault_id")
+
+    async def own_credential(self, request: Request, workspace: str) -> tuple[str, str]:
+        """The vault and credential ids of a credential's path: the vault the workspace's, the credential id one."""
+        vault_id, credential_id = request.path_params["id"], request.path_params["credential_id"]
+        await self.own(workspace, vault_id)
+        return vault_id, id_of(credential_id, "credential_id", "credential")
 
     # ---- vaults -------------------------------------------------------------------------------------------
 
@@ -241,16 +245,14 @@ class Vaults:
         return JSONResponse(credential_view(credential))
 
     async def get_credential(self, request: Request, workspace: str) -> Response:
-        vault_id, credential_id = request.path_params["id"], request.path_params["credential_id"]
-        await self.own(workspace, vault_id)
+        vault_id, credential_id = await self.own_credential(request, workspace)
         store = await self.access.store()
         return JSONResponse(credential_view(await in_vault(store.get_credential, vault_id, credential_id)))
 
     async def update_credential(self, request: Request, workspace: str) -> Response:
         """A new secret (`auth`) is a rotation; labels change apart from it. The secret is given whole: what is
         stored cannot be read back to merge a part into."""
-        vault_id, credential_id = request.path_params["id"], request.path_params["credential_id"]
-        await self.own(workspace, vault_id)
+        vault_id, credential_id = await self.own_credential(request, workspace)
         changes = await body(request)
         only(changes, {"auth", "display_name", "metadata"}, "credential")
         store = await self.access.store()
@@ -269,14 +271,12 @@ class Vaults:
         return JSONResponse(credential_view(current))
 
     async def archive_credential(self, request: Request, workspace: str) -> Response:
-        vault_id, credential_id = request.path_params["id"], request.path_params["credential_id"]
-        await self.own(workspace, vault_id)
+        vault_id, credential_id = await self.own_credential(request, workspace)
         store = await self.access.store()
         return JSONResponse(credential_view(await in_vault(store.archive_credential, vault_id, credential_id)))
 
     async def delete_credential(self, request: Request, workspace: str) -> Response:
-        vault_id, credential_id = request.path_params["id"], request.path_params["credential_id"]
-        await self.own(workspace, vault_id)
+        vault_id, credential_id = await self.own_credential(request, workspace)
         store = await self.access.store()
         await in_vault(store.get_credential, vault_id, credential_id)  # 404 for one that is not there
         await in_vault(store.delete_credential, vault_id, credential_id)
@@ -286,8 +286,7 @@ class Vaults:
         """A live probe of an `mcp_oauth` credential against its server (see `McpProxy.validate_credential`);
         always a 200 with the verdict, whatever the server answered. The probe may refresh the token and store
         the new one, as a session's call would."""
-        vault_id, credential_id = request.path_params["id"], request.path_params["credential_id"]
-        await self.own(workspace, vault_id)
+        vault_id, credential_id = await self.own_credential(request, workspace)
         store = await self.access.store()
         current = await in_vault(store.get_credential, vault_id, credential_id)
         if current.kind != "mcp_oauth":
@@ -319,11 +318,8 @@ class Vaults:
 
 async def check_vault_ids(records: Records, workspace: str, vault_ids: list[str]) -> None:
     """Every vault a new session names is the workspace's and not archived (404 / 400 otherwise)."""
-    for vault_id in vault_ids:
-        try:
-            vault = await records.get(vault_id, workspace, kind=VAULT_KIND)
-        except RecordNotFound as exc:
-            raise ApiError(404, f"vault {vault_id!r} was not found", error_code="vault_not_found") from exc
+    for index, vault_id in enumerate(vault_ids):
+        vault = await own_record(records, workspace, vault_id, VAULT_KIND, f"vault_ids[{index}]")
         if vault.archived_at is not None:
             raise invalid(f"vault {vault_id!r} is archived: a new session cannot use it")
 

@@ -28,6 +28,7 @@ from typing import Any
 import hvac
 from pydantic import SecretStr, TypeAdapter
 
+from corral.names import CREDENTIAL_ID_PREFIX, VAULT_ID_PREFIX
 from proxy._ids import is_id, new_id, normalize_server_url, now, stamp, unstamp, url_key
 from proxy._kv import CasMismatch, KvStore
 from proxy.errors import CredentialConflict, CredentialInvalid, CredentialNotFound, VaultArchived, VaultNotFound
@@ -45,8 +46,8 @@ from proxy.models import (
 )
 from proxy.sessions import SessionScope
 
-VAULT_PREFIX = "vlt_"
-CREDENTIAL_PREFIX = "vcrd_"
+VAULT_PREFIX = VAULT_ID_PREFIX
+CREDENTIAL_PREFIX = CREDENTIAL_ID_PREFIX
 _STALE_CLAIM = timedelta(minutes=1)
 _AUTH = TypeAdapter[McpOAuthAuth | StaticBearerAuth](McpOAuthAuth | StaticBearerAuth)
 

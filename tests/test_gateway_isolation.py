@@ -1,0 +1,400 @@
+"""Tenants stay apart on every route: one row per route, verb and id position, driven by the official `anthropic`
+SDK against a real gateway process (logged in to the OpenBao dev server) on the real Temporal dev server.
+
+Workspace A makes one of everything: an agent (two versions), an environment, a session that has run a turn, a
+session with a repository resource, a vault with a credential. Then, for every row:
+- workspace B names A's id in the row's position: 404, as for an id that does not exist;
+- A names one of its own ids of the wrong kind there (an agent id where an environment id belongs): 400 naming
+  the field;
+and afterwards everything of A's reads exactly as before (versions, events, credentials, resources, listings), and
+B's listings show nothing of A's. `test_every_route_has_a_row` fails when a route is added without its rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import re
+import sys
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+from starlette.routing import Route
+
+from corral.apikeys import create_key
+from corral.records import Records
+from gateway.app import create_app
+from tests.chaos._processes import free_port, role_process, until_healthy
+from tests.conftest import Stack, unique
+from tests.proxy_servers.devvault import shared_dev_vault
+
+pytestmark = pytest.mark.timeout(600)
+
+Client = anthropic.AsyncAnthropic
+
+
+@dataclass(frozen=True)
+class Ids:
+    """One workspace's objects, by the attribute a row's id position reads."""
+
+    agent: str
+    environment: str
+    session: str
+    vault: str
+    repo_session: str = ""
+    resource: str = ""
+    credential: str = ""
+    event: str = ""
+
+
+WRONG_KIND = {
+    "agent": "environment",
+    "environment": "agent",
+    "session": "vault",
+    "repo_session": "agent",
+    "resource": "session",
+    "vault": "session",
+    "credential": "agent",
+    "event": "vault",
+}
+"""For each id position, the attribute of a real id of another kind (of the same workspace) to put there."""
+
+Call = Callable[[Client, Ids, Ids], Awaitable[Any]]
+"""A row's request: (client, the ids it names, the caller's own ids for the positions not under test)."""
+
+
+@dataclass(frozen=True)
+class Row:
+    method: str
+    route: str
+    param: str
+    """The route's path parameter under test, or `body:<field>` / `query:<name>` for an id in the body or query."""
+    position: str
+    """The `Ids` attribute the position takes."""
+    field: str
+    """The field a 400 for the wrong kind names."""
+    call: Call
+    cross: int | None = 404
+    """What another workspace's id there gets, with every other id the caller's own: 404, as for no such id. An
+    event id is looked for in the caller's own session, which says it has none (400); a resource id (`repo1`) names
+    a resource within its session, so another workspace's is reached only through its session (None: no check)."""
+
+
+def rows() -> list[Row]:
+    agents, environments, sessions, vaults = "/v1/agents", "/v1/environments", "/v1/sessions", "/v1/vaults"
+    agent, env, session, vault = agents + "/{id}", environments + "/{id}", sessions + "/{id}", vaults + "/{id}"
+    resource, credential = session + "/resources/{resource_id}", vault + "/credentials/{credential_id}"
+    bearer = {"type": "static_bearer", "mcp_server_url": "https://mcp.example/mcp", "token": "t0k-" + "x" * 8}
+    confirm: Call = lambda c, t, o: c.beta.sessions.events.send(  # noqa: E731
+        o.session, events=[{"type": "user.tool_confirmation", "tool_use_id": t.event, "result": "allow"}]
+    )
+    return [
+        Row("GET", agent, "id", "agent", "agent_id", lambda c, t, o: c.beta.agents.retrieve(t.agent)),
+        Row("POST", agent, "id", "agent", "agent_id",
+            lambda c, t, o: c.beta.agents.update(t.agent, version=2, system="x")),
+        Row("POST", agent + "/archive", "id", "agent", "agent_id", lambda c, t, o: c.beta.agents.archive(t.agent)),
+        Row("GET", agent + "/versions", "id", "agent", "agent_id",
+            lambda c, t, o: c.beta.agents.versions.list(t.agent)),
+        Row("GET", env, "id", "environment", "environment_id",
+            lambda c, t, o: c.beta.environments.retrieve(t.environment)),
+        Row("POST", env, "id", "environment", "environment_id",
+            lambda c, t, o: c.beta.environments.update(t.environment, name="taken")),
+        Row("DELETE", env, "id", "environment", "environment_id",
+            lambda c, t, o: c.beta.environments.delete(t.environment)),
+        Row("POST", env + "/archive", "id", "environment", "environment_id",
+            lambda c, t, o: c.beta.environments.archive(t.environment)),
+        Row("POST", sessions, "body:agent", "agent", "agent",
+            lambda c, t, o: c.beta.sessions.create(agent=t.agent, environment_id=o.environment)),
+        Row("POST", sessions, "body:agent.id", "agent", "agent.id",
+            lambda c, t, o: c.beta.sessions.create(agent={"type": "agent", "id": t.agent},
+                                                   environment_id=o.environment)),
+        Row("POST", sessions, "body:environment_id", "environment", "environment_id",
+            lambda c, t, o: c.beta.sessions.create(agent=o.agent, environment_id=t.environment)),
+        Row("POST", sessions, "body:vault_ids", "vault", "vault_ids[1]",
+            lambda c, t, o: c.beta.sessions.create(agent=o.agent, environment_id=o.environment,
+                                                   vault_ids=[o.vault, t.vault])),
+        Row("GET", sessions, "query:agent_id", "agent", "agent_id",
+            lambda c, t, o: c.beta.sessions.list(agent_id=t.agent)),
+        Row("GET", session, "id", "session", "session_id", lambda c, t, o: c.beta.sessions.retrieve(t.session)),
+        Row("POST", session, "id", "session", "session_id",
+            lambda c, t, o: c.beta.sessions.update(t.session, title="x")),
+        Row("DELETE", session, "id", "session", "session_id", lambda c, t, o: c.beta.sessions.delete(t.session)),
+        Row("POST", session + "/archive", "id", "session", "session_id",
+            lambda c, t, o: c.beta.sessions.archive(t.session)),
+        Row("GET", session + "/events", "id", "session", "session_id",
+            lambda c, t, o: c.beta.sessions.events.list(t.session)),
+        Row("POST", session + "/events", "id", "session", "session_id",
+            lambda c, t, o: c.beta.sessions.events.send(t.session, events=[{"type": "user.interrupt"}])),
+        Row("POST", session + "/events", "body:events[].tool_use_id", "event", "events[0].tool_use_id", confirm, 400),
+        Row("GET", session + "/events/stream", "id", "session", "session_id",
+            lambda c, t, o: c.beta.sessions.events.stream(t.session)),
+        Row("GET", session + "/resources", "id", "repo_session", "session_id",
+            lambda c, t, o: c.beta.sessions.resources.list(t.repo_session)),
+        Row("POST", session + "/resources", "id", "repo_session", "session_id",
+            lambda c, t, o: c.beta.sessions.resources.add(t.repo_session, type="file", file_id="file_x")),
+        *(
+            Row(method, resource, param, position, field, call, cross)
+            for param, position, field, cross in (("id", "repo_session", "session_id", 404),
+                                                  ("resource_id", "resource", "resource_id", None))
+            for method, call in (
+                ("GET", lambda c, t, o: c.beta.sessions.resources.retrieve(t.resource, session_id=t.repo_session)),
+                ("POST", lambda c, t, o: c.beta.sessions.resources.update(
+                    t.resource, session_id=t.repo_session, authorization_token="ghp_taken")),
+                ("DELETE", lambda c, t, o: c.beta.sessions.resources.delete(t.resource, session_id=t.repo_session)),
+            )
+        ),
+        Row("GET", vault, "id", "vault", "vault_id", lambda c, t, o: c.beta.vaults.retrieve(t.vault)),
+        Row("POST", vault, "id", "vault", "vault_id", lambda c, t, o: c.beta.vaults.update(t.vault, display_name="x")),
+        Row("DELETE", vault, "id", "vault", "vault_id", lambda c, t, o: c.beta.vaults.delete(t.vault)),
+        Row("POST", vault + "/archive", "id", "vault", "vault_id", lambda c, t, o: c.beta.vaults.archive(t.vault)),
+        Row("GET", vault + "/credentials", "id", "vault", "vault_id",
+            lambda c, t, o: c.beta.vaults.credentials.list(t.vault)),
+        Row("POST", vault + "/credentials", "id", "vault", "vault_id",
+            lambda c, t, o: c.beta.vaults.credentials.create(t.vault, auth=bearer)),  # type: ignore[arg-type]
+        *(
+            Row(method, route, param, position, field, call)
+            for param, position, field in (("id", "vault", "vault_id"),
+                                           ("credential_id", "credential", "credential_id"))
+            for method, route, call in (
+                ("GET", credential,
+                 lambda c, t, o: c.beta.vaults.credentials.retrieve(t.credential, vault_id=t.vault)),
+                ("POST", credential,
+                 lambda c, t, o: c.beta.vaults.credentials.update(t.credential, vault_id=t.vault, display_name="x")),
+                ("DELETE", credential,
+                 lambda c, t, o: c.beta.vaults.credentials.delete(t.credential, vault_id=t.vault)),
+                ("POST", credential + "/archive",
+                 lambda c, t, o: c.beta.vaults.credentials.archive(t.credential, vault_id=t.vault)),
+                ("POST", credential + "/mcp_oauth_validate",
+                 lambda c, t, o: c.beta.vaults.credentials.mcp_oauth_validate(t.credential, vault_id=t.vault)),
+            )
+        ),
+    ]  # fmt: skip
+
+
+LISTINGS = {
+    ("GET", "/v1/agents"): "agent",
+    ("GET", "/v1/environments"): "environment",
+    ("GET", "/v1/sessions"): "session",
+    ("GET", "/v1/vaults"): "vault",
+}
+"""Routes that take no id and list the caller's objects: B's listing must show none of A's."""
+NO_ID = {("POST", "/v1/agents"), ("POST", "/v1/environments"), ("POST", "/v1/vaults"), ("GET", "/healthz")}
+"""Routes that take no id at all (a create makes a new one in the caller's workspace)."""
+
+
+def served_routes(stack: Stack) -> set[tuple[str, str, str]]:
+    """Every (method, path, path parameter) the gateway serves; a route without parameters has `""`."""
+    found = set()
+    for route in create_app(stack.client).routes:
+        assert isinstance(route, Route)
+        params = re.findall(r"{(\w+)}", route.path) or [""]
+        for method in route.methods or ():
+            if method != "HEAD":
+                found |= {(method, route.path, param) for param in params}
+    return found
+
+
+async def test_every_route_has_a_row(stack: Stack) -> None:
+    covered = {(row.method, row.route, row.param) for row in rows() if ":" not in row.param}
+    covered |= {(method, path, "") for method, path in (*LISTINGS, *NO_ID)}
+    covered |= {(row.method, row.route, "") for row in rows() if ":" in row.param}  # ids in the body or query
+    missing = served_routes(stack) - covered
+    assert missing == set(), f"routes with no isolation row: {sorted(missing)}"
+    assert {(m, p) for m, p, _ in covered} <= {(m, p) for m, p, _ in served_routes(stack)}, "a row for no route"
+
+
+# ---- the gateway, and A's and B's objects ----------------------------------------------------------------------
+
+
+@dataclass
+class Gateway:
+    url: str
+    records: Records
+
+    async def client(self, workspace: str) -> Client:
+        key, _ = await create_key(self.records, unique(workspace))
+        return anthropic.AsyncAnthropic(base_url=self.url, api_key=key, max_retries=0)
+
+
+@pytest.fixture
+async def gateway(stack: Stack, tmp_path: Path) -> AsyncIterator[Gateway]:
+    dev_vault = shared_dev_vault()
+    port = free_port()
+    address = stack.client.service_client.config.target_host
+    argv = [sys.executable, "-m", "gateway", "--port", str(port), "--temporal", address,
+            "--harness-queue", stack.harness_queue, "--model-queue", stack.model_queue]  # fmt: skip
+    env = {"VAULT_ADDR": dev_vault.address, "VAULT_TOKEN": dev_vault.root_token.get_secret_value(),
+           "CORRAL_VAULT_MOUNT": dev_vault.mount}  # fmt: skip
+    with role_process("gateway", argv, tmp_path, **env) as process:
+        url = f"http://127.0.0.1:{port}"
+        await until_healthy(url, process)
+        yield Gateway(url, Records(stack.client, task_queue=stack.harness_queue))
+
+
+async def until(check: Callable[[], Awaitable[bool]], what: str) -> None:
+    """Poll an observable condition (visibility lists a record a moment after it is written)."""
+    for _ in range(300):
+        if await check():
+            return
+        await asyncio.sleep(0.1)
+    pytest.fail(f"never: {what}")
+
+
+async def objects(stack: Stack, client: Client) -> Ids:
+    """A workspace's objects: an agent with two versions, an environment, a vault with a credential, a session that
+    has run a turn, and one with a repository resource."""
+    agent = await client.beta.agents.create(name="helper", model=stack.script([{"text": "ok"}], loop=True))
+    environment = await client.beta.environments.create(name="plain")
+    vault = await client.beta.vaults.create(display_name="tools")
+    hello = [{"type": "user.message", "content": [{"type": "text", "text": "hello"}]}]
+    session = await client.beta.sessions.create(agent=agent.id, environment_id=environment.id, vault_ids=[vault.id],
+                                                initial_events=hello)  # type: ignore[arg-type]  # fmt: skip
+    ids = Ids(agent.id, environment.id, session.id, vault.id)
+    await client.beta.agents.update(agent.id, version=1, system="be brief")
+
+    async def idle() -> bool:
+        return "session.status_idle" in [e.type async for e in client.beta.sessions.events.list(session.id)]
+
+    await until(idle, "A's session went idle after its turn")
+    event = await anext(e async for e in client.beta.sessions.events.list(session.id))
+    repository = {"type": "github_repository", "url": "https://git.example/acme/widgets.git",
+                  "authorization_token": "ghp_canary" + uuid.uuid4().hex}  # fmt: skip
+    repo_session = await client.beta.sessions.create(agent=agent.id, environment_id=environment.id,
+                                                     resources=[repository])  # type: ignore[list-item]  # fmt: skip
+    credential = await client.beta.vaults.credentials.create(
+        vault.id, auth={"type": "static_bearer", "mcp_server_url": "https://mcp.example/mcp", "token": "t0k-a"}
+    )
+    [resource] = repo_session.resources
+    assert resource.type == "github_repository"
+    return dataclasses.replace(ids, repo_session=repo_session.id, resource=resource.id, credential=credential.id,
+                               event=event.id)  # fmt: skip
+
+
+async def snapshot(client: Client, a: Ids) -> dict[str, Any]:
+    """Everything A can read of its objects: after any refused request, exactly the same."""
+    return {
+        "agent": (await client.beta.agents.retrieve(a.agent)).model_dump(),
+        "agent versions": [v.model_dump() async for v in client.beta.agents.versions.list(a.agent)],
+        "environment": (await client.beta.environments.retrieve(a.environment)).model_dump(),
+        "sessions": [(await client.beta.sessions.retrieve(s)).model_dump() for s in (a.session, a.repo_session)],
+        "events": [e.model_dump() async for e in client.beta.sessions.events.list(a.session)],
+        "resources": [r.model_dump() async for r in client.beta.sessions.resources.list(a.repo_session)],
+        "vault": (await client.beta.vaults.retrieve(a.vault)).model_dump(),
+        "credentials": [c.model_dump() async for c in client.beta.vaults.credentials.list(a.vault)],
+        "listings": await listed(client),
+    }
+
+
+async def listed(client: Client) -> dict[str, list[str]]:
+    return {
+        "agent": [x.id async for x in client.beta.agents.list()],
+        "environment": [x.id async for x in client.beta.environments.list()],
+        "session": [x.id async for x in client.beta.sessions.list()],
+        "vault": [x.id async for x in client.beta.vaults.list()],
+    }
+
+
+async def outcome(call: Awaitable[Any]) -> tuple[int, str]:
+    """The status and error message a request got (200 and "" when it succeeded)."""
+    try:
+        result = await call
+        if hasattr(result, "close"):  # a stream that opened: close it
+            await result.close()
+    except anthropic.APIStatusError as exc:
+        error = exc.body.get("error") if isinstance(exc.body, dict) else None
+        if not isinstance(error, dict):
+            return exc.status_code, f"not the API's error shape: {exc.body!r}"
+        return exc.status_code, f"{error.get('type')}: {error.get('message')}"
+    return 200, ""
+
+
+async def test_another_workspaces_ids_are_404_and_the_wrong_kind_is_400_on_every_route(
+    stack: Stack, gateway: Gateway
+) -> None:
+    client_a, client_b = await gateway.client("tenant-a"), await gateway.client("tenant-b")
+    a, b = await objects(stack, client_a), await objects(stack, client_b)
+    listings_a = {"agent": [a.agent], "environment": [a.environment], "vault": [a.vault],
+                  "session": sorted([a.session, a.repo_session])}  # fmt: skip
+
+    async def listed_fully() -> bool:  # visibility has caught up with A's objects: B's listings now mean something
+        found = await listed(client_a)
+        return {**found, "session": sorted(found["session"])} == listings_a
+
+    await until(listed_fully, "A's listings show A's objects")
+    before = await snapshot(client_a, a)
+
+    wrong: list[str] = []
+    for row in rows():
+        theirs = dataclasses.replace(b, **{row.position: getattr(a, row.position)})  # A's id here, B's elsewhere
+        status, message = (row.cross, "not_found_error") if row.cross is None else await outcome(
+            row.call(client_b, theirs, b)
+        )  # fmt: skip
+        if status != row.cross or (status == 404 and not message.startswith("not_found_error")):
+            wrong.append(f"{row.method} {row.route} {row.param}, from another workspace: {status} {message}")
+        mixed = dataclasses.replace(a, **{row.position: getattr(a, WRONG_KIND[row.position])})
+        status, message = await outcome(row.call(client_a, mixed, a))
+        if status != 400 or not message.startswith(f"invalid_request_error: {row.field}"):
+            wrong.append(f"{row.method} {row.route} {row.param}, the wrong kind: {status} {message}")
+    assert wrong == [], "\n".join(wrong)
+
+    assert await snapshot(client_a, a) == before, "a refused request changed something of A's"
+    seen_by_b = await listed(client_b)
+    assert all(not set(seen_by_b[kind]) & set(ids) for kind, ids in listings_a.items()), seen_by_b
+    assert sorted(seen_by_b["session"]) == sorted([b.session, b.repo_session]), "B's refused creates made none"
+
+    async def made_by(**query: Any) -> list[str]:
+        return sorted([s.id async for s in client_a.beta.sessions.list(**query)])
+
+    # A listing by agent keeps that agent's sessions (the first made with version 1, the second with version 2).
+    assert await made_by(agent_id=a.agent) == sorted([a.session, a.repo_session])
+    assert await made_by(agent_id=a.agent, agent_version=1) == [a.session]
+    assert await made_by(agent_id=a.agent, agent_version=2) == [a.repo_session]
+    for refused_filter in ({"agent_version": 1}, {"extra_query": {"deployment_id": "depl_x"}}):
+        with pytest.raises(anthropic.BadRequestError):  # a filter corral cannot apply is refused, never ignored
+            await made_by(**refused_filter)
+
+
+async def test_a_session_takes_an_environment_id_only(stack: Stack, gateway: Gateway) -> None:
+    """The defect: `environment_id` could name any record of the workspace (a vault, an agent) and the session
+    started with it as its sandbox recipe."""
+    client = await gateway.client("tenant-env")
+    agent = await client.beta.agents.create(name="helper", model=stack.script([{"text": "ok"}]))
+    vault = await client.beta.vaults.create(display_name="not an environment")
+    for other in (vault.id, agent.id, "sesn_" + uuid.uuid4().hex[:26], "nonsense"):
+        with pytest.raises(anthropic.BadRequestError, match=r"^Error code: 400 .*environment_id") as refused:
+            await client.beta.sessions.create(agent=agent.id, environment_id=other)
+        assert refused.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    with pytest.raises(anthropic.NotFoundError, match="environment"):
+        await client.beta.sessions.create(agent=agent.id, environment_id="env_" + "0" * 26)
+    assert [s async for s in client.beta.sessions.list()] == [], "no session was started"
+
+
+async def test_a_request_selects_only_its_keys_workspace(gateway: Gateway) -> None:
+    """The SDK's `workspace_id` (the `anthropic-workspace-id` header) "must match" the key's workspace: naming
+    another one reaches nothing of it, and writes nothing anywhere."""
+    mine, theirs = unique("tenant-own"), unique("tenant-other")
+    key, _ = await create_key(gateway.records, mine)
+    await create_key(gateway.records, theirs)
+    client = anthropic.AsyncAnthropic(base_url=gateway.url, api_key=key, max_retries=0)
+    agent = await client.beta.agents.create(name="a", model="claude-sonnet-4-6", workspace_id=mine)
+    assert (await client.beta.agents.retrieve(agent.id, workspace_id=mine)).id == agent.id
+    for call in (
+        client.beta.agents.retrieve(agent.id, workspace_id=theirs),
+        client.beta.agents.create(name="b", model="claude-sonnet-4-6", workspace_id=theirs),
+        client.beta.agents.list(workspace_id=theirs),
+    ):
+        with pytest.raises(anthropic.NotFoundError, match="workspace"):
+            await call
+
+    async def only_the_first() -> bool:
+        return [a.id async for a in client.beta.agents.list()] == [agent.id]
+
+    await until(only_the_first, "the key's workspace lists its one agent")
+    theirs_key, _ = await create_key(gateway.records, theirs)
+    other = anthropic.AsyncAnthropic(base_url=gateway.url, api_key=theirs_key, max_retries=0)
+    assert [a.id async for a in other.beta.agents.list()] == [], "nothing was made in the workspace named"
