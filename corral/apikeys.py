@@ -14,7 +14,8 @@ import secrets
 from datetime import UTC, datetime
 
 from corral.contract.records import RecordView
-from corral.records import RecordNotFound, Records, VersionConflict, is_record_id
+from corral.names import OPERATOR_WORKSPACE
+from corral.records import InvalidRecord, RecordNotFound, Records, VersionConflict, is_record_id
 
 API_KEY_KIND = "api_key"
 API_KEY_ID_PREFIX = "apikey"
@@ -32,7 +33,10 @@ def _digest(secret: str) -> str:
 
 
 async def create_key(records: Records, workspace: str, name: str | None = None) -> tuple[str, RecordView]:
-    """A new key for `workspace`: the plaintext (returned here only, never stored) and its record."""
+    """A new key for `workspace`: the plaintext (returned here only, never stored) and its record. The operator's
+    own workspace gets none: a key for it would open the hand registry to whoever held it."""
+    if workspace == OPERATOR_WORKSPACE:
+        raise InvalidRecord(f"{workspace!r} is the operator's workspace (corral hand); a key cannot open it")
     secret = secrets.token_urlsafe(32)
     body = {"name": name, "sha256": _digest(secret), "prefix": secret[:SHOWN_PREFIX_LENGTH], "revoked_at": None}
     view = await records.create(API_KEY_KIND, workspace, body, API_KEY_ID_PREFIX)

@@ -107,6 +107,10 @@ SEARCH_ATTRIBUTE_MODEL: Final = "CorralModel"
 HANDING_OVER: Final = "SessionHandingOver"
 """The error type of a `send_events` update refused while the session continues as new: send it again."""
 
+OPERATOR_WORKSPACE: Final = "corral-operator"
+"""The workspace the operator's own records (the hand registry, corral.hand_registry) are filed under: no API key
+is ever made for it, so no tenant can open it."""
+
 # Id prefixes: an id says what it names, so the gateway refuses an id of the wrong kind before any lookup.
 SESSION_ID_PREFIX: Final = "sesn_"
 EVENT_ID_PREFIX: Final = "sevt_"

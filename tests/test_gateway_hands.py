@@ -241,6 +241,11 @@ async def test_the_operator_registers_lists_and_revokes_hands_with_the_cli(stack
                 assert (result.exit_code, "Traceback" in result.output) == (code, False), (args, result.output)
                 assert words in result.output, (args, result.output)
             assert await hand_registration(records, queue) is None, "nothing was written"
+            key = await asyncio.to_thread(runner.invoke, app, ["--address", address, "--namespace",
+                                                               stack.client.namespace, "api-key", "create",
+                                                               "--workspace", OPERATOR_WORKSPACE])  # fmt: skip
+            assert (key.exit_code, "Traceback" in key.output) == (2, False), key.output
+            assert "operator's workspace" in key.output, "no key may open the registry's workspace"
             assert await hand_registration(records, "corral-sandbox.edge") is None
 
             result = await run("register", queue, "--workspace", workspace)
