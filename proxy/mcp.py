@@ -270,11 +270,14 @@ class McpProxy:
 
     def _stored_credential(self, vault_id: str, credential_id: str) -> ResolvedMcpCredential | None:
         """The credential with its secrets, or None when it has no token to try (archived: its secret is gone)."""
-        document, version = self.store._require_credential(vault_id, credential_id)
-        secret = document.get("secret")
-        kind = document.get("auth", {}).get("type")
-        token_field = "token" if kind == "static_bearer" else "access_token"
-        if document.get("archived_at") is not None or not isinstance(secret, dict) or not secret.get(token_field):
+        self.store._require_credential(vault_id, credential_id)  # VaultNotFound / CredentialNotFound
+        found = self.store._with_secret(vault_id, credential_id)
+        if found is None:
+            return None
+        document, version = found
+        secret = document["secret"]
+        token_field = "token" if document.get("auth", {}).get("type") == "static_bearer" else "access_token"
+        if not isinstance(secret, dict) or not secret.get(token_field):
             return None
         return _resolved(document, version)
 
