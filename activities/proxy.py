@@ -9,9 +9,11 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from corral.contract.proxy import (
+    CREDENTIAL_NOT_FOUND,
     MCP_AUTHENTICATION_FAILED,
     MCP_CONNECTION_FAILED,
     PROXY_REJECTED,
+    VAULT_NOT_FOUND,
     BindSessionInput,
     BindSessionResult,
     McpCallToolInput,
@@ -19,6 +21,8 @@ from corral.contract.proxy import (
     McpListToolsInput,
     McpToolSpec,
     ReleaseSessionInput,
+    ValidateCredentialInput,
+    ValidateCredentialResult,
 )
 from corral.hands.heartbeat import heartbeating
 from corral.hands.output import cut_output
@@ -27,14 +31,17 @@ from corral.names import (
     ACTIVITY_MCP_LIST_TOOLS,
     ACTIVITY_PROXY_BIND_SESSION,
     ACTIVITY_PROXY_RELEASE_SESSION,
+    ACTIVITY_PROXY_VALIDATE_CREDENTIAL,
 )
 from proxy import (
+    CredentialNotFound,
     McpAuthenticationFailed,
     McpConnectionFailed,
     McpProxy,
     McpServer,
     ProxyError,
     SessionBinding,
+    VaultNotFound,
     VaultStore,
     VaultUnavailable,
 )
@@ -44,7 +51,11 @@ def _translate(exc: ProxyError) -> ApplicationError:
     """Proxy errors to what the session shows; messages are already free of secrets (proxy/errors.py)."""
     if isinstance(exc, VaultUnavailable):
         return ApplicationError(str(exc), type="VaultUnavailable")  # retryable: Temporal tries again
-    if isinstance(exc, McpConnectionFailed):
+    if isinstance(exc, VaultNotFound):
+        kind = VAULT_NOT_FOUND
+    elif isinstance(exc, CredentialNotFound):
+        kind = CREDENTIAL_NOT_FOUND
+    elif isinstance(exc, McpConnectionFailed):
         kind = MCP_CONNECTION_FAILED
     elif isinstance(exc, McpAuthenticationFailed):
         kind = MCP_AUTHENTICATION_FAILED
@@ -102,3 +113,14 @@ class ProxyActivities:
             await asyncio.to_thread(self._store.revoke_session, input.session_id)
         except ProxyError as exc:
             raise _translate(exc) from exc
+
+    @activity.defn(name=ACTIVITY_PROXY_VALIDATE_CREDENTIAL)
+    async def validate_credential(self, input: ValidateCredentialInput) -> ValidateCredentialResult:
+        """A live probe of one credential (`McpProxy.validate_credential`): only ids come in, and the verdict goes
+        out scrubbed of every secret, so the gateway, which may not read the secret, can answer with it."""
+        async with heartbeating():
+            try:
+                validation = await self._mcp.validate_credential(input.vault_id, input.credential_id)
+            except ProxyError as exc:
+                raise _translate(exc) from exc
+        return ValidateCredentialResult(validation=validation.model_dump(mode="json"))
