@@ -94,7 +94,7 @@ class McpWorld:
 
     def stored_secret(self, credential_id: str) -> dict[str, str]:
         def read(folder: str) -> dict[str, Any]:
-            return self.raw.secrets.kv.v2.read_secret_version(  # type: ignore[no-any-return]
+            return self.raw.secrets.kv.v2.read_secret_version(
                 path=f"{folder}/{self.vault.id}/{credential_id}", mount_point="corral", raise_on_deleted_version=True
             )["data"]["data"]
 

@@ -277,7 +277,7 @@ def test_rotation_replaces_the_secret_and_keeps_no_old_version(store: VaultStore
     rotated = store.rotate_credential(vault.id, credential.id, oauth_params(access="canary-access-rotated-2"))
     assert rotated.id == credential.id and rotated.updated_at > credential.updated_at
     path = f"secrets/{vault.id}/{credential.id}"
-    assert raw_document(raw, path)["access_token"] == "canary-access-rotated-2"  # type: ignore[index]
+    assert raw_document(raw, path)["access_token"] == "canary-access-rotated-2"
     versions = raw.secrets.kv.v2.read_secret_metadata(path=path, mount_point="corral")["data"]["versions"]
     assert list(versions) == ["2"]  # max_versions=1: the first secret is gone
 
