@@ -28,6 +28,7 @@ from corral.contract.events import AgentMcpToolResult
 from corral.serving import ServerThread
 from corral.streaming import StreamEvent, subscribe
 from corral.temporal import connect
+from proxy.access import gateway_policy
 from tests.proxy_servers.devvault import scan_for
 from tests.proxy_servers.mcp_server import create_mcp_app
 from tests.proxy_servers.tokens import TokenAuthority
@@ -232,3 +233,8 @@ def test_a_port_in_the_ephemeral_range_is_warned_about_and_a_taken_port_is_named
         assert "Traceback" not in said
     finally:
         corral(env, "down")
+
+
+def test_the_gateway_policy_in_the_operations_guide_is_the_one_corral_up_writes() -> None:
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text()
+    assert f"```hcl\n{gateway_policy('corral')}```" in guide
