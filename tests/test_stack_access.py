@@ -24,10 +24,12 @@ import pytest
 
 from cli.stack import StackConfig
 from corral.client import wait_for_idle
+from corral.compose import openbao_entrypoint
 from corral.contract.events import AgentMcpToolResult
 from corral.serving import ServerThread
 from corral.streaming import StreamEvent, subscribe
 from corral.temporal import connect
+from proxy import start_dev_vault
 from proxy.access import gateway_policy
 from tests.proxy_servers.devvault import scan_for
 from tests.proxy_servers.mcp_server import create_mcp_app
@@ -235,6 +237,36 @@ def test_a_port_in_the_ephemeral_range_is_warned_about_and_a_taken_port_is_named
         corral(env, "down")
 
 
-def test_the_gateway_policy_in_the_operations_guide_is_the_one_corral_up_writes() -> None:
+def test_the_gateway_policy_is_one_in_the_guide_corral_up_and_the_compose_openbao() -> None:
     guide = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text()
     assert f"```hcl\n{gateway_policy('corral')}```" in guide
+    for mount in ("corral", "other"):  # the compose image's copy (it imports nothing from corral)
+        assert openbao_entrypoint.gateway_policy(mount) == gateway_policy(mount)
+
+
+def test_the_compose_openbao_gives_the_gateway_a_login_of_its_own_that_cannot_read_a_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compose file's OpenBao bootstrap on a real OpenBao: two logins in two directories (two volumes), the
+    proxy's reads credentials, the gateway's writes them and is refused the read."""
+    with start_dev_vault(tmp_path / "bao") as vault:
+        monkeypatch.setattr(openbao_entrypoint, "ADDRESS", vault.address)
+        monkeypatch.setattr(openbao_entrypoint, "LOGIN_DIR", tmp_path / "proxy-login")
+        monkeypatch.setattr(openbao_entrypoint, "GATEWAY_LOGIN_DIR", tmp_path / "gateway-login")
+        for directory in (tmp_path / "proxy-login", tmp_path / "gateway-login"):
+            directory.mkdir()
+        openbao_entrypoint.configure(vault.root_token.get_secret_value())
+
+        def logged_in(directory: Path) -> hvac.Client:
+            client = hvac.Client(url=vault.address)
+            role_id, secret_id = ((directory / name).read_text() for name in ("role_id", "secret_id"))
+            client.auth.approle.login(role_id=role_id, secret_id=secret_id)
+            return client
+
+        proxy, gateway = logged_in(tmp_path / "proxy-login"), logged_in(tmp_path / "gateway-login")
+        path = "secrets/vlt_compose/vcrd_compose"
+        gateway.secrets.kv.v2.create_or_update_secret(path=path, secret={"token": "canary"}, mount_point="corral")
+        with pytest.raises(hvac.exceptions.Forbidden):
+            gateway.secrets.kv.v2.read_secret_version(path=path, mount_point="corral", raise_on_deleted_version=True)
+        read = proxy.secrets.kv.v2.read_secret_version(path=path, mount_point="corral", raise_on_deleted_version=True)
+        assert read["data"]["data"] == {"token": "canary"}
