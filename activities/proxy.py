@@ -51,11 +51,7 @@ def _translate(exc: ProxyError) -> ApplicationError:
     """Proxy errors to what the session shows; messages are already free of secrets (proxy/errors.py)."""
     if isinstance(exc, VaultUnavailable):
         return ApplicationError(str(exc), type="VaultUnavailable")  # retryable: Temporal tries again
-    if isinstance(exc, VaultNotFound):
-        kind = VAULT_NOT_FOUND
-    elif isinstance(exc, CredentialNotFound):
-        kind = CREDENTIAL_NOT_FOUND
-    elif isinstance(exc, McpConnectionFailed):
+    if isinstance(exc, McpConnectionFailed):
         kind = MCP_CONNECTION_FAILED
     elif isinstance(exc, McpAuthenticationFailed):
         kind = MCP_AUTHENTICATION_FAILED
@@ -121,6 +117,9 @@ class ProxyActivities:
         async with heartbeating():
             try:
                 validation = await self._mcp.validate_credential(input.vault_id, input.credential_id)
+            except (VaultNotFound, CredentialNotFound) as exc:  # the gateway answers 404 for these
+                kind = VAULT_NOT_FOUND if isinstance(exc, VaultNotFound) else CREDENTIAL_NOT_FOUND
+                raise ApplicationError(str(exc), type=kind, non_retryable=True) from exc
             except ProxyError as exc:
                 raise _translate(exc) from exc
         return ValidateCredentialResult(validation=validation.model_dump(mode="json"))
