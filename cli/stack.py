@@ -87,6 +87,13 @@ def read_stream_token(paths: StatePaths) -> str | None:
         return None
 
 
+def follow_with_stream_token(token: str | None) -> None:
+    """Let this CLI process's live view (`corral tail`, the demo) subscribe to the stack's relay with its token; a
+    relay of the user's own (`CORRAL_STREAM_URL`) keeps the token the user gave with it."""
+    if token is not None and not os.environ.get("CORRAL_STREAM_URL"):
+        os.environ[STREAM_TOKEN_ENV] = token
+
+
 def ensure_stream_token(paths: StatePaths) -> str:
     """The stream relay's token: kept in the state dir (mode 0600, written so from its first byte) so that a relay
     still running from an earlier `corral up` and the processes started now agree on it."""

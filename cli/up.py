@@ -180,6 +180,7 @@ def _plan(console: Console, paths: StatePaths, options: UpOptions, namespace: st
     vault_env = {key: os.environ[key] for key in VAULT_ENV if key in os.environ}
     plan = Plan(paths, options, namespace, previous, offline, workers, new_workers, vault_env)
     plan.stream_token = stack.ensure_stream_token(paths)
+    stack.follow_with_stream_token(plan.stream_token)  # `corral demo` tails the stack it has just brought up
     address = vault_env.get("VAULT_ADDR") or vault_env.get("BAO_ADDR")
     gateway = {name: os.environ[key] for key, name in GATEWAY_VAULT_ENV.items() if os.environ.get(key)}
     if address and gateway:
