@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import os
 import socket
@@ -21,8 +22,10 @@ import httpx
 import hvac
 import hvac.exceptions
 import pytest
+from rich.console import Console
 
-from cli.stack import StackConfig
+from cli.live import LiveText
+from cli.stack import STREAM_TOKEN_ENV, StackConfig, StatePaths, follow_with_stream_token, read_stream_token
 from corral.client import wait_for_idle
 from corral.compose import openbao_entrypoint
 from corral.contract.events import AgentMcpToolResult
@@ -176,7 +179,24 @@ async def test_the_vault_routes_work_on_the_stack_corral_up_starts(up_stack: UpS
     assert scan_for(secrets, up_stack.log("gateway"), *listed, credential.model_dump_json()) == []
 
 
-async def test_the_stream_relay_serves_only_holders_of_the_token(up_stack: UpStack) -> None:
+class RecordingLiveText(LiveText):
+    """The CLI's live view (what `corral tail` prints deltas with), recording what the relay sent it."""
+
+    def __init__(self) -> None:
+        super().__init__(Console(file=io.StringIO()))
+        self.ended = asyncio.Event()
+        self.text = ""
+
+    def on_stream(self, event: StreamEvent) -> None:
+        self.text += event.text if event.type == "delta" else ""
+        if event.type == "end":
+            self.ended.set()
+        super().on_stream(event)
+
+
+async def test_the_stream_relay_serves_only_holders_of_the_token(
+    up_stack: UpStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
     token_file = up_stack.state_dir / "stream.token"
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
     relay = up_stack.config.stream_url
@@ -209,7 +229,20 @@ async def test_the_stream_relay_serves_only_holders_of_the_token(up_stack: UpSta
     await asyncio.wait_for(follow(), timeout=120)
     assert "".join(event.text for event in seen if event.type == "delta").startswith("[offline stand-in model]")
 
-    # `corral tail` subscribes with the token from the state dir, and prints the reply.
+    # The CLI's live view takes the token from the state dir (as every `corral` command does at start) and gets
+    # the text; without it, it would get a 401 and show nothing live (a lost live view is silent by design).
+    monkeypatch.setenv(STREAM_TOKEN_ENV, "not-the-token")  # restored afterwards; the CLI's start replaces it
+    monkeypatch.delenv("CORRAL_STREAM_URL", raising=False)
+    follow_with_stream_token(read_stream_token(StatePaths(up_stack.state_dir)))
+    live = RecordingLiveText()
+    following = asyncio.create_task(live.follow(relay, session_id))
+    ended = asyncio.create_task(live.ended.wait())
+    await asyncio.wait({following, ended}, timeout=120, return_when=asyncio.FIRST_COMPLETED)
+    following.cancel()
+    ended.cancel()
+    assert live.ended.is_set() and live.text.startswith("[offline stand-in model]"), live.text
+
+    # `corral tail` (a process of its own) runs through, and prints the reply.
     tail = corral(up_stack.env, "tail", session_id)
     assert tail.returncode == 0, tail.stdout + tail.stderr
     assert "offline stand-in" in tail.stdout
