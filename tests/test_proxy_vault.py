@@ -451,3 +451,26 @@ def test_an_approle_login_outlives_its_token(dev_vault: DevVault, raw: hvac.Clie
         store.get_vault(vault.id)
     with pytest.raises(VaultUnavailable):
         log_in(dev_vault.address, mount, role_id=role_id, secret_id="not-the-secret-id")
+
+
+def test_a_credential_written_before_secrets_had_their_own_path_is_used_and_moved(
+    store: VaultStore, raw: hvac.Client
+) -> None:
+    """Older corral kept the secret inside the credential's public document: the proxy still resolves it there,
+    and `move_inline_secrets` (run by `corral up` before the gateway, whose policy reads public documents, starts)
+    moves it to `secrets/`, leaving the public document without it."""
+    vault = store.create_vault("from before")
+    url = "https://before.example.test/mcp"
+    credential = store.add_credential(vault.id, StaticBearerParams(mcp_server_url=url, token=STATIC))
+    public, secret = f"credentials/{vault.id}/{credential.id}", f"secrets/{vault.id}/{credential.id}"
+    inline = {**raw_document(raw, public), "secret": raw_document(raw, secret)}
+    raw.secrets.kv.v2.create_or_update_secret(path=public, secret=inline, mount_point="corral")
+    raw.secrets.kv.v2.delete_metadata_and_all_versions(path=secret, mount_point="corral")
+
+    resolved = store._resolve_mcp_credential([vault.id], url)
+    assert resolved is not None and resolved.token.get_secret_value() == STATIC
+    assert store.move_inline_secrets() >= 1
+    assert "secret" not in raw_document(raw, public) and raw_document(raw, secret) == {"token": STATIC}
+    resolved = store._resolve_mcp_credential([vault.id], url)
+    assert resolved is not None and resolved.token.get_secret_value() == STATIC
+    assert store.move_inline_secrets() == 0, "idempotent: nothing is left to move"
