@@ -46,6 +46,10 @@ from proxy import (
     VaultUnavailable,
 )
 
+VALIDATION_PROBE_TIMEOUT = 20.0
+"""Seconds a credential validation waits for one MCP answer: long enough for a slow server, short enough that a
+probe, a refresh and a second probe fit in the validation workflow's activity timeout."""
+
 
 def _translate(exc: ProxyError) -> ApplicationError:
     """Proxy errors to what the session shows; messages are already free of secrets (proxy/errors.py)."""
@@ -66,6 +70,9 @@ class ProxyActivities:
     def __init__(self, store: VaultStore, mcp: McpProxy | None = None) -> None:
         self._store = store
         self._mcp = mcp or McpProxy(store)
+        # A validation answers an API request: 20 s per MCP answer, not a session call's 60 (a refresh racing a
+        # session's is settled by Vault's check-and-set, as between two proxy workers).
+        self._validator = McpProxy(store, timeout=VALIDATION_PROBE_TIMEOUT, connect_timeout=10.0)
 
     @activity.defn(name=ACTIVITY_PROXY_BIND_SESSION)
     async def bind_session(self, input: BindSessionInput) -> BindSessionResult:
@@ -116,7 +123,7 @@ class ProxyActivities:
         out scrubbed of every secret, so the gateway, which may not read the secret, can answer with it."""
         async with heartbeating():
             try:
-                validation = await self._mcp.validate_credential(input.vault_id, input.credential_id)
+                validation = await self._validator.validate_credential(input.vault_id, input.credential_id)
             except (VaultNotFound, CredentialNotFound) as exc:  # the gateway answers 404 for these
                 kind = VAULT_NOT_FOUND if isinstance(exc, VaultNotFound) else CREDENTIAL_NOT_FOUND
                 raise ApplicationError(str(exc), type=kind, non_retryable=True) from exc

@@ -17,8 +17,9 @@ with workflow.unsafe.imports_passed_through():
     from corral.contract.proxy import ValidateCredentialInput, ValidateCredentialResult
     from corral.names import ACTIVITY_PROXY_VALIDATE_CREDENTIAL, CREDENTIAL_VALIDATION_WORKFLOW, PROXY_TASK_QUEUE
 
-VALIDATION_TIMEOUT = timedelta(seconds=60)
-"""One probe waits at most 20 s per MCP answer (and a refresh as long): a minute covers probe, refresh, probe."""
+VALIDATION_TIMEOUT = timedelta(seconds=90)
+"""A probe waits at most 20 s per MCP answer (activities/proxy.py), a refresh about as long: this covers probe,
+refresh and probe again."""
 
 
 # No versioning behaviour of its own: a versioned harness worker gives its default (one activity, nothing pinned).
