@@ -45,6 +45,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import SecretStr, ValidationError
 
+from proxy._credentials import ResolvedMcpCredential, _resolved
 from proxy._ids import now
 from proxy._kv import CasMismatch
 from proxy._oauth import TokenEndpointRefusal, exchange_refresh_token
@@ -58,7 +59,7 @@ from proxy.validation import (
     ValidationStatus,
     captured_response,
 )
-from proxy.vault import ResolvedMcpCredential, VaultStore, _resolved
+from proxy.vault import VaultStore
 
 logger = logging.getLogger(__name__)
 
