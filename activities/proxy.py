@@ -9,9 +9,11 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from corral.contract.proxy import (
+    CREDENTIAL_NOT_FOUND,
     MCP_AUTHENTICATION_FAILED,
     MCP_CONNECTION_FAILED,
     PROXY_REJECTED,
+    VAULT_NOT_FOUND,
     BindSessionInput,
     BindSessionResult,
     McpCallToolInput,
@@ -19,6 +21,8 @@ from corral.contract.proxy import (
     McpListToolsInput,
     McpToolSpec,
     ReleaseSessionInput,
+    ValidateCredentialInput,
+    ValidateCredentialResult,
 )
 from corral.hands.heartbeat import heartbeating
 from corral.hands.output import cut_output
@@ -27,17 +31,24 @@ from corral.names import (
     ACTIVITY_MCP_LIST_TOOLS,
     ACTIVITY_PROXY_BIND_SESSION,
     ACTIVITY_PROXY_RELEASE_SESSION,
+    ACTIVITY_PROXY_VALIDATE_CREDENTIAL,
 )
 from proxy import (
+    CredentialNotFound,
     McpAuthenticationFailed,
     McpConnectionFailed,
     McpProxy,
     McpServer,
     ProxyError,
     SessionBinding,
+    VaultNotFound,
     VaultStore,
     VaultUnavailable,
 )
+
+VALIDATION_PROBE_TIMEOUT = 20.0
+"""Seconds a credential validation waits for one MCP answer: long enough for a slow server, short enough that a
+probe, a refresh and a second probe fit in the validation workflow's activity timeout."""
 
 
 def _translate(exc: ProxyError) -> ApplicationError:
@@ -59,6 +70,9 @@ class ProxyActivities:
     def __init__(self, store: VaultStore, mcp: McpProxy | None = None) -> None:
         self._store = store
         self._mcp = mcp or McpProxy(store)
+        # A validation answers an API request: 20 s per MCP answer, not a session call's 60 (a refresh racing a
+        # session's is settled by Vault's check-and-set, as between two proxy workers).
+        self._validator = McpProxy(store, timeout=VALIDATION_PROBE_TIMEOUT, connect_timeout=10.0)
 
     @activity.defn(name=ACTIVITY_PROXY_BIND_SESSION)
     async def bind_session(self, input: BindSessionInput) -> BindSessionResult:
@@ -102,3 +116,17 @@ class ProxyActivities:
             await asyncio.to_thread(self._store.revoke_session, input.session_id)
         except ProxyError as exc:
             raise _translate(exc) from exc
+
+    @activity.defn(name=ACTIVITY_PROXY_VALIDATE_CREDENTIAL)
+    async def validate_credential(self, input: ValidateCredentialInput) -> ValidateCredentialResult:
+        """A live probe of one credential (`McpProxy.validate_credential`): only ids come in, and the verdict goes
+        out scrubbed of every secret, so the gateway, which may not read the secret, can answer with it."""
+        async with heartbeating():
+            try:
+                validation = await self._validator.validate_credential(input.vault_id, input.credential_id)
+            except (VaultNotFound, CredentialNotFound) as exc:  # the gateway answers 404 for these
+                kind = VAULT_NOT_FOUND if isinstance(exc, VaultNotFound) else CREDENTIAL_NOT_FOUND
+                raise ApplicationError(str(exc), type=kind, non_retryable=True) from exc
+            except ProxyError as exc:
+                raise _translate(exc) from exc
+        return ValidateCredentialResult(validation=validation.model_dump(mode="json"))

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cli.context import Settings
+from cli.stack import StatePaths, follow_with_stream_token, read_stream_token
 from corral.names import ENV_BLOB_STORE, ENV_TEMPORAL_ADDRESS, ENV_TEMPORAL_NAMESPACE
 
 if TYPE_CHECKING:
@@ -97,6 +98,8 @@ def main(
     ctx.obj = Settings(address_option=address, namespace_option=namespace, state_dir=state_dir.expanduser().absolute())
     # The archive of sessions' earlier runs: this CLI and the workers it starts read and write the same one.
     os.environ.setdefault(ENV_BLOB_STORE, str(ctx.obj.state_dir / "blobs"))
+    # The stream relay's token (`corral up` made it): `corral tail` subscribes with it.
+    follow_with_stream_token(read_stream_token(StatePaths(ctx.obj.state_dir)))
 
 
 async def client_of(settings: Settings) -> Client:

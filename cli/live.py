@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import AsyncIterator
 
 from rich.console import Console
 from rich.text import Text
 
 from cli.render import safe
+from cli.stack import STREAM_TOKEN_ENV
 from corral.contract.events import AgentMessage, SessionEvent
 from corral.streaming import StreamEvent, subscribe
 
@@ -90,7 +92,7 @@ class LiveText:
         """Print deltas until cancelled; a relay that is down only costs the live view, never the tail. `base_url`
         may be a comma-separated list of relays: every one is followed and their text merged (`subscribe`)."""
         try:
-            async for event in subscribe(base_url, session_id):
+            async for event in subscribe(base_url, session_id, token=os.environ.get(STREAM_TOKEN_ENV) or None):
                 self.on_stream(event)
         except Exception as exc:  # the durable events still print
             log.debug("live stream unavailable: %s", exc)

@@ -9,6 +9,7 @@ the mechanism, the CLI is the voice.
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -59,6 +60,10 @@ class StatePaths:
     def stack_file(self) -> Path:
         return self.root / "stack.json"
 
+    @property
+    def stream_token_file(self) -> Path:
+        return self.root / "stream.token"
+
     def pid_file(self, name: str) -> Path:
         return self.pids / f"{name}.pid"
 
@@ -68,6 +73,39 @@ class StatePaths:
     def ensure(self) -> None:
         self.pids.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
+
+
+STREAM_TOKEN_ENV = "CORRAL_STREAM_TOKEN"
+"""The stream relay's bearer token, in the environment of the relay, its publishers and its subscribers."""
+
+
+def read_stream_token(paths: StatePaths) -> str | None:
+    """The token `corral up` made for the stream relay, None when there is none (or it cannot be read)."""
+    try:
+        return paths.stream_token_file.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def follow_with_stream_token(token: str | None) -> None:
+    """Let this CLI process's live view (`corral tail`, the demo) subscribe to the stack's relay with its token; a
+    relay of the user's own (`CORRAL_STREAM_URL`) keeps the token the user gave with it."""
+    if token is not None and not os.environ.get("CORRAL_STREAM_URL"):
+        os.environ[STREAM_TOKEN_ENV] = token
+
+
+def ensure_stream_token(paths: StatePaths) -> str:
+    """The stream relay's token: kept in the state dir (mode 0600, written so from its first byte) so that a relay
+    still running from an earlier `corral up` and the processes started now agree on it."""
+    found = read_stream_token(paths)
+    if found is not None:
+        return found
+    paths.root.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    descriptor = os.open(paths.stream_token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(token + "\n")
+    return token
 
 
 class StackConfig(BaseModel):
@@ -142,7 +180,7 @@ class Port:
 
 
 Readiness = Literal["temporal", "http", "stays up", "ensured"]
-Grant = Literal["temporal", "model", "vault", "sandbox", "stream", "git-proxy"]
+Grant = Literal["temporal", "model", "vault", "vault-writer", "sandbox", "stream", "git-proxy"]
 
 
 @dataclass(frozen=True)
@@ -184,6 +222,11 @@ class Plan:
     """What the proxy worker gets to reach Vault: the user's VAULT_* (or BAO_*), or the state dir's OpenBao's."""
     ports: dict[str, int] = field(default_factory=dict)
     sandbox_image: str | None = None
+    gateway_vault_env: dict[str, str] = field(default_factory=dict)
+    """What the gateway gets: a login that writes credentials and cannot read them (`proxy.access`), never the
+    proxy's; empty when there is none (then its vault routes answer 503)."""
+    stream_token: str | None = None
+    """The stream relay's bearer token (`ensure_stream_token`)."""
 
     def choose_ports(self, service: Service, running: bool) -> None:
         """A running service keeps the ports stack.json records; a new one gets the options'."""
@@ -261,11 +304,13 @@ SERVICES: tuple[Service, ...] = (
     _http_server(MODEL_SERVER, "offline model server", "corral.modelserver", port="model_port",
                  url=lambda config: config.model_url, when=lambda plan: plan.offline),
     # The live-delta relay: model workers publish to it, `corral tail` subscribes (see corral/streaming).
+    # Only the holders of its token (in the state dir) may publish or subscribe.
     _http_server(STREAM_RELAY, "stream relay", "corral.streaming", port="stream_port",
-                 url=lambda config: config.stream_url),
-    # Anthropic's Managed Agents API over the stack (gateway/): stateless, previews live text from the relay.
+                 url=lambda config: config.stream_url, env=("stream",)),
+    # Anthropic's Managed Agents API over the stack (gateway/): stateless, previews live text from the relay; writes
+    # credentials to Vault with a login that cannot read them back (proxy/access.py).
     _http_server(GATEWAY, "Managed Agents API gateway", "gateway", port="api_port", url=lambda config: config.api_url,
-                 env=("temporal", "stream"), after=(TEMPORAL, STREAM_RELAY)),
+                 env=("temporal", "stream", "vault-writer"), after=(TEMPORAL, VAULT, STREAM_RELAY)),
     # The one process with Vault access, never part of the all-in-one; its git proxy is the sandboxes' origin.
     Service(PROXY_WORKER, "proxy worker", marker="workers.proxy", ready="stays up",
             command=lambda plan: _python("workers.proxy"),

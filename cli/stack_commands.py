@@ -80,18 +80,18 @@ def down_command(
     """
     import sys
 
-    from cli import up
+    from cli import down
     from cli.context import CliError, fail
 
     settings = settings_of(ctx)
     if purge and not yes:
-        listing = "\n".join(f"  - {line}" for line in up.purge_list(settings.paths))
+        listing = "\n".join(f"  - {line}" for line in down.purge_list(settings.paths))
         if not sys.stdin.isatty():
             fail(settings, CliError(f"--purge would remove:\n{listing}", hint="add --yes to confirm", exit_code=2))
         settings.out.print(f"corral down --purge removes, for good:\n{listing}")
         if not typer.confirm("Remove all of this?", default=False):
             fail(settings, CliError("nothing was stopped or removed", exit_code=1))
-    run(settings, up.bring_down(settings.out, settings.paths, remove_sandboxes=sandboxes, purge=purge))
+    run(settings, down.bring_down(settings.out, settings.paths, remove_sandboxes=sandboxes, purge=purge))
 
 
 @app.command("status", rich_help_panel=PANEL)

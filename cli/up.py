@@ -1,4 +1,4 @@
-"""`corral up` and `corral down`: bring the local stack up idempotently and down in reverse order, out loud.
+"""`corral up`: bring the local stack up idempotently, out loud (`down.py` takes it down in reverse order).
 
 The services and the mechanism are in `stack.py`; this module decides what to start (`Plan`), starts it in one
 loop with the environment each service may have, waits with a spinner saying what it waits for, and turns a
@@ -14,24 +14,29 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from cli import processes, stack
+from cli import ports, processes, stack
 from cli.context import CliError, describe_failure
 from cli.stack import Plan, Service, StackConfig, StatePaths, UpOptions
-from corral.names import ENV_BLOB_STORE, ENV_TEMPORAL_ADDRESS, ENV_TEMPORAL_NAMESPACE
+from corral.names import ENV_TEMPORAL_ADDRESS, ENV_TEMPORAL_NAMESPACE
 
 READY_TIMEOUT = {"temporal": 60.0, "http": 30.0}
 OFFLINE_API_KEY = "offline-stand-in"
 """A dummy key for the offline model server, which accepts any non-empty key; never a real secret."""
 MODEL_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN")
 VAULT_ENV = ("VAULT_ADDR", "VAULT_TOKEN", "BAO_ADDR", "BAO_TOKEN", "VAULT_ROLE_ID", "VAULT_SECRET_ID")
-"""Only the proxy worker gets these: it is the one process with Vault access."""
+"""Only the proxy worker gets these: it is the one process that reads credentials."""
+GATEWAY_VAULT_ENV = {
+    "CORRAL_GATEWAY_VAULT_ROLE_ID": "VAULT_ROLE_ID",
+    "CORRAL_GATEWAY_VAULT_SECRET_ID": "VAULT_SECRET_ID",
+    "CORRAL_GATEWAY_VAULT_TOKEN": "VAULT_TOKEN",
+}
+"""With a Vault of the user's, the gateway's write-only login (see proxy/access.py), under the names it reads."""
 WORKER_SETTLE_SECONDS = 2.0
 """Workers that cannot connect or lack configuration exit within this time; after it they are taken as up."""
 
@@ -173,17 +178,31 @@ def _plan(console: Console, paths: StatePaths, options: UpOptions, namespace: st
         workers = other
     new_workers = any(name not in running for name in workers)
     vault_env = {key: os.environ[key] for key in VAULT_ENV if key in os.environ}
-    return Plan(paths, options, namespace, previous, offline, workers, new_workers, vault_env)
+    plan = Plan(paths, options, namespace, previous, offline, workers, new_workers, vault_env)
+    plan.stream_token = stack.ensure_stream_token(paths)
+    stack.follow_with_stream_token(plan.stream_token)  # `corral demo` tails the stack it has just brought up
+    address = vault_env.get("VAULT_ADDR") or vault_env.get("BAO_ADDR")
+    gateway = {name: os.environ[key] for key, name in GATEWAY_VAULT_ENV.items() if os.environ.get(key)}
+    if address and gateway:
+        plan.gateway_vault_env = {"VAULT_ADDR": address, **gateway}
+    elif address:
+        _note(
+            console,
+            "the gateway gets no login to your Vault, so its vault routes answer 503: give it a write-only one "
+            "(CORRAL_GATEWAY_VAULT_ROLE_ID and CORRAL_GATEWAY_VAULT_SECRET_ID; see docs/operations.md)",
+        )
+    for port in (port for service in stack.SERVICES for port in service.ports):
+        warning = ports.ephemeral_warning(plan.port(port.name), port.option)
+        if warning is not None:
+            _note(console, warning)
+    return plan
 
 
 def _start(service: Service, plan: Plan) -> subprocess.Popen[bytes]:
     """Spawn `service` detached, once its ports are known to be free."""
     for port in service.ports:
         if processes.port_in_use(plan.port(port.name)):
-            raise CliError(
-                f"port {plan.port(port.name)} ({port.what}) is already in use by another program",
-                hint=f"stop that program, or choose another port with {port.option}",
-            )
+            raise ports.taken(plan.port(port.name), port.what, port.option)
     assert service.command is not None
     try:
         argv = service.command(plan)
@@ -194,12 +213,14 @@ def _start(service: Service, plan: Plan) -> subprocess.Popen[bytes]:
 
 def environment(service: Service, plan: Plan) -> dict[str, str]:
     """The user's environment without any model or Vault credential, plus what `service.env` grants: model
-    credentials reach only the model roles, Vault's address and token only the proxy worker.
+    credentials reach only the model roles, Vault's address and token only the proxy worker (the gateway gets its
+    own write-only login), the stream relay's token only the relay, its publishers and the gateway.
 
     Offline (`plan.model_url`), the model role talks to the stand-in with a dummy key; otherwise it gets the
     user's ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL as they are.
     """
-    env = {key: value for key, value in os.environ.items() if key not in MODEL_ENV and key not in VAULT_ENV}
+    withheld = {*MODEL_ENV, *VAULT_ENV, *GATEWAY_VAULT_ENV, stack.STREAM_TOKEN_ENV}
+    env = {key: value for key, value in os.environ.items() if key not in withheld}
     env["PYTHONUNBUFFERED"] = "1"
     if "temporal" in service.env:
         env |= {ENV_TEMPORAL_ADDRESS: plan.address, ENV_TEMPORAL_NAMESPACE: plan.namespace}
@@ -209,10 +230,14 @@ def environment(service: Service, plan: Plan) -> dict[str, str]:
         env |= {key: os.environ[key] for key in MODEL_ENV if key in os.environ}
     if "vault" in service.env:
         env |= plan.vault_env
+    if "vault-writer" in service.env:
+        env |= plan.gateway_vault_env
     if "sandbox" in service.env and plan.sandbox_image is not None:
         env["CORRAL_SANDBOX_IMAGE"] = plan.sandbox_image
     if "stream" in service.env:
         env["CORRAL_STREAM_URL"] = plan.stream_url
+        if plan.stream_token is not None:
+            env[stack.STREAM_TOKEN_ENV] = plan.stream_token
     if "git-proxy" in service.env:  # the proxy listens there, and sandboxes' origin points there
         env["CORRAL_GIT_PROXY_PORT"] = str(plan.port("git_proxy_port"))
     return env
@@ -251,7 +276,7 @@ async def _until_ready(console: Console, service: Service, plan: Plan, process: 
 
 async def _ensure_vault(console: Console, plan: Plan) -> tuple[int, bool] | None:
     """The state dir's OpenBao: reused if it answers, else started and unsealed (initialised on the first `up`).
-    Its address and token are for the proxy worker alone."""
+    Its root token is for the proxy worker alone; the gateway gets a login that cannot read a secret."""
     from proxy import ProxyError, ensure_local_vault
 
     running = processes.running_pid(plan.paths, stack.VAULT)
@@ -262,6 +287,10 @@ async def _ensure_vault(console: Console, plan: Plan) -> tuple[int, bool] | None
             raise CliError(f"Vault is not available: {exc}", hint="or set VAULT_ADDR and VAULT_TOKEN") from exc
     vault = local.vault
     plan.vault_env = {"VAULT_ADDR": vault.address, "VAULT_TOKEN": vault.root_token.get_secret_value()}
+    plan.gateway_vault_env = {
+        "VAULT_ADDR": vault.address, "VAULT_ROLE_ID": local.gateway.role_id,
+        "VAULT_SECRET_ID": local.gateway.secret_id.get_secret_value(), "CORRAL_VAULT_MOUNT": vault.mount,
+    }  # fmt: skip
     if local.arrival == "initialised":
         console.print(
             Text("✓ ", style="green")
@@ -341,136 +370,3 @@ def stack_panel(report: UpReport, paths: StatePaths) -> Panel:
             )
         )
     return Panel(Group(*parts), title="corral is up", title_align="left", border_style="green", expand=False)
-
-
-async def bring_down(
-    console: Console, paths: StatePaths, *, remove_sandboxes: bool = False, purge: bool = False
-) -> None:
-    """Stop every recorded process in reverse start order (workers first, Temporal last), and say what is kept.
-
-    With `purge` (which implies `remove_sandboxes`), the state dir goes too: sessions, vaults, logs, blobs.
-
-    With `remove_sandboxes`, every sandbox on the engine goes too, after the workers (so none makes a new one) and
-    before a `dockerd` this stack started (the engine must answer to remove them).
-    """
-    stopped = 0
-    sandboxes_done = False
-    remove_sandboxes |= purge
-    recorded = stack.read_stack(paths)
-    scope = recorded.sandbox_scope if recorded is not None else None
-    for name in reversed(processes.known_processes(paths)):
-        if name == stack.DOCKERD and not sandboxes_done:
-            await _sandboxes_at_down(console, scope, remove_sandboxes)
-            sandboxes_done = True
-        with console.status(f"stopping {name} …"):
-            pid, outcome = await asyncio.to_thread(processes.stop, paths, name)
-        if outcome == "stopped":
-            stopped += 1
-            console.print(Text("✓ ", style="green") + Text(f"{name} stopped (pid {pid})"))
-        elif outcome == "killed":
-            stopped += 1
-            console.print(Text("✓ ", style="yellow") + Text(f"{name} did not stop in time; killed (pid {pid})"))
-    if not sandboxes_done:
-        await _sandboxes_at_down(console, scope, remove_sandboxes)
-    if stopped:
-        console.print("corral stack stopped", style="green")
-    else:
-        console.print(f"nothing was running (state dir {paths.root})")
-    if purge:
-        await asyncio.to_thread(_purge_state, console, paths)
-        return
-    from proxy.localvault import local_vault_dir
-
-    kept = Text("kept: ", style="bold")
-    kept.append(f"sessions and their logs in {paths.database}, process logs in {paths.logs}")
-    if local_vault_dir(paths.root).is_dir():  # sealed once stopped; `corral up` unseals it
-        kept.append(f", vaults and credentials in {local_vault_dir(paths.root)} (sealed)")
-    blobs = os.environ.get(ENV_BLOB_STORE, "")
-    if blobs:  # set by the CLI: the state dir's, or the user's own store
-        kept.append(f", long sessions' earlier runs and large payloads in {blobs}")
-    console.print(kept)
-
-
-def purge_list(paths: StatePaths) -> list[str]:
-    """What `corral down --purge` removes, one line each, to show before asking."""
-    lines = [
-        f"the state dir {paths.root}: every session and its log, every vault and credential, logs and pid files",
-        "every sandbox of this stack: containers, workspace volumes, networks",
-    ]
-    blobs = os.environ.get(ENV_BLOB_STORE, "")
-    if blobs and not _inside(blobs, paths.root):
-        lines.append(f"(not the blob store at {blobs}: it is outside the state dir, so it is yours to remove)")
-    return lines
-
-
-def _purge_state(console: Console, paths: StatePaths) -> None:
-    import shutil
-
-    if not paths.root.exists():
-        console.print(f"nothing to remove: {paths.root} does not exist")
-        return
-    marks = (paths.stack_file, paths.database, paths.pids, paths.root / "openbao")
-    if not any(mark.exists() for mark in marks):  # a --state-dir typo must not take a home directory with it
-        raise CliError(
-            f"{paths.root} does not look like a corral state dir (no stack.json, temporal.db, pids/ or "
-            "openbao/ in it): nothing was removed",
-            exit_code=2,
-        )
-    shutil.rmtree(paths.root)
-    console.print(Text("✓ ", style="green") + Text(f"removed {paths.root}: sessions, vaults, logs and blobs in it"))
-    console.print("kept: the sandbox images on the Docker engine (a cache; `docker image rm` removes them)")
-
-
-def _inside(location: str, root: Path) -> bool:
-    if "://" in location:
-        return False
-    return Path(location).resolve().is_relative_to(root.resolve())
-
-
-async def _sandboxes_at_down(console: Console, scope: str | None, remove: bool) -> None:
-    """Remove this stack's sandboxes (`--sandboxes`), or say which ones stay.
-
-    Only the sandboxes of this stack's Temporal server (`scope`): other stacks and test runs may share the engine.
-    A stack recorded before scopes were, or an engine that does not answer, is skipped with a note.
-    """
-    from corral.sandbox import (
-        SandboxError,
-        connect_docker,
-        list_sandbox_resources,
-        remove_all_sandboxes,
-        remove_pool_members,
-    )
-
-    if scope is None:
-        if remove:
-            _note(console, "no stack is recorded here, so no sandbox is known to be this stack's; none removed")
-        return
-    client = await asyncio.to_thread(connect_docker)
-    if client is None:
-        if remove:
-            _note(console, "no Docker engine answers: no sandbox to remove")
-        return
-    try:
-        if remove:
-            with console.status("removing sandbox containers, workspace volumes and networks …"):
-                try:
-                    removed = await asyncio.to_thread(remove_all_sandboxes, client, scope)
-                except SandboxError as exc:
-                    raise CliError(f"could not remove every sandbox: {exc}") from None
-            console.print(Text("✓ ", style="green") + Text(f"removed {removed.describe()}"))
-            return
-        try:
-            pool = await asyncio.to_thread(remove_pool_members, client, scope)
-        except SandboxError as exc:
-            raise CliError(f"could not remove the warm pool: {exc}") from None
-        if not pool.empty:
-            console.print(
-                Text("✓ ", style="green") + Text(f"removed the warm pool's idle sandboxes: {pool.describe()}")
-            )
-        found = await asyncio.to_thread(list_sandbox_resources, client, scope)
-        if not found.empty:
-            note = Text(f"kept on the Docker engine: {found.describe()}; ", style="yellow")
-            note.append("`corral down --sandboxes` removes them", style="yellow")
-            console.print(note)
-    finally:
-        client.close()

@@ -99,6 +99,9 @@ ACTIVITY_PROXY_BIND_SESSION: Final = "proxy_bind_session"
 ACTIVITY_PROXY_RELEASE_SESSION: Final = "proxy_release_session"
 ACTIVITY_MCP_LIST_TOOLS: Final = "mcp_list_tools"
 ACTIVITY_MCP_CALL_TOOL: Final = "mcp_call_tool"
+ACTIVITY_PROXY_VALIDATE_CREDENTIAL: Final = "proxy_validate_credential"
+CREDENTIAL_VALIDATION_WORKFLOW: Final = "CredentialValidationWorkflow"
+"""Runs one validation of a credential on the proxy, which alone may read its secret (the gateway starts it)."""
 
 # Search attributes registered on the namespace so sessions can be listed by status and model.
 SEARCH_ATTRIBUTE_STATUS: Final = "CorralStatus"

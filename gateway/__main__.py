@@ -1,8 +1,9 @@
 """Console entry point `corral-gateway`: serve the Managed Agents HTTP API on corral (default 127.0.0.1:8780).
 
-Vaults and credentials (`/v1/vaults`) need Vault, found as the proxy worker finds it, in the environment:
-`VAULT_ADDR` and `VAULT_TOKEN` (or AppRole: `VAULT_ROLE_ID` + `VAULT_SECRET_ID`), `CORRAL_VAULT_MOUNT`. Without
-them those routes answer 503 and everything else works. No flag takes a Vault token: arguments show in `ps`.
+Vaults and credentials (`/v1/vaults`) need Vault, in the environment: `VAULT_ADDR` and an AppRole (`VAULT_ROLE_ID`
++ `VAULT_SECRET_ID`) or `VAULT_TOKEN`, `CORRAL_VAULT_MOUNT`. Give it a login that writes credentials and cannot read
+them (`proxy/access.py`; `corral up` does), never the proxy's. Without one those routes answer 503 and everything
+else works. No flag takes a Vault token: arguments show in `ps`.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="corral-gateway",
         description="Anthropic's Managed Agents API on corral: point an `anthropic` client's base_url here.",
-        epilog="Vaults need VAULT_ADDR and VAULT_TOKEN (or VAULT_ROLE_ID and VAULT_SECRET_ID) in the environment.",
+        epilog="Vaults need VAULT_ADDR and VAULT_ROLE_ID and VAULT_SECRET_ID (or VAULT_TOKEN) in the environment: "
+        "a write-only login (python -m proxy.access prints its policy).",
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
@@ -82,7 +84,7 @@ async def serve(args: argparse.Namespace) -> None:
     log.info("corral gateway at http://%s:%d", args.host, args.port)
     login = VaultLogin.from_environment()
     if login is None:
-        log.warning("no Vault configured (VAULT_ADDR, VAULT_TOKEN): /v1/vaults answers 503")
+        log.warning("no Vault configured (VAULT_ADDR, VAULT_ROLE_ID and VAULT_SECRET_ID): /v1/vaults answers 503")
     else:
         log.info("vaults in Vault at %s, mount %s", login.address, login.mount)
     await uvicorn.Server(config).serve()

@@ -1,77 +1,51 @@
-"""The gateway's way into Vault, and the store operations the API needs beyond the CLI's.
+"""The gateway's way into Vault: a login that writes credentials and cannot read one back (`proxy.access`).
 
-The gateway logs in the way the proxy worker does (workers/proxy.py), from its environment: `VAULT_ADDR` (or
-`BAO_ADDR`) and `VAULT_TOKEN` (or `BAO_TOKEN`), or AppRole with `VAULT_ROLE_ID` + `VAULT_SECRET_ID`;
-`CORRAL_VAULT_MOUNT` names the KV v2 mount. It logs in on first use, so a gateway starts (and serves everything
-but vaults and repository tokens) while Vault is down or not configured; those routes answer 503 meanwhile.
+The gateway logs in from its environment: `VAULT_ADDR` (or `BAO_ADDR`) and an AppRole (`VAULT_ROLE_ID` +
+`VAULT_SECRET_ID`, what `corral up` gives it) or `VAULT_TOKEN` (or `BAO_TOKEN`); `CORRAL_VAULT_MOUNT` names the KV
+v2 mount, which the proxy worker makes (the gateway's policy does not let it read the mount table). It logs in on
+first use, so a gateway starts (and serves everything but vaults and repository tokens) while Vault is down or
+not configured; those routes answer 503 meanwhile.
 
-The gateway opens an MCP connection for one thing only, a credential validation: through the proxy's own
-`McpProxy` over this store, so it refreshes a token and writes it back exactly as a proxy worker does.
+A credential validation needs the secret, so the proxy worker runs it (`validate_in_proxy`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+import uuid
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, TypeVar
 
+from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import ActivityError, ApplicationError
+
+from corral.contract.proxy import (
+    CREDENTIAL_NOT_FOUND,
+    VAULT_NOT_FOUND,
+    ValidateCredentialInput,
+    ValidateCredentialResult,
+)
+from corral.names import CREDENTIAL_VALIDATION_WORKFLOW
+from corral.records import Records
 from gateway.errors import ApiError, invalid
 from proxy import (
-    Credential,
     CredentialConflict,
     CredentialInvalid,
     CredentialNotFound,
-    McpProxy,
+    CredentialValidation,
     ProxyError,
-    Vault,
     VaultArchived,
     VaultNotFound,
     VaultStore,
     VaultUnavailable,
     log_in,
 )
-from proxy._ids import now
-from proxy._kv import CasMismatch
 
 T = TypeVar("T")
-
-PROBE_TIMEOUT = 20.0
-"""Seconds a validation waits for one MCP answer (10 to connect): long enough for a slow server, short enough
-that the SDK's request (600 s by default) never waits on a server that hangs."""
-
-
-class GatewayVaultStore(VaultStore):
-    """`VaultStore` plus what the API needs and the CLI does not: a vault under an id chosen elsewhere (the
-    record's), and labels (display name, metadata) that change without touching a secret."""
-
-    def open_vault(self, vault_id: str, display_name: str, metadata: dict[str, str]) -> Vault:
-        """The proxy's vault for a new record: the same document `create_vault` writes, under `vault_id`."""
-        moment = now()
-        vault = Vault(id=vault_id, display_name=display_name, metadata=metadata, created_at=moment, updated_at=moment)
-        self._kv.write(f"vaults/{vault_id}", vault.model_dump(mode="json"), cas=0)
-        return vault
-
-    def relabel_vault(self, vault_id: str, display_name: str, metadata: dict[str, str]) -> None:
-        vault, version = self._require_vault(vault_id)
-        changed = vault.model_copy(update={"display_name": display_name, "metadata": metadata, "updated_at": now()})
-        self._kv.write(f"vaults/{vault_id}", changed.model_dump(mode="json"), cas=version)
-
-    def relabel_credential(
-        self, vault_id: str, credential_id: str, display_name: str | None, metadata: dict[str, str]
-    ) -> Credential:
-        """Change a credential's display name and metadata; its secret part is carried over untouched."""
-        for _ in range(3):
-            document, version = self._require_credential(vault_id, credential_id)
-            updated = {**document, "display_name": display_name, "metadata": metadata, "updated_at": now().isoformat()}
-            try:
-                self._kv.write(f"credentials/{vault_id}/{credential_id}", updated, cas=version)
-            except CasMismatch:
-                continue  # refreshed by the proxy meanwhile: apply the labels to the new version
-            return self.get_credential(vault_id, credential_id)
-        raise CredentialConflict(f"credential {credential_id} is changing: try again")
 
 
 @dataclass(frozen=True)
@@ -105,11 +79,10 @@ class VaultAccess:
 
     def __init__(self, login: VaultLogin | None) -> None:
         self.login = login
-        self._store: GatewayVaultStore | None = None
-        self._mcp: McpProxy | None = None
+        self._store: VaultStore | None = None
         self._lock = asyncio.Lock()
 
-    async def store(self) -> GatewayVaultStore:
+    async def store(self) -> VaultStore:
         if self._store is not None:
             return self._store
         if self.login is None:
@@ -120,21 +93,13 @@ class VaultAccess:
                 self._store = await asyncio.to_thread(_log_in, self.login)
         return self._store
 
-    async def mcp(self) -> McpProxy:
-        """The proxy's MCP client over this store, one per process, so that two validations of a credential
-        refresh it once (its refresh lock is per process, as in a proxy worker)."""
-        store = await self.store()
-        if self._mcp is None:
-            self._mcp = McpProxy(store, timeout=PROBE_TIMEOUT, connect_timeout=10.0)
-        return self._mcp
 
-
-def _log_in(login: VaultLogin) -> GatewayVaultStore:
+def _log_in(login: VaultLogin) -> VaultStore:
     try:
-        client = log_in(login.address, login.mount, login.token, login.role_id, login.secret_id)
+        client = log_in(login.address, login.mount, login.token, login.role_id, login.secret_id, prepare_mount=False)
     except ProxyError as exc:
         raise ApiError(503, f"vaults are not available: {exc}") from exc
-    return GatewayVaultStore(client, login.mount)
+    return VaultStore(client, login.mount)
 
 
 ACCESS = VaultAccess(VaultLogin.from_environment())
@@ -147,10 +112,25 @@ async def in_vault(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.to_thread(call, *args, **kwargs)
 
 
-async def in_proxy(call: Awaitable[T]) -> T:
-    """Await a proxy coroutine (which reads the store on its own), its refusals as API errors."""
-    with store_errors():
-        return await call
+async def validate_in_proxy(records: Records, vault_id: str, credential_id: str) -> CredentialValidation:
+    """A live validation of a credential, run by the proxy worker (`CredentialValidationWorkflow` on the harness
+    queue, its activity on the proxy's): ids go, a verdict scrubbed of secrets comes back."""
+    try:
+        result = await records.client.execute_workflow(
+            CREDENTIAL_VALIDATION_WORKFLOW, ValidateCredentialInput(vault_id=vault_id, credential_id=credential_id),
+            id=f"validate-{credential_id}-{uuid.uuid4().hex[:12]}", task_queue=records.task_queue,
+            result_type=ValidateCredentialResult, execution_timeout=timedelta(minutes=3),
+        )  # fmt: skip
+    except WorkflowFailureError as exc:
+        cause = exc.cause.cause if isinstance(exc.cause, ActivityError) else exc.cause
+        kind = cause.type if isinstance(cause, ApplicationError) else None
+        message = cause.message if isinstance(cause, ApplicationError) else "the validation did not finish"
+        if kind == VAULT_NOT_FOUND:
+            raise ApiError(404, message, error_code="vault_not_found") from exc
+        if kind == CREDENTIAL_NOT_FOUND:
+            raise ApiError(404, message, error_code="credential_not_found") from exc
+        raise ApiError(503, f"the proxy could not validate credential {credential_id}: {message}") from exc
+    return CredentialValidation.model_validate(result.validation)
 
 
 @contextmanager

@@ -6,10 +6,11 @@ credentials. The proxy binds a session to the ids in its `SessionInput.vault_ids
 `vault_ids=[<this id>]` makes its MCP calls with this vault's credentials.
 
 Secrets are write-only: a request's secret goes to Vault through `VaultStore` (the code path `corral vault
-add-credential` uses) and nowhere else: not into a record, a workflow's history, a log line or a response. A
-credential's metadata is read back from Vault, never cached here, and no endpoint reads its secret back to show or
-to merge (so a rotation gives the secret whole). The one that uses it, `mcp_oauth_validate`, has the proxy's
-`McpProxy` probe the credential's server with it, and answers what the probe found, scrubbed of every secret.
+add-credential` uses) and nowhere else: not into a record, a workflow's history, a log line or a response. The
+gateway's Vault login cannot read a secret back (`proxy.access`): a credential's metadata is read back from Vault,
+never cached here, and no endpoint reads its secret to show or to merge (so a rotation gives the secret whole).
+The one that uses it, `mcp_oauth_validate`, has the proxy worker probe the credential's server with it (a
+`CredentialValidationWorkflow`), and answers what the probe found, scrubbed of every secret.
 Credentials that would put a secret inside the sandbox (`environment_variable`) are refused: in corral,
 credentials never reach the sandbox. Without Vault (see `gateway.vault_access`) these routes answer 503 and the
 rest of the gateway works.
@@ -32,7 +33,7 @@ from gateway.http import Authed, body, flag, whole
 from gateway.owned import id_of, own_record, record_prefix
 from gateway.repositories import repository_routes
 from gateway.shapes import check_metadata, patch_metadata, problem, when
-from gateway.vault_access import ACCESS, VaultAccess, in_proxy, in_vault
+from gateway.vault_access import ACCESS, VaultAccess, in_vault, validate_in_proxy
 from proxy import Credential, CredentialParams, CredentialValidation
 
 T = TypeVar("T")
@@ -283,9 +284,9 @@ class Vaults:
         return JSONResponse({"id": credential_id, "type": "vault_credential_deleted"})
 
     async def validate_credential(self, request: Request, workspace: str) -> Response:
-        """A live probe of an `mcp_oauth` credential against its server (see `McpProxy.validate_credential`);
-        always a 200 with the verdict, whatever the server answered. The probe may refresh the token and store
-        the new one, as a session's call would."""
+        """A live probe of an `mcp_oauth` credential against its server (see `McpProxy.validate_credential`), run
+        by the proxy (the gateway may not read the secret it needs); always a 200 with the verdict, whatever the
+        server answered. The probe may refresh the token and store the new one, as a session's call would."""
         vault_id, credential_id = await self.own_credential(request, workspace)
         store = await self.access.store()
         current = await in_vault(store.get_credential, vault_id, credential_id)
@@ -295,8 +296,7 @@ class Vaults:
         if current.archived_at is not None:
             raise invalid(f"credential {credential_id} is archived: its tokens were destroyed, there is nothing "
                           "to validate")  # fmt: skip
-        mcp = await self.access.mcp()
-        return JSONResponse(validation_view(await in_proxy(mcp.validate_credential(vault_id, credential_id))))
+        return JSONResponse(validation_view(await validate_in_proxy(self.records, vault_id, credential_id)))
 
     async def list_credentials(self, request: Request, workspace: str) -> Response:
         vault_id = request.path_params["id"]

@@ -23,9 +23,9 @@ from urllib.parse import quote, urlsplit
 import httpx
 from pydantic import SecretStr
 
+from proxy._credentials import ResolvedMcpCredential
 from proxy._ids import now
 from proxy.errors import McpConnectionFailed, McpError, McpTokenRefreshFailed
-from proxy.vault import ResolvedMcpCredential
 
 _ERROR_CODE = re.compile(r"^[a-z_]{1,64}$")
 

@@ -144,11 +144,18 @@ def start_dev_vault(
 
 
 def log_in(
-    address: str, mount: str, token: str | None = None, role_id: str | None = None, secret_id: str | None = None
+    address: str,
+    mount: str,
+    token: str | None = None,
+    role_id: str | None = None,
+    secret_id: str | None = None,
+    *,
+    prepare_mount: bool = True,
 ) -> hvac.Client:
     """An authenticated client of the Vault at `address` (a token, else an AppRole), its KV v2 `mount` made if
-    missing: how every process that keeps credentials logs in. VaultUnavailable when Vault does not answer or
-    rejects the login; the message names the error's type, never a credential."""
+    missing (unless `prepare_mount` is False: the gateway's write-only login may not read the mount table): how
+    every process that keeps credentials logs in. VaultUnavailable when Vault does not answer or rejects the
+    login; the message names the error's type, never a credential."""
     if token is not None:
         client = hvac.Client(url=address)
         client.token = token
@@ -162,6 +169,8 @@ def log_in(
         raise VaultUnavailable(f"cannot log in to Vault at {address} ({type(exc).__name__})") from exc
     if not authenticated:
         raise VaultUnavailable(f"Vault at {address} rejected this process's credentials")
+    if not prepare_mount:
+        return client
     try:
         ensure_kv_v2_mount(client, mount)
     except ProxyError as exc:

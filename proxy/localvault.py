@@ -7,6 +7,8 @@ Unlike the in-memory dev server (`devvault.py`, for tests), everything a user pu
 - `init.json` (mode 0600): the unseal key and root token from the one-time initialisation. Whoever reads it reads
   every credential: it is kept for this user alone, like an SSH key. Production uses a real Vault or OpenBao with
   auto-unseal (a cloud KMS or an HSM) instead, and never stores an unseal key beside the data;
+- `gateway.json` (mode 0600): the gateway's AppRole login (`proxy.access`): it writes credentials and cannot read
+  one back; `corral up` gives the gateway this, never the root token;
 - `config.hcl`, written at each start (the address may change); `server.json`: the running server's address and
   pid; `server.log`: its log, which holds neither the key nor the token (the server prints no banner in this mode).
 
@@ -30,12 +32,15 @@ from typing import Literal, TypeVar
 import httpx
 from pydantic import BaseModel, SecretStr
 
+from proxy.access import AppRoleLogin, ensure_gateway_role
 from proxy.devvault import DEFAULT_MOUNT, DevVault, ensure_kv_v2_mount, find_bao_binary, free_port_pair
 from proxy.errors import DevVaultError
+from proxy.vault import VaultStore
 
 LOCAL_DIR = "openbao"
 _INIT = "init.json"
 _SERVER = "server.json"
+_GATEWAY = "gateway.json"
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -48,6 +53,11 @@ class _InitMaterial(BaseModel):
     root_token: SecretStr
 
 
+class _GatewayLogin(BaseModel):
+    role_id: str
+    secret_id: SecretStr
+
+
 class _ServerRecord(BaseModel):
     address: str
     pid: int
@@ -55,11 +65,12 @@ class _ServerRecord(BaseModel):
 
 @dataclass(frozen=True)
 class LocalVault:
-    """The running local OpenBao (`vault`), and how it was found (`arrival`)."""
+    """The running local OpenBao (`vault`), how it was found (`arrival`), and the gateway's write-only login."""
 
     vault: DevVault
     arrival: Arrival
     directory: Path
+    gateway: AppRoleLogin
 
 
 def local_vault_dir(state_dir: Path) -> Path:
@@ -80,11 +91,27 @@ def ensure_local_vault(state_dir: Path, *, mount: str = DEFAULT_MOUNT, startup_t
     assert record is not None
     try:
         vault, arrival = _make_ready(directory, record, mount, startup_timeout)
+        gateway = _gateway_login(directory, vault)
     except BaseException:
         if started:
             stop_local_vault(state_dir)
         raise
-    return LocalVault(vault=vault, arrival=arrival, directory=directory)
+    return LocalVault(vault=vault, arrival=arrival, directory=directory, gateway=gateway)
+
+
+def _gateway_login(directory: Path, vault: DevVault) -> AppRoleLogin:
+    """The gateway's AppRole (made or kept), and no secret left where its policy lets it read (credentials written
+    before secrets had their own path keep them inline: they are moved first)."""
+    client = vault.client()
+    VaultStore(client, vault.mount).move_inline_secrets()
+    kept = _read_model(directory / _GATEWAY, _GatewayLogin)
+    login = ensure_gateway_role(
+        client, vault.mount, AppRoleLogin(kept.role_id, kept.secret_id) if kept is not None else None
+    )
+    if kept is None or (kept.role_id, kept.secret_id) != (login.role_id, login.secret_id):
+        record = {"role_id": login.role_id, "secret_id": login.secret_id.get_secret_value()}
+        _write_private(directory / _GATEWAY, json.dumps(record))
+    return login
 
 
 def _make_ready(directory: Path, record: _ServerRecord, mount: str, timeout: float) -> tuple[DevVault, Arrival]:

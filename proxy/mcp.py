@@ -45,6 +45,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import SecretStr, ValidationError
 
+from proxy._credentials import ResolvedMcpCredential, _resolved
 from proxy._ids import now
 from proxy._kv import CasMismatch
 from proxy._oauth import TokenEndpointRefusal, exchange_refresh_token
@@ -58,7 +59,7 @@ from proxy.validation import (
     ValidationStatus,
     captured_response,
 )
-from proxy.vault import ResolvedMcpCredential, VaultStore, _resolved
+from proxy.vault import VaultStore
 
 logger = logging.getLogger(__name__)
 
@@ -270,11 +271,14 @@ class McpProxy:
 
     def _stored_credential(self, vault_id: str, credential_id: str) -> ResolvedMcpCredential | None:
         """The credential with its secrets, or None when it has no token to try (archived: its secret is gone)."""
-        document, version = self.store._require_credential(vault_id, credential_id)
-        secret = document.get("secret")
-        kind = document.get("auth", {}).get("type")
-        token_field = "token" if kind == "static_bearer" else "access_token"
-        if document.get("archived_at") is not None or not isinstance(secret, dict) or not secret.get(token_field):
+        self.store._require_credential(vault_id, credential_id)  # VaultNotFound / CredentialNotFound
+        found = self.store._with_secret(vault_id, credential_id)
+        if found is None:
+            return None
+        document, version = found
+        secret = document["secret"]
+        token_field = "token" if document.get("auth", {}).get("type") == "static_bearer" else "access_token"
+        if not isinstance(secret, dict) or not secret.get(token_field):
             return None
         return _resolved(document, version)
 

@@ -13,35 +13,33 @@ processes adding at once cannot both win.
 KV layout under the mount (all JSON documents)::
 
     vaults/<vlt_id>                           the vault record
-    credentials/<vlt_id>/<vcrd_id>            a credential: public part + secret part (dropped on archive)
+    credentials/<vlt_id>/<vcrd_id>            a credential's public part: what the API shows
+    secrets/<vlt_id>/<vcrd_id>                its secret part (destroyed on archive)
     server_urls/<vlt_id>/<sha256(url)>        the claim: which credential serves that URL in that vault
     bindings/… , sessions/…                   session bindings and git tokens (see `proxy.sessions`)
+
+The secret part has its own path so that a Vault policy can let a writer (the gateway) create and replace it,
+and read everything else, without ever reading it back (`proxy.policy`). A credential written before the split
+kept its secret inside its public document: the proxy still reads it there, and `move_inline_secrets` moves it.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 import hvac
-from pydantic import SecretStr, TypeAdapter
+from pydantic import SecretStr
 
 from corral.names import CREDENTIAL_ID_PREFIX, VAULT_ID_PREFIX
+from proxy._credentials import ResolvedMcpCredential, _public, _public_part, _resolved, _secret_part
 from proxy._ids import is_id, new_id, normalize_server_url, now, stamp, unstamp, url_key
 from proxy._kv import CasMismatch, KvStore
 from proxy.errors import CredentialConflict, CredentialInvalid, CredentialNotFound, VaultArchived, VaultNotFound
 from proxy.models import (
     Credential,
     CredentialParams,
-    McpOAuthAuth,
-    McpOAuthParams,
-    McpOAuthRefreshInfo,
-    StaticBearerAuth,
-    StaticBearerParams,
-    TokenEndpointAuthInfo,
-    TokenEndpointAuthType,
     Vault,
 )
 from proxy.sessions import SessionScope
@@ -49,58 +47,6 @@ from proxy.sessions import SessionScope
 VAULT_PREFIX = VAULT_ID_PREFIX
 CREDENTIAL_PREFIX = CREDENTIAL_ID_PREFIX
 _STALE_CLAIM = timedelta(minutes=1)
-_AUTH = TypeAdapter[McpOAuthAuth | StaticBearerAuth](McpOAuthAuth | StaticBearerAuth)
-
-
-@dataclass(frozen=True)
-class ResolvedMcpCredential:
-    """INTERNAL: a credential with its secrets, for the proxy's own outbound calls. Never return it to a caller
-    outside `proxy`, never log it (its secret fields are `SecretStr`, so its repr is safe)."""
-
-    vault_id: str
-    credential_id: str
-    kind: str
-    mcp_server_url: str
-    token: SecretStr
-    expires_at: datetime | None
-    version: int
-    token_endpoint: str | None = None
-    client_id: str | None = None
-    refresh_token: SecretStr | None = None
-    token_endpoint_auth: TokenEndpointAuthType = "none"
-    client_secret: SecretStr | None = None
-    resource: str | None = None
-    scope: str | None = None
-
-    @property
-    def refreshable(self) -> bool:
-        return self.refresh_token is not None and self.token_endpoint is not None and self.client_id is not None
-
-
-def _secret_part(params: McpOAuthParams | StaticBearerParams) -> dict[str, str]:
-    if isinstance(params, StaticBearerParams):
-        return {"token": params.token.get_secret_value()}
-    secret = {"access_token": params.access_token.get_secret_value()}
-    if params.refresh is not None:
-        secret["refresh_token"] = params.refresh.refresh_token.get_secret_value()
-        if params.refresh.token_endpoint_auth.type != "none":
-            secret["client_secret"] = params.refresh.token_endpoint_auth.client_secret.get_secret_value()
-    return secret
-
-
-def _public_part(params: McpOAuthParams | StaticBearerParams) -> McpOAuthAuth | StaticBearerAuth:
-    if isinstance(params, StaticBearerParams):
-        return StaticBearerAuth(mcp_server_url=params.mcp_server_url)
-    refresh = None
-    if params.refresh is not None:
-        refresh = McpOAuthRefreshInfo(
-            token_endpoint=params.refresh.token_endpoint,
-            client_id=params.refresh.client_id,
-            token_endpoint_auth=TokenEndpointAuthInfo(type=params.refresh.token_endpoint_auth.type),
-            resource=params.refresh.resource,
-            scope=params.refresh.scope,
-        )
-    return McpOAuthAuth(mcp_server_url=params.mcp_server_url, expires_at=params.expires_at, refresh=refresh)
 
 
 class VaultStore(SessionScope):
@@ -118,16 +64,23 @@ class VaultStore(SessionScope):
         """Create an empty vault; its id (`vlt_…`) is what sessions name in `vault_ids`."""
         if not 1 <= len(display_name) <= 255:
             raise ValueError("display_name must be 1-255 characters")
+        return self.open_vault(new_id(VAULT_PREFIX), display_name, metadata or {})
+
+    def open_vault(self, vault_id: str, display_name: str, metadata: dict[str, str]) -> Vault:
+        """Create an empty vault under an id chosen elsewhere (the gateway's record's)."""
+        if not is_id(vault_id, VAULT_PREFIX):
+            raise ValueError(f"vault ids are {VAULT_PREFIX} and letters and digits: got {vault_id!r}")
         moment = now()
-        vault = Vault(
-            id=new_id(VAULT_PREFIX),
-            display_name=display_name,
-            metadata=metadata or {},
-            created_at=moment,
-            updated_at=moment,
-        )
-        self._kv.write(f"vaults/{vault.id}", vault.model_dump(mode="json"), cas=0)
+        vault = Vault(id=vault_id, display_name=display_name, metadata=metadata, created_at=moment, updated_at=moment)
+        self._kv.write(f"vaults/{vault_id}", vault.model_dump(mode="json"), cas=0)
         return vault
+
+    def relabel_vault(self, vault_id: str, display_name: str, metadata: dict[str, str]) -> Vault:
+        """Change a vault's display name and metadata."""
+        vault, version = self._require_vault(vault_id)
+        changed = vault.model_copy(update={"display_name": display_name, "metadata": metadata, "updated_at": now()})
+        self._kv.write(f"vaults/{vault_id}", changed.model_dump(mode="json"), cas=version)
+        return changed
 
     def get_vault(self, vault_id: str) -> Vault:
         found = self._read_vault(vault_id)
@@ -156,6 +109,8 @@ class VaultStore(SessionScope):
         """Delete a vault and destroy every credential in it (all stored versions). Idempotent."""
         if self._read_vault(vault_id) is None:
             return
+        for credential_id in self._kv.list(f"secrets/{vault_id}/"):
+            self._kv.delete(f"secrets/{vault_id}/{credential_id}")
         for credential_id in self._kv.list(f"credentials/{vault_id}/"):
             self._kv.delete(f"credentials/{vault_id}/{credential_id}")
         for key in self._kv.list(f"server_urls/{vault_id}/"):
@@ -201,8 +156,8 @@ class VaultStore(SessionScope):
             updated_at=moment,
         )
         self._claim_url(vault_id, params.mcp_server_url, credential.id)
-        document = {**credential.model_dump(mode="json"), "secret": _secret_part(params)}
-        self._kv.write(f"credentials/{vault_id}/{credential.id}", document, cas=0)
+        self._kv.write(f"secrets/{vault_id}/{credential.id}", _secret_part(params))
+        self._kv.write(f"credentials/{vault_id}/{credential.id}", credential.model_dump(mode="json"), cas=0)
         return credential
 
     def get_credential(self, vault_id: str, credential_id: str) -> Credential:
@@ -235,9 +190,24 @@ class VaultStore(SessionScope):
                 f"credential {credential_id} serves {current.mcp_server_url}; its URL cannot change"
             )
         rotated = current.model_copy(update={"auth": _public_part(params), "updated_at": now()})
-        updated = {**rotated.model_dump(mode="json"), "secret": _secret_part(params)}
-        self._kv.write(f"credentials/{vault_id}/{credential_id}", updated, cas=version)
+        # The public part first, check-and-set: of a rotation and a proxy's refresh, one wins, and only then writes.
+        self._kv.write(f"credentials/{vault_id}/{credential_id}", rotated.model_dump(mode="json"), cas=version)
+        self._kv.write(f"secrets/{vault_id}/{credential_id}", _secret_part(params))
         return rotated
+
+    def relabel_credential(
+        self, vault_id: str, credential_id: str, display_name: str | None, metadata: dict[str, str]
+    ) -> Credential:
+        """Change a credential's display name and metadata; its secret is not touched (nor read)."""
+        for _ in range(3):
+            document, version = self._require_credential(vault_id, credential_id)
+            updated = {**document, "display_name": display_name, "metadata": metadata, "updated_at": stamp(now())}
+            try:
+                self._kv.write(f"credentials/{vault_id}/{credential_id}", updated, cas=version)
+            except CasMismatch:
+                continue  # refreshed by the proxy meanwhile: apply the labels to the new version
+            return _public(updated)
+        raise CredentialConflict(f"credential {credential_id} is changing: try again")
 
     def archive_credential(self, vault_id: str, credential_id: str) -> Credential:
         """Archive a credential: its secret is destroyed, its metadata kept, and its server URL freed. Idempotent."""
@@ -246,7 +216,9 @@ class VaultStore(SessionScope):
             return _public(document)
         moment = now()
         archived = _public(document).model_copy(update={"archived_at": moment, "updated_at": moment})
-        # Delete-then-write leaves no older version holding the secret, whatever the mount's max_versions.
+        self._kv.delete(f"secrets/{vault_id}/{credential_id}")
+        # Delete-then-write leaves no older version (one written before the split held the secret), whatever the
+        # mount's max_versions.
         self._kv.delete(f"credentials/{vault_id}/{credential_id}")
         self._kv.write(f"credentials/{vault_id}/{credential_id}", archived.model_dump(mode="json"))
         self._release_url(vault_id, archived.mcp_server_url, credential_id)
@@ -258,6 +230,7 @@ class VaultStore(SessionScope):
         found = self._read_credential(vault_id, credential_id)
         if found is None:
             return
+        self._kv.delete(f"secrets/{vault_id}/{credential_id}")
         self._kv.delete(f"credentials/{vault_id}/{credential_id}")
         self._release_url(vault_id, found[0]["auth"]["mcp_server_url"], credential_id)
 
@@ -325,17 +298,45 @@ class VaultStore(SessionScope):
             claim = self._kv.read(f"server_urls/{vault_id}/{url_key(mcp_server_url)}")
             if claim is None or claim[0].get("credential_id") is None:
                 continue
-            found = self._read_credential(vault_id, claim[0]["credential_id"])
-            if found is not None and found[0].get("archived_at") is None and "secret" in found[0]:
-                return _resolved(found[0], found[1])
+            found = self._with_secret(vault_id, claim[0]["credential_id"])
+            if found is not None:
+                return _resolved(*found)
         return None
 
     def _reread_mcp_credential(self, resolved: ResolvedMcpCredential) -> ResolvedMcpCredential | None:
         """INTERNAL: the current state of a credential resolved earlier (another process may have refreshed it)."""
-        found = self._read_credential(resolved.vault_id, resolved.credential_id)
-        if found is None or found[0].get("archived_at") is not None or "secret" not in found[0]:
+        found = self._with_secret(resolved.vault_id, resolved.credential_id)
+        return None if found is None else _resolved(*found)
+
+    def _with_secret(self, vault_id: str, credential_id: str) -> tuple[dict[str, Any], int] | None:
+        """INTERNAL: an active credential's document with its secret part under "secret", and the public part's
+        version; None when it is missing, archived or has no secret."""
+        found = self._read_credential(vault_id, credential_id)
+        if found is None or found[0].get("archived_at") is not None:
             return None
-        return _resolved(found[0], found[1])
+        document, version = found
+        if "secret" in document:  # written before the split (see `move_inline_secrets`)
+            return document, version
+        secret = self._kv.read(f"secrets/{vault_id}/{credential_id}")
+        return None if secret is None else ({**document, "secret": secret[0]}, version)
+
+    def move_inline_secrets(self) -> int:
+        """Move the secrets that credentials written before the split keep inside their public document to their
+        own path, so that a write-only login never reads one; the number moved. Idempotent; needs full access."""
+        moved = 0
+        for vault_id in [key for key in self._kv.list("vaults/") if not key.endswith("/")]:
+            for credential_id in self._kv.list(f"credentials/{vault_id}/"):
+                found = self._read_credential(vault_id, credential_id)
+                if found is None or "secret" not in found[0]:
+                    continue
+                document = dict(found[0])
+                self._kv.write(f"secrets/{vault_id}/{credential_id}", document.pop("secret"))
+                try:
+                    self._kv.write(f"credentials/{vault_id}/{credential_id}", document, cas=found[1])
+                except CasMismatch:
+                    continue  # changed meanwhile (a refresh wrote the secret inline): the next run moves it
+                moved += 1
+        return moved
 
     def _store_refreshed_token(
         self,
@@ -346,50 +347,17 @@ class VaultStore(SessionScope):
     ) -> ResolvedMcpCredential:
         """INTERNAL: write a refreshed access token (and a rotated refresh token, if the endpoint sent one) back,
         check-and-set against the version that was refreshed. Raises `CasMismatch` if another writer won."""
-        found = self._read_credential(resolved.vault_id, resolved.credential_id)
+        found = self._with_secret(resolved.vault_id, resolved.credential_id)
         if found is None or found[1] != resolved.version:
             raise CasMismatch(resolved.credential_id)
         document = dict(found[0])
         auth = dict(document["auth"], expires_at=stamp(expires_at))
-        secret = dict(document["secret"], access_token=access_token.get_secret_value())
+        secret = dict(document.pop("secret"), access_token=access_token.get_secret_value())
         if refresh_token is not None:
             secret["refresh_token"] = refresh_token.get_secret_value()
-        document.update(auth=auth, secret=secret, updated_at=stamp(now()))
-        version = self._kv.write(f"credentials/{resolved.vault_id}/{resolved.credential_id}", document, cas=found[1])
-        return _resolved(document, version)
-
-
-def _public(document: dict[str, Any]) -> Credential:
-    return Credential.model_validate({key: value for key, value in document.items() if key != "secret"})
-
-
-def _resolved(document: dict[str, Any], version: int) -> ResolvedMcpCredential:
-    auth = _AUTH.validate_python(document["auth"])
-    secret = document["secret"]
-    if isinstance(auth, StaticBearerAuth):
-        return ResolvedMcpCredential(
-            vault_id=document["vault_id"],
-            credential_id=document["id"],
-            kind=auth.type,
-            mcp_server_url=auth.mcp_server_url,
-            token=SecretStr(secret["token"]),
-            expires_at=None,
-            version=version,
-        )
-    refresh = auth.refresh
-    return ResolvedMcpCredential(
-        vault_id=document["vault_id"],
-        credential_id=document["id"],
-        kind=auth.type,
-        mcp_server_url=auth.mcp_server_url,
-        token=SecretStr(secret["access_token"]),
-        expires_at=unstamp(document["auth"].get("expires_at")),
-        version=version,
-        token_endpoint=refresh.token_endpoint if refresh else None,
-        client_id=refresh.client_id if refresh else None,
-        refresh_token=SecretStr(secret["refresh_token"]) if "refresh_token" in secret else None,
-        token_endpoint_auth=refresh.token_endpoint_auth.type if refresh else "none",
-        client_secret=SecretStr(secret["client_secret"]) if "client_secret" in secret else None,
-        resource=refresh.resource if refresh else None,
-        scope=refresh.scope if refresh else None,
-    )
+        document.update(auth=auth, updated_at=stamp(now()))
+        # The public part first, check-and-set against the version refreshed: the winner alone writes the secret.
+        path = f"{resolved.vault_id}/{resolved.credential_id}"
+        version = self._kv.write(f"credentials/{path}", document, cas=found[1])
+        self._kv.write(f"secrets/{path}", secret)
+        return _resolved({**document, "secret": secret}, version)

@@ -25,6 +25,7 @@ from corral.records import Records
 from corral.serving import ServerThread
 from corral.temporal import cluster_id
 from proxy import GitProxyServer, McpProxy, McpServer, SessionBinding, VaultStore
+from proxy.access import ensure_gateway_role
 from tests.chaos._processes import RoleProcess, free_port, role_process, until_healthy
 from tests.conftest import Stack, history_text, remove_sandboxes, texts, unique, wait_for_idle
 from tests.proxy_servers.devvault import scan_for, shared_dev_vault
@@ -66,11 +67,13 @@ def gateway_argv(stack: Stack, port: int) -> list[str]:
 
 @pytest.fixture
 async def gateway(stack: Stack, tmp_path: Path) -> AsyncIterator[Gateway]:
-    """A gateway logged in to the dev Vault the way the proxy worker is: through its environment."""
+    """A gateway logged in to the dev Vault as `corral up`'s is: through its environment, with the write-only
+    AppRole (proxy/access.py), so every test here also shows the routes need no read of a secret."""
     dev_vault = shared_dev_vault()
+    login = ensure_gateway_role(dev_vault.client(), dev_vault.mount)
     port = free_port()
-    env = {"VAULT_ADDR": dev_vault.address, "VAULT_TOKEN": dev_vault.root_token.get_secret_value(),
-           "CORRAL_VAULT_MOUNT": dev_vault.mount}  # fmt: skip
+    env = {"VAULT_ADDR": dev_vault.address, "VAULT_ROLE_ID": login.role_id,
+           "VAULT_SECRET_ID": login.secret_id.get_secret_value(), "CORRAL_VAULT_MOUNT": dev_vault.mount}  # fmt: skip
     with role_process("gateway", gateway_argv(stack, port), tmp_path, **env) as process:
         url = f"http://127.0.0.1:{port}"
         await until_healthy(url, process)
@@ -81,6 +84,13 @@ async def gateway(stack: Stack, tmp_path: Path) -> AsyncIterator[Gateway]:
 def store() -> VaultStore:
     dev_vault = shared_dev_vault()
     return VaultStore(dev_vault.client(), dev_vault.mount)
+
+
+@pytest.fixture
+async def proxy(stack: Stack, store: VaultStore) -> AsyncIterator[None]:
+    """The proxy worker: the one process that reads secrets, so it runs the validations the gateway asks for."""
+    async with proxy_worker(stack.client, ProxyActivities(store)):
+        yield
 
 
 @pytest.fixture
@@ -196,9 +206,10 @@ async def test_vaults_are_records_of_the_workspace_and_the_proxys_vaults(gateway
 
 
 async def test_an_mcp_oauth_credential_is_validated_live_against_its_server(
-    gateway: Gateway, store: VaultStore, authority: TokenAuthority, mcp_url: str, token_endpoint: str
+    gateway: Gateway, proxy: None, store: VaultStore, authority: TokenAuthority, mcp_url: str, token_endpoint: str
 ) -> None:
-    """`mcp_oauth_validate` probes the real MCP server with the stored token; on a 401 it refreshes at the real
+    """`mcp_oauth_validate` has the proxy worker (the gateway may not read the token) probe the real MCP server
+    with the stored token; on a 401 it refreshes at the real
     token endpoint, stores the new token (which the proxy's calls then use) and probes again. No answer shows a
     token, a refresh token or the client secret, even the answer of a server that quotes the token back."""
     client, other = await gateway.client("team-a"), await gateway.client("team-b")

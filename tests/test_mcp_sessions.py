@@ -146,8 +146,8 @@ async def test_an_expired_oauth_token_is_refreshed_and_written_back(mcp_stack: M
     [(tool, used)] = authority.tool_calls
     assert tool == "echo" and used not in (old, refresh), "the call must use the refreshed token"
     stored = mcp_stack.dev_vault.client().secrets.kv.v2.read_secret_version(
-        path=f"credentials/{mcp_stack.vault.id}/{credential.id}", mount_point="corral", raise_on_deleted_version=True
-    )["data"]["data"]["secret"]
+        path=f"secrets/{mcp_stack.vault.id}/{credential.id}", mount_point="corral", raise_on_deleted_version=True
+    )["data"]["data"]
     assert stored["access_token"] == used, "the refreshed token must be written back to Vault"
     history = await history_text(handle)
     assert old not in history and used not in history and refresh not in history

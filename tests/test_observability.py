@@ -346,8 +346,8 @@ async def test_a_vault_credential_the_proxy_process_used_is_in_no_span_metric_lo
             vault.id, auth={"type": "static_bearer", "mcp_server_url": mcp_url, "token": token}
         )
         stored = dev_vault.client().secrets.kv.v2.read_secret_version(
-            path=f"credentials/{vault.id}/{credential.id}", mount_point=dev_vault.mount, raise_on_deleted_version=True
-        )["data"]["data"]["secret"]
+            path=f"secrets/{vault.id}/{credential.id}", mount_point=dev_vault.mount, raise_on_deleted_version=True
+        )["data"]["data"]
         raw_secret = json.dumps(stored)
         assert token in raw_secret, "the gateway wrote the token to Vault"
         model = stack.script([

@@ -12,6 +12,7 @@ import logging
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import hvac
 import pytest
@@ -92,10 +93,12 @@ class McpWorld:
         return self.store.add_credential(self.vault.id, params).id
 
     def stored_secret(self, credential_id: str) -> dict[str, str]:
-        document = self.raw.secrets.kv.v2.read_secret_version(
-            path=f"credentials/{self.vault.id}/{credential_id}", mount_point="corral", raise_on_deleted_version=True
-        )["data"]["data"]
-        return dict(document["secret"], expires_at=document["auth"]["expires_at"])
+        def read(folder: str) -> dict[str, Any]:
+            return self.raw.secrets.kv.v2.read_secret_version(
+                path=f"{folder}/{self.vault.id}/{credential_id}", mount_point="corral", raise_on_deleted_version=True
+            )["data"]["data"]
+
+        return dict(read("secrets"), expires_at=read("credentials")["auth"]["expires_at"])
 
 
 @pytest.fixture(scope="session")

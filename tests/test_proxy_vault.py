@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import hvac
+import hvac.exceptions
 import pytest
 
 from proxy import (
@@ -141,9 +142,7 @@ def test_the_local_vault_keeps_what_it_holds_across_a_crash_and_unseals_from_the
         store = VaultStore(back.vault.client(), "corral")
         assert [found.id for found in store.list_vaults()] == [vault.id]
         assert [found.id for found in store.list_credentials(vault.id)] == [credential.id]
-        assert raw_document(back.vault.client(), f"credentials/{vault.id}/{credential.id}")["secret"] == {
-            "token": STATIC
-        }
+        assert raw_document(back.vault.client(), f"secrets/{vault.id}/{credential.id}") == {"token": STATIC}
 
         token = back.vault.root_token.get_secret_value()
         for name in ("server.log", "config.hcl", "server.json"):
@@ -224,9 +223,10 @@ def test_credentials_are_write_only(store: VaultStore, raw: hvac.Client) -> None
     assert_no_canary(oauth, static, listed, store.get_credential(vault.id, oauth.id), store)
 
     # The secrets are in Vault all the same: the proxy can use them.
-    stored = raw_document(raw, f"credentials/{vault.id}/{oauth.id}")
-    assert stored["secret"] == {"access_token": ACCESS, "refresh_token": REFRESH, "client_secret": CLIENT_SECRET}
-    assert raw_document(raw, f"credentials/{vault.id}/{static.id}")["secret"] == {"token": STATIC}
+    stored = raw_document(raw, f"secrets/{vault.id}/{oauth.id}")
+    assert stored == {"access_token": ACCESS, "refresh_token": REFRESH, "client_secret": CLIENT_SECRET}
+    assert raw_document(raw, f"secrets/{vault.id}/{static.id}") == {"token": STATIC}
+    assert "secret" not in raw_document(raw, f"credentials/{vault.id}/{static.id}"), "the public part holds none"
 
     with pytest.raises(CredentialNotFound):
         store.get_credential(vault.id, "vcrd_missing0000000")
@@ -276,8 +276,8 @@ def test_rotation_replaces_the_secret_and_keeps_no_old_version(store: VaultStore
     credential = store.add_credential(vault.id, oauth_params())
     rotated = store.rotate_credential(vault.id, credential.id, oauth_params(access="canary-access-rotated-2"))
     assert rotated.id == credential.id and rotated.updated_at > credential.updated_at
-    path = f"credentials/{vault.id}/{credential.id}"
-    assert raw_document(raw, path)["secret"]["access_token"] == "canary-access-rotated-2"  # type: ignore[index]
+    path = f"secrets/{vault.id}/{credential.id}"
+    assert raw_document(raw, path)["access_token"] == "canary-access-rotated-2"
     versions = raw.secrets.kv.v2.read_secret_metadata(path=path, mount_point="corral")["data"]["versions"]
     assert list(versions) == ["2"]  # max_versions=1: the first secret is gone
 
@@ -294,6 +294,8 @@ def test_archive_destroys_the_secret_and_delete_vault_destroys_credentials(store
     credential = store.add_credential(vault.id, oauth_params())
     store.archive_credential(vault.id, credential.id)
     assert "secret" not in raw_document(raw, f"credentials/{vault.id}/{credential.id}")
+    with pytest.raises(hvac.exceptions.InvalidPath):  # the secret is destroyed
+        raw_document(raw, f"secrets/{vault.id}/{credential.id}")
     with pytest.raises(CredentialInvalid):
         store.rotate_credential(vault.id, credential.id, oauth_params())
 
@@ -449,3 +451,26 @@ def test_an_approle_login_outlives_its_token(dev_vault: DevVault, raw: hvac.Clie
         store.get_vault(vault.id)
     with pytest.raises(VaultUnavailable):
         log_in(dev_vault.address, mount, role_id=role_id, secret_id="not-the-secret-id")
+
+
+def test_a_credential_written_before_secrets_had_their_own_path_is_used_and_moved(
+    store: VaultStore, raw: hvac.Client
+) -> None:
+    """Older corral kept the secret inside the credential's public document: the proxy still resolves it there,
+    and `move_inline_secrets` (run by `corral up` before the gateway, whose policy reads public documents, starts)
+    moves it to `secrets/`, leaving the public document without it."""
+    vault = store.create_vault("from before")
+    url = "https://before.example.test/mcp"
+    credential = store.add_credential(vault.id, StaticBearerParams(mcp_server_url=url, token=STATIC))
+    public, secret = f"credentials/{vault.id}/{credential.id}", f"secrets/{vault.id}/{credential.id}"
+    inline = {**raw_document(raw, public), "secret": raw_document(raw, secret)}
+    raw.secrets.kv.v2.create_or_update_secret(path=public, secret=inline, mount_point="corral")
+    raw.secrets.kv.v2.delete_metadata_and_all_versions(path=secret, mount_point="corral")
+
+    resolved = store._resolve_mcp_credential([vault.id], url)
+    assert resolved is not None and resolved.token.get_secret_value() == STATIC
+    assert store.move_inline_secrets() >= 1
+    assert "secret" not in raw_document(raw, public) and raw_document(raw, secret) == {"token": STATIC}
+    resolved = store._resolve_mcp_credential([vault.id], url)
+    assert resolved is not None and resolved.token.get_secret_value() == STATIC
+    assert store.move_inline_secrets() == 0, "idempotent: nothing is left to move"

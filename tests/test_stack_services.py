@@ -17,7 +17,8 @@ from cli.stack import Plan, UpOptions
 from tests.test_cli import corral, free_port, is_gone, pids_in
 
 ROOT = Path(__file__).resolve().parent.parent
-SECRETS = {"ANTHROPIC_API_KEY": "sk-real", "ANTHROPIC_AUTH_TOKEN": "tok", "VAULT_TOKEN": "root", "BAO_TOKEN": "b"}
+SECRETS = {"ANTHROPIC_API_KEY": "sk-real", "ANTHROPIC_AUTH_TOKEN": "tok", "VAULT_TOKEN": "root", "BAO_TOKEN": "b",
+           "CORRAL_STREAM_TOKEN": "the-users-own"}  # fmt: skip
 
 
 def _plan(tmp_path: Path, *, offline: bool = True, split: bool = False) -> Plan:
@@ -51,12 +52,21 @@ def test_only_model_roles_see_model_credentials_and_only_the_proxy_sees_vaults(
         for split in (True, False):
             plan = _plan(tmp_path, offline=offline, split=split)
             plan.sandbox_image = "corral-sandbox:test"
+            plan.gateway_vault_env = {
+                "VAULT_ADDR": "http://127.0.0.1:8200",
+                "VAULT_ROLE_ID": "r",
+                "VAULT_SECRET_ID": "s",
+            }
+            plan.stream_token = "relay-token"
             for service in stack.SERVICES:
                 if service.command is None or not service.when(plan):
                     continue
                 env = up.environment(service, plan)
                 assert ("VAULT_TOKEN" in env) == (service.name == stack.PROXY_WORKER), service.name
+                assert ("VAULT_SECRET_ID" in env) == (service.name == stack.GATEWAY), service.name
                 assert "BAO_TOKEN" not in env
+                relay_side = service.name in (stack.STREAM_RELAY, stack.GATEWAY, stack.MODEL_WORKER, stack.ALL_IN_ONE)
+                assert (env.get(stack.STREAM_TOKEN_ENV) == "relay-token") == relay_side, service.name
                 model_role = service.name in (stack.MODEL_WORKER, stack.ALL_IN_ONE)
                 assert ("ANTHROPIC_API_KEY" in env) == model_role, service.name
                 if model_role:

@@ -71,6 +71,7 @@ def proxy_worker(client: Client, activities: ProxyActivities, task_queue: str = 
             activities.mcp_list_tools,
             activities.mcp_call_tool,
             activities.release_session,
+            activities.validate_credential,
         ],
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
     )

@@ -34,6 +34,7 @@ from workers._slots import SharedSlots
 from workflows import SessionWorkflow
 from workflows._signals import SignalArgumentsInterceptor
 from workflows.records import RecordWorkflow, VersionedRecordWorkflow
+from workflows.validation import CredentialValidationWorkflow
 
 HARNESS_WORKFLOW_RUNNER = SandboxedWorkflowRunner(
     restrictions=SandboxRestrictions.default.with_passthrough_all_modules()
@@ -50,7 +51,7 @@ MODEL_HEARTBEAT_THROTTLE = timedelta(seconds=1)
 would leave a heartbeat only 0.4 s to reach a busy server before the 2 s model heartbeat timeout)."""
 
 
-HARNESS_WORKFLOWS: tuple[type, ...] = (SessionWorkflow, RecordWorkflow)
+HARNESS_WORKFLOWS: tuple[type, ...] = (SessionWorkflow, RecordWorkflow, CredentialValidationWorkflow)
 """The workflow classes the harness worker runs (and `corral harness check` replays with)."""
 
 

@@ -9,8 +9,10 @@ The same steps as `corral up`'s local OpenBao (proxy/localvault.py), for a serve
 3. at every start, unseal it with that key and wait until it is active;
 4. make the KV v2 engine the proxy uses (`corral/`, one version per secret), an ACL policy that allows that engine
    alone, and an AppRole with that policy; the AppRole's role_id and a secret_id go to `/openbao-login` (mode
-   0640, group corral), a volume the proxy worker and the gateway mount read-only. The root token never leaves
-   this container;
+   0640, group corral), a volume the proxy worker mounts read-only. The gateway gets an AppRole of its own, whose
+   policy writes credentials but never reads one back (the one of proxy/access.py, copied here: this file imports
+   nothing from corral), in `/openbao-gateway-login`, a volume only the gateway mounts. The root token never
+   leaves this container;
 5. wait for the server: its exit ends the container (and the restart policy starts it again, sealed, so step 3
    runs again); SIGTERM is passed on, and OpenBao seals itself as it stops.
 
@@ -35,6 +37,7 @@ from typing import Any
 
 HOME = Path(os.environ.get("CORRAL_OPENBAO_HOME", "/openbao"))
 LOGIN_DIR = Path(os.environ.get("CORRAL_OPENBAO_LOGIN_DIR", "/openbao-login"))
+GATEWAY_LOGIN_DIR = Path(os.environ.get("CORRAL_OPENBAO_GATEWAY_LOGIN_DIR", "/openbao-gateway-login"))
 MOUNT = os.environ.get("CORRAL_VAULT_MOUNT", "corral")
 PORT = 8200
 ADDRESS = f"http://127.0.0.1:{PORT}"
@@ -48,6 +51,22 @@ path "sys/mounts" {{ capabilities = ["read"] }}
 """
 TOKEN_TTL = "768h"
 """Tokens of the AppRole: the proxy logs in once per process, so a token lives as long as the process may."""
+GATEWAY_ROLE = "corral-gateway"
+GATEWAY_TOKEN_TTL = "1h"
+"""The gateway logs in again when Vault refuses an expired token (proxy/devvault.py's AppRole adapter)."""
+
+
+def gateway_policy(mount: str) -> str:
+    """proxy/access.py's `gateway_policy`, word for word (tests/test_stack_access.py compares them)."""
+    lines = ["# corral's gateway: writes credentials, never reads one back (proxy/access.py)."]
+    for folder in ("vaults", "credentials", "server_urls"):
+        lines.append(f'path "{mount}/data/{folder}/*" {{ capabilities = ["create", "read", "update"] }}')
+        lines.append(f'path "{mount}/metadata/{folder}/*" {{ capabilities = ["list", "delete"] }}')
+    lines.append(f'path "{mount}/data/secrets/*" {{ capabilities = ["create", "update"] }}')
+    lines.append(f'path "{mount}/metadata/secrets/*" {{ capabilities = ["list", "delete"] }}')
+    lines.append(f'path "{mount}/data/sessions/+/repositories/*" {{ capabilities = ["create", "update"] }}')
+    lines.append(f'path "{mount}/metadata/sessions/+/repositories/*" {{ capabilities = ["delete"] }}')
+    return "\n".join(lines) + "\n"
 
 
 class BootstrapError(Exception):
@@ -163,18 +182,25 @@ def configure(token: str) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
-    call("PUT", f"sys/policies/acl/{ROLE}", {"policy": POLICY}, token=token)
     auth = call("GET", "sys/auth", token=token)
     if "approle/" not in auth.get("data", auth):
         call("POST", "sys/auth/approle", {"type": "approle"}, token=token)
-    role = {"token_policies": [ROLE], "token_ttl": TOKEN_TTL, "token_max_ttl": TOKEN_TTL, "secret_id_ttl": "0"}
-    call("POST", f"auth/approle/role/{ROLE}", role, token=token)
-    role_id = call("GET", f"auth/approle/role/{ROLE}/role-id", token=token)["data"]["role_id"]
-    write_private(LOGIN_DIR / "role_id", role_id, 0o640)
-    if not (LOGIN_DIR / "secret_id").is_file():  # kept across restarts: running proxies may log in again with it
-        secret_id = call("POST", f"auth/approle/role/{ROLE}/secret-id", {}, token=token)["data"]["secret_id"]
-        write_private(LOGIN_DIR / "secret_id", secret_id, 0o640)
-    print(f"openbao: ready (KV v2 at {MOUNT}/, AppRole {ROLE} written to {LOGIN_DIR})", flush=True)
+    approle(token, ROLE, POLICY, TOKEN_TTL, LOGIN_DIR)
+    approle(token, GATEWAY_ROLE, gateway_policy(MOUNT), GATEWAY_TOKEN_TTL, GATEWAY_LOGIN_DIR)
+    print(f"openbao: ready (KV v2 at {MOUNT}/, AppRoles {ROLE} and {GATEWAY_ROLE} written to {LOGIN_DIR} and "
+          f"{GATEWAY_LOGIN_DIR})", flush=True)  # fmt: skip
+
+
+def approle(token: str, name: str, policy: str, ttl: str, directory: Path) -> None:
+    """A policy `name` and an AppRole `name` with it; its role_id and a secret_id written to `directory`."""
+    call("PUT", f"sys/policies/acl/{name}", {"policy": policy}, token=token)
+    role = {"token_policies": [name], "token_ttl": ttl, "token_max_ttl": ttl, "secret_id_ttl": "0"}
+    call("POST", f"auth/approle/role/{name}", role, token=token)
+    role_id = call("GET", f"auth/approle/role/{name}/role-id", token=token)["data"]["role_id"]
+    write_private(directory / "role_id", role_id, 0o640)
+    if not (directory / "secret_id").is_file():  # kept across restarts: running processes may log in again with it
+        secret_id = call("POST", f"auth/approle/role/{name}/secret-id", {}, token=token)["data"]["secret_id"]
+        write_private(directory / "secret_id", secret_id, 0o640)
 
 
 def check() -> int:
@@ -183,7 +209,8 @@ def check() -> int:
         call("GET", "sys/health")
     except (BootstrapError, OSError, ValueError):
         return 1
-    return 0 if (LOGIN_DIR / "secret_id").is_file() and (LOGIN_DIR / "role_id").is_file() else 1
+    logins = [directory / name for directory in (LOGIN_DIR, GATEWAY_LOGIN_DIR) for name in ("role_id", "secret_id")]
+    return 0 if all(path.is_file() for path in logins) else 1
 
 
 def main(argv: list[str]) -> int:

@@ -21,6 +21,8 @@ from corral.contract.sandbox import (
 MCP_CONNECTION_FAILED = "McpConnectionFailed"
 MCP_AUTHENTICATION_FAILED = "McpAuthenticationFailed"
 PROXY_REJECTED = "ProxyRejected"
+VAULT_NOT_FOUND = "VaultNotFound"
+CREDENTIAL_NOT_FOUND = "CredentialNotFound"
 
 MCP_SERVER_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,32}$"
 """Short enough that `mcp__<server>__<tool>` stays within the Messages API's 64-character tool names."""
@@ -185,3 +187,15 @@ class McpCallToolResult(BaseModel):
 
 class ReleaseSessionInput(BaseModel):
     session_id: str
+
+
+class ValidateCredentialInput(BaseModel):
+    """A credential to validate live against its server, by ids: its secret stays in the proxy."""
+
+    vault_id: str
+    credential_id: str
+
+
+class ValidateCredentialResult(BaseModel):
+    validation: dict[str, Any]
+    """`proxy.CredentialValidation` as JSON: the verdict, already scrubbed of every secret by the proxy."""
