@@ -29,7 +29,7 @@ T = TypeVar("T")
 
 DEFAULT_UI_URL = "http://127.0.0.1:8233"
 OFFLINE_MODEL = "corral-offline-stand-in"
-REAL_DEFAULT_MODEL = "claude-sonnet-4-5"
+REAL_DEFAULT_MODEL = "claude-sonnet-4-6"
 
 
 class CliError(Exception):

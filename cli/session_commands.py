@@ -24,7 +24,7 @@ def start_command(
     ] = None,
     model: Annotated[
         str | None,
-        typer.Option(help="Model name. Default: claude-sonnet-4-5, or corral-offline-stand-in when offline."),
+        typer.Option(help="Model name. Default: claude-sonnet-4-6, or corral-offline-stand-in when offline."),
     ] = None,
     system: Annotated[str | None, typer.Option(help="System prompt.")] = None,
     title: Annotated[str | None, typer.Option(help="Session title.")] = None,
