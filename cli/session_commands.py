@@ -195,10 +195,11 @@ def events_command(
         if as_json:
             for event in events:
                 print(safe_json_line(event.model_dump_json()), flush=False)
-            return
-        renderer = EventRenderer(settings.out)
-        for event in events:
-            renderer.print(event)
+        else:
+            renderer = EventRenderer(settings.out)
+            for event in events:
+                renderer.print(event)
+        await session_ops.report_end(handle)  # a session that ended: the log above, then what happened
 
     run(settings, go(), session_id=session)
 
@@ -225,8 +226,8 @@ def tail_command(
             result = await session_ops.tail(
                 handle, EventRenderer(settings.out), after=after, forever=forever, stream_url=settings.stream_url()
             )
-        if result.reason.startswith("workflow"):
-            settings.err.print(f"the session's {result.reason}: nothing more will happen", style="dim")
+        if result.reason.startswith("workflow") or result.reason == "terminated":
+            await session_ops.report_end(handle)  # how, when and why it ended
 
     run(settings, go(), session_id=session, interrupted="stopped following")
 
