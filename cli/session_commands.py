@@ -223,11 +223,10 @@ def tail_command(
     async def go() -> None:
         handle = (await client_of(settings)).get_workflow_handle(session)
         async with session_ops.explained(handle):
-            result = await session_ops.tail(
+            await session_ops.tail(
                 handle, EventRenderer(settings.out), after=after, forever=forever, stream_url=settings.stream_url()
             )
-        if result.reason.startswith("workflow") or result.reason == "terminated":
-            await session_ops.report_end(handle)  # how, when and why it ended
+        await session_ops.report_end(handle)  # a session that ended (also when its last idle stopped the tail)
 
     run(settings, go(), session_id=session, interrupted="stopped following")
 
