@@ -213,7 +213,7 @@ def output_command(
 
 async def _start_failure(settings: Settings, session: str) -> None:
     """Raise `SessionStartFailed` if the session's start input was refused; nothing otherwise (an unknown session
-    included: the caller says what it was looking for)."""
+    or an unreachable Temporal included: the caller says what it was looking for)."""
     from temporalio.service import RPCError
 
     from corral.client import session_end
@@ -221,7 +221,7 @@ async def _start_failure(settings: Settings, session: str) -> None:
 
     try:
         ended = await session_end((await client_of(settings)).get_workflow_handle(session))
-    except RPCError:
+    except (RPCError, RuntimeError):  # no such session, or no Temporal to ask: the blob store said enough
         return
     if isinstance(ended, SessionStartFailed):
         raise ended
