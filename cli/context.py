@@ -29,7 +29,7 @@ T = TypeVar("T")
 
 DEFAULT_UI_URL = "http://127.0.0.1:8233"
 OFFLINE_MODEL = "corral-offline-stand-in"
-REAL_DEFAULT_MODEL = "claude-sonnet-4-5"
+REAL_DEFAULT_MODEL = "claude-sonnet-4-6"
 
 
 class CliError(Exception):
@@ -148,8 +148,21 @@ def translate(error: BaseException, address: str, session_id: str | None = None)
     from temporalio.exceptions import ApplicationError
     from temporalio.service import RPCError, RPCStatusCode
 
+    from corral.errors import SessionEnded, SessionStartFailed
+
     if isinstance(error, CliError):
         return error
+    if isinstance(error, SessionStartFailed):
+        return CliError(
+            str(error),
+            hint=f"`temporal workflow describe --workflow-id {error.session_id}` shows the failure; "
+            "start a new session with an input that fits (`corral start --input FILE` checks it first)",
+        )
+    if isinstance(error, SessionEnded):
+        return CliError(
+            f"{error}; it takes no more events",
+            hint=f"what it wrote can still be read: `corral events {error.session_id}`",
+        )
     if isinstance(error, ValidationError):  # what the user gave does not fit the contract (corral.contract)
         problems = "; ".join(
             f"{'.'.join(str(part) for part in problem['loc']) or 'input'}: {problem['msg']}"

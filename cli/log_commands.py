@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from cli.app import SessionId, app, client_of
-from cli.context import CliError, fail, run, settings_of
+from cli.context import CliError, Settings, fail, run, settings_of
 from cli.session_commands import PANEL
 
 
@@ -25,6 +25,7 @@ def context_command(
     from rich.table import Table
 
     from cli import session_ops
+    from corral.client import query_session
     from corral.contract.context import ContextView
     from corral.names import QUERY_CONTEXT_VIEW
 
@@ -33,7 +34,7 @@ def context_command(
     async def go() -> ContextView:
         handle = (await client_of(settings)).get_workflow_handle(session)
         async with session_ops.explained(handle):
-            view: ContextView = await handle.query(QUERY_CONTEXT_VIEW, result_type=ContextView)
+            view: ContextView = await query_session(handle, QUERY_CONTEXT_VIEW, ContextView)
         return view
 
     view = run(settings, go(), session_id=session)
@@ -52,6 +53,14 @@ def context_command(
     hidden = len(view.entries) - len(shown) + view.omitted
     if hidden:
         settings.err.print(f"{hidden} earlier entries not shown (--last 0 shows all)", style="dim")
+    run(settings, _report_end(settings, session), session_id=session)
+
+
+async def _report_end(settings: Settings, session: str) -> None:
+    """After what a command printed of a session: how it ended, if its workflow has (`session_ops.report_end`)."""
+    from cli import session_ops
+
+    await session_ops.report_end((await client_of(settings)).get_workflow_handle(session))
 
 
 @app.command("fork", rich_help_panel=PANEL)
@@ -154,11 +163,12 @@ def export_command(
             if scratch is not None:
                 with contextlib.suppress(FileNotFoundError):  # moved into place: nothing left to clean
                     os.unlink(scratch)
+        where = f" to {output}" if output is not None else ""
+        settings.err.print(f"exported {written} event{'s' if written != 1 else ''} of {session}{where}", style="dim")
+        await session_ops.report_end(handle)  # the whole log is out; then, for a session that ended, how it ended
         return written
 
-    written = run(settings, go(), session_id=session)
-    where = f" to {output}" if output is not None else ""
-    settings.err.print(f"exported {written} event{'s' if written != 1 else ''} of {session}{where}", style="dim")
+    run(settings, go(), session_id=session)
 
 
 @app.command("output", rich_help_panel=PANEL)
@@ -186,6 +196,8 @@ def output_command(
     try:
         whole = open_blob_store().get(tool_output_key(session, tool_use_id))
     except BlobStoreError as exc:
+        # A session that failed at start never ran a tool: say that, rather than that this output is missing.
+        run(settings, _start_failure(settings, session), session_id=session)
         message = f"no whole output is kept for {tool_use_id} of {session}: {exc}"
         fail(settings, CliError(message, hint="Only a bash output cut for the model is kept; its tool result says so."))
     if output is None:
@@ -197,3 +209,19 @@ def output_command(
         fail(settings, CliError(f"cannot write {target}: {target.parent} is not a directory", exit_code=2))
     target.write_bytes(whole)
     settings.err.print(f"wrote {len(whole)} bytes of {tool_use_id} to {output}", style="dim")
+
+
+async def _start_failure(settings: Settings, session: str) -> None:
+    """Raise `SessionStartFailed` if the session's start input was refused; nothing otherwise (an unknown session
+    or an unreachable Temporal included: the caller says what it was looking for)."""
+    from temporalio.service import RPCError
+
+    from corral.client import session_end
+    from corral.errors import SessionStartFailed
+
+    try:
+        ended = await session_end((await client_of(settings)).get_workflow_handle(session))
+    except (RPCError, RuntimeError):  # no such session, or no Temporal to ask: the blob store said enough
+        return
+    if isinstance(ended, SessionStartFailed):
+        raise ended

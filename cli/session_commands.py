@@ -24,7 +24,7 @@ def start_command(
     ] = None,
     model: Annotated[
         str | None,
-        typer.Option(help="Model name. Default: claude-sonnet-4-5, or corral-offline-stand-in when offline."),
+        typer.Option(help="Model name. Default: claude-sonnet-4-6, or corral-offline-stand-in when offline."),
     ] = None,
     system: Annotated[str | None, typer.Option(help="System prompt.")] = None,
     title: Annotated[str | None, typer.Option(help="Session title.")] = None,
@@ -195,10 +195,11 @@ def events_command(
         if as_json:
             for event in events:
                 print(safe_json_line(event.model_dump_json()), flush=False)
-            return
-        renderer = EventRenderer(settings.out)
-        for event in events:
-            renderer.print(event)
+        else:
+            renderer = EventRenderer(settings.out)
+            for event in events:
+                renderer.print(event)
+        await session_ops.report_end(handle)  # a session that ended: the log above, then what happened
 
     run(settings, go(), session_id=session)
 
@@ -222,11 +223,10 @@ def tail_command(
     async def go() -> None:
         handle = (await client_of(settings)).get_workflow_handle(session)
         async with session_ops.explained(handle):
-            result = await session_ops.tail(
+            await session_ops.tail(
                 handle, EventRenderer(settings.out), after=after, forever=forever, stream_url=settings.stream_url()
             )
-        if result.reason.startswith("workflow"):
-            settings.err.print(f"the session's {result.reason}: nothing more will happen", style="dim")
+        await session_ops.report_end(handle)  # a session that ended (also when its last idle stopped the tail)
 
     run(settings, go(), session_id=session, interrupted="stopped following")
 

@@ -21,9 +21,10 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from cli.context import CliError
 from cli.render import EventRenderer
-from corral.client import SessionClosed, follow_events, read_events
+from corral.client import SessionClosed, follow_events, read_events, session_end
 from corral.contract.events import SessionEvent
 from corral.contract.session import SessionInput
+from corral.errors import SessionStartFailed
 from corral.names import (
     SEARCH_ATTRIBUTE_MODEL,
     SEARCH_ATTRIBUTE_STATUS,
@@ -155,6 +156,24 @@ async def explained(handle: WorkflowHandle) -> AsyncIterator[None]:
         ) from None
 
 
+ENDED_EXIT_CODE = 3
+"""The exit code of a read (`corral events`, `tail`, `export`, `context`) that printed what a session's log holds,
+of a session whose workflow has ended (failed, terminated, timed out): the output is whole, and a script still
+learns that the session is over and why."""
+
+
+async def report_end(handle: WorkflowHandle) -> None:
+    """After a read printed what it could: if the session's workflow has ended, say how, when and why (a CliError
+    with `ENDED_EXIT_CODE`); nothing while it runs."""
+    ended = await session_end(handle)
+    if ended is not None:
+        raise CliError(
+            f"{ended}; nothing more will happen in it",
+            hint=f"its workflow history is still in Temporal: `temporal workflow show --workflow-id {handle.id}`",
+            exit_code=ENDED_EXIT_CODE,
+        )
+
+
 @dataclass
 class TailResult:
     """What a tail saw, and why it stopped."""
@@ -232,16 +251,19 @@ def sessions_query(status: str | None) -> str:
 
 
 async def list_sessions(client: Client, query: str, limit: int) -> list[tuple[str, str, str, datetime | None, str]]:
+    """One row per session. A closed workflow's session is `terminated`, whatever status it last wrote (a
+    terminate or a timeout writes none); one that failed says so, "failed at start" when its input was refused
+    (it never ran, so it wrote no status at all)."""
     rows: list[tuple[str, str, str, datetime | None, str]] = []
     async for execution in client.list_workflows(query, limit=limit):
         attributes = execution.typed_search_attributes
-        rows.append(
-            (
-                execution.id,
-                attributes.get(STATUS_KEY) or "—",
-                attributes.get(MODEL_KEY) or "—",
-                execution.start_time,
-                workflow_status_name(execution.status),
-            )
-        )
+        status = attributes.get(STATUS_KEY) or "—"
+        workflow = workflow_status_name(execution.status)
+        if execution.status not in (None, WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.CONTINUED_AS_NEW):
+            status = "terminated"
+        if execution.status == WorkflowExecutionStatus.FAILED:
+            ended = await session_end(client.get_workflow_handle(execution.id, run_id=execution.run_id))
+            if isinstance(ended, SessionStartFailed):
+                workflow = "Failed at start"
+        rows.append((execution.id, status, attributes.get(MODEL_KEY) or "—", execution.start_time, workflow))
     return rows

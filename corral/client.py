@@ -17,8 +17,17 @@ from typing import Any, TypeVar
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.errordetails.v1 import WorkflowNotReadyFailure
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
-from temporalio.common import TypedSearchAttributes
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowHistoryEventFilterType,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import QueryRejectCondition, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -38,6 +47,8 @@ from corral.contract.session import (
     UpdateSessionInput,
     web_ui_summary,
 )
+from corral.converter import INVALID_INPUT
+from corral.errors import SessionEnded, SessionStartFailed
 from corral.names import (
     HANDING_OVER,
     HARNESS_TASK_QUEUE,
@@ -129,7 +140,8 @@ async def send_events(handle: WorkflowHandle, events: list[dict[str, Any]]) -> l
     WorkflowNotReady. None of these was applied, so sending again adds no event twice (a client id makes any
     resend harmless)."""
     result = await _until_taken(
-        lambda: handle.execute_update(UPDATE_SEND_EVENTS, SendEventsInput(events=events), result_type=SendEventsResult)
+        handle,
+        lambda: handle.execute_update(UPDATE_SEND_EVENTS, SendEventsInput(events=events), result_type=SendEventsResult),
     )
     return result.event_ids
 
@@ -137,10 +149,10 @@ async def send_events(handle: WorkflowHandle, events: list[dict[str, Any]]) -> l
 async def update_session(handle: WorkflowHandle, change: UpdateSessionInput) -> SessionInfo:
     """The `update_session` update (title, metadata, budget, archive, the start of a deletion), sent again as
     `send_events` is when Temporal or the session did not take it."""
-    return await _until_taken(lambda: handle.execute_update(UPDATE_SESSION, change, result_type=SessionInfo))
+    return await _until_taken(handle, lambda: handle.execute_update(UPDATE_SESSION, change, result_type=SessionInfo))
 
 
-async def _until_taken(update: Callable[[], Awaitable[T]]) -> T:
+async def _until_taken(handle: WorkflowHandle, update: Callable[[], Awaitable[T]]) -> T:
     """`update()`, sent again with backoff for up to `BUSY_SECONDS` while it was not taken (see `send_events`)."""
     delay = RETRY_SECONDS
     deadline = time.monotonic() + BUSY_SECONDS
@@ -152,6 +164,10 @@ async def _until_taken(update: Callable[[], Awaitable[T]]) -> T:
             if not handing_over or time.monotonic() > deadline:
                 raise
         except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:  # "workflow execution already completed", or no such session
+                ended = await session_end(handle)
+                if ended is not None:
+                    raise ended from None
             if not _not_taken(exc) or time.monotonic() > deadline:
                 raise
         await asyncio.sleep(delay * random.uniform(0.5, 1.5))  # jitter: many senders do not come back together
@@ -168,7 +184,57 @@ async def send_text(handle: WorkflowHandle, text: str, client_id: str | None = N
 
 
 async def session_info(handle: WorkflowHandle) -> SessionInfo:
-    return await handle.query(QUERY_SESSION, result_type=SessionInfo)
+    return await query_session(handle, QUERY_SESSION, SessionInfo)
+
+
+async def query_session(handle: WorkflowHandle, name: str, result_type: type[T], *args: Any) -> T:
+    """A query of the session, the one way every reader asks one: a run that closed is answered by replaying it on a
+    worker, except one whose start input was refused, which cannot be rebuilt: that is `SessionStartFailed` (with
+    the refusal), never the worker's "Expected workflow input" nor a query left to time out.
+
+    An open run is asked straight away (no extra round trip); only a closed one is looked at first."""
+    try:
+        return await handle.query(name, *args, result_type=result_type, reject_condition=QueryRejectCondition.NOT_OPEN)
+    except WorkflowQueryRejectedError:
+        pass  # closed: answered below, by replay, once we know it can be
+    except WorkflowQueryFailedError as exc:
+        ended = await session_end(handle)
+        if isinstance(ended, SessionStartFailed):
+            raise ended from None
+        raise exc
+    ended = await session_end(handle)
+    if isinstance(ended, SessionStartFailed):
+        raise ended
+    return await handle.query(name, *args, result_type=result_type)
+
+
+async def session_end(handle: WorkflowHandle) -> SessionEnded | None:
+    """How the session's workflow ended, from its close event (`SessionStartFailed` when its input was refused), or
+    None while it runs. An RPCError (NOT_FOUND: no such session) goes to the caller."""
+    description = await handle.describe()
+    status = description.status
+    if status in (None, WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.CONTINUED_AS_NEW):
+        return None
+    how = status.name.lower()
+    close = await _close_event(handle)
+    if close is not None and close.HasField("workflow_execution_failed_event_attributes"):
+        failure = close.workflow_execution_failed_event_attributes.failure
+        if failure.application_failure_info.type == INVALID_INPUT:
+            return SessionStartFailed(handle.id, how, description.close_time, failure.message)
+        return SessionEnded(handle.id, how, description.close_time, failure.message)
+    if close is not None and close.HasField("workflow_execution_terminated_event_attributes"):
+        terminated = close.workflow_execution_terminated_event_attributes
+        by = f" (by {terminated.identity})" if terminated.identity else ""
+        return SessionEnded(handle.id, how, description.close_time, (terminated.reason or "no reason given") + by)
+    return SessionEnded(handle.id, how, description.close_time)
+
+
+async def _close_event(handle: WorkflowHandle) -> HistoryEvent | None:
+    """The close event of the session's current run (Temporal's close-event filter: one event, however long the
+    run), or None for a run still open."""
+    async for event in handle.fetch_history_events(event_filter_type=WorkflowHistoryEventFilterType.CLOSE_EVENT):
+        return event
+    return None
 
 
 async def read_events(
@@ -204,7 +270,7 @@ async def event_pages(
         page: EventPage | None = None
         if archive is None or after >= archive.through:
             query = EventsQuery(after=after, before=before, types=types, limit=page_size)
-            page = await handle.query(QUERY_EVENTS, query, result_type=EventPage)
+            page = await query_session(handle, QUERY_EVENTS, EventPage, query)
             archive = page.archive or archive
         if archive is not None and after < archive.through:  # in an earlier run: read it from the archive
             end = archive.through + 1 if before is None else min(before, archive.through + 1)

@@ -9,6 +9,7 @@ A bad signal is still dropped with a warning and a bad update still rejected: th
 from __future__ import annotations
 
 import functools
+import re
 import types
 import typing
 from collections.abc import Sequence
@@ -97,4 +98,11 @@ def describe(exc: ValidationError) -> str:
         for error in exc.errors(include_url=False)
     ]
     more = f" (and {len(problems) - MAX_PROBLEMS} more)" if len(problems) > MAX_PROBLEMS else ""
-    return f"invalid {exc.title}: " + "; ".join(problems[:MAX_PROBLEMS]) + more
+    return f"invalid {_model_name(exc.title)}: " + "; ".join(problems[:MAX_PROBLEMS]) + more
+
+
+def _model_name(title: str) -> str:
+    """The model's name in a validation error's title: pydantic titles a model with an after-validator
+    `function-after[_check(), SessionInput]`, which tells a user nothing."""
+    wrapped = re.fullmatch(r"function-\w+\[.*, (\w+)\]", title)
+    return wrapped[1] if wrapped else title

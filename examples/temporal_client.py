@@ -4,7 +4,7 @@ corral's workflow type, task queue, signal, update and query names are public an
 answer is a JSON object, so a service needs no corral import to start a session and talk to it. Run
 
     corral up                              # Temporal, the workers, the offline model if ANTHROPIC_API_KEY is unset
-    python examples/temporal_client.py     # options: --address HOST:PORT, --model claude-sonnet-4-5 (with a key)
+    python examples/temporal_client.py     # options: --address HOST:PORT, --model claude-sonnet-4-6 (with a key)
 
 corral's workers use temporalio's pydantic data converter; the default converter used here writes the same
 `json/plain` payloads, so the two interoperate. What plain JSON gives up is checking before sending: a wrong field

@@ -23,6 +23,7 @@ from temporalio.client import Client
 
 from corral import telemetry
 from corral.apikeys import KEY_PREFIX, verify_key
+from corral.errors import SessionEnded
 from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
 from corral.records import RecordArchived, RecordNotFound, Records, RecordView, VersionConflict
 from gateway.errors import ApiError, api_error_handler, error_response, invalid, not_found
@@ -30,6 +31,7 @@ from gateway.hands import check_hands
 from gateway.http import DEFAULT_STREAMS_PER_KEY, Authed, Handler, StreamSlots, body, flag, whole
 from gateway.owned import WORKSPACE_HEADER, check_selected_workspace, own_record, record_prefix
 from gateway.session_admin import session_admin_routes
+from gateway.session_status import session_ended_handler
 from gateway.sessions import Sessions, session_routes
 from gateway.shapes import agent_body, agent_view, environment_body, environment_view
 from gateway.vaults import vault_routes
@@ -322,6 +324,11 @@ def create_app(
     observed = telemetry.current()
     return Starlette(
         routes=routes,
-        exception_handlers={ApiError: api_error_handler, 404: not_found_route, 405: wrong_method},
+        exception_handlers={
+            ApiError: api_error_handler,
+            SessionEnded: session_ended_handler,
+            404: not_found_route,
+            405: wrong_method,
+        },
         middleware=[Middleware(ObservedRequests)] if observed and (observed.tracing or observed.json_logs) else [],
     )

@@ -18,6 +18,7 @@ ERROR_TYPES = {
     403: "permission_error",
     404: "not_found_error",
     409: "conflict_error",
+    410: "invalid_request_error",  # a session whose workflow ended (gateway/session_status.py); upstream has no 410
     413: "request_too_large",
     429: "rate_limit_error",
     500: "api_error",

@@ -30,6 +30,7 @@ from corral.contract.session import UpdateSessionInput
 from corral.names import BUDGET_CREATE_ONLY, BUDGET_NOT_RAISED, BUSY
 from gateway.errors import ApiError, invalid
 from gateway.http import Authed, body
+from gateway.session_status import refuse_if_ended
 from gateway.shapes import budget_limit, patch_metadata
 
 GONE_SECONDS = 60.0
@@ -98,8 +99,7 @@ def session_admin_routes(gateway: Any, authed: Authed) -> list[Route]:
     async def _apply(request: Request, workspace: str, change: UpdateSessionInput) -> Response:
         session_id = request.path_params["id"]
         handle, description = await sessions._own(workspace, session_id)
-        if description.status is None or description.status.name != "RUNNING":
-            raise invalid(f"session {session_id!r} has ended: it can no longer change")
+        await refuse_if_ended(handle, description)  # 410, saying how and when it ended
         memo = await description.memo()
         patch_metadata(dict(memo.get("metadata") or {}), change.metadata)  # refuses what a create would refuse
         try:

@@ -8,7 +8,6 @@ ride in the workflow's memo, so a listing needs no query per session.
 from __future__ import annotations
 
 import base64
-import contextlib
 import os
 from collections.abc import Mapping
 from datetime import datetime
@@ -19,9 +18,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowHandle, WorkflowUpdateFailedError
-from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError
 
 from corral.client import (
     new_session_id,
@@ -32,8 +30,8 @@ from corral.client import (
 )
 from corral.contract.events import SessionEvent
 from corral.contract.pricing import PRICES_ENVIRONMENT_VARIABLE, NotBudgetable, parse_prices, price_in_force
-from corral.contract.session import SendEventsInput, SessionBudget, SessionInfo, SessionInput, parse_user_events
-from corral.names import SEARCH_ATTRIBUTE_STATUS, SESSION_WORKFLOW
+from corral.contract.session import SendEventsInput, SessionBudget, SessionInput, parse_user_events
+from corral.names import SESSION_WORKFLOW
 from corral.records import Records, RecordView
 from gateway.errors import ApiError, invalid
 from gateway.hands import check_hands, check_session_hands
@@ -45,6 +43,7 @@ from gateway.repositories import (
     session_repositories,
     store_repository_tokens,
 )
+from gateway.session_status import SESSION_STATUSES, STATUS_KEY, api_status, refuse_if_ended, session_view, view
 from gateway.shapes import (
     agent_body,
     agent_config,
@@ -53,17 +52,12 @@ from gateway.shapes import (
     check_metadata,
     environment_recipe,
     event_view,
-    when,
 )
 from gateway.stream import stream_events
 from gateway.vaults import check_vault_ids
 
-STATUS_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS)
 MAX_LIMIT = 1000
 DEFAULT_LIMIT = 20
-SESSION_STATUSES = {"idle", "running", "rescheduling", "terminated"}
-AGENT_ONLY = ("created_at", "updated_at", "archived_at", "metadata")
-"""Fields of an agent that a session's snapshot of it does not show."""
 
 
 OVERRIDABLE = frozenset({"model", "system", "tools", "mcp_servers", "skills"})
@@ -85,13 +79,7 @@ class Sessions:
         return await own_session(self.client, workspace, session_id)
 
     async def _view(self, handle: WorkflowHandle, description: WorkflowExecutionDescription) -> dict[str, Any]:
-        memo = await description.memo()
-        info: SessionInfo | None = None
-        if description.status is not None and description.status.name == "RUNNING":
-            with contextlib.suppress(RPCError):
-                info = await session_info(handle)
-        return session_view(handle.id, memo, description.start_time, description.close_time, info,
-                            description.typed_search_attributes)  # fmt: skip
+        return await view(handle, description)  # gateway/session_status.py: a status true at every point
 
     # ---- endpoints ------------------------------------------------------------------------------------------
 
@@ -202,12 +190,10 @@ class Sessions:
             raise invalid("order must be asc or desc")
         clauses = [f"WorkflowType = '{SESSION_WORKFLOW}'", f"CorralWorkspace = '{workspace}'"]
         made_by = await sessions_made_by(self.records, workspace, params)
-        statuses = params.getlist("statuses[]")
-        if statuses:
-            bad = sorted(set(statuses) - SESSION_STATUSES)
-            if bad:
-                raise invalid(f"statuses[]: unknown status {', '.join(bad)}")
-            clauses.append("(" + " OR ".join(f"{SEARCH_ATTRIBUTE_STATUS} = '{s}'" for s in statuses) + ")")
+        statuses = set(params.getlist("statuses[]"))
+        bad = sorted(statuses - SESSION_STATUSES)
+        if bad:
+            raise invalid(f"statuses[]: unknown status {', '.join(bad)}")
         for key, operator in (("gt", ">"), ("gte", ">="), ("lt", "<"), ("lte", "<=")):
             value = params.get(f"created_at[{key}]")
             if value is not None:
@@ -226,6 +212,9 @@ class Sessions:
         shown = [(execution, await execution.memo()) for execution in found]
         shown = [(e, memo) for e, memo in shown if include_archived or not memo.get("archived_at")]
         shown = [(e, memo) for e, memo in shown if made_by(memo.get("agent") or {})]
+        if statuses:  # the status the view shows (a closed or archived session is terminated, whatever it last wrote)
+            shown = [(e, memo) for e, memo in shown
+                     if api_status(memo, e.close_time, None, e.typed_search_attributes) in statuses]  # fmt: skip
         data = [
             session_view(e.id, memo, e.start_time, e.close_time, None, e.typed_search_attributes)
             for e, memo in shown[:limit]
@@ -275,8 +264,7 @@ class Sessions:
 
     async def send(self, workspace: str, session_id: str, request: dict[str, Any]) -> dict[str, Any]:
         handle, description = await self._own(workspace, session_id)
-        if description.status is None or description.status.name != "RUNNING":
-            raise invalid(f"session {session_id!r} has ended: it takes no more events")
+        await refuse_if_ended(handle, description)  # 410, saying how and when it ended
         events = request.get("events")
         if not isinstance(events, list) or not events:
             raise invalid("events must be a non-empty list")
@@ -300,40 +288,6 @@ class Sessions:
             raise invalid(message) from exc
         written = {event.id: event for event in await read_events(handle, after=before) if event.id in set(ids)}
         return [event_view(written[event_id]) for event_id in ids if event_id in written]
-
-
-def session_view(session_id: str, memo: Mapping[str, Any], started: datetime | None, closed: datetime | None,
-                 info: SessionInfo | None, attributes: TypedSearchAttributes) -> dict[str, Any]:  # fmt: skip
-    status = (info.status if info is not None else attributes.get(STATUS_KEY)) or "idle"
-    if closed is not None:
-        status = "terminated"
-    usage = info.usage if info is not None else None
-    return {
-        "id": session_id,
-        "type": "session",
-        "status": status if status in SESSION_STATUSES else "idle",
-        "agent": {key: value for key, value in (memo.get("agent") or {}).items() if key not in AGENT_ONLY},
-        "environment_id": memo.get("environment_id"),
-        "title": memo.get("title"),
-        "metadata": memo.get("metadata") or {},
-        "vault_ids": memo.get("vault_ids") or [],
-        "resources": memo.get("resources") or [],
-        "budget": memo.get("budget"),
-        "outcome_evaluations": [],
-        "created_at": when(started),
-        "updated_at": when(closed or started),
-        "archived_at": memo.get("archived_at"),
-        "stats": {"duration_seconds": (closed - started).total_seconds() if closed and started else None},
-        "usage": {
-            "input_tokens": usage.input_tokens if usage else 0,
-            "output_tokens": usage.output_tokens if usage else 0,
-            "cache_read_input_tokens": usage.cache_read_input_tokens if usage else 0,
-            "cache_creation": {"ephemeral_5m_input_tokens": usage.cache_creation_input_tokens if usage else 0},
-            "list_cost": {"amount": str(info.list_cost), "currency": "USD"}
-            if info is not None and info.list_cost is not None
-            else None,
-        },
-    }
 
 
 def _session_budget(raw: Any, agent: Mapping[str, Any]) -> SessionBudget | None:

@@ -215,8 +215,9 @@ def test_up_start_tail_events_ls_down(tmp_path: Path) -> None:
         # A terminated session is reported as terminated, not as missing; one that never ran says why it is silent.
         temporal = [*_temporal_cli(), "--address", f"127.0.0.1:{ports[1]}"]
         subprocess.run([*temporal, "workflow", "terminate", "--workflow-id", hostile_id], check=True, timeout=30)
-        after_terminate = corral(env, "events", hostile_id)
-        assert after_terminate.returncode == 0 and "session.status_idle" in after_terminate.stdout
+        after_terminate = corral(env, "events", hostile_id)  # the log, then how it ended (exit 3)
+        assert after_terminate.returncode == 3 and "session.status_idle" in after_terminate.stdout
+        assert f"session {hostile_id} was terminated at" in " ".join(after_terminate.stderr.split())
         never_ran = "sesn_never" + os.urandom(4).hex()
         start_args = ["--type", "SessionWorkflow", "--task-queue", "nobody-polls", "--workflow-id", never_ran]
         subprocess.run(
