@@ -79,10 +79,11 @@ from corral.sandbox.containers import remove_session, session_containers
 from corral.serving import ServerThread
 from corral.streaming.partition import relay_order, relay_urls
 from corral.temporal import cluster_id, connect
-from tests.chaos._processes import ROOT, free_port
+from tests.chaos._processes import ROOT
 from tests.chaos.matrix import assert_whole
 from tests.conftest import STATE_DIR, history_text, texts
 from tests.live_previews import relay_then_gateway_killed
+from tests.ports import free_port
 from tests.proxy_servers.git_server import GitServerLog, create_git_app, git, make_bare_repository
 from tests.proxy_servers.mcp_server import AuthorityVerifier
 from tests.proxy_servers.tokens import TokenAuthority

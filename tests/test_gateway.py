@@ -22,8 +22,9 @@ from corral.apikeys import create_key, revoke_key
 from corral.contract.session import MAX_MESSAGE_BYTES
 from corral.records import Records
 from gateway.http import MAX_BODY_BYTES
-from tests.chaos._processes import RoleProcess, free_port, role_process, until_healthy
+from tests.chaos._processes import RoleProcess, role_process, until_healthy
 from tests.conftest import Stack
+from tests.ports import free_port
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -27,8 +27,9 @@ from corral.contract.events import (
 from corral.records import Records
 from corral.streaming import StreamEvent
 from gateway.previews import Previews
-from tests.chaos._processes import RoleProcess, free_port, role_process, until_healthy
+from tests.chaos._processes import RoleProcess, role_process, until_healthy
 from tests.conftest import Stack
+from tests.ports import free_port
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -38,8 +38,9 @@ from corral.names import ACTIVITY_MCP_CALL_TOOL, ENV_TEMPORAL_ADDRESS, SESSION_W
 from corral.serving import ServerThread
 from corral.streaming import StreamRelayThread
 from proxy.devvault import DevVault
-from tests.chaos._processes import RoleProcess, free_port, role_process, worker_argv
+from tests.chaos._processes import RoleProcess, role_process, worker_argv
 from tests.conftest import Stack, history_text, unique
+from tests.ports import free_port
 from tests.proxy_servers.devvault import scan_for, shared_dev_vault
 from tests.proxy_servers.mcp_server import create_mcp_app
 from tests.proxy_servers.tokens import TokenAuthority

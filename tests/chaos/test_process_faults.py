@@ -39,9 +39,10 @@ from corral.serving import ServerThread
 from corral.streaming import StreamEvent, StreamPublisher, subscribe
 from corral.temporal import cluster_id, connect
 from proxy import StaticBearerParams, VaultStore
-from tests.chaos._processes import ROOT, free_port, role_process, temporal_env, until_healthy, worker_argv
+from tests.chaos._processes import ROOT, role_process, temporal_env, until_healthy, worker_argv
 from tests.chaos.matrix import assert_whole, chaos_n, record_logs
 from tests.conftest import Stack, read_events, texts, unique, wait_for_idle
+from tests.ports import free_port
 from tests.proxy_servers.devvault import shared_dev_vault
 from tests.proxy_servers.mcp_server import create_mcp_app
 from tests.proxy_servers.tokens import TokenAuthority
