@@ -111,8 +111,7 @@ async def test_the_web_ui_shows_a_sessions_summary_status_and_search_attributes(
     )
     seen: list[Any] = []
     async with await client.beta.sessions.events.stream(session.id) as stream:
-        listening = asyncio.create_task(until_idle(stream, seen))
-        await asyncio.sleep(0.2)  # the stream is open before the message goes in
+        listening = asyncio.create_task(until_idle(stream, seen))  # open: it holds what is written from now
         await client.beta.sessions.events.send(
             session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "hello"}]}]
         )
