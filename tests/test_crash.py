@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
@@ -16,19 +17,33 @@ from corral.contract.session import AgentConfig, SessionInput
 from corral.modelserver import ModelServerThread
 from corral.names import ACTIVITY_EXECUTE
 from tests.conftest import assert_log_is_whole, read_events, texts, unique, wait_for_idle
-from tests.waits import activity_running, attempts_of, until
+from tests.waits import activity_running, attempts_of, polled_by, until
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _spawn(
+async def _spawn(
     client: Client, model_server: ModelServerThread, queues: dict[str, str], log: Path
 ) -> subprocess.Popen[bytes]:
+    """The worker process, once it polls its queues (a loaded machine may take long to start it)."""
     args = [sys.executable, "-m", "tests.worker_process", "--address", client.service_client.config.target_host]
     args += ["--model-url", str(model_server.base_url)]
     for role, queue in queues.items():
         args += [f"--{role}-queue", queue]
-    return subprocess.Popen(args, cwd=ROOT, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+    process = subprocess.Popen(args, cwd=ROOT, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+
+    async def polling() -> bool:
+        assert process.poll() is None, f"the worker process exited: see {log}"
+        harness = await polled_by(client, queues["harness"], process.pid, TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW)
+        return harness and all([await polled_by(client, queues[role], process.pid) for role in ("model", "hand")])
+
+    try:
+        await until(polling, f"the worker process polling its queues (see {log})", 180)
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    return process
 
 
 def steps_asked(model_server: ModelServerThread, script: str) -> list[int | None]:
@@ -62,7 +77,7 @@ async def test_sigkill_mid_turn_then_a_fresh_worker_finishes(
         model_task_queue=queues["model"],
     )
     log = tmp_path / "worker.log"
-    first = _spawn(client, model_server, queues, log)
+    first = await _spawn(client, model_server, queues, log)
     second: subprocess.Popen[bytes] | None = None
     third: subprocess.Popen[bytes] | None = None
     try:
@@ -73,7 +88,7 @@ async def test_sigkill_mid_turn_then_a_fresh_worker_finishes(
         first.send_signal(signal.SIGKILL)
         first.wait()
         killed_at = time.monotonic()
-        second = _spawn(client, model_server, queues, log)
+        second = await _spawn(client, model_server, queues, log)
         events = await wait_for_idle(handle, after=events[-1].position, within_seconds=60)
         recovery = time.monotonic() - killed_at
         print(f"\nrecovered from SIGKILL mid model turn in {recovery:.1f}s")
@@ -86,7 +101,7 @@ async def test_sigkill_mid_turn_then_a_fresh_worker_finishes(
         second.send_signal(signal.SIGKILL)
         second.wait()
         killed_at = time.monotonic()
-        third = _spawn(client, model_server, queues, log)
+        third = await _spawn(client, model_server, queues, log)
         events = await wait_for_idle(handle, after=events[-1].position, within_seconds=60)
         print(f"recovered from SIGKILL mid tool call in {time.monotonic() - killed_at:.1f}s")
         assert texts(events) == ["after the tool"]

@@ -10,14 +10,17 @@ import asyncio
 import contextlib
 import inspect
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
-from temporalio.api.enums.v1 import EventType, PendingActivityState
-from temporalio.client import WorkflowHandle
+from temporalio.api.enums.v1 import EventType, PendingActivityState, TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client, WorkflowHandle
 
 from corral.streaming import StreamEvent, subscribe
 
-Condition = Callable[[], bool | Awaitable[bool]]
+Condition = Callable[[], object]
+"""A plain or an async function whose (awaited) result is true once the awaited thing happened."""
 
 POLL_S = 0.05
 """The pause between two checks of a condition: short, so the wait ends soon after the condition holds."""
@@ -37,13 +40,25 @@ async def until(condition: Condition, what: str, within: float = 60.0, every: fl
         await asyncio.sleep(every)
 
 
-def until_sync(condition: Callable[[], bool], what: str, within: float = 60.0, every: float = POLL_S) -> None:
+def until_sync(condition: Callable[[], object], what: str, within: float = 60.0, every: float = POLL_S) -> None:
     """`until` for code that runs outside an event loop."""
     deadline = time.monotonic() + within
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not within {within:g} s")
         time.sleep(every)
+
+
+async def polled_by(
+    client: Client, queue: str, pid: int, kind: TaskQueueType.ValueType = TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY
+) -> bool:
+    """Whether the worker process `pid` polls `queue` (it has started; a worker stopped earlier is still listed for
+    a while, so the poller is told by its identity, `<pid>@<host>`, the SDK's default)."""
+    request = DescribeTaskQueueRequest(
+        namespace=client.namespace, task_queue=TaskQueue(name=queue), task_queue_type=kind
+    )
+    pollers = (await client.workflow_service.describe_task_queue(request)).pollers
+    return any(poller.identity.startswith(f"{pid}@") for poller in pollers)
 
 
 async def activity_running(handle: WorkflowHandle, activity_type: str) -> bool:
