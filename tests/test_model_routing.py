@@ -29,6 +29,7 @@ from corral.names import ACTIVITY_MODEL_TURN
 from corral.temporal import connect, data_converter
 from tests.conftest import Stack, assert_log_is_whole, history_text, read_events, texts, unique, wait_for_idle
 from tests.ports import closed_port
+from tests.waits import until
 from workers._slots import SharedSlots
 from workers.roles import model_worker_queue, model_workers
 from workflows import SessionWorkflow
@@ -210,7 +211,7 @@ async def test_shared_slots_limit_both_workers_together_and_survive_a_cancelled_
     assert (first, second) != (None, None) and slots.try_reserve_slot(context) is None
     cancelled = asyncio.create_task(slots.reserve_slot(context))
     waiting = asyncio.create_task(slots.reserve_slot(context))
-    await asyncio.sleep(0.01)
+    await until(lambda: len(slots._waiters) == 2, "both reservations waiting for a slot")
     assert not cancelled.done() and not waiting.done()
     cancelled.cancel()
     with contextlib.suppress(asyncio.CancelledError):
