@@ -207,6 +207,24 @@ async def test_model_worker_sigkilled_mid_stream(stack: Stack, tmp_path: Path) -
 # ---- sandbox ------------------------------------------------------------------------------------------------------
 
 
+HELD = "cat /tmp/held"
+HELD_COMMAND = f"echo ran >> /workspace/count; mkfifo /tmp/held; {HELD} > /dev/null; echo finished"
+"""A command that waits on a named pipe until the test writes to it (`_release`), once the fault has landed: every
+session is mid-command at the fault, however long the test took to see them all running."""
+
+
+def _release(engine: docker.DockerClient, handles: Sequence[WorkflowHandle]) -> None:
+    """Let each session's held command go on to `echo finished`."""
+    from corral.sandbox.containers import session_containers
+
+    for handle in handles:
+        running = [c for c in session_containers(engine, handle.id) if c.status == "running"]
+        holding = [c for c in running if HELD in c.exec_run(["ps", "-eo", "args"]).output.decode()]
+        assert len(holding) == 1, f"{handle.id}: {len(holding)} of its {len(running)} running containers hold"
+        done = holding[0].exec_run(["timeout", "30", "sh", "-c", "echo go > /tmp/held"])
+        assert done.exit_code == 0, done.output
+
+
 def _container_processes(engine: docker.DockerClient, session_id: str) -> str:
     from corral.sandbox.containers import session_containers
 
@@ -222,7 +240,7 @@ async def test_sandbox_worker_sigkilled_mid_command(
     each command's own record in its container and reports its output with a `[recovered: …]` note instead of
     running it again (a clean resume); the marker file each command appends to has one line."""
     n = chaos_n()
-    command = "echo ran >> /workspace/count; sleep 4; echo finished"
+    command = HELD_COMMAND
     environment = temporal_env(address(stack)) | {
         "CORRAL_SANDBOX_IMAGE": sandbox_image,
         "CORRAL_GIT_PROXY_PORT": str(free_port()),
@@ -241,12 +259,13 @@ async def test_sandbox_worker_sigkilled_mid_command(
                 handles.append(await stack.start(model, message="go", tools=TOOLSET))
 
             async def command_runs(handle: WorkflowHandle) -> bool:
-                return "sleep 4" in await asyncio.to_thread(_container_processes, docker_client, handle.id)
+                return HELD in await asyncio.to_thread(_container_processes, docker_client, handle.id)
 
             await until_all(handles, command_runs, "its bash command running in the container", within=120)
             fault = datetime.now(UTC)
             killed_at = sandbox.kill()
             sandbox.start()
+            await asyncio.to_thread(_release, docker_client, handles)
             logs, recovery = await recover(handles, killed_at)
             for handle in handles:
                 await handle.terminate("test finished")  # before the worker stops: no sandbox activity is left
@@ -445,7 +464,7 @@ async def test_temporal_server_sigkilled_mid_turn_then_restarted_by_corral_up(
     env["CORRAL_STATE_DIR"] = str(state)  # offline: the stack's own model server plays the scripts
     ports = [f"--{name}-port" for name in ("temporal", "ui", "model", "stream", "git-proxy", "api")]
     up_args = ["up", *[part for option in ports for part in (option, str(free_port()))]]
-    command = "echo ran >> /workspace/count; sleep 4; echo finished"
+    command = HELD_COMMAND
     try:
         up = await asyncio.to_thread(corral, env, *up_args)
         assert up.returncode == 0, up.stdout + up.stderr
@@ -465,7 +484,7 @@ async def test_temporal_server_sigkilled_mid_turn_then_restarted_by_corral_up(
                 handles.append(await start_session(client, SessionInput(agent=agent, message="go")))
 
         async def command_runs(handle: WorkflowHandle) -> bool:
-            return "sleep 4" in await asyncio.to_thread(_container_processes, docker_client, handle.id)
+            return HELD in await asyncio.to_thread(_container_processes, docker_client, handle.id)
 
         await until_all(handles, command_runs, "its bash command running in the container", within=180)
         temporal_pid = int((state / "pids" / "temporal.pid").read_text())
@@ -474,6 +493,7 @@ async def test_temporal_server_sigkilled_mid_turn_then_restarted_by_corral_up(
         killed_at = time.monotonic()
         while Path(f"/proc/{temporal_pid}").exists() and "\nState:\tZ" not in _status(temporal_pid):
             await asyncio.sleep(0.05)
+        await asyncio.to_thread(_release, docker_client, handles)  # the commands end while the server is down
         again = await asyncio.to_thread(corral, env, *up_args)
         assert again.returncode == 0, again.stdout + again.stderr
         assert "temporal started" in again.stdout, again.stdout
