@@ -97,7 +97,11 @@ TURN_WITHIN = 180.0
 LONG_REPLY = " ".join(f"word{index}" for index in range(30))
 SECRETS = ("ANTHROPIC_API_KEY", "VAULT_TOKEN", "VAULT_ROLE_ID", "VAULT_SECRET_ID", "POSTGRES_PASSWORD",
            "MINIO_ROOT_PASSWORD", "CORRAL_STREAM_TOKEN")  # fmt: skip
-SANDBOX_COMMAND = "echo ran >> /workspace/count; sleep 4; echo finished"
+HELD = "cat /tmp/held"
+"""A turn's command waits here, on a named pipe, until the test writes to it (`_release`) once the container it means
+to kill is dead: the kill meets the command running however long the test took to see it."""
+HELD_COMMAND = f"rm -f /tmp/held; mkfifo /tmp/held; {HELD} > /dev/null; echo turn-2"
+SANDBOX_COMMAND = f"echo ran >> /workspace/count; rm -f /tmp/held; mkfifo /tmp/held; {HELD} > /dev/null; echo finished"
 DEPLOYMENT = "corral-compose"
 """The stack's harness is versioned (its build: a hash of its code); the upgrade test deploys the next build."""
 
@@ -299,7 +303,7 @@ PUSH = (
 SCRIPT: list[dict[str, Any]] = [
     # A first turn: the sandbox is made, with the repository cloned into it through the git proxy.
     tool("cd /workspace/app && git log --oneline | wc -l"), {"text": "reply-1"},
-    tool("sleep 4; echo turn-2"), {"text": "reply-2"},  # the harness is killed while the command runs
+    tool(HELD_COMMAND), {"text": "reply-2"},  # the harness is killed while the command runs
     {"text": LONG_REPLY, "first_token_latency": 1, "tokens_per_second": 5, "pace_hits": 1},  # the model, mid-stream
     tool(SANDBOX_COMMAND), tool("wc -l < /workspace/count"), {"text": "reply-4"},  # the sandbox hand, mid-command
     # The proxy, mid MCP call; then a push through the restarted proxy's git proxy.
@@ -336,11 +340,19 @@ def _command_runs(engine: docker.DockerClient, session_id: str, needle: str) -> 
     return any(needle in c.exec_run(["ps", "-eo", "args"]).output.decode() for c in running)
 
 
+def _release(stack: OfflineStack, handle: WorkflowHandle) -> None:
+    """Let the turn's held command go on."""
+    [holding] = [c for c in session_containers(stack.engine, handle.id)
+                 if c.status == "running" and HELD in c.exec_run(["ps", "-eo", "args"]).output.decode()]  # fmt: skip
+    done = holding.exec_run(["timeout", "30", "sh", "-c", "echo go > /tmp/held"])
+    assert done.exit_code == 0, done.output
+
+
 def sleeping(stack: OfflineStack, handle: WorkflowHandle) -> Any:
-    """Whether the turn's command runs (its `sleep 4`) in the session's sandbox container."""
+    """Whether the turn's command runs (held on its pipe) in the session's sandbox container."""
 
     async def ready() -> bool:
-        return await asyncio.to_thread(_command_runs, stack.engine, handle.id, "sleep 4")
+        return await asyncio.to_thread(_command_runs, stack.engine, handle.id, HELD)
 
     return ready
 
@@ -429,6 +441,7 @@ async def test_a_session_survives_killing_each_worker_role_mid_turn(
         asked = await _send_turn(client, handle, 2)
         await until(sleeping(stack, handle), "turn 2's command running", 90)
         await _kill_and_restart(stack, "harness", still=sleeping(stack, handle))
+        await asyncio.to_thread(_release, stack, handle)
         await wait_for_idle(handle, after=asked, within_seconds=TURN_WITHIN)
 
         # Turn 3: the model worker, while the reply streams: after its first delta reached the client through the
@@ -446,6 +459,7 @@ async def test_a_session_survives_killing_each_worker_role_mid_turn(
         asked = await _send_turn(client, handle, 4)
         await until(sleeping(stack, handle), "turn 4's command running", 90)
         await _kill_and_restart(stack, "sandbox", still=sleeping(stack, handle))
+        await asyncio.to_thread(_release, stack, handle)
         await wait_for_idle(handle, after=asked, within_seconds=TURN_WITHIN)
 
         # Turn 5: the proxy worker, while its MCP call runs (the MCP server takes 4 s to answer).
