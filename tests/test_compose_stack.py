@@ -364,9 +364,9 @@ async def _kill_and_restart(stack: OfflineStack, role: str, still: Any = None) -
     await asyncio.to_thread(container.kill)
     container.reload()
     assert container.status != "running", f"offline-{role} survived docker kill"
-    if still is not None:
-        assert await still(), f"offline-{role} was killed after the work it was meant to interrupt ended"
     await asyncio.to_thread(container.start)
+    if still is not None:  # after the start, so as not to hold it up: still going, so going at the kill
+        assert await still(), f"offline-{role} was killed after the work it was meant to interrupt ended"
 
 
 def _host_git_server(
