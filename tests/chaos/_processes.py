@@ -88,8 +88,9 @@ def temporal_env(address: str) -> dict[str, str]:
     return {ENV_TEMPORAL_ADDRESS: address}
 
 
-async def until_healthy(base_url: str, role: RoleProcess, within: float = 30) -> None:
-    """Wait until `GET /healthz` answers 200 (the relay or another small HTTP server is serving)."""
+async def until_healthy(base_url: str, role: RoleProcess, within: float = 120) -> None:
+    """Wait until `GET /healthz` answers 200 (the relay or another small HTTP server is serving). Generous: on two
+    loaded cores a process took over 30 s to start; one that exits fails the wait at once."""
     deadline = time.monotonic() + within
     async with httpx.AsyncClient(timeout=2) as http:
         while time.monotonic() < deadline:
