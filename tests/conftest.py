@@ -44,9 +44,11 @@ from corral.sandbox import (
 from corral.sandbox.cleanup import SHARED_NETWORKS
 from corral.sandbox.containers import remove_session
 from corral.sandbox.egress import EGRESS_CONTAINER, NETWORK_LABEL
+from corral.sandbox.engine import install_dockerd
 from corral.streaming import StreamPublisher, StreamRelayThread
 from corral.temporal import cluster_id, start_local_temporal
 from tests.hand_tools import TEST_TOOLS
+from tests.ports import free_port
 from workers.roles import harness_worker, model_worker, sandbox_workers
 
 BLOB_STORE = tempfile.mkdtemp(prefix="corral-test-blobs-")
@@ -178,7 +180,7 @@ def _made_since(
 
 @pytest.fixture(scope="session")
 async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
-    env = await start_local_temporal(dev_server_log_level="error")
+    env = await start_local_temporal(port=free_port(), dev_server_log_level="error")  # outside the ephemeral range
     yield env
     await env.shutdown()
 
@@ -190,6 +192,13 @@ STATE_DIR = Path(__file__).resolve().parents[1] / ".corral"
 def docker_client() -> docker.DockerClient:
     """The real Docker engine: started here (Debian's docker.io) when none answers."""
     return ensure_docker_engine(STATE_DIR)
+
+
+@pytest.fixture(scope="session")
+def dockerd() -> str:
+    """The `dockerd` program, for a test that starts a Docker engine of its own: installed here (Debian's docker.io,
+    as `corral.sandbox.prepare` does) when missing; when it cannot be, the test fails saying why, never skips."""
+    return install_dockerd(STATE_DIR)
 
 
 @pytest.fixture(scope="session")

@@ -58,11 +58,12 @@ async def relay_then_gateway_killed(
     as a client does; then check what the client saw. The log, as gateway B lists it at the end."""
     seen_a: list[Any] = []
     shown_a = Previews()
+    # Once `stream()` returns, the stream's place in the log is fixed (before its response started); no wait for its
+    # relay subscriptions: a relay hands a late subscriber the text it holds first, so no delta is missed.
     stream_a = await client_a.beta.sessions.events.stream(session_id, event_deltas=["agent.message"])
     reading = asyncio.create_task(
         read_until(stream_a, seen_a, shown_a, lambda: shown_a.deltas >= DELTAS_BEFORE_EACH_KILL)
     )
-    await asyncio.sleep(0.5)  # the stream's relay subscriptions are open before the message goes in
     await client_a.beta.sessions.events.send(
         session_id, events=[{"type": "user.message", "content": [{"type": "text", "text": "go"}]}]
     )

@@ -5,7 +5,6 @@ Temporal history."""
 from __future__ import annotations
 
 import dataclasses
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from corral.client import read_events, send_text, start_session, wait_for_idle
 from corral.contract.events import UserMessage
 from corral.contract.session import AgentConfig, SessionInput
 from tests.conftest import Stack, assert_log_is_whole, unique
+from tests.ports import free_port
 from workers.roles import harness_worker, model_worker
 
 BUCKET = "corral-test"
@@ -29,9 +29,7 @@ BUCKET = "corral-test"
 
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
     server.start()
     yield f"http://127.0.0.1:{port}"

@@ -26,8 +26,9 @@ from corral.contract.events import AgentToolResult, BudgetReached, EndTurn, Mode
 from corral.contract.pricing import PRICES_ENVIRONMENT_VARIABLE, ModelPrice, NotBudgetable, list_cost, price_of
 from corral.contract.session import SessionInput
 from corral.records import Records
-from tests.chaos._processes import free_port, role_process, until_healthy
+from tests.chaos._processes import role_process, until_healthy
 from tests.conftest import Stack, assert_log_is_whole, read_events, stop_reason, unique, wait_for_idle
+from tests.ports import free_port
 from workflows.session import BUDGET_SPENT_RESULT
 
 pytestmark = pytest.mark.timeout(300)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,14 +19,9 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from cli.session_ops import build_session_input
+from tests.ports import closed_port, free_port
 
 runner = CliRunner()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def invoke(state_dir: Path, *args: str) -> tuple[int, str]:
@@ -57,8 +51,9 @@ def test_input_file_that_is_not_json_exits_2(tmp_path: Path) -> None:
 
 
 def test_send_to_a_stopped_stack_says_run_corral_up(tmp_path: Path) -> None:
-    address = f"127.0.0.1:{free_port()}"  # Nothing listens here.
-    code, output = invoke(tmp_path, "--address", address, "send", "sesn_nothing", "hello")
+    with closed_port() as port:  # nothing listens here
+        address = f"127.0.0.1:{port}"
+        code, output = invoke(tmp_path, "--address", address, "send", "sesn_nothing", "hello")
     assert code == 1, output
     assert f"cannot reach Temporal at {address}" in output
     assert "corral up" in output

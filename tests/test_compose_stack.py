@@ -79,13 +79,15 @@ from corral.sandbox.containers import remove_session, session_containers
 from corral.serving import ServerThread
 from corral.streaming.partition import relay_order, relay_urls
 from corral.temporal import cluster_id, connect
-from tests.chaos._processes import ROOT, free_port
+from tests.chaos._processes import ROOT
 from tests.chaos.matrix import assert_whole
 from tests.conftest import STATE_DIR, history_text, texts
-from tests.live_previews import relay_then_gateway_killed
+from tests.live_previews import Previews, read_until, relay_then_gateway_killed
+from tests.ports import free_port
 from tests.proxy_servers.git_server import GitServerLog, create_git_app, git, make_bare_repository
 from tests.proxy_servers.mcp_server import AuthorityVerifier
 from tests.proxy_servers.tokens import TokenAuthority
+from tests.waits import until, until_sync
 from workers._deployment import describe_deployment
 
 pytestmark = pytest.mark.timeout(1200)  # a clean machine builds the base and the images first (~3 minutes)
@@ -95,7 +97,11 @@ TURN_WITHIN = 180.0
 LONG_REPLY = " ".join(f"word{index}" for index in range(30))
 SECRETS = ("ANTHROPIC_API_KEY", "VAULT_TOKEN", "VAULT_ROLE_ID", "VAULT_SECRET_ID", "POSTGRES_PASSWORD",
            "MINIO_ROOT_PASSWORD", "CORRAL_STREAM_TOKEN")  # fmt: skip
-SANDBOX_COMMAND = "echo ran >> /workspace/count; sleep 4; echo finished"
+HELD = "cat /tmp/held"
+"""A turn's command waits here, on a named pipe, until the test writes to it (`_release`) once the container it means
+to kill is dead: the kill meets the command running however long the test took to see it."""
+HELD_COMMAND = f"rm -f /tmp/held; mkfifo /tmp/held; {HELD} > /dev/null; echo turn-2"
+SANDBOX_COMMAND = f"echo ran >> /workspace/count; rm -f /tmp/held; mkfifo /tmp/held; {HELD} > /dev/null; echo finished"
 DEPLOYMENT = "corral-compose"
 """The stack's harness is versioned (its build: a hash of its code); the upgrade test deploys the next build."""
 
@@ -187,14 +193,6 @@ class OfflineStack:
         return f"127.0.0.1:{self.ports['CORRAL_TEMPORAL_PORT']}"
 
 
-def _until(what: str, ready: Any, within: float = 120.0) -> None:
-    deadline = time.monotonic() + within
-    while not ready():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not come up within {within:.0f} s")
-        time.sleep(0.5)
-
-
 def _answers(url: str) -> bool:
     with contextlib.suppress(httpx.HTTPError):
         return httpx.get(url, timeout=2).status_code == 200
@@ -219,8 +217,8 @@ def offline_stack(compose: list[str], tmp_path_factory: pytest.TempPathFactory) 
     try:
         started = time.monotonic()
         stack.run("up", "--detach")
-        _until("the gateway", lambda: _answers(f"{stack.gateway_url}/healthz"))
-        _until("the offline model server", lambda: _answers(f"{stack.model_url}/healthz"))
+        until_sync(lambda: _answers(f"{stack.gateway_url}/healthz"), "the gateway came up", 120)
+        until_sync(lambda: _answers(f"{stack.model_url}/healthz"), "the offline model server came up", 120)
         print(f"offline stack up after {time.monotonic() - started:.0f} s")
 
         async def scope_of_stack() -> str:
@@ -305,7 +303,7 @@ PUSH = (
 SCRIPT: list[dict[str, Any]] = [
     # A first turn: the sandbox is made, with the repository cloned into it through the git proxy.
     tool("cd /workspace/app && git log --oneline | wc -l"), {"text": "reply-1"},
-    tool("sleep 4; echo turn-2"), {"text": "reply-2"},  # the harness is killed while the command runs
+    tool(HELD_COMMAND), {"text": "reply-2"},  # the harness is killed while the command runs
     {"text": LONG_REPLY, "first_token_latency": 1, "tokens_per_second": 5, "pace_hits": 1},  # the model, mid-stream
     tool(SANDBOX_COMMAND), tool("wc -l < /workspace/count"), {"text": "reply-4"},  # the sandbox hand, mid-command
     # The proxy, mid MCP call; then a push through the restarted proxy's git proxy.
@@ -315,14 +313,8 @@ SCRIPT: list[dict[str, Any]] = [
     # the call waits for it.
     {"tool_uses": [{"name": "calculate", "input": {"expression": "6*7"}}]}, {"text": "reply-6"},
 ]  # fmt: skip
-
-
-async def _until_async(what: str, ready: Any, within: float = 90.0) -> None:
-    deadline = time.monotonic() + within
-    while not await ready():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the session never reached {what}")
-        await asyncio.sleep(0.2)
+LONG_STEP = next(index for index, step in enumerate(SCRIPT) if step.get("text") == LONG_REPLY)
+"""The script step of the reply the model worker dies in."""
 
 
 async def _send_turn(client: anthropic.AsyncAnthropic, handle: WorkflowHandle, turn: int) -> int:
@@ -335,7 +327,7 @@ async def _send_turn(client: anthropic.AsyncAnthropic, handle: WorkflowHandle, t
         sent[:] = [event for event in await read_events(handle) if event.type == "user.message"]
         return len(sent) == turn
 
-    await _until_async(f"turn {turn}'s message in its log", logged)
+    await until(logged, f"turn {turn}'s message in its log", 90)
     return sent[-1].position
 
 
@@ -348,22 +340,33 @@ def _command_runs(engine: docker.DockerClient, session_id: str, needle: str) -> 
     return any(needle in c.exec_run(["ps", "-eo", "args"]).output.decode() for c in running)
 
 
+def _release(stack: OfflineStack, handle: WorkflowHandle) -> None:
+    """Let the turn's held command go on."""
+    [holding] = [c for c in session_containers(stack.engine, handle.id)
+                 if c.status == "running" and HELD in c.exec_run(["ps", "-eo", "args"]).output.decode()]  # fmt: skip
+    done = holding.exec_run(["timeout", "30", "sh", "-c", "echo go > /tmp/held"])
+    assert done.exit_code == 0, done.output
+
+
 def sleeping(stack: OfflineStack, handle: WorkflowHandle) -> Any:
-    """Whether the turn's command runs (its `sleep 4`) in the session's sandbox container."""
+    """Whether the turn's command runs (held on its pipe) in the session's sandbox container."""
 
     async def ready() -> bool:
-        return await asyncio.to_thread(_command_runs, stack.engine, handle.id, "sleep 4")
+        return await asyncio.to_thread(_command_runs, stack.engine, handle.id, HELD)
 
     return ready
 
 
-async def _kill_and_restart(stack: OfflineStack, role: str) -> None:
-    """`docker kill` (SIGKILL) of the role's container, then `docker start`, as an operator would."""
+async def _kill_and_restart(stack: OfflineStack, role: str, still: Any = None) -> None:
+    """`docker kill` (SIGKILL) of the role's container, then `docker start`, as an operator would. `still`, when
+    given, is what the kill must land in the middle of (an async check): it must still hold once the role is dead."""
     container = stack.container(f"offline-{role}")
     await asyncio.to_thread(container.kill)
     container.reload()
     assert container.status != "running", f"offline-{role} survived docker kill"
     await asyncio.to_thread(container.start)
+    if still is not None:  # after the start, so as not to hold it up: still going, so going at the kill
+        assert await still(), f"offline-{role} was killed after the work it was meant to interrupt ended"
 
 
 def _host_git_server(
@@ -436,25 +439,27 @@ async def test_a_session_survives_killing_each_worker_role_mid_turn(
 
         # Turn 2: the harness, while the turn's command runs in the sandbox.
         asked = await _send_turn(client, handle, 2)
-        await _until_async("turn 2's command", sleeping(stack, handle))
-        await _kill_and_restart(stack, "harness")
+        await until(sleeping(stack, handle), "turn 2's command running", 90)
+        await _kill_and_restart(stack, "harness", still=sleeping(stack, handle))
+        await asyncio.to_thread(_release, stack, handle)
         await wait_for_idle(handle, after=asked, within_seconds=TURN_WITHIN)
 
-        # Turn 3: the model worker, while the reply streams.
-        asked = await _send_turn(client, handle, 3)
-
-        async def streaming() -> bool:
-            return await _count(handle, "span.model_request_start", asked) >= 1
-
-        await _until_async("turn 3's model request", streaming)
-        await asyncio.sleep(1.5)  # the first token comes after 1 s, then 5 a second for 6 s
-        await _kill_and_restart(stack, "model")
+        # Turn 3: the model worker, while the reply streams: after its first delta reached the client through the
+        # gateway, and before its end (the reply's text shown then is a strict prefix of it).
+        shown = Previews()
+        async with await client.beta.sessions.events.stream(handle.id, event_deltas=["agent.message"]) as stream:
+            asked = await _send_turn(client, handle, 3)
+            first_delta = read_until(stream, [], shown, lambda: shown.deltas >= 1)
+            await asyncio.wait_for(first_delta, TURN_WITHIN)
+            await _kill_and_restart(stack, "model")
+            [shown_at_kill] = [shown.text(preview) for preview in shown.texts]
         await wait_for_idle(handle, after=asked, within_seconds=TURN_WITHIN)
 
         # Turn 4: the sandbox hand, while the command runs in the sandbox (which outlives the worker).
         asked = await _send_turn(client, handle, 4)
-        await _until_async("turn 4's command", sleeping(stack, handle))
-        await _kill_and_restart(stack, "sandbox")
+        await until(sleeping(stack, handle), "turn 4's command running", 90)
+        await _kill_and_restart(stack, "sandbox", still=sleeping(stack, handle))
+        await asyncio.to_thread(_release, stack, handle)
         await wait_for_idle(handle, after=asked, within_seconds=TURN_WITHIN)
 
         # Turn 5: the proxy worker, while its MCP call runs (the MCP server takes 4 s to answer).
@@ -465,10 +470,11 @@ async def test_a_session_survives_killing_each_worker_role_mid_turn(
             return calls("slow") >= 1
 
         asked = await _send_turn(client, handle, 5)
-        await _until_async("turn 5's MCP call", slow_call_made)
+        await until(slow_call_made, "turn 5's MCP call at the server", 90)
         await _kill_and_restart(stack, "proxy")
         await wait_for_idle(handle, after=asked, within_seconds=TURN_WITHIN)
-        await asyncio.sleep(4)  # long enough for a call made again to reach the server
+        # No wait for the slow call made again: it would reach the server before its activity ended, so before the
+        # turn's next call (`add`), which the counts below include.
 
         # Turn 6: the utility hand, dead when its call is made; started again while the call waits for it.
         utility = stack.container("offline-utility-hand")
@@ -478,11 +484,13 @@ async def test_a_session_survives_killing_each_worker_role_mid_turn(
         async def calculating() -> bool:
             return await _count(handle, "agent.tool_use", asked) >= 1
 
-        await _until_async("turn 6's call", calculating)
+        await until(calculating, "turn 6's call", 90)
         await asyncio.to_thread(utility.start)
         await wait_for_idle(handle, after=asked, within_seconds=TURN_WITHIN)
 
         log = await read_events(handle)
+        async with httpx.AsyncClient(base_url=stack.model_url) as http:
+            model_requests = (await http.get(f"/_corral/scripts/{script}/requests")).raise_for_status().json()
         listed = [event async for event in client.beta.sessions.events.list(session.id, limit=100)]
         sandbox = await asyncio.to_thread(_sandbox_files, stack, handle.id)
         history = await history_text(handle)
@@ -498,6 +506,10 @@ async def test_a_session_survives_killing_each_worker_role_mid_turn(
         "the gateway lists the log as Temporal holds it"
     )
     assert texts(log) == ["reply-1", "reply-2", LONG_REPLY, "reply-4", "reply-5", "reply-6"], "each reply once, whole"
+    assert shown_at_kill and LONG_REPLY.startswith(shown_at_kill) and len(shown_at_kill) < len(LONG_REPLY), (
+        f"the model worker was not killed mid-reply: the client had seen {shown_at_kill!r}"
+    )
+    assert [request["step"] for request in model_requests].count(LONG_STEP) == 2, "the cut reply was asked again"
     results = texts(log, "agent.tool_result")
     assert results[:2] == ["1", "turn-2"] and results[3:5] == ["1", "pushed"], results
     assert results[2].startswith("finished") and "[recovered: this command had already run" in results[2], results[2]
@@ -592,7 +604,7 @@ async def test_sessions_spread_across_two_replicas_of_each_worker_role(offline_s
                 return False
         return True
 
-    await _until_async("every replica polling its task queue", all_polling, within=120.0)
+    await until(all_polling, "every replica polling its task queue", 120.0)
     print(f"scaled to two replicas per worker role after {time.monotonic() - started:.0f} s")
 
     key, _ = await create_key(Records(temporal, task_queue=HARNESS_TASK_QUEUE), f"spread-{uuid.uuid4().hex[:8]}")
@@ -678,7 +690,7 @@ async def test_a_relay_and_a_gateway_killed_mid_reply_the_client_sees_no_gap_and
     stack = offline_stack
     await asyncio.to_thread(stack.run, "up", "--detach", "--no-deps", "offline-gateway-replica", replicas=True)
     url_b = f"http://127.0.0.1:{stack.ports['CORRAL_API_2_PORT']}"
-    _until("the second gateway", lambda: _answers(f"{url_b}/healthz"))
+    until_sync(lambda: _answers(f"{url_b}/healthz"), "the second gateway came up", 120)
     temporal = await connect(stack.temporal_address)
     key, _ = await create_key(Records(temporal, task_queue=HARNESS_TASK_QUEUE), f"relays-{uuid.uuid4().hex[:8]}")
     client_a = anthropic.AsyncAnthropic(base_url=stack.gateway_url, api_key=key, max_retries=0)
@@ -704,7 +716,7 @@ async def test_a_relay_and_a_gateway_killed_mid_reply_the_client_sees_no_gap_and
     finally:
         for service in (str(owner), "offline-gateway"):  # started again, as an operator would, for later tests
             await asyncio.to_thread(stack.container(service).start)
-        _until("the gateway again", lambda: _answers(f"{stack.gateway_url}/healthz"))
+        until_sync(lambda: _answers(f"{stack.gateway_url}/healthz"), "the gateway up again", 120)
         with contextlib.suppress(Exception):
             await temporal.get_workflow_handle(session.id).terminate("test over")
         await client_a.close()
@@ -799,7 +811,7 @@ async def test_a_new_harness_build_takes_over_at_a_safe_point(offline_stack: Off
         async def held() -> bool:
             return await asyncio.to_thread(_command_runs, stack.engine, mid_turn.id, "sleep 0.2")  # its wait
 
-        await _until_async("the turn's command", held)
+        await until(held, "the turn's command running", 90)
 
         # Deploy the next build beside the first, and promote it while the command runs.
         await asyncio.to_thread(stack.run, "up", "--detach", "--no-deps", "offline-harness-next", overrides=(override,))
@@ -809,7 +821,7 @@ async def test_a_new_harness_build_takes_over_at_a_safe_point(offline_stack: Off
             return state is not None and NEXT_BUILD in {build.build_id for build in state.builds}
 
         try:
-            await _until_async("the next build polling", next_build_polls, within=120.0)
+            await until(next_build_polls, "the next build polling", 120.0)
         except AssertionError:
             dumped = stack.run("logs", "--no-color", "offline-harness-next", check=False, overrides=(override,))
             output = dumped.stdout[-3000:] + dumped.stderr[-2000:]
@@ -864,7 +876,7 @@ async def _gateway_turn(client: anthropic.AsyncAnthropic, session_id: str, turn:
         types = [event.type async for event in client.beta.sessions.events.list(session_id, limit=100)]
         return types.count("session.status_idle") == turn
 
-    await _until_async(f"the end of turn {turn}", ended, within=TURN_WITHIN)
+    await until(ended, f"the end of turn {turn}", TURN_WITHIN)
 
 
 def _kinds(log: list[dict[str, Any]]) -> list[str]:

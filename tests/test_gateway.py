@@ -23,8 +23,9 @@ from corral.contract.session import MAX_MESSAGE_BYTES
 from corral.hand_registry import OPERATOR_WORKSPACE, hand_record_id, register_hand
 from corral.records import Records
 from gateway.http import MAX_BODY_BYTES
-from tests.chaos._processes import RoleProcess, free_port, role_process, until_healthy
+from tests.chaos._processes import RoleProcess, role_process, until_healthy
 from tests.conftest import Stack
+from tests.ports import free_port
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -175,8 +176,7 @@ async def test_a_session_sends_streams_and_lists_its_events_with_no_gap(stack: S
         seen: list[Any] = []
         # The SDK's own runner's pattern: open the stream, then list; together they show every event once.
         async with await client.beta.sessions.events.stream(session.id) as stream:
-            listening = asyncio.create_task(until_idle(stream, seen))
-            await asyncio.sleep(0.2)  # the stream is open before the message goes in
+            listening = asyncio.create_task(until_idle(stream, seen))  # open: it holds what is written from now
             sent = await client.beta.sessions.events.send(
                 session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": text}]}]
             )

@@ -29,8 +29,9 @@ from starlette.routing import Route
 from corral.apikeys import create_key
 from corral.records import Records
 from gateway.app import create_app
-from tests.chaos._processes import free_port, role_process, until_healthy
+from tests.chaos._processes import role_process, until_healthy
 from tests.conftest import Stack, unique
+from tests.ports import free_port
 from tests.proxy_servers.devvault import shared_dev_vault
 
 pytestmark = pytest.mark.timeout(600)

@@ -118,13 +118,14 @@ async def test_an_idle_session_is_deleted_with_its_log(stack: Stack, gateway: Ga
     await events_until_idle(client, session_id, 0)
     seen: list[Any] = []
 
+    stream = await client.beta.sessions.events.stream(session_id)  # open (its place in the log fixed) on return
+
     async def follow() -> None:
-        async with await client.beta.sessions.events.stream(session_id) as stream:
+        async with stream:
             async for event in stream:
                 seen.append(event)
 
     following = asyncio.create_task(follow())
-    await asyncio.sleep(0.3)  # the stream is open before the delete
     blobs = open_blob_store()  # the run's shared store (tests/conftest.py), the gateway's too
     blobs.put(tool_output_key(session_id, "toolu_kept"), b"a whole tool output")
     deleted = await client.beta.sessions.delete(session_id)

@@ -27,8 +27,10 @@ from corral.contract.events import (
 from corral.records import Records
 from corral.streaming import StreamEvent
 from gateway.previews import Previews
-from tests.chaos._processes import RoleProcess, free_port, role_process, until_healthy
+from tests.chaos._processes import RoleProcess, role_process, until_healthy
 from tests.conftest import Stack
+from tests.ports import free_port
+from tests.waits import until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -84,12 +86,19 @@ def idle(event: Any) -> bool:
     return bool(event.type == "session.status_idle")
 
 
-async def stream_one_turn(client: anthropic.AsyncAnthropic, session_id: str, text: str) -> list[Any]:
+async def relay_followed(stack: Stack, session_id: str) -> None:
+    """Until the gateway follows the session's live text at the relay: its previews are live from here on. (The
+    stream's place in the log is fixed before its response starts, that is when the SDK's `stream()` returns.)"""
+    hub = stack.stream_relay.hub
+    await until(lambda: hub.subscriber_count(session_id) >= 1, "the gateway subscribed to the session at the relay")
+
+
+async def stream_one_turn(stack: Stack, client: anthropic.AsyncAnthropic, session_id: str, text: str) -> list[Any]:
     """Open a stream with agent.message previews, send one message, read until the session is idle."""
     seen: list[Any] = []
     async with await client.beta.sessions.events.stream(session_id, event_deltas=["agent.message"]) as stream:
         reading = asyncio.create_task(read_until(stream, seen, idle))
-        await asyncio.sleep(0.3)  # the stream (and its relay subscription) is open before the message goes in
+        await relay_followed(stack, session_id)
         await client.beta.sessions.events.send(
             session_id, events=[{"type": "user.message", "content": [{"type": "text", "text": text}]}]
         )
@@ -129,7 +138,7 @@ async def test_previews_show_the_message_as_it_is_written_then_the_message_concl
     client = await gateways.client(url, "team-stream")
     model = stack.script([{"text": LONG_TEXT, "first_token_latency": 0.3, "tokens_per_second": 40}, {"text": "ok"}])
     session = await session_for(client, model)
-    seen = await stream_one_turn(client, session.id, "go")
+    seen = await stream_one_turn(stack, client, session.id, "go")
 
     types = [event.type for event in seen]
     [span] = [event for event in seen if event.type == "span.model_request_start"]
@@ -159,9 +168,8 @@ async def test_previews_show_the_message_as_it_is_written_then_the_message_concl
     listed = [event.type async for event in client.beta.sessions.events.list(session.id)]
     assert "event_start" not in listed and "event_delta" not in listed, "previews never reach the log"
     plain: list[Any] = []
-    async with await client.beta.sessions.events.stream(session.id) as stream:
+    async with await client.beta.sessions.events.stream(session.id) as stream:  # it holds what is written from now
         reading = asyncio.create_task(read_until(stream, plain, idle))
-        await asyncio.sleep(0.3)
         await client.beta.sessions.events.send(
             session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "again"}]}]
         )
@@ -177,7 +185,7 @@ async def test_a_retried_model_request_never_shows_the_client_text_twice(stack: 
     client = await gateways.client(url, "team-retry")
     model = stack.script([{"text": LONG_TEXT, "fail_mid_stream": True, "tokens_per_second": 40}])
     session = await session_for(client, model)
-    seen = await stream_one_turn(client, session.id, "go")
+    seen = await stream_one_turn(stack, client, session.id, "go")
 
     spans = [event.id for event in seen if event.type == "span.model_request_start"]
     assert len(spans) == 2, "the first attempt failed mid-stream and was retried"
@@ -236,7 +244,7 @@ async def test_a_gateway_killed_mid_stream_loses_nothing_the_next_one_serves(sta
     before: list[Any] = []
     stream = await client.beta.sessions.events.stream(session.id, event_deltas=["agent.message"])
     reading = asyncio.create_task(read_until(stream, before, lambda e: e.type == "event_delta"))
-    await asyncio.sleep(0.3)
+    await relay_followed(stack, session.id)
     await client.beta.sessions.events.send(
         session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "go"}]}]
     )
@@ -252,8 +260,8 @@ async def test_a_gateway_killed_mid_stream_loses_nothing_the_next_one_serves(sta
     again = await gateways.client(second, "team-kill")
     after: list[Any] = []
     async with await again.beta.sessions.events.stream(session.id, event_deltas=["agent.message"]) as resumed:
+        # Opened (its place in the log fixed), then listed: together they hold every event.
         reading = asyncio.create_task(read_until(resumed, after, idle))
-        await asyncio.sleep(0.3)  # open the stream, then list: together they hold every event
         for event in [e async for e in again.beta.sessions.events.list(session.id, limit=1000)]:
             show(event)
         await asyncio.wait_for(reading, 60)

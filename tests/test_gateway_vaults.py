@@ -26,8 +26,9 @@ from corral.serving import ServerThread
 from corral.temporal import cluster_id
 from proxy import GitProxyServer, McpProxy, McpServer, SessionBinding, VaultStore
 from proxy.access import ensure_gateway_role
-from tests.chaos._processes import RoleProcess, free_port, role_process, until_healthy
+from tests.chaos._processes import RoleProcess, role_process, until_healthy
 from tests.conftest import Stack, history_text, remove_sandboxes, texts, unique, wait_for_idle
+from tests.ports import closed_port, free_port
 from tests.proxy_servers.devvault import scan_for, shared_dev_vault
 from tests.proxy_servers.git_server import GitServerLog, create_git_app, make_bare_repository
 from tests.proxy_servers.mcp_server import create_mcp_app
@@ -285,8 +286,9 @@ async def test_an_mcp_oauth_credential_is_validated_live_against_its_server(
     assert unchanged is not None and unchanged.token.get_secret_value().startswith("at-stale-")
 
     # A token endpoint that cannot be reached: whether the credential works is unknown.
-    nowhere = f"http://127.0.0.1:{free_port()}{TOKEN_PATH}"
-    cut_off = await validate(await credential("at-stale-" + uuid.uuid4().hex, "rt-lost", endpoint=nowhere))
+    with closed_port() as port:
+        nowhere = f"http://127.0.0.1:{port}{TOKEN_PATH}"
+        cut_off = await validate(await credential("at-stale-" + uuid.uuid4().hex, "rt-lost", endpoint=nowhere))
     assert cut_off.status == "unknown" and cut_off.refresh is not None and cut_off.refresh.status == "connect_error"
     assert cut_off.refresh.http_response is None and cut_off.mcp_probe is not None
 
@@ -297,7 +299,8 @@ async def test_an_mcp_oauth_credential_is_validated_live_against_its_server(
     assert troubled.refresh.http_response is not None and troubled.refresh.http_response.status_code == 503
 
     # An MCP server that cannot be reached: unknown, and the step that got no answer.
-    down = await validate(await credential(authority.issue_access_token(), url=f"http://127.0.0.1:{free_port()}/mcp"))
+    with closed_port() as port:
+        down = await validate(await credential(authority.issue_access_token(), url=f"http://127.0.0.1:{port}/mcp"))
     assert (down.status, down.refresh) == ("unknown", None)
     assert down.mcp_probe is not None and down.mcp_probe.method in ("server/discover", "initialize")
     assert down.mcp_probe.http_response is None

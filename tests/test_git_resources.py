@@ -3,7 +3,6 @@ the token only in Vault and in the proxy process; never in the sandbox, history 
 
 from __future__ import annotations
 
-import socket
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
@@ -31,18 +30,13 @@ from tests.conftest import (
     texts,
     wait_for_idle,
 )
+from tests.ports import free_port
 from tests.proxy_servers.devvault import shared_dev_vault
 from tests.proxy_servers.git_server import GitServerLog, create_git_app, git, make_bare_repository
 from tests.test_sandbox_pool import ready_for
 from workers.proxy import proxy_worker
 from workers.roles import sandbox_workers
 from workers.sandbox import keeping_filled
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture(params=["provisioned", "from the warm pool"])
@@ -57,7 +51,7 @@ async def git_world(
     bare = make_bare_repository(root, "app", tmp_path / "scratch")
     log = GitServerLog()
     store = VaultStore(shared_dev_vault().client())
-    port = _free_port()
+    port = free_port()
     git_proxy = GitProxyServer(store, host="0.0.0.0", port=port)
     git_proxy.start()
     warm = PoolSettings(size=1) if request.param == "from the warm pool" else None

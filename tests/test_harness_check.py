@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import socket
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -26,6 +25,7 @@ from corral.contract.records import RECORD_WORKFLOW
 from corral.names import SESSION_WORKFLOW
 from corral.records import Records
 from tests.conftest import Stack, unique, wait_for_idle
+from tests.ports import closed_port
 from tests.timer_first_harness import TimerFirstSessionWorkflow
 from workers import harness_check
 from workers.harness_check import (
@@ -188,10 +188,9 @@ async def test_the_replayer_runs_workflows_as_the_harness_worker_does(stack: Sta
 
 
 def test_unreachable_temporal_is_a_clear_error(tmp_path: Path) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        address = f"127.0.0.1:{sock.getsockname()[1]}"  # nothing listens here once the socket is closed
-    result = runner.invoke(app, ["--state-dir", str(tmp_path), "--address", address, "harness", "check"])
+    with closed_port() as port:  # nothing listens here
+        address = f"127.0.0.1:{port}"
+        result = runner.invoke(app, ["--state-dir", str(tmp_path), "--address", address, "harness", "check"])
     assert result.exit_code == 1, result.output
     assert f"cannot reach Temporal at {address}" in result.output
     assert "corral up" in result.output

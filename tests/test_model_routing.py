@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,8 @@ from corral.contract.events import SessionError
 from corral.names import ACTIVITY_MODEL_TURN
 from corral.temporal import connect, data_converter
 from tests.conftest import Stack, assert_log_is_whole, history_text, read_events, texts, unique, wait_for_idle
+from tests.ports import closed_port
+from tests.waits import until
 from workers._slots import SharedSlots
 from workers.roles import model_worker_queue, model_workers
 from workflows import SessionWorkflow
@@ -210,7 +211,7 @@ async def test_shared_slots_limit_both_workers_together_and_survive_a_cancelled_
     assert (first, second) != (None, None) and slots.try_reserve_slot(context) is None
     cancelled = asyncio.create_task(slots.reserve_slot(context))
     waiting = asyncio.create_task(slots.reserve_slot(context))
-    await asyncio.sleep(0.01)
+    await until(lambda: len(slots._waiters) == 2, "both reservations waiting for a slot")
     assert not cancelled.done() and not waiting.done()
     cancelled.cancel()
     with contextlib.suppress(asyncio.CancelledError):
@@ -230,8 +231,6 @@ async def test_warm_up_opens_a_connection_and_an_unreachable_api_does_not_stop_t
         base_url=stack.model_server.base_url, api_key="test-key", max_retries=0, http_client=warm_http_client()
     )
     assert await warm_up(reachable)
-    with socket.socket() as closed:  # a port nobody listens on
-        closed.bind(("127.0.0.1", 0))
-        port = closed.getsockname()[1]
-    unreachable = anthropic.AsyncAnthropic(base_url=f"http://127.0.0.1:{port}", api_key="test-key", max_retries=0)
-    assert not await warm_up(unreachable, timeout_seconds=2)
+    with closed_port() as port:  # a port nobody listens on
+        unreachable = anthropic.AsyncAnthropic(base_url=f"http://127.0.0.1:{port}", api_key="test-key", max_retries=0)
+        assert not await warm_up(unreachable, timeout_seconds=2)

@@ -38,12 +38,14 @@ from corral.names import ACTIVITY_MCP_CALL_TOOL, ENV_TEMPORAL_ADDRESS, SESSION_W
 from corral.serving import ServerThread
 from corral.streaming import StreamRelayThread
 from proxy.devvault import DevVault
-from tests.chaos._processes import RoleProcess, free_port, role_process, worker_argv
+from tests.chaos._processes import RoleProcess, role_process, worker_argv
 from tests.conftest import Stack, history_text, unique
+from tests.ports import free_port
 from tests.proxy_servers.devvault import scan_for, shared_dev_vault
 from tests.proxy_servers.mcp_server import create_mcp_app
 from tests.proxy_servers.tokens import TokenAuthority
 from tests.test_gateway import Gateway, running_gateway
+from tests.waits import until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -212,14 +214,6 @@ async def observed_with_proxy(
     """`observed` plus the OpenBao dev server, written to by the gateway and read by a proxy worker process."""
     async with observing(temporal_env, model_server, stream_relay, tmp_path, vault=shared_dev_vault()) as running:
         yield running
-
-
-async def until(predicate: Any, what: str, within: float = 60) -> None:
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within}s: {what}")
-        await asyncio.sleep(0.1)
 
 
 async def until_answered(client: anthropic.AsyncAnthropic, session_id: str, within: float = 90) -> list[Any]:

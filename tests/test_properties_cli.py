@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,14 +23,9 @@ from typer.testing import CliRunner, Result
 from cli.main import app
 from corral.contract.events import EVENT_TYPES
 from tests.conftest import Stack, wait_for_idle
+from tests.ports import free_port
 
 runner = CliRunner()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def nested(depth: int) -> Any:

@@ -17,7 +17,6 @@ anywhere` covers one session probing its own sandbox; this covers one session at
 from __future__ import annotations
 
 import logging
-import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
@@ -60,6 +59,7 @@ from tests.conftest import (
     unique,
     wait_for_idle,
 )
+from tests.ports import free_port
 from tests.proxy_servers.devvault import shared_dev_vault
 from tests.proxy_servers.git_server import GitServerLog, create_git_app, git, isolated_git_env, make_bare_repository
 from tests.proxy_servers.mcp_server import create_mcp_app
@@ -69,12 +69,6 @@ from workers.proxy import proxy_worker
 from workers.roles import model_worker, sandbox_workers
 
 WAIT = 300  # seconds: generous; B's probes walk whole filesystems on a shared 2-core machine
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _port(url: str) -> int:
@@ -130,7 +124,7 @@ async def arena(
         client_secret=f"canary-client-secret-{uuid.uuid4().hex}", client_auth="client_secret_post"
     )
     git_tokens = {"victim": f"ghp_canaryA{uuid.uuid4().hex}", "app": f"ghp_canaryB{uuid.uuid4().hex}"}
-    git_port = _free_port()
+    git_port = free_port()
     git_proxy = GitProxyServer(store, host="0.0.0.0", port=git_port)
     git_proxy.start()
     sandbox = SandboxActivities(docker_client, sandbox_image, await cluster_id(stack.client), git_proxy_port=git_port)

@@ -27,8 +27,9 @@ import pytest
 from corral.apikeys import create_key
 from corral.records import Records
 from gateway.http import MAX_BODY_BYTES, MAX_JSON_DEPTH, STREAM_RETRY_AFTER_SECONDS
-from tests.chaos._processes import RoleProcess, free_port, role_process, until_healthy
+from tests.chaos._processes import RoleProcess, role_process, until_healthy
 from tests.conftest import Stack, unique
+from tests.ports import free_port
 from tests.proxy_servers.devvault import shared_dev_vault
 
 pytestmark = pytest.mark.timeout(600)

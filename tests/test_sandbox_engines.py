@@ -40,11 +40,12 @@ from corral.client import send_text
 from corral.contract.events import AgentToolResult, SessionEvent
 from corral.contract.sandbox import Environment
 from corral.names import ACTIVITY_PROVISION_SANDBOX, ENV_SANDBOX_ENGINE, SANDBOX_TASK_QUEUE, sandbox_provision_queue
-from corral.sandbox._host import find_program, system_env
+from corral.sandbox._host import system_env
 from corral.sandbox.containers import SESSION_LABEL
 from corral.sandbox.engine import READY_TIMEOUT_S
-from tests.chaos._processes import RoleProcess, free_port, role_process, temporal_env, worker_argv
+from tests.chaos._processes import RoleProcess, role_process, temporal_env, worker_argv
 from tests.conftest import Stack, stop_reason, texts, unique, wait_for_idle
+from tests.ports import free_port
 from tests.test_gateway import running_gateway
 from workers._settings import SandboxSettings, SettingsError
 
@@ -175,10 +176,7 @@ def load_image(source: docker.DockerClient, target: docker.DockerClient, image: 
 
 
 @pytest.fixture(scope="module")
-def edge_engine(docker_client: docker.DockerClient, sandbox_image: str) -> Iterator[SecondEngine]:
-    dockerd = find_program("dockerd")
-    if dockerd is None:
-        pytest.skip("dockerd is not installed (Debian's docker.io): no second Docker engine can be started")
+def edge_engine(docker_client: docker.DockerClient, sandbox_image: str, dockerd: str) -> Iterator[SecondEngine]:
     # A short directory of its own: the engine's socket path must fit in a unix socket address (108 bytes).
     bridges_before = set(os.listdir("/sys/class/net"))
     engine = start_second_engine(dockerd, Path(tempfile.mkdtemp(prefix="corral-edge-")))

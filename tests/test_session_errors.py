@@ -17,6 +17,7 @@ from corral.client import send_text, session_info
 from corral.contract.events import SessionError
 from corral.contract.session import MAX_MESSAGE_BYTES, SendEventsInput, SendEventsResult
 from corral.names import (
+    ACTIVITY_EXECUTE,
     ACTIVITY_PROXY_BIND_SESSION,
     SESSION_WORKFLOW,
     SIGNAL_INTERRUPT,
@@ -24,6 +25,7 @@ from corral.names import (
     UPDATE_SEND_EVENTS,
 )
 from tests.conftest import Stack, assert_log_is_whole, read_events, stop_reason, texts, unique, wait_for_idle
+from tests.waits import activity_running, until
 from workers.roles import model_worker
 
 
@@ -138,8 +140,7 @@ async def test_interrupt_mid_model_turn(stack: Stack) -> None:
     model = stack.script([{"text": "too slow", "first_token_latency": 30, "pace_hits": 1}, {"text": "fast"}])
     cancelled_before = _model_stats(stack)["cancelled_streams"]
     handle = await stack.start(model, message="start something long")
-    await _wait_for(handle, "span.model_request_start")
-    await asyncio.sleep(0.3)
+    await until(lambda: len(stack.requests(model)) == 1, "the model stream open, its first token 30 s away")
     await handle.signal(SIGNAL_INTERRUPT)
     events = await wait_for_idle(handle, within_seconds=15)
     assert "agent.message" not in [e.type for e in events]
@@ -166,8 +167,7 @@ async def test_interrupt_mid_tool_cancels_it_and_redirects(stack: Stack, tmp_pat
         ]
     )
     handle = await stack.start(model, message="sleep a while", tools=[stack.hand_tool("sleep")])
-    await _wait_for(handle, "agent.tool_use")
-    await asyncio.sleep(0.3)
+    await until(lambda: activity_running(handle, ACTIVITY_EXECUTE), "the tool running in the hand")
     result = await _send(handle, [{"type": "user.interrupt"}, {"type": "user.message", "content": "do this instead"}])
     assert len(result.event_ids) == 2
     interrupted = await wait_for_idle(handle, within_seconds=15)
@@ -183,14 +183,6 @@ async def test_interrupt_mid_tool_cancels_it_and_redirects(stack: Stack, tmp_pat
 def _model_stats(stack: Stack) -> dict[str, int]:
     stats: dict[str, int] = httpx.get(f"{stack.model_server.base_url}/_corral/stats").json()
     return stats
-
-
-async def _wait_for(handle: WorkflowHandle, event_type: str) -> None:
-    for _ in range(200):
-        if any(e.type == event_type for e in await read_events(handle)):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"no {event_type} event")
 
 
 async def test_unreachable_model_endpoint_is_retried_then_exhausted(stack: Stack) -> None:

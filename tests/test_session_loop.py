@@ -12,6 +12,7 @@ from corral.contract.events import AgentToolResult, RequiresAction, SessionError
 from corral.contract.session import SendEventsInput, SendEventsResult, UserMessageSignal
 from corral.names import SIGNAL_USER_MESSAGE, UPDATE_SEND_EVENTS
 from tests.conftest import Stack, assert_log_is_whole, read_events, stop_reason, texts, wait_for_idle
+from tests.waits import until
 from workflows.session import MODEL_KEY, STATUS_KEY
 
 
@@ -82,7 +83,7 @@ async def test_messages_sent_mid_turn_are_queued_and_processed_in_order(stack: S
         [{"text": "slow answer", "first_token_latency": 1.5}, {"text": "Got:", "echo_last_user": True}]
     )
     handle = await stack.start(model, message="first")
-    await asyncio.sleep(0.5)
+    await until(lambda: len(stack.requests(model)) == 1, "the first answer asked for (1.5 s to its first token)")
     ids = [await send_text(handle, f"queued {n}") for n in range(3)]
     queued = await session_info(handle)
     assert queued.status == "running" and queued.queued_user_events == 3

@@ -10,7 +10,6 @@ import contextlib
 import io
 import json
 import os
-import socket
 import stat
 import uuid
 from collections.abc import Iterator
@@ -34,10 +33,11 @@ from corral.streaming import StreamEvent, subscribe
 from corral.temporal import connect
 from proxy import start_dev_vault
 from proxy.access import gateway_policy
+from tests.ports import free_port, listening_ephemeral_port
 from tests.proxy_servers.devvault import scan_for
 from tests.proxy_servers.mcp_server import create_mcp_app
 from tests.proxy_servers.tokens import TokenAuthority
-from tests.test_cli import corral, free_port, pids_in
+from tests.test_cli import corral, pids_in
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -254,10 +254,7 @@ def test_a_port_in_the_ephemeral_range_is_warned_about_and_a_taken_port_is_named
     low, high = (int(part) for part in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
     env = {key: value for key, value in os.environ.items() if not key.startswith(("ANTHROPIC_", "CORRAL_", "VAULT_"))}
     env["CORRAL_STATE_DIR"] = str(tmp_path / "state")
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        taken = int(holder.getsockname()[1])
+    with listening_ephemeral_port() as taken:
         assert low <= taken <= high, "the kernel gave a port from its own range"
         up = corral(env, "up", "--temporal-port", str(taken), "--ui-port", str(free_port()), timeout=120)
     try:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli import corral, free_port, pids_in
+from tests.ports import free_port
+from tests.test_cli import corral, pids_in
 
 
 def _processes() -> dict[int, tuple[int, int, str]]:

@@ -14,7 +14,8 @@ import pytest
 
 from cli import stack, up
 from cli.stack import Plan, UpOptions
-from tests.test_cli import corral, free_port, is_gone, pids_in
+from tests.ports import free_port
+from tests.test_cli import corral, is_gone, pids_in
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRETS = {"ANTHROPIC_API_KEY": "sk-real", "ANTHROPIC_AUTH_TOKEN": "tok", "VAULT_TOKEN": "root", "BAO_TOKEN": "b",

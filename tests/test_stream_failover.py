@@ -18,9 +18,10 @@ import pytest
 from corral.apikeys import create_key
 from corral.records import Records
 from corral.streaming.partition import relay_order, relay_urls
-from tests.chaos._processes import RoleProcess, free_port, role_process, temporal_env, until_healthy, worker_argv
+from tests.chaos._processes import RoleProcess, role_process, temporal_env, until_healthy, worker_argv
 from tests.conftest import Stack, unique
 from tests.live_previews import relay_then_gateway_killed
+from tests.ports import free_port
 
 pytestmark = pytest.mark.timeout(300)
 

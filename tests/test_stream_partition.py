@@ -16,7 +16,8 @@ from corral.streaming import StreamEvent, StreamPublisher, StreamRelayThread, su
 from corral.streaming.merge import LiveMerge
 from corral.streaming.partition import relay_order, relay_urls
 from gateway.__main__ import build_parser
-from tests.chaos._processes import free_port
+from tests.ports import closed_port
+from tests.waits import until
 from workers._settings import ModelSettings, SettingsError
 
 RELAYS = ["http://relay-a:8766", "http://relay-b:8766", "http://relay-c:8766", "http://relay-d:8766"]
@@ -246,8 +247,8 @@ def test_the_merge_keeps_a_bounded_number_of_spans() -> None:
 async def test_an_attempt_whose_first_relay_is_down_reaches_the_subscriber_through_the_next() -> None:
     """The session's first relay refuses connections (nothing listens there): the publisher moves to the next
     relay with the text so far, and a subscriber following both gets the text once, whole."""
-    down = f"http://127.0.0.1:{free_port()}"
-    with StreamRelayThread() as relay:
+    with closed_port() as port, StreamRelayThread() as relay:
+        down = f"http://127.0.0.1:{port}"
         up = str(relay.base_url).rstrip("/")
         session = next(
             s for s in (f"sesn_{uuid.uuid4().hex}" for _ in range(100)) if relay_order(s, [down, up])[0] == down
@@ -264,7 +265,7 @@ async def test_an_attempt_whose_first_relay_is_down_reaches_the_subscriber_throu
 
         listener = asyncio.create_task(listen())
         try:
-            await asyncio.sleep(0.2)  # subscribed (to the relay that answers) before anything is published
+            await until(lambda: relay.hub.subscriber_count(session) == 1, "subscribed to the relay that answers")
             async with StreamPublisher(f"{down},{up}") as publisher:
                 async with publisher.attempt(session, "sp", 1) as attempt:
                     for word in ("one ", "two ", "three"):

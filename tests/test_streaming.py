@@ -7,7 +7,6 @@ import asyncio
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ from corral.streaming import (
     subscribe,
 )
 from corral.streaming.protocol import parse_event_id
+from tests.ports import closed_port, free_port
 
 # ---- hub: pure state machine --------------------------------------------------------------------------------
 
@@ -505,9 +505,13 @@ async def test_retried_attempt_with_identical_text_is_shown_once(relay: StreamRe
             for piece in ("The ", "quick brown", " fox"):
                 await pub.delta(0, "text", piece)
         await wait_for(lambda: seen.text.get(("sp", 0)) == "The quick brown fox" and len(seen.events) >= 4)
-        await asyncio.sleep(0.05)
-    assert [e.type for e in seen.events] == ["delta", "end", "delta", "end"]
-    assert seen.events[2].text == " fox"
+        # A span published after: once its end is in, whatever else the retry made the relay send is in too.
+        async with publisher.attempt(session, "after", 1) as pub:
+            await pub.delta(0, "text", "done")
+        await wait_for(lambda: seen.ended("after"))
+    shown = [e for e in seen.events if e.span_id == "sp"]
+    assert [e.type for e in shown] == ["delta", "end", "delta", "end"]
+    assert shown[2].text == " fox"
 
 
 async def test_retried_attempt_with_different_text_resets_first(relay: StreamRelayThread) -> None:
@@ -566,20 +570,15 @@ async def test_auth_is_required_when_a_token_is_set() -> None:
         assert guarded.hub.span_ids(session) == ["sp"]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.mark.timeout(60)
 async def test_relay_down_never_breaks_or_holds_up_the_model_call() -> None:
-    publisher = StreamPublisher(f"http://127.0.0.1:{free_port()}")  # nothing listens there
-    async with publisher.attempt(new_session(), "sp", 1) as pub:
-        for i in range(1000):
-            await pub.delta(0, "text", f"token{i} ")
-    # Reaching this line is the assertion: the model-side code path returned without raising.
-    await publisher.aclose()
+    with closed_port() as port:  # nothing listens there
+        publisher = StreamPublisher(f"http://127.0.0.1:{port}")
+        async with publisher.attempt(new_session(), "sp", 1) as pub:
+            for i in range(1000):
+                await pub.delta(0, "text", f"token{i} ")
+        # Reaching this line is the assertion: the model-side code path returned without raising.
+        await publisher.aclose()
     assert pub.dropped == 1000
 
 

@@ -23,8 +23,8 @@ from temporalio.testing import WorkflowEnvironment
 from corral.temporal import start_local_temporal
 from gateway.sessions import WORKSPACE_KEY
 from tests.browser import CHROMIUM_ARGS, ChromiumUnavailable, ensure_chromium
-from tests.chaos._processes import free_port
 from tests.conftest import Stack
+from tests.ports import free_port
 from tests.test_gateway import Gateway, agent_and_environment, running_gateway, until_idle
 
 pytestmark = pytest.mark.timeout(300)
@@ -42,7 +42,7 @@ def ui_port() -> int:
 @pytest.fixture(scope="module")
 async def temporal_env(ui_port: int) -> AsyncIterator[WorkflowEnvironment]:
     """This module's dev server, with its Web UI on `ui_port`: `stack` (and so the gateway) uses it here."""
-    env = await start_local_temporal(ui=True, ui_port=ui_port, dev_server_log_level="error")
+    env = await start_local_temporal(port=free_port(), ui=True, ui_port=ui_port, dev_server_log_level="error")
     yield env
     await env.shutdown()
 
@@ -111,8 +111,7 @@ async def test_the_web_ui_shows_a_sessions_summary_status_and_search_attributes(
     )
     seen: list[Any] = []
     async with await client.beta.sessions.events.stream(session.id) as stream:
-        listening = asyncio.create_task(until_idle(stream, seen))
-        await asyncio.sleep(0.2)  # the stream is open before the message goes in
+        listening = asyncio.create_task(until_idle(stream, seen))  # open: it holds what is written from now
         await client.beta.sessions.events.send(
             session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "hello"}]}]
         )

@@ -23,6 +23,7 @@ from temporalio.testing import WorkflowEnvironment
 from corral.sandbox.containers import SCOPE_LABEL, SESSION_LABEL
 from corral.temporal import cluster_id
 from tests.conftest import unique
+from tests.waits import until
 from workers._reaper import closed_sessions, reaping
 from workers._settings import (
     ModelSettings,
@@ -242,17 +243,16 @@ async def test_a_failing_round_is_logged_and_the_next_one_runs(caplog: pytest.Lo
 
     # No session is ever listed, so the client is never called.
     client = cast(Client, object())
+
+    def loops() -> list[asyncio.Task[object]]:
+        return [task for task in asyncio.all_tasks() if getattr(task.get_coro(), "__qualname__", "") == "reap_forever"]
+
     with caplog.at_level(logging.ERROR, logger="workers.reaper"):
         async with reaping(client, 0.01, sessions, clean_up, job="testing the reaper"):
-            for _ in range(200):
-                if len(rounds) >= 3:
-                    break
-                await asyncio.sleep(0.01)
-    assert len(rounds) >= 3, "the loop did not go on after a failing round"
+            await until(lambda: len(rounds) >= 3, "the loop going on after a failing round", 10)
+            assert len(loops()) == 1
     assert [record.getMessage() for record in caplog.records] == ["testing the reaper failed; trying again in 0.01 s"]
-    stopped_at = len(rounds)
-    await asyncio.sleep(0.05)
-    assert len(rounds) == stopped_at, "the loop ran on after its block ended"
+    assert loops() == [], "the loop runs on after its block ended"
 
 
 async def test_which_sessions_count_as_closed(temporal_env: WorkflowEnvironment) -> None:

@@ -120,13 +120,29 @@ def ensure_docker_engine(state_dir: Path, *, progress: Progress = print) -> dock
                 "start Docker (or set DOCKER_HOST to a running engine) and try again"
             )
         if find_program(DOCKERD) is None:
-            apt_install(
-                ["docker.io"], log_file=paths.log_file("apt"), progress=progress, purpose="the local Docker engine"
-            )
+            install_dockerd(state_dir, progress=progress)
             client = _connect(_local_url())  # where no policy-rc.d forbids it, the package starts its own service
             if client is not None:
                 return client
         return _start_daemon(paths, progress)
+
+
+def install_dockerd(state_dir: Path, *, progress: Progress = print) -> str:
+    """The path of `dockerd`, installing Debian's `docker.io` first (as root) when it is missing: the one place that
+    does, for the engine started here and for whoever starts a `dockerd` of their own (the engine-pool tests).
+
+    Raises `PackageInstallError` when it cannot install, `DockerEngineError` when the package brought no `dockerd`.
+    """
+    found = find_program(DOCKERD)
+    if found is not None:
+        return found
+    paths = SandboxStatePaths(state_dir)
+    paths.ensure()
+    apt_install(["docker.io"], log_file=paths.log_file("apt"), progress=progress, purpose="the local Docker engine")
+    found = find_program(DOCKERD)
+    if found is None:
+        raise DockerEngineError(f"dockerd is not installed even after apt-get install docker.io; see {paths.logs}")
+    return found
 
 
 def stop_docker_engine(state_dir: Path, *, timeout: float = _STOP_TIMEOUT_S) -> bool:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,12 +22,6 @@ import httpx
 from corral.names import ENV_TEMPORAL_ADDRESS
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -95,8 +88,9 @@ def temporal_env(address: str) -> dict[str, str]:
     return {ENV_TEMPORAL_ADDRESS: address}
 
 
-async def until_healthy(base_url: str, role: RoleProcess, within: float = 30) -> None:
-    """Wait until `GET /healthz` answers 200 (the relay or another small HTTP server is serving)."""
+async def until_healthy(base_url: str, role: RoleProcess, within: float = 120) -> None:
+    """Wait until `GET /healthz` answers 200 (the relay or another small HTTP server is serving). Generous: on two
+    loaded cores a process took over 30 s to start; one that exits fails the wait at once."""
     deadline = time.monotonic() + within
     async with httpx.AsyncClient(timeout=2) as http:
         while time.monotonic() < deadline:

@@ -9,7 +9,6 @@ effect run twice.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import json
@@ -20,6 +19,7 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,15 +36,17 @@ from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
 from corral.sandbox.cleanup import remove_pool_members
 from corral.sandbox.containers import remove_session
 from corral.serving import ServerThread
-from corral.streaming import StreamEvent, StreamPublisher, subscribe
+from corral.streaming import StreamPublisher
 from corral.temporal import cluster_id, connect
 from proxy import StaticBearerParams, VaultStore
-from tests.chaos._processes import ROOT, free_port, role_process, temporal_env, until_healthy, worker_argv
+from tests.chaos._processes import ROOT, role_process, temporal_env, until_healthy, worker_argv
 from tests.chaos.matrix import assert_whole, chaos_n, record_logs
 from tests.conftest import Stack, read_events, texts, unique, wait_for_idle
+from tests.ports import free_port
 from tests.proxy_servers.devvault import shared_dev_vault
 from tests.proxy_servers.mcp_server import create_mcp_app
 from tests.proxy_servers.tokens import TokenAuthority
+from tests.waits import following, until
 from workers.roles import model_worker
 
 TOOLSET = [{"type": "agent_toolset_20260401"}]
@@ -93,6 +95,15 @@ async def recover(handles: Sequence[WorkflowHandle], killed_at: float) -> tuple[
     return [await read_events(handle) for handle in handles], recovery
 
 
+def assert_ended_after(logs: Sequence[list[SessionEvent]], fault: datetime) -> None:
+    """The fault landed mid-turn: each turn's end was written after it (a turn that had already ended would let the
+    test pass without meeting the fault). Event times are the Temporal server's clock, on this machine."""
+    for log in logs:
+        assert log[-1].type == "session.status_idle" and log[-1].created_at > fault, (
+            f"the turn ended at {log[-1].created_at}, before the fault at {fault}"
+        )
+
+
 # ---- harness ------------------------------------------------------------------------------------------------------
 
 
@@ -110,11 +121,13 @@ async def test_harness_worker_sigkilled_mid_turn(stack: Stack, tmp_path: Path) -
             model = stack.script([use("append_line", path=str(marker)), use("sleep", seconds=3), {"text": "done"}])
             handles.append(await harness_stack.start(model, message="go", tools=tools))
         await until_all(handles, logged("agent.tool_use", 2), "the second tool call")
+        fault = datetime.now(UTC)
         killed_at = harness.kill()
         harness.start()
         logs, recovery = await recover(handles, killed_at)
 
     assert_whole(logs)
+    assert_ended_after(logs, fault)
     for log in logs:
         assert texts(log, "agent.tool_result") == ["1", "slept"]
         assert texts(log) == ["done"]
@@ -137,19 +150,21 @@ async def test_harness_worker_sigkilled_mid_turn(stack: Stack, tmp_path: Path) -
 async def test_model_worker_sigkilled_mid_stream(stack: Stack, tmp_path: Path) -> None:
     """SIGKILL of the model worker while N sessions' replies stream: the model turn is retried on a fresh worker
     once its heartbeat times out (a clean resume), each reply is logged exactly once, and the tool call before it
-    is not run again."""
+    is not run again. The kill lands mid-reply: after each reply's first delta reached the relay's subscriber, and
+    before its end (the model server is asked for the reply a second time)."""
     n = chaos_n()
     model_stack = dataclasses.replace(stack, model_queue=MODEL_TASK_QUEUE)  # the entrypoint's own queue
     tools = [model_stack.hand_tool("append_line")]
     markers = [tmp_path / f"marker-{index}" for index in range(n)]
     reply = " ".join(f"word{index}" for index in range(30))
+    relay_url = str(stack.stream_relay.base_url)
     environment = temporal_env(address(stack)) | {
         "ANTHROPIC_API_KEY": "test-key",  # the offline model server takes any key
         "ANTHROPIC_BASE_URL": str(stack.model_server.base_url),
-        "CORRAL_STREAM_URL": "",
+        "CORRAL_STREAM_URL": relay_url,  # the deltas show where the stream is when the worker dies
     }
     with role_process("model", worker_argv("model"), tmp_path, **environment) as model_process:
-        handles = []
+        handles, models = [], []
         for marker in markers:
             model = stack.script(
                 [
@@ -157,17 +172,26 @@ async def test_model_worker_sigkilled_mid_stream(stack: Stack, tmp_path: Path) -
                     {"text": reply, "first_token_latency": 1, "tokens_per_second": 5, "pace_hits": 1},
                 ]
             )
+            models.append(model)
             handles.append(await model_stack.start(model, message="go", tools=tools))
-        await until_all(handles, logged("span.model_request_start", 2), "the streaming reply")
-        await asyncio.sleep(1.5)  # the replies are streaming
-        killed_at = model_process.kill()
+        async with following(relay_url, [handle.id for handle in handles]) as live:
+            await until(lambda: all(live[handle.id].deltas() for handle in handles), "a delta of every reply", 120)
+            fault = datetime.now(UTC)
+            killed_at = model_process.kill()
+            shown_at_kill = {handle.id: live[handle.id].text() for handle in handles}
+            ended_at_kill = [handle.id for handle in handles if live[handle.id].ended()]
         model_process.start()
         logs, recovery = await recover(handles, killed_at)
 
     assert_whole(logs)
-    for log in logs:
+    assert_ended_after(logs, fault)
+    assert ended_at_kill == [], "a reply had ended before the kill"
+    for log, handle, model in zip(logs, handles, models, strict=True):
         assert texts(log) == [reply], "the reply must be logged once, whole"
         assert texts(log, "agent.tool_result") == ["1"]
+        shown = shown_at_kill[handle.id]
+        assert shown and reply.startswith(shown) and len(shown) < len(reply), f"not mid-reply at the kill: {shown!r}"
+        assert len(stack.requests(model)) == 3, "the reply was asked for again: the first stream died unfinished"
     runs = [len(marker.read_text().splitlines()) for marker in markers]
     assert runs == [1] * n
     record_logs(
@@ -181,6 +205,24 @@ async def test_model_worker_sigkilled_mid_stream(stack: Stack, tmp_path: Path) -
 
 
 # ---- sandbox ------------------------------------------------------------------------------------------------------
+
+
+HELD = "cat /tmp/held"
+HELD_COMMAND = f"echo ran >> /workspace/count; mkfifo /tmp/held; {HELD} > /dev/null; echo finished"
+"""A command that waits on a named pipe until the test writes to it (`_release`), once the fault has landed: every
+session is mid-command at the fault, however long the test took to see them all running."""
+
+
+def _release(engine: docker.DockerClient, handles: Sequence[WorkflowHandle]) -> None:
+    """Let each session's held command go on to `echo finished`."""
+    from corral.sandbox.containers import session_containers
+
+    for handle in handles:
+        running = [c for c in session_containers(engine, handle.id) if c.status == "running"]
+        holding = [c for c in running if HELD in c.exec_run(["ps", "-eo", "args"]).output.decode()]
+        assert len(holding) == 1, f"{handle.id}: {len(holding)} of its {len(running)} running containers hold"
+        done = holding[0].exec_run(["timeout", "30", "sh", "-c", "echo go > /tmp/held"])
+        assert done.exit_code == 0, done.output
 
 
 def _container_processes(engine: docker.DockerClient, session_id: str) -> str:
@@ -198,7 +240,7 @@ async def test_sandbox_worker_sigkilled_mid_command(
     each command's own record in its container and reports its output with a `[recovered: …]` note instead of
     running it again (a clean resume); the marker file each command appends to has one line."""
     n = chaos_n()
-    command = "echo ran >> /workspace/count; sleep 4; echo finished"
+    command = HELD_COMMAND
     environment = temporal_env(address(stack)) | {
         "CORRAL_SANDBOX_IMAGE": sandbox_image,
         "CORRAL_GIT_PROXY_PORT": str(free_port()),
@@ -217,11 +259,13 @@ async def test_sandbox_worker_sigkilled_mid_command(
                 handles.append(await stack.start(model, message="go", tools=TOOLSET))
 
             async def command_runs(handle: WorkflowHandle) -> bool:
-                return "sleep 4" in await asyncio.to_thread(_container_processes, docker_client, handle.id)
+                return HELD in await asyncio.to_thread(_container_processes, docker_client, handle.id)
 
             await until_all(handles, command_runs, "its bash command running in the container", within=120)
+            fault = datetime.now(UTC)
             killed_at = sandbox.kill()
             sandbox.start()
+            await asyncio.to_thread(_release, docker_client, handles)
             logs, recovery = await recover(handles, killed_at)
             for handle in handles:
                 await handle.terminate("test finished")  # before the worker stops: no sandbox activity is left
@@ -234,6 +278,7 @@ async def test_sandbox_worker_sigkilled_mid_command(
         await asyncio.to_thread(remove_pool_members, docker_client, scope)
 
     assert_whole(logs)
+    assert_ended_after(logs, fault)
     counts = []
     for log in logs:
         first, count = texts(log, "agent.tool_result")
@@ -270,13 +315,6 @@ async def test_stream_relay_sigkilled_mid_stream(stack: Stack, tmp_path: Path) -
     with role_process("stream-relay", argv, tmp_path) as relay:
         await until_healthy(relay_url, relay)
         publisher = StreamPublisher(relay_url)
-        received: dict[str, list[StreamEvent]] = {}
-        listeners: list[asyncio.Task[None]] = []
-
-        async def listen(session_id: str) -> None:
-            async for event in subscribe(relay_url, session_id, max_retry_delay=0.5):
-                received.setdefault(session_id, []).append(event)
-
         async with model_worker(stack.client, model_client, queue, stream=publisher):
             handles = []
             for _ in range(n):
@@ -286,39 +324,32 @@ async def test_stream_relay_sigkilled_mid_stream(stack: Stack, tmp_path: Path) -
                         {"text": later, "tokens_per_second": 5},
                     ]
                 )
-                handle = await relay_stack.start(model)
-                listeners.append(asyncio.create_task(listen(handle.id)))
-                handles.append(handle)
-            await asyncio.sleep(0.3)  # subscribed before the first delta is published
-            for handle in handles:
-                await handle.signal("user_message", {"content": "go"})
-
-            async def streaming(handle: WorkflowHandle) -> bool:
-                return any(event.type == "delta" for event in received.get(handle.id, []))
-
-            try:
-                await until_all(handles, streaming, "a live delta at the subscriber")
+                handles.append(await relay_stack.start(model))
+            async with following(relay_url, [handle.id for handle in handles]) as live:
+                for handle in handles:
+                    await handle.signal("user_message", {"content": "go"})
+                await until(lambda: all(live[handle.id].deltas() for handle in handles), "a live delta of each reply")
                 killed_at = relay.kill()
+                shown_at_kill = [live[handle.id].text() for handle in handles]
+                ended_at_kill = [handle.id for handle in handles if live[handle.id].ended()]
                 relay.start()
                 await until_healthy(relay_url, relay)
                 logs, recovery = await recover(handles, killed_at)
                 for handle in handles:
-                    received[handle.id] = []
+                    live[handle.id].events.clear()
                     await handle.signal("user_message", {"content": "again"})
                 for log, handle in zip(logs, handles, strict=True):
                     await wait_for_idle(handle, after=log[-1].position, within_seconds=RECOVERY_WITHIN)
-                await asyncio.sleep(0.5)  # the last deltas reach the subscribers
-            finally:
-                for listener in listeners:
-                    listener.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await listener
+                await until(lambda: all(live[handle.id].ended() for handle in handles), "the next turn's live end")
+                live_again = [live[handle.id].text() for handle in handles]
             logs = [await read_events(handle) for handle in handles]
 
     assert_whole(logs)
+    assert ended_at_kill == [], "a reply had ended before the relay was killed"
+    for shown in shown_at_kill:
+        assert shown and reply.startswith(shown) and len(shown) < len(reply), f"not mid-reply at the kill: {shown!r}"
     for log in logs:
         assert texts(log) == [reply, later], "each reply logged once, whole"
-    live_again = ["".join(event.text for event in received[handle.id] if event.type == "delta") for handle in handles]
     assert live_again == [later] * n, "the next turn's deltas did not reach the subscriber through the new relay"
     record_logs(
         logs,
@@ -373,21 +404,22 @@ async def test_proxy_worker_sigkilled_mid_mcp_call(stack: Stack, tmp_path: Path)
             agent = {"model": model, **agent_tools}
             handles.append(await stack.start(model, message="go", vault_ids=[vault.id], agent=agent))
 
-        def slow_calls() -> int:
-            return [tool for tool, _ in authority.tool_calls].count("slow")
+        def calls(tool: str) -> int:
+            return [called for called, _ in authority.tool_calls].count(tool)
 
-        for _ in range(600):
-            if slow_calls() >= n:
-                break
-            await asyncio.sleep(0.1)
-        assert slow_calls() == n, "the MCP calls never reached the server"
+        await until(lambda: calls("slow") >= n, "every session's slow MCP call at the server")
+        assert calls("slow") == n
+        fault = datetime.now(UTC)
         killed_at = proxy_process.kill()
         proxy_process.start()
         logs, recovery = await recover(handles, killed_at)
-        await asyncio.sleep(4)  # long enough for a call made again to reach the server (the slow tool takes 4 s)
-        made = slow_calls()
+        # No wait for a call made again: one would reach the server before its activity ended, so before the
+        # session's next call, which every session has made.
+        assert calls("add") == n, authority.tool_calls
+        made = calls("slow")
 
     assert_whole(logs)
+    assert_ended_after(logs, fault)
     for index, log in enumerate(logs):
         results = [event for event in log if isinstance(event, AgentMcpToolResult)]
         assert [result.is_error for result in results] == [True, False]
@@ -432,7 +464,7 @@ async def test_temporal_server_sigkilled_mid_turn_then_restarted_by_corral_up(
     env["CORRAL_STATE_DIR"] = str(state)  # offline: the stack's own model server plays the scripts
     ports = [f"--{name}-port" for name in ("temporal", "ui", "model", "stream", "git-proxy", "api")]
     up_args = ["up", *[part for option in ports for part in (option, str(free_port()))]]
-    command = "echo ran >> /workspace/count; sleep 4; echo finished"
+    command = HELD_COMMAND
     try:
         up = await asyncio.to_thread(corral, env, *up_args)
         assert up.returncode == 0, up.stdout + up.stderr
@@ -452,14 +484,16 @@ async def test_temporal_server_sigkilled_mid_turn_then_restarted_by_corral_up(
                 handles.append(await start_session(client, SessionInput(agent=agent, message="go")))
 
         async def command_runs(handle: WorkflowHandle) -> bool:
-            return "sleep 4" in await asyncio.to_thread(_container_processes, docker_client, handle.id)
+            return HELD in await asyncio.to_thread(_container_processes, docker_client, handle.id)
 
         await until_all(handles, command_runs, "its bash command running in the container", within=180)
         temporal_pid = int((state / "pids" / "temporal.pid").read_text())
+        fault = datetime.now(UTC)
         os.kill(temporal_pid, signal.SIGKILL)
         killed_at = time.monotonic()
         while Path(f"/proc/{temporal_pid}").exists() and "\nState:\tZ" not in _status(temporal_pid):
             await asyncio.sleep(0.05)
+        await asyncio.to_thread(_release, docker_client, handles)  # the commands end while the server is down
         again = await asyncio.to_thread(corral, env, *up_args)
         assert again.returncode == 0, again.stdout + again.stderr
         assert "temporal started" in again.stdout, again.stdout
@@ -474,6 +508,7 @@ async def test_temporal_server_sigkilled_mid_turn_then_restarted_by_corral_up(
     assert down.returncode == 0, down.stdout + down.stderr
 
     assert_whole(logs)
+    assert_ended_after(logs, fault)
     counts = []
     for log in logs:
         first, count = texts(log, "agent.tool_result")

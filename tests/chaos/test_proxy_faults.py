@@ -41,6 +41,7 @@ from tests.chaos._proxy_world import (
 )
 from tests.chaos.matrix import Outcome, chaos_n, errors_of, record
 from tests.conftest import Stack, stop_reason, texts
+from tests.ports import free_port_pair
 from tests.proxy_servers.devvault import scan_for
 from tests.proxy_servers.faulty_mcp import Fault
 
@@ -199,7 +200,7 @@ async def test_vault_frozen_mid_turn_is_a_tool_error_and_a_shorter_freeze_is_ret
     naming Vault with a `session.error` `mcp_connection_failed_error` (exhausted). Vault back during the retries:
     the call succeeds and the session sees nothing. Nothing in Vault is lost."""
     n = chaos_n()
-    dev_vault = start_dev_vault(tmp_path / "vault")
+    dev_vault = start_dev_vault(tmp_path / "vault", port=free_port_pair())
     try:
         async with proxy_chaos(stack, dev_vault=dev_vault, vault_timeout=2) as world:
             steps = [{"tool_uses": [GATE_CALL]}, tools_call("during"), SAW, tools_call("retried"), SAW]
@@ -348,7 +349,7 @@ async def test_vault_away_when_a_session_binds_is_a_session_error_and_the_next_t
     `session.error` says the proxy could not serve the session, and the turn goes on without MCP tools. Once Vault
     is back, the next turn binds again and its MCP call works."""
     n = chaos_n()
-    dev_vault = start_dev_vault(tmp_path / "vault")
+    dev_vault = start_dev_vault(tmp_path / "vault", port=free_port_pair())
     try:
         async with proxy_chaos(stack, dev_vault=dev_vault, vault_timeout=2) as world:
             world.gate.faults.release()

@@ -27,7 +27,7 @@ from temporalio.client import WorkflowHandle
 
 from activities.sandbox import SandboxActivities
 from corral.contract.events import SessionEvent
-from corral.sandbox._host import find_program, system_env
+from corral.sandbox._host import system_env
 from corral.sandbox.containers import remove_session
 from corral.temporal import cluster_id
 from tests.chaos.matrix import assert_whole, chaos_n, record_logs
@@ -142,10 +142,7 @@ class PrivateEngine:
     def remove_bridge(self) -> None:
         subprocess.run(["ip", "link", "del", self.bridge], check=False, capture_output=True)
 
-    def start(self) -> docker.DockerClient:
-        dockerd = find_program("dockerd")
-        if dockerd is None:
-            pytest.fail("dockerd is not installed: the sandbox tests need the Docker engine's daemon")
+    def start(self, dockerd: str) -> docker.DockerClient:
         command = [
             dockerd,
             f"--host=unix://{self.socket}",
@@ -207,7 +204,7 @@ def copy_image(source: docker.DockerClient, target: docker.DockerClient, tag: st
 
 
 async def test_docker_engine_restarted_mid_command(
-    stack: Stack, docker_client: docker.DockerClient, sandbox_image: str
+    stack: Stack, docker_client: docker.DockerClient, sandbox_image: str, dockerd: str
 ) -> None:
     """The Docker engine restarted (stopped, which stops its containers, then started) while N sessions' commands
     run: each running call ends as a tool error the model sees (the container stopped; /workspace survives), the
@@ -219,7 +216,7 @@ async def test_docker_engine_restarted_mid_command(
     shared_bridge = Path("/sys/class/net/docker0")
     had_shared_bridge = shared_bridge.exists()
     with private_engine() as engine:
-        client = await asyncio.to_thread(engine.start)
+        client = await asyncio.to_thread(engine.start, dockerd)
         try:
             await asyncio.to_thread(copy_image, docker_client, client, sandbox_image)
             activities = SandboxActivities(client, sandbox_image, await cluster_id(stack.client))
@@ -236,7 +233,8 @@ async def test_docker_engine_restarted_mid_command(
                         pytest.fail("the command never ran in its container")
                 restarted_at = time.monotonic()
                 await asyncio.to_thread(engine.stop)
-                (await asyncio.to_thread(engine.start)).close()  # the worker keeps its client, as in production
+                # The worker keeps its client, as in production.
+                (await asyncio.to_thread(engine.start, dockerd)).close()
                 logs = await asyncio.gather(*(wait_for_idle(handle, within_seconds=WITHIN) for handle in handles))
                 recovery = [time.monotonic() - restarted_at] * n
                 containers = [await asyncio.to_thread(session_containers, client, h.id) for h in handles]
