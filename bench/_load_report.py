@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bench._report import markdown_table, percentile
 
@@ -171,3 +171,24 @@ def report(load: Load) -> str:
         *_went_wrong(load, turns_done, expected),
     ]
     return "\n".join(lines)
+
+
+def summary(load: Load) -> dict[str, Any]:
+    """The figures `bench.quote` quotes: the run's size, throughput, TTFT alone and under load, what was lost."""
+    args = load.args
+    ttft_alone = [turn.ttft for session in load.baseline for turn in session.turns if turn.ttft is not None]
+    ttft_loaded = [turn.ttft for session in load.loaded for turn in session.turns if turn.ttft is not None]
+    turns_done = sum(len(session.turns) for session in load.loaded)
+    return {
+        "sessions": args.sessions,
+        "sandbox_sessions": args.sandbox_sessions,
+        "turns": args.turns,
+        "turns_done": turns_done,
+        "turns_expected": args.sessions * args.turns,
+        "turns_per_second": turns_done / load.wall,
+        "ttft_alone_p50": percentile(ttft_alone, 0.5),
+        "ttft_loaded_p50": percentile(ttft_loaded, 0.5),
+        "ttft_loaded_p95": percentile(ttft_loaded, 0.95),
+        "lost": load.checked.lost.total(),
+        "duplicated": load.checked.duplicated.total(),
+    }
