@@ -96,14 +96,16 @@ _NOT_CODE = ":(exclude)bench/results"
 
 
 def git_state(root: Path = ROOT) -> tuple[str, list[str]]:
-    """The commit checked out (full hash) and the paths that differ from it, untracked files included, outside
-    `bench/results/` (read-only git commands); ("unknown", ["not a git checkout"]) where git cannot tell."""
+    """The commit checked out (full hash) and the paths that differ from it, untracked files included (but not a
+    virtualenv made in the checkout), outside `bench/results/` (read-only git commands); ("unknown", ["not a git
+    checkout"]) where git cannot tell."""
     try:
         commit = _git(root, "rev-parse", "HEAD")
-        status = _git(root, "status", "--porcelain", "--untracked-files=all", "--", ".", _NOT_CODE)
+        status = _git(root, "status", "--porcelain", "--untracked-files=normal", "--", ".", _NOT_CODE)
     except (OSError, subprocess.SubprocessError):
         return "unknown", ["not a git checkout"]
-    return commit, [line[3:] for line in status.splitlines() if line.strip()]
+    changed = [line[2:].strip() for line in status.splitlines() if line.strip()]  # the first line comes stripped
+    return commit, [path for path in changed if not (root / path / "pyvenv.cfg").is_file()]
 
 
 @dataclass

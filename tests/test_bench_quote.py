@@ -36,8 +36,8 @@ def test_every_block_in_the_readmes_has_a_renderer_and_each_is_quoted() -> None:
 def _repository(tmp_path: Path) -> Path:
     root = tmp_path / "repo"
     root.mkdir()
-    for command in (["init", "-q"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty",
-                                     "-m", "start"]):  # fmt: skip
+    (root / "tracked.py").write_text("x = 1\n")
+    for command in (["init", "-q"], ["add", "tracked.py"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "start"]):  # fmt: skip
         subprocess.run(["git", *command], cwd=root, check=True)
     return root
 
@@ -47,13 +47,13 @@ def test_a_dirty_tree_is_refused_before_measuring_and_marked_loudly_when_allowed
     clean = begin_run(root=root)
     assert not clean.dirty and re.fullmatch(r"[0-9a-f]{40}", clean.commit)
 
-    (root / "changed.py").write_text("x = 1\n")
-    with pytest.raises(SystemExit, match=r"changed\.py.*--allow-dirty"):
+    (root / "tracked.py").write_text("x = 2\n")
+    with pytest.raises(SystemExit, match=r"\(tracked\.py\).*--allow-dirty"):
         begin_run(root=root)
     run = begin_run(allow_dirty=True, root=root)
     path = write_results("probe", "Probe", "body", summary={"x": 1}, directory=tmp_path / "results")
     first_lines = path.read_text().splitlines()[:4]
-    assert run.dirty and any("DIRTY TREE" in line and "changed.py" in line for line in first_lines), first_lines
+    assert run.dirty and any("DIRTY TREE" in line and ": tracked.py." in line for line in first_lines), first_lines
     record = read_summary(path)
     assert record["dirty"] is True and record["commit"] == run.commit and record["figures"] == {"x": 1}
     assert len(record["load_start"]) == 3 and len(record["load_end"]) == 3
@@ -64,3 +64,13 @@ def test_a_results_run_of_several_benchmarks_stays_clean_while_it_writes_results
     (root / "bench" / "results").mkdir(parents=True)
     (root / "bench" / "results" / "ttft.md").write_text("written by the previous benchmark of the run\n")
     assert not begin_run(root=root).dirty
+
+
+def test_a_virtualenv_in_the_checkout_is_not_a_change_but_a_new_file_is(tmp_path: Path) -> None:
+    root = _repository(tmp_path)
+    (root / ".venv").mkdir()
+    (root / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    assert not begin_run(root=root).dirty
+    (root / "new_module.py").write_text("")
+    with pytest.raises(SystemExit, match=r"\(new_module\.py\)"):
+        begin_run(root=root)
