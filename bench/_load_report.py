@@ -181,6 +181,9 @@ def summary(load: Load) -> dict[str, Any]:
     turns_done = sum(len(session.turns) for session in load.loaded)
     return {
         "sessions": args.sessions,
+        "first_token_latency": args.first_token_latency,
+        "tokens_per_second": args.tokens_per_second,
+        "cores": os.cpu_count(),
         "sandbox_sessions": args.sandbox_sessions,
         "turns": args.turns,
         "turns_done": turns_done,
@@ -189,6 +192,20 @@ def summary(load: Load) -> dict[str, Any]:
         "ttft_alone_p50": percentile(ttft_alone, 0.5),
         "ttft_loaded_p50": percentile(ttft_loaded, 0.5),
         "ttft_loaded_p95": percentile(ttft_loaded, 0.95),
+        "wall_seconds": load.wall,
+        "load_average_during": list(load.load_average),
         "lost": load.checked.lost.total(),
         "duplicated": load.checked.duplicated.total(),
+        "processes": {
+            name: {
+                "rss_before_mb": load.rss.get(name, {}).get("before"),
+                "rss_peak_mb": load.rss.get(name, {}).get("peak"),
+                "cpu_ms_per_turn": 1000 * load.cpu[name] / max(1, turns_done) if name in load.cpu else None,
+            }
+            for name in load.processes
+        },
+        "queue_wait_p50": {
+            queue: {"alone": percentile(load.alone_checked.waits.get(queue, []), 0.5), "loaded": percentile(waits, 0.5)}
+            for queue, waits in sorted(load.checked.waits.items())
+        },
     }

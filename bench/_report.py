@@ -139,7 +139,7 @@ def begin_run(allow_dirty: bool = False, root: Path = ROOT) -> Run:
     note the load average the run starts under (the machine is shared)."""
     global _run
     commit, changed = git_state(root)
-    run = Run(commit, changed, datetime.datetime.now(datetime.UTC), os.getloadavg())
+    run = Run(commit, changed, datetime.datetime.now(datetime.UTC), _load_now())
     if run.dirty and not allow_dirty:
         shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
         raise SystemExit(
@@ -149,6 +149,11 @@ def begin_run(allow_dirty: bool = False, root: Path = ROOT) -> Run:
         )
     _run = run
     return run
+
+
+def _load_now() -> tuple[float, float, float]:
+    one, five, fifteen = (round(value, 2) for value in os.getloadavg())
+    return one, five, fifteen
 
 
 def _load(values: tuple[float, float, float]) -> str:
@@ -174,7 +179,7 @@ def write_results(
     """
     run = _run or begin_run()
     finished = datetime.datetime.now(datetime.UTC)
-    load_end = os.getloadavg()
+    load_end = _load_now()
     directory.mkdir(parents=True, exist_ok=True)
     lines = [f"# {title}", ""]
     if run.dirty:

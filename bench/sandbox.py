@@ -38,7 +38,7 @@ from bench._report import ROOT, add_run_options, begin_run, markdown_table, perc
 from bench._sandbox_workflow import SandboxBenchWorkflow
 from corral.contract.sandbox import Environment
 from corral.sandbox import ensure_docker_engine, ensure_sandbox_image
-from corral.sandbox.containers import SESSION_LABEL, remove_session
+from corral.sandbox.containers import remove_session
 from corral.sandbox.pool import PoolSettings, WarmPool, pool_key
 from corral.sandbox.runner import Runners
 from corral.temporal import cluster_id, start_local_temporal
@@ -198,7 +198,8 @@ def on_stack(runs: int, calls: int, samples: Samples) -> str:
             spans = tool_spans(stack.events(session_id))
             if len(spans) != calls:
                 raise RuntimeError(f"session {session_id} made {len(spans)} bash calls, not {calls}")
-            (container,) = engine.containers.list(filters={"label": f"{SESSION_LABEL}={session_id}"})
+            # A warm-pool member keeps the labels it was made with; its name is the session's once claimed.
+            (container,) = engine.containers.list(filters={"name": f"corral-{session_id}-g"})
             image = container.attrs["Config"]["Image"]
             run_took = timed(["docker", "run", "--rm", image, "true"])
             exec_took = [timed(["docker", "exec", container.id, "true"]) for _ in range(calls - 1)]

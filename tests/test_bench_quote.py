@@ -37,7 +37,8 @@ def _repository(tmp_path: Path) -> Path:
     root = tmp_path / "repo"
     root.mkdir()
     (root / "tracked.py").write_text("x = 1\n")
-    for command in (["init", "-q"], ["add", "tracked.py"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "start"]):  # fmt: skip
+    commit = ["-c", "user.name=bench", "-c", "user.email=bench@example.invalid", "commit", "-q", "-m", "start"]
+    for command in (["init", "-q"], ["add", "tracked.py"], commit):
         subprocess.run(["git", *command], cwd=root, check=True)
     return root
 
