@@ -23,7 +23,7 @@ sends it to the shared queue at once, where the standby takes it (`--no-model-ro
 shared queue only, as before routing). A lost harness is noticed when its sticky queue's schedule-to-start timeout
 (`STICKY_TIMEOUT` in workers/_run.py) passes; the standby then replays the history. The report sets beside each
 role when the standby would resume if every timer fired exactly when due, and ends with the false heartbeat
-timeouts a `bench.load` run found (`--load-report`, default bench/results/load-heartbeat.md).
+timeouts a `bench.load` run found (`--load-report`, default bench/results/load.md: run the load benchmark first).
 
 After all trials each session's log is checked: positions 1..N with no gap and no duplicate, unique ids, one
 `agent.message` per user message, and (sandbox) each command ran exactly once (a line per run in the workspace).
