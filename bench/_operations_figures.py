@@ -13,6 +13,11 @@ def summary(name: str) -> dict[str, Any]:
     return read_summary(RESULTS_DIR / f"{name}.md")
 
 
+def measured(name: str) -> bool:
+    """Whether the results hold this run (a variant that did not fit a run is left out, not kept old)."""
+    return (RESULTS_DIR / f"{name}.md").exists()
+
+
 def source(name: str) -> str:
     """Where a block's figures come from: the results file and the commit it was measured on."""
     record = summary(name)
@@ -66,7 +71,11 @@ def ops_load() -> str:
 
 
 def ops_figures() -> str:
-    scale, scale_more = summary("scale")["figures"], summary("scale-1500")["figures"]
+    scale = summary("scale")["figures"]
+    more = ""
+    if measured("scale-1500"):
+        scale_more = summary("scale-1500")["figures"]
+        more = f" ({scale_more['harness_kb_per_cached_session']:.0f} KB with {scale_more['parked']:,} parked)"
     ttft_arms = summary("ttft")["figures"]["arms"]
     box, roles, long_run = summary("sandbox")["figures"], summary("recovery")["figures"]["roles"], summary("long")
     lf = long_run["figures"]
@@ -77,9 +86,8 @@ def ops_figures() -> str:
             "",
             "| figure | value | source |",
             "| --- | --- | --- |",
-            f"| harness memory per cached session | {kb:.0f} KB "
-            f"({scale_more['harness_kb_per_cached_session']:.0f} KB with {scale_more['parked']:,} parked) "
-            "| `bench/results/scale.md`, `scale-1500.md` |",
+            f"| harness memory per cached session | {kb:.0f} KB{more} "
+            f"| `bench/results/scale.md`{', `scale-1500.md`' if more else ''} |",
             f"| {scale['parked']:,} idle sessions | harness "
             f"+{scale['harness_rss_mb']['parked'] - scale['harness_rss_mb']['start']:.0f} MB (the workflow cache), "
             f"model worker +{scale['model_rss_mb']['parked'] - scale['model_rss_mb']['start']:.0f} MB "

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from bench._operations_figures import OPERATIONS, source, summary
+from bench._operations_figures import OPERATIONS, measured, source, summary
 from bench._report import RESULTS_DIR, ROOT, read_summary
 
 DOCUMENTS = (ROOT / "README.md", ROOT / "bench" / "README.md", ROOT / "docs" / "operations.md")
@@ -98,10 +98,10 @@ def _roles(name: str) -> str:
 
 
 def recovery() -> str:
-    return (
-        f"Latest result ({source('recovery')}): next event after a SIGKILL at p50 / p95 — {_roles('recovery')}. "
-        f"Without routing ({source('recovery-no-routing')}): {_roles('recovery-no-routing')}."
-    )
+    text = f"Latest result ({source('recovery')}): next event after a SIGKILL at p50 / p95 — {_roles('recovery')}."
+    if measured("recovery-no-routing"):
+        text += f" Without routing ({source('recovery-no-routing')}): {_roles('recovery-no-routing')}."
+    return text
 
 
 def recovery_timers() -> str:
@@ -159,10 +159,10 @@ def _scale_line(name: str) -> str:
 
 
 def scale() -> str:
-    return (
-        f"Latest result ({source('scale')}): {_scale_line('scale')}. Past the cache ({source('scale-1500')}): "
-        f"{_scale_line('scale-1500')}."
-    )
+    text = f"Latest result ({source('scale')}): {_scale_line('scale')}."
+    if measured("scale-1500"):
+        text += f" Past the cache ({source('scale-1500')}): {_scale_line('scale-1500')}."
+    return text
 
 
 def sandbox() -> str:
