@@ -118,11 +118,13 @@ def ops_figures() -> str:
 
 
 def ops_routing() -> str:
+    if not measured("ttft-no-routing"):
+        return ""
     routed, unrouted = summary("ttft")["figures"], summary("ttft-no-routing")["figures"]
     return (
-        f"`bench/results/ttft-no-routing.md`: the model activity's set-up took "
+        f" (`bench/results/ttft-no-routing.md`: the model activity's set-up took "
         f"{unrouted['model_activity_setup_ms_p50']:.1f} ms p50 unrouted against "
-        f"{routed['model_activity_setup_ms_p50']:.1f} ms routed (`bench/results/ttft.md`)"
+        f"{routed['model_activity_setup_ms_p50']:.1f} ms routed, `bench/results/ttft.md`)"
     )
 
 

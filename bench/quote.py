@@ -69,22 +69,41 @@ def ttft() -> str:
 
 
 def ttft_no_routing() -> str:
+    if not measured("ttft-no-routing"):
+        return ""
     routed, unrouted = summary("ttft")["figures"], summary("ttft-no-routing")["figures"]
     ratio = unrouted["arms"]["decoupled"]["next_p50"] / unrouted["arms"]["direct"]["next_p50"]
     return (
-        f"the model activity's set-up took {unrouted['model_activity_setup_ms_p50']:.1f} ms p50 against "
+        f": the model activity's set-up took {unrouted['model_activity_setup_ms_p50']:.1f} ms p50 against "
         f"{routed['model_activity_setup_ms_p50']:.1f} ms routed, and the next message's ratio was {ratio:.2f} at "
-        f"p50 ({source('ttft-no-routing')})"
+        f"p50 ({source('ttft-no-routing')}, `{summary('ttft-no-routing')['command']}`)"
     )
 
 
 def ttft_repo50() -> str:
+    if not measured("ttft-repo50"):
+        return ""
     arms = summary("ttft-repo50")["figures"]["arms"]
     d, c = arms["decoupled"], arms["coupled"]
     return (
-        f"the coupled p50 is {c['p50']:.1f} s and the reductions are {100 * (1 - d['p50'] / c['p50']):.1f}% at p50 "
-        f"and {100 * (1 - d['p95'] / c['p95']):.1f}% at p95 ({source('ttft-repo50')})"
+        f" With a {summary('ttft-repo50')['figures']['repo_mb']} MB repository, the coupled p50 is {c['p50']:.1f} s "
+        f"and the reductions are {100 * (1 - d['p50'] / c['p50']):.1f}% at p50 and "
+        f"{100 * (1 - d['p95'] / c['p95']):.1f}% at p95 ({source('ttft-repo50')}, "
+        f"`{summary('ttft-repo50')['command']}`)."
     )
+
+
+VARIANTS = {
+    "ttft-repo50": "the coupled arm clones a 50 MB repository",
+    "ttft-no-routing": "every model turn on the shared queue",
+    "recovery-no-routing": "the model role killed with every model turn on the shared queue",
+    "scale-1500": "more sessions parked than the harness caches",
+}
+
+
+def variants() -> str:
+    present = [f"`{name}` ({what})" for name, what in VARIANTS.items() if measured(name)]
+    return " " + (", ".join(present) if present else "none in this run") + "."
 
 
 def _roles(name: str) -> str:
@@ -266,6 +285,7 @@ RENDER: dict[str, Callable[[], str]] = {
     "recovery-timers": recovery_timers,
     "timers": timers,
     "routed-timeout": routed_timeout,
+    "variants": variants,
     "scale": scale,
     "sandbox": sandbox,
     "long": long,
