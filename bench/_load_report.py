@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bench._report import markdown_table, percentile
 
@@ -171,3 +171,41 @@ def report(load: Load) -> str:
         *_went_wrong(load, turns_done, expected),
     ]
     return "\n".join(lines)
+
+
+def summary(load: Load) -> dict[str, Any]:
+    """The figures `bench.quote` quotes: the run's size, throughput, TTFT alone and under load, what was lost."""
+    args = load.args
+    ttft_alone = [turn.ttft for session in load.baseline for turn in session.turns if turn.ttft is not None]
+    ttft_loaded = [turn.ttft for session in load.loaded for turn in session.turns if turn.ttft is not None]
+    turns_done = sum(len(session.turns) for session in load.loaded)
+    return {
+        "sessions": args.sessions,
+        "first_token_latency": args.first_token_latency,
+        "tokens_per_second": args.tokens_per_second,
+        "cores": os.cpu_count(),
+        "sandbox_sessions": args.sandbox_sessions,
+        "turns": args.turns,
+        "turns_done": turns_done,
+        "turns_expected": args.sessions * args.turns,
+        "turns_per_second": turns_done / load.wall,
+        "ttft_alone_p50": percentile(ttft_alone, 0.5),
+        "ttft_loaded_p50": percentile(ttft_loaded, 0.5),
+        "ttft_loaded_p95": percentile(ttft_loaded, 0.95),
+        "wall_seconds": load.wall,
+        "load_average_during": list(load.load_average),
+        "lost": load.checked.lost.total(),
+        "duplicated": load.checked.duplicated.total(),
+        "processes": {
+            name: {
+                "rss_before_mb": load.rss.get(name, {}).get("before"),
+                "rss_peak_mb": load.rss.get(name, {}).get("peak"),
+                "cpu_ms_per_turn": 1000 * load.cpu[name] / max(1, turns_done) if name in load.cpu else None,
+            }
+            for name in load.processes
+        },
+        "queue_wait_p50": {
+            queue: {"alone": percentile(load.alone_checked.waits.get(queue, []), 0.5), "loaded": percentile(waits, 0.5)}
+            for queue, waits in sorted(load.checked.waits.items())
+        },
+    }

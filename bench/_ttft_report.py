@@ -291,3 +291,37 @@ def figure(args: argparse.Namespace, samples: dict[str, list[Sample]]) -> Any:
     bars.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2)
     fig.tight_layout()
     return fig
+
+
+def summary(args: argparse.Namespace, samples: dict[str, list[Sample]], sandboxes: dict[str, int]) -> dict[str, Any]:
+    """The figures `bench.quote` quotes: per arm p50/p95 of the first and the next message, the comparisons, the
+    goals, the decoupled arm's model-activity set-up, and the run's parameters."""
+    arms: dict[str, Any] = {}
+    for arm in ARMS:
+        good = [s for s in samples[arm] if s.problem is None]
+        first, following = [s.ttft for s in good], [s.next_ttft for s in good]
+        arms[arm] = {
+            "sessions": len(good),
+            "failed": len(samples[arm]) - len(good),
+            "p50": percentile(first, 0.5),
+            "p95": percentile(first, 0.95),
+            "next_p50": percentile(following, 0.5),
+            "next_p95": percentile(following, 0.95),
+            "sandboxes": None if arm == "direct" else sandboxes.get(arm, 0),
+        }
+    setup = {
+        label: p50
+        for label, p50, _, _ in breakdown(samples["decoupled"], "decoupled", args.first_token_latency, args.preamble)
+    }
+    return {
+        "first_token_latency": args.first_token_latency,
+        "tokens_per_second": args.tokens_per_second,
+        "sessions_per_arm": args.sessions,
+        "concurrency": args.concurrency,
+        "model_workers": args.model_workers,
+        "model_routing": args.model_routing,
+        "repo_mb": args.repo_mb,
+        "arms": arms,
+        "goals": GOALS,
+        "model_activity_setup_ms_p50": setup.get(SESSION_SEGMENTS[3][0]),
+    }

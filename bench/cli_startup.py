@@ -19,7 +19,10 @@ import subprocess
 import sys
 import time
 
+from bench._report import add_run_options, begin_run, write_results
 from corral.temporal import start_local_temporal
+
+GOAL_SECONDS = 0.5
 
 
 def timed(argv: list[str]) -> float:
@@ -42,7 +45,10 @@ def measure(commands: dict[str, list[str]], runs: int) -> dict[str, list[float]]
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--output", default="cli_startup", help="results file name in bench/results/")
+    add_run_options(parser)
     args = parser.parse_args()
+    begin_run(args.allow_dirty)
     env = await start_local_temporal(dev_server_log_level="error")
     try:
         address = env.client.service_client.config.target_host
@@ -56,12 +62,25 @@ async def main() -> None:
     finally:
         await env.shutdown()
     baseline = statistics.median(samples["python -c pass (baseline)"])
-    print(f"{args.runs} runs each, interleaved, after a warm-up; goal: corral commands under 0.5 s\n")
-    print("| command | p50 s | min s | max s | p50 / python -c pass |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+    lines = [
+        f"{args.runs} runs each, interleaved, after a warm-up; goal: corral commands under {GOAL_SECONDS:g} s",
+        "",
+        "| command | p50 s | min s | max s | p50 / python -c pass |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
     for name, values in samples.items():
         median = statistics.median(values)
-        print(f"| `{name}` | {median:.3f} | {min(values):.3f} | {max(values):.3f} | {median / baseline:.1f}x |")
+        lines.append(f"| `{name}` | {median:.3f} | {min(values):.3f} | {max(values):.3f} | {median / baseline:.1f}x |")
+    body = "\n".join(lines)
+    print(body)
+    summary = {
+        "goal_seconds": GOAL_SECONDS,
+        "p50": {name: statistics.median(values) for name, values in samples.items()},
+        "help_p50": statistics.median(samples["corral --help"]),
+        "events_p50": statistics.median(samples["corral events (connect + query)"]),
+        "python_p50": baseline,
+    }
+    print(f"written to {write_results(args.output, 'CLI start-up', body, summary=summary)}")
 
 
 if __name__ == "__main__":

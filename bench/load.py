@@ -63,8 +63,17 @@ from temporalio.client import (
 from temporalio.service import RPCError
 
 from activities.sandbox import engine_task_queue
-from bench._load_report import report
-from bench._report import ROOT, child_pid, cpu_seconds, log_gaps_and_repeats, rss_bytes, write_results
+from bench._load_report import report, summary
+from bench._report import (
+    ROOT,
+    add_run_options,
+    begin_run,
+    child_pid,
+    cpu_seconds,
+    log_gaps_and_repeats,
+    rss_bytes,
+    write_results,
+)
 from bench._workers import (
     WorkerConfig,
     WorkerProcess,
@@ -581,7 +590,9 @@ def main() -> None:
     parser.add_argument("--turn-timeout", type=float, default=600.0, help="seconds a turn may take (default 600)")
     parser.add_argument("--output", default="load", help="results file name in bench/results/ (default load)")
     parser.add_argument("--quick", action="store_true", help="20 sessions x 3 turns, 4 with a sandbox: a smoke run")
+    add_run_options(parser)
     args = parser.parse_args()
+    begin_run(args.allow_dirty)
     if args.quick:
         args.sessions, args.turns = 20, 3
         args.output = "load-quick" if args.output == "load" else args.output  # keep the full run's results
@@ -592,7 +603,7 @@ def main() -> None:
     body = report(load)
     print()
     print(body)
-    path = write_results(args.output, "Load: concurrent sessions with tool calls", body)
+    path = write_results(args.output, "Load: concurrent sessions with tool calls", body, summary=summary(load))
     print(f"\nwritten to {path.relative_to(ROOT)}")
 
 

@@ -23,19 +23,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import platform
 import statistics
-import subprocess
 import time
 import uuid
-from datetime import UTC, datetime
-from pathlib import Path
 
 import anthropic
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.worker import Replayer, Worker
 
+from bench._report import add_run_options, begin_run, write_results
 from corral.client import read_events, send_text, start_session, wait_for_idle
 from corral.contract.events import SpanModelRequestEnd
 from corral.contract.session import AgentConfig, SessionInput
@@ -47,7 +44,6 @@ from corral.temporal import data_converter, start_local_temporal
 from workers.roles import harness_worker, model_worker
 from workflows.session import SessionWorkflow
 
-RESULTS = Path(__file__).parent / "results"
 OUTPUT_CHARS = 3_000
 
 
@@ -187,13 +183,7 @@ async def run(turns: int, budget: int) -> dict[str, float]:
 
 
 def report(figures: dict[str, float]) -> str:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     lines = [
-        f"# Long session: {int(figures['turns'])} turns, budget {int(figures['budget'])} tokens",
-        "",
-        f"{datetime.now(UTC):%Y-%m-%d}, commit {commit}, Python {platform.python_version()}, "
-        f"{platform.machine()}; `python -m bench.long --turns {int(figures['turns'])}`.",
-        "",
         "| figure | measured | baseline (same run) | ratio | goal |",
         "| --- | ---: | ---: | ---: | --- |",
         f"| history bytes per turn, last 10% of turns vs first 10% | {figures['late_bytes_per_turn']:.0f} "
@@ -230,11 +220,14 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=1800, help="about 11 events a turn: 1800 make 20,000 events")
     parser.add_argument("--budget", type=int, default=20_000)
     parser.add_argument("--output", default="long", help="results file name under bench/results/ (without .md)")
+    add_run_options(parser)
     args = parser.parse_args()
+    begin_run(args.allow_dirty)
     figures = asyncio.run(run(args.turns, args.budget))
     text = report(figures)
     print(text)
-    (RESULTS / f"{args.output}.md").write_text(text)
+    title = f"Long session: {int(figures['turns'])} turns, budget {int(figures['budget'])} tokens"
+    print(f"written to {write_results(args.output, title, text, summary=figures)}")
 
 
 if __name__ == "__main__":

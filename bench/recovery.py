@@ -23,7 +23,7 @@ sends it to the shared queue at once, where the standby takes it (`--no-model-ro
 shared queue only, as before routing). A lost harness is noticed when its sticky queue's schedule-to-start timeout
 (`STICKY_TIMEOUT` in workers/_run.py) passes; the standby then replays the history. The report sets beside each
 role when the standby would resume if every timer fired exactly when due, and ends with the false heartbeat
-timeouts a `bench.load` run found (`--load-report`, default bench/results/load-heartbeat.md).
+timeouts a `bench.load` run found (`--load-report`, default bench/results/load.md: run the load benchmark first).
 
 After all trials each session's log is checked: positions 1..N with no gap and no duplicate, unique ids, one
 `agent.message` per user message, and (sandbox) each command ran exactly once (a line per run in the workspace).
@@ -55,7 +55,7 @@ from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client, WorkflowHandle
 
 from activities.sandbox import engine_task_queue
-from bench._report import ROOT, markdown_table, percentile, write_results
+from bench._report import ROOT, add_run_options, begin_run, markdown_table, percentile, write_results
 from bench._workers import WorkerConfig, WorkerProcess, spawn_worker, wait_until_polling
 from corral.client import read_events, send_text, start_session, wait_for_idle
 from corral.contract.events import SessionEvent
@@ -431,6 +431,33 @@ def report(args: argparse.Namespace, results: list[RoleResult]) -> str:
     return "\n".join(lines)
 
 
+def summary(args: argparse.Namespace, results: list[RoleResult]) -> dict[str, Any]:
+    """The figures `bench.quote` quotes: per role, seconds to the next event after a kill (p50, p95), the same
+    without a kill, lost and duplicated events; and the timers read from corral's code."""
+    roles = {}
+    for result in results:
+        killed = [t.killed for t in result.trials]
+        roles[result.role] = {
+            "kills": len(killed),
+            "next_event_p50": percentile(killed, 0.5),
+            "next_event_p95": percentile(killed, 0.95),
+            "control_p50": percentile([t.control for t in result.trials], 0.5),
+            "resumed_p50": percentile([t.resumed for t in result.trials], 0.5),
+            "lost": result.lost,
+            "duplicated": result.duplicated,
+        }
+    return {
+        "roles": roles,
+        "model_routing": args.model_routing,
+        "goal_p50": GOAL_P50,
+        "goal_p95": GOAL_P95,
+        "model_heartbeat_timeout": HEARTBEAT["model"],
+        "sandbox_heartbeat_timeout": HEARTBEAT["sandbox"],
+        "sticky_timeout": STICKY,
+        "retry": RETRY,
+    }
+
+
 def load_section(name: str) -> list[str]:
     """False heartbeat timeouts under the load test's conditions: what `bench.load --output NAME` found in every
     session's history (the model activity's timeouts, by type), quoted from its results file."""
@@ -438,7 +465,7 @@ def load_section(name: str) -> list[str]:
     if not path.exists():
         return ["", f"No load results at {path.relative_to(ROOT)}: run `python -m bench.load --output {name}`."]
     text = path.read_text()
-    head = [line for line in text.splitlines() if line.startswith(("Machine:", "Command:"))]
+    head = [line for line in text.splitlines() if line.startswith(("Commit:", "Command:"))]
     found = [
         line
         for line in text.split("What went wrong under load:", 1)[-1].splitlines()
@@ -522,10 +549,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--load-report",
-        default="load-heartbeat",
-        help="results of a `bench.load` run to quote for false heartbeat timeouts (default load-heartbeat)",
+        default="load",
+        help="results of a `bench.load` run to quote for false heartbeat timeouts (default load)",
     )
+    add_run_options(parser)
     args = parser.parse_args()
+    begin_run(args.allow_dirty)
     args.roles = [role for role in args.roles.split(",") if role]
     if args.quick:
         args.kills = 2
@@ -534,7 +563,8 @@ def main() -> None:
     body = report(args, results)
     print()
     print(body)
-    path = write_results(args.output, "Recovery after SIGKILL of each worker role", body, figure(results))
+    title = "Recovery after SIGKILL of each worker role"
+    path = write_results(args.output, title, body, figure(results), summary(args, results))
     print(f"\nwritten to {path.relative_to(ROOT)} and {path.with_suffix('.png').relative_to(ROOT)}")
 
 

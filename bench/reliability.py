@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench._report import RESULTS_DIR, ROOT, markdown_table, percentile, write_results
+from bench._report import RESULTS_DIR, ROOT, add_run_options, begin_run, markdown_table, percentile, write_results
 
 PROPERTY_SUITES = (
     "tests/test_log_slices.py",
@@ -150,7 +150,8 @@ def load_section() -> str:
     load = RESULTS_DIR / "load.md"
     if not load.exists():
         return "No load results yet: run `python -m bench.load`."
-    body = load.read_text().split("\n", 1)[1].strip()
+    # Its header (commit, load) comes along; its summary block stays behind: a results file has one summary, its own.
+    body = load.read_text().split("\n", 1)[1].split("\n## Summary\n", 1)[0].strip()
     return "From [load.md](load.md), as `bench/load.py` last wrote it:\n\n" + body.replace("\n# ", "\n#### ")
 
 
@@ -158,7 +159,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=10, help="sessions per fault (default 10)")
     parser.add_argument("--no-fuzz", action="store_true", help="skip the property-based suites")
+    add_run_options(parser)
     args = parser.parse_args()
+    begin_run(args.allow_dirty)
     workdir = Path(tempfile.mkdtemp(prefix="corral-reliability-"))
     outcomes, results, elapsed = fault_matrix(args.n, workdir)
     sections = ["## Fault matrix", matrix_section(outcomes, results, args.n, elapsed)]
@@ -168,7 +171,17 @@ def main() -> None:
     sections += ["## Load", load_section()]
     body = "\n\n".join(sections)
     print(body)
-    print(f"\nwritten: {write_results('reliability', 'Reliability: faults, hostile input and load', body)}")
+    summary = {
+        "n": args.n,
+        "faults": len(outcomes),
+        "tests_passed": sum(1 for result in results.values() if result == "PASSED"),
+        "tests_failed": sum(1 for result in results.values() if result != "PASSED"),
+        "lost": sum(int(str(outcome["lost"])) for outcome in outcomes),
+        "duplicated": sum(int(str(outcome["duplicated"])) for outcome in outcomes),
+        "matrix_minutes": round(elapsed / 60, 1),
+    }
+    title = "Reliability: faults, hostile input and load"
+    print(f"\nwritten: {write_results('reliability', title, body, summary=summary)}")
     print(f"pytest logs: {workdir}")
 
 

@@ -36,7 +36,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from bench._report import ROOT, cpu_seconds, markdown_table, percentile, write_results
+from bench._report import ROOT, add_run_options, begin_run, cpu_seconds, markdown_table, percentile, write_results
 from bench._workers import WorkerConfig, WorkerProcess, spawn_worker, wait_until_polling
 from corral.client import read_events, send_text, start_session, wait_for_idle
 from corral.contract.session import AgentConfig, SessionInput
@@ -196,6 +196,33 @@ def per_turn(history: list[tuple[int, int, int]], first: int, last: int) -> floa
     """History bytes per turn between two sampled turn counts."""
     sizes = {turns: size for turns, size, _ in history}
     return (sizes[last] - sizes[first]) / (last - first)
+
+
+def summary(scale: Scale, before: ActivePhase, after: ActivePhase) -> dict[str, Any]:
+    """The figures `bench.quote` quotes, from the same values as the report's table."""
+    rss = scale.rss
+    cached = min(WORKFLOW_CACHE, scale.started)
+    turns = max(turns for turns, _, _ in scale.history)
+    window = min(10, turns)
+    return {
+        "parked": scale.args.parked,
+        "active": scale.args.active,
+        "workflow_cache": WORKFLOW_CACHE,
+        "parked_per_second": scale.args.parked / scale.park_seconds,
+        "turns_per_second_0_parked": before.turns_per_second,
+        "turns_per_second_parked": after.turns_per_second,
+        "cpu_ms_per_turn_0_parked": {
+            "harness": 1000 * before.cpu[0] / max(1, len(before.latencies)),
+            "model": 1000 * before.cpu[1] / max(1, len(before.latencies)),
+        },
+        "harness_rss_mb": {"start": rss["start"][0], "parked": rss["parked"][0], "end": rss["end"][0]},
+        "model_rss_mb": {"start": rss["start"][1], "parked": rss["parked"][1], "end": rss["end"][1]},
+        "harness_kb_per_cached_session": (rss["parked"][0] - rss["start"][0]) * 1024 / cached,
+        "history_turns": turns,
+        "history_window": window,
+        "history_bytes_per_turn_first": per_turn(scale.history, 0, window),
+        "history_bytes_per_turn_last": per_turn(scale.history, turns - window, turns),
+    }
 
 
 def report(scale: Scale, before: ActivePhase, after: ActivePhase) -> str:
@@ -376,7 +403,9 @@ def main() -> None:
     parser.add_argument("--history-turns", type=int, default=100, help="turns of the history session (default 100)")
     parser.add_argument("--output", default="scale", help="results file name in bench/results/ (default scale)")
     parser.add_argument("--quick", action="store_true", help="200 parked, 8 s active phases, 30 history turns")
+    add_run_options(parser)
     args = parser.parse_args()
+    begin_run(args.allow_dirty)
     if args.quick:
         args.parked, args.active_seconds, args.history_turns = 200, 8.0, 30
         args.output = "scale-quick" if args.output == "scale" else args.output  # keep the full run's results
@@ -384,7 +413,8 @@ def main() -> None:
     body = report(scale, before, after)
     print()
     print(body)
-    path = write_results(args.output, "Many sessions on one machine", body, figure(scale, before, after))
+    title = "Many sessions on one machine"
+    path = write_results(args.output, title, body, figure(scale, before, after), summary(scale, before, after))
     print(f"\nwritten to {path.relative_to(ROOT)} and {path.with_suffix('.png').relative_to(ROOT)}")
 
 

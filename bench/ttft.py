@@ -71,8 +71,8 @@ from temporalio.worker import Worker
 from activities.context import build_tools
 from activities.sandbox import engine_task_queue
 from bench._pet import PetSetupInput, PetSetupWorkflow
-from bench._report import ROOT, percentile, write_results
-from bench._ttft_report import ARMS, Sample, SessionSpec, figure, report
+from bench._report import ROOT, add_run_options, begin_run, percentile, write_results
+from bench._ttft_report import ARMS, Sample, SessionSpec, figure, report, summary
 from bench._workers import WorkerConfig, spawn_worker, wait_until_polling
 from corral.client import new_session_id, read_events, send_text, start_session, wait_for_idle
 from corral.contract.events import AgentToolResult
@@ -530,7 +530,9 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="12 sessions in 2 rounds, results in ttft-quick.md: a smoke test"
     )
+    add_run_options(parser)
     args = parser.parse_args()
+    begin_run(args.allow_dirty)
     if args.quick:
         args.sessions, args.rounds = 12, 2
         args.output = "ttft-quick" if args.output == "ttft" else args.output  # keep the full run's results
@@ -539,7 +541,7 @@ def main() -> None:
     print()
     print(body)
     title = "Time to first token: direct, coupled, decoupled"
-    path = write_results(args.output, title, body, figure(args, samples))
+    path = write_results(args.output, title, body, figure(args, samples), summary(args, samples, sandboxes))
     print(f"\nwritten to {path.relative_to(ROOT)} and {path.with_suffix('.png').relative_to(ROOT)}")
 
 

@@ -5,7 +5,7 @@ Arms, on the same offline model server (configurable first-token latency and tok
   session  a message sent to a running session with the `send_events` update, until the
            `agent.message` is in the log (update, workflow task, activity dispatch, streaming, event append)
 
-Prints p50/p95 per arm and the ratio session / direct. Usage: `python bench/turn_latency.py --turns 30`.
+Prints p50/p95 per arm and the ratio session / direct. Usage: `python -m bench.turn_latency --turns 30`.
 The figures are ratios against a baseline measured in the same run: absolute times on shared machines move.
 """
 
@@ -20,6 +20,7 @@ import uuid
 import anthropic
 from temporalio.testing import WorkflowEnvironment
 
+from bench._report import add_run_options, begin_run, write_results
 from corral.client import read_events, send_text, start_session, wait_for_idle
 from corral.contract.session import AgentConfig, SessionInput
 from corral.modelserver import ModelServerThread
@@ -72,7 +73,10 @@ async def main() -> None:
     parser.add_argument("--turns", type=int, default=30)
     parser.add_argument("--first-token-latency", type=float, default=0.3, help="seconds (default 0.3)")
     parser.add_argument("--tokens-per-second", type=float, default=200.0, help="default 200")
+    parser.add_argument("--output", default="turn_latency", help="results file name in bench/results/")
+    add_run_options(parser)
     args = parser.parse_args()
+    begin_run(args.allow_dirty)
     server = ModelServerThread(first_token_latency=args.first_token_latency, tokens_per_second=args.tokens_per_second)
     base_url = server.start()
     server.register("bench", {"steps": [{"text": "a short answer of about twelve words to stream back"}], "loop": True})
@@ -83,18 +87,30 @@ async def main() -> None:
     finally:
         await env.shutdown()
         server.stop()
-    print(
-        f"model server: first token {args.first_token_latency}s, {args.tokens_per_second} tokens/s; "
-        f"{args.turns} turns per arm"
-    )
-    print(f"{'arm':<10}{'p50 s':>10}{'p95 s':>10}{'mean s':>10}")
+    lines = [
+        f"Model server: first token {args.first_token_latency} s, {args.tokens_per_second:g} tokens/s; "
+        f"{args.turns} turns per arm.",
+        "",
+        "| arm | p50 s | p95 s | mean s |",
+        "| :--- | ---: | ---: | ---: |",
+    ]
     for name, values in (("direct", direct), ("session", session)):
         p50, p95, mean = percentile(values, 0.5), percentile(values, 0.95), statistics.mean(values)
-        print(f"{name:<10}{p50:>10.3f}{p95:>10.3f}{mean:>10.3f}")
-    print(
-        f"session / direct: p50 {percentile(session, 0.5) / percentile(direct, 0.5):.2f}, "
-        f"p95 {percentile(session, 0.95) / percentile(direct, 0.95):.2f}"
-    )
+        lines.append(f"| {name} | {p50:.3f} | {p95:.3f} | {mean:.3f} |")
+    ratio_p50 = percentile(session, 0.5) / percentile(direct, 0.5)
+    ratio_p95 = percentile(session, 0.95) / percentile(direct, 0.95)
+    lines += ["", f"session / direct: p50 {ratio_p50:.2f}, p95 {ratio_p95:.2f}"]
+    body = "\n".join(lines)
+    print(body)
+    summary = {
+        "turns": args.turns,
+        "direct_p50": percentile(direct, 0.5),
+        "session_p50": percentile(session, 0.5),
+        "ratio_p50": ratio_p50,
+        "ratio_p95": ratio_p95,
+    }
+    title = "Turn latency: a session vs the direct model call"
+    print(f"written to {write_results(args.output, title, body, summary=summary)}")
 
 
 if __name__ == "__main__":
