@@ -97,11 +97,12 @@ TURN_WITHIN = 180.0
 LONG_REPLY = " ".join(f"word{index}" for index in range(30))
 SECRETS = ("ANTHROPIC_API_KEY", "VAULT_TOKEN", "VAULT_ROLE_ID", "VAULT_SECRET_ID", "POSTGRES_PASSWORD",
            "MINIO_ROOT_PASSWORD", "CORRAL_STREAM_TOKEN")  # fmt: skip
-HELD = "cat /tmp/held"
+ON_PIPE = "cat /workspace/.held"
 """A turn's command waits here, on a named pipe, until the test writes to it (`_release`) once the container it means
 to kill is dead: the kill meets the command running however long the test took to see it."""
-HELD_COMMAND = f"rm -f /tmp/held; mkfifo /tmp/held; {HELD} > /dev/null; echo turn-2"
-SANDBOX_COMMAND = f"echo ran >> /workspace/count; rm -f /tmp/held; mkfifo /tmp/held; {HELD} > /dev/null; echo finished"
+MAKE_PIPE = "rm -f /workspace/.held; mkfifo /workspace/.held"
+PIPED_COMMAND = f"{MAKE_PIPE}; {ON_PIPE} > /dev/null; echo turn-2"
+SANDBOX_COMMAND = f"echo ran >> /workspace/count; {MAKE_PIPE}; {ON_PIPE} > /dev/null; echo finished"
 DEPLOYMENT = "corral-compose"
 """The stack's harness is versioned (its build: a hash of its code); the upgrade test deploys the next build."""
 
@@ -303,7 +304,7 @@ PUSH = (
 SCRIPT: list[dict[str, Any]] = [
     # A first turn: the sandbox is made, with the repository cloned into it through the git proxy.
     tool("cd /workspace/app && git log --oneline | wc -l"), {"text": "reply-1"},
-    tool(HELD_COMMAND), {"text": "reply-2"},  # the harness is killed while the command runs
+    tool(PIPED_COMMAND), {"text": "reply-2"},  # the harness is killed while the command runs
     {"text": LONG_REPLY, "first_token_latency": 1, "tokens_per_second": 5, "pace_hits": 1},  # the model, mid-stream
     tool(SANDBOX_COMMAND), tool("wc -l < /workspace/count"), {"text": "reply-4"},  # the sandbox hand, mid-command
     # The proxy, mid MCP call; then a push through the restarted proxy's git proxy.
@@ -343,8 +344,8 @@ def _command_runs(engine: docker.DockerClient, session_id: str, needle: str) -> 
 def _release(stack: OfflineStack, handle: WorkflowHandle) -> None:
     """Let the turn's held command go on."""
     [holding] = [c for c in session_containers(stack.engine, handle.id)
-                 if c.status == "running" and HELD in c.exec_run(["ps", "-eo", "args"]).output.decode()]  # fmt: skip
-    done = holding.exec_run(["timeout", "30", "sh", "-c", "echo go > /tmp/held"])
+                 if c.status == "running" and ON_PIPE in c.exec_run(["ps", "-eo", "args"]).output.decode()]  # fmt: skip
+    done = holding.exec_run(["timeout", "30", "sh", "-c", "echo go > /workspace/.held"])
     assert done.exit_code == 0, done.output
 
 
@@ -352,7 +353,7 @@ def sleeping(stack: OfflineStack, handle: WorkflowHandle) -> Any:
     """Whether the turn's command runs (held on its pipe) in the session's sandbox container."""
 
     async def ready() -> bool:
-        return await asyncio.to_thread(_command_runs, stack.engine, handle.id, HELD)
+        return await asyncio.to_thread(_command_runs, stack.engine, handle.id, ON_PIPE)
 
     return ready
 
