@@ -13,12 +13,13 @@ import hmac
 import secrets
 from datetime import UTC, datetime
 
+from corral import names
 from corral.contract.records import RecordView
 from corral.names import OPERATOR_WORKSPACE
 from corral.records import InvalidRecord, RecordNotFound, Records, VersionConflict, is_record_id
 
 API_KEY_KIND = "api_key"
-API_KEY_ID_PREFIX = "apikey"
+API_KEY_ID_PREFIX = names.API_KEY_ID_PREFIX.removesuffix("_")
 KEY_PREFIX = "sk-corral-"
 SHOWN_PREFIX_LENGTH = 8
 """Characters of the secret kept in the record and shown in listings: 48 of its 256 bits, enough to tell keys

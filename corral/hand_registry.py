@@ -23,12 +23,14 @@ import re
 from pydantic import BaseModel, Field
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
+from corral import names
 from corral.contract.records import ID_ALPHABET, ID_SUFFIX_LENGTH, RecordView
 from corral.names import OPERATOR_WORKSPACE, reserved_task_queue_problem
 from corral.records import RecordNotFound, Records, VersionConflict, check_workspace
 
 HAND_KIND = "hand"
-HAND_ID_PREFIX = "hand"
+HAND_ID_PREFIX = names.HAND_ID_PREFIX.removesuffix("_")
+"""The prefix `Records.create` takes (it adds the `_`)."""
 HAND_QUEUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
 """A registrable queue name: letters, digits, `.`, `_` and `-`, at most 200 characters."""
 WRITE_ATTEMPTS = 3

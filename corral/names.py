@@ -122,6 +122,10 @@ ENVIRONMENT_ID_PREFIX: Final = "env_"
 VAULT_ID_PREFIX: Final = "vlt_"
 CREDENTIAL_ID_PREFIX: Final = "vcrd_"
 """A vault's credential (the proxy's `VaultStore` makes these ids)."""
+API_KEY_ID_PREFIX: Final = "apikey_"
+"""An API key's record (corral.apikeys); a key itself is `corral-<record id>-<secret>`."""
+HAND_ID_PREFIX: Final = "hand_"
+"""A hand queue's registration (corral.hand_registry): derived from the queue's name."""
 SESSION_RESOURCE_ID_PREFIX: Final = "repo"
 """A session's repository resource: `repo1`, `repo2`… in the order the session was given them."""
 ID_KINDS: Final = {
@@ -131,6 +135,8 @@ ID_KINDS: Final = {
     ENVIRONMENT_ID_PREFIX: "environment",
     VAULT_ID_PREFIX: "vault",
     CREDENTIAL_ID_PREFIX: "credential",
+    API_KEY_ID_PREFIX: "API key",
+    HAND_ID_PREFIX: "hand registration",
     SESSION_RESOURCE_ID_PREFIX: "session resource",
 }
 """What each prefix names, for errors that say which kind of id was given where another was expected."""

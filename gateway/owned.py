@@ -113,4 +113,4 @@ def check_selected_workspace(selected: str | None, workspace: str) -> None:
 
 
 def _a(kind: str) -> str:
-    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+    return f"{'an' if kind[0].lower() in 'aeiou' else 'a'} {kind}"
