@@ -42,7 +42,8 @@ async def test_the_status_follows_the_session_through_its_life(stack: Stack, gat
     model = stack.script(
         [
             {"text": "slow answer", "first_token_latency": 5.0},  # running, long enough to be seen
-            {"text": "after a retry", "fail": [{"status": 529, "retry_after": 8}]},  # rescheduling, then running
+            # rescheduling, then running: the retry's answer is slow too, so its running lasts long enough to be read
+            {"text": "after a retry", "fail": [{"status": 529, "retry_after": 8}], "first_token_latency": 5.0},
             {"tool_uses": [{"name": "weather", "input": {"city": "Oslo"}}]},  # idle, waiting on the client
             {"text": "sunny"},
         ]
