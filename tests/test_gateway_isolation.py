@@ -12,7 +12,6 @@ B's listings show nothing of A's. `test_every_route_has_a_row` fails when a rout
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import re
 import sys
@@ -33,6 +32,7 @@ from tests.chaos._processes import role_process, until_healthy
 from tests.conftest import Stack, unique
 from tests.ports import free_port
 from tests.proxy_servers.devvault import shared_dev_vault
+from tests.waits import until
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -235,15 +235,6 @@ async def gateway(stack: Stack, tmp_path: Path) -> AsyncIterator[Gateway]:
         url = f"http://127.0.0.1:{port}"
         await until_healthy(url, process)
         yield Gateway(url, Records(stack.client, task_queue=stack.harness_queue))
-
-
-async def until(check: Callable[[], Awaitable[bool]], what: str) -> None:
-    """Poll an observable condition (visibility lists a record a moment after it is written)."""
-    for _ in range(300):
-        if await check():
-            return
-        await asyncio.sleep(0.1)
-    pytest.fail(f"never: {what}")
 
 
 async def objects(stack: Stack, client: Client) -> Ids:
