@@ -29,7 +29,7 @@ from corral.names import ACTIVITY_MODEL_TURN
 from corral.temporal import connect, data_converter
 from tests.conftest import Stack, assert_log_is_whole, history_text, read_events, texts, unique, wait_for_idle
 from tests.ports import closed_port
-from tests.waits import until
+from tests.waits import pollers_of, until
 from workers._slots import SharedSlots
 from workers.roles import model_worker_queue, model_workers
 from workflows import SessionWorkflow
@@ -185,7 +185,7 @@ async def _until_polled(client: Client, queue: str, within: float = 60) -> None:
     )
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        if (await client.workflow_service.describe_task_queue(request)).pollers:
+        if await pollers_of(client, request):
             return
         await asyncio.sleep(0.1)
     raise AssertionError(f"no worker polled {queue} within {within}s")

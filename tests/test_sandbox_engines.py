@@ -29,9 +29,7 @@ import docker.errors
 import pytest
 import requests
 from pydantic import ValidationError
-from temporalio.api.enums.v1 import EventType, TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
@@ -47,6 +45,7 @@ from tests.chaos._processes import RoleProcess, role_process, temporal_env, work
 from tests.conftest import Stack, stop_reason, texts, unique, wait_for_idle
 from tests.ports import free_port
 from tests.test_gateway import running_gateway
+from tests.waits import polled_by, until
 from workers._settings import SandboxSettings, SettingsError
 
 pytestmark = pytest.mark.timeout(300)
@@ -214,21 +213,13 @@ async def edge_worker(
 
 
 async def until_polled(client: Client, queue: str, worker: RoleProcess) -> None:
-    """Until this worker process polls the queue (it has started); a worker stopped earlier is listed for a while,
-    so the poller is told by its identity, `<pid>@<host>` (the SDK's default)."""
-    request = DescribeTaskQueueRequest(
-        namespace=client.namespace,
-        task_queue=TaskQueue(name=queue),
-        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
-    )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+    """Until this worker process polls the queue (it has started)."""
+
+    async def polling() -> bool:
         assert worker.alive(), f"the sandbox worker exited: see {worker.log}"
-        pollers = (await client.workflow_service.describe_task_queue(request)).pollers
-        if any(poller.identity.startswith(f"{worker.current.pid}@") for poller in pollers):
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"the sandbox worker did not poll {queue}: see {worker.log}")
+        return await polled_by(client, queue, worker.current.pid)
+
+    await until(polling, f"the sandbox worker polls {queue} (see {worker.log})", within=120)
 
 
 # ---- helpers ------------------------------------------------------------------------------------------------------

@@ -13,9 +13,10 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from temporalio.api.enums.v1 import EventType, PendingActivityState, TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.taskqueue.v1 import PollerInfo, TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
 
 from corral.streaming import StreamEvent, subscribe
 
@@ -57,8 +58,22 @@ async def polled_by(
     request = DescribeTaskQueueRequest(
         namespace=client.namespace, task_queue=TaskQueue(name=queue), task_queue_type=kind
     )
-    pollers = (await client.workflow_service.describe_task_queue(request)).pollers
+    pollers = await pollers_of(client, request)
     return any(poller.identity.startswith(f"{pid}@") for poller in pollers)
+
+
+TRANSIENT = (RPCStatusCode.CANCELLED, RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED)
+"""What a describe call on a loaded dev server may answer for a moment: the wait asks again, it does not fail."""
+
+
+async def pollers_of(client: Client, request: DescribeTaskQueueRequest) -> Sequence[PollerInfo]:
+    """The queue's pollers now; none when the server answered a transient error (a wait polls again)."""
+    try:
+        return (await client.workflow_service.describe_task_queue(request)).pollers
+    except RPCError as error:
+        if error.status in TRANSIENT:
+            return []
+        raise
 
 
 async def activity_running(handle: WorkflowHandle, activity_type: str) -> bool:
