@@ -1,7 +1,7 @@
 # One image for every corral role in the `production` compose profile (docker-compose.yml); the command picks the
 # role (corral-harness, corral-model, corral-sandbox, corral-proxy, corral-utility-hand, corral-stream,
 # corral-gateway). Built where a registry is reachable; the `offline` profile builds images/corral/Dockerfile
-# from the local Debian base instead (python -m corral.compose build).
+# from the local Debian base instead (python -m deploy build).
 FROM python:3.11-slim
 RUN useradd --create-home --uid 10001 corral
 WORKDIR /app

@@ -54,7 +54,7 @@ from corral.names import (
     QUERY_EVENTS,
     QUERY_MODEL_CONTEXT,
 )
-from corral.streaming import AttemptStream, StreamPublisher
+from relay import AttemptStream, StreamPublisher
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ KEEPALIVE_SECONDS = 30.0
 HEARTBEAT_INTERVAL_SECONDS = 0.25
 """How often a model turn records a heartbeat. The SDK core sends the latest one at most once a second (workers/roles.py
 MODEL_HEARTBEAT_THROTTLE) from its own thread; recording several per second means a busy event loop has to stall
-for most of the heartbeat timeout (workflows/_hands.py MODEL_HEARTBEAT_TIMEOUT, 2 s) before the server misses one."""
+for most of the heartbeat timeout (workflows/policies.py MODEL_HEARTBEAT_TIMEOUT, 2 s) before the server misses one."""
 
 
 @dataclass

@@ -43,11 +43,11 @@ from corral.names import (
     DEFAULT_GIT_PROXY_PORT,
     SANDBOX_TASK_QUEUE,
 )
-from corral.sandbox import containers
-from corral.sandbox.errors import SandboxError, SandboxGone, SandboxSetupError
-from corral.sandbox.pool import PoolSettings, WarmPool, pool_key
-from corral.sandbox.runner import RunnerLost, Runners
-from corral.sandbox.workspace import copy_workspace
+from sandbox import containers
+from sandbox.errors import SandboxError, SandboxGone, SandboxSetupError
+from sandbox.pool import PoolSettings, WarmPool, pool_key
+from sandbox.runner import RunnerLost, Runners
+from sandbox.workspace import copy_workspace
 
 log = logging.getLogger(__name__)
 

@@ -167,7 +167,7 @@ async def wait_until_polling(
 
 
 def spawn_server(module: str, name: str, log_dir: Path, *options: str) -> tuple[WorkerProcess, str]:
-    """Start `python -m <module>` (`corral.modelserver`, `corral.streaming`) on a free local port; returns the
+    """Start `python -m <module>` (`modelserver`, `relay`) on a free local port; returns the
     process and its base URL. Its output goes to `<log_dir>/<name>.log`."""
     with socket.socket() as probe:  # a free port now; the server binds it a moment later
         probe.bind(("127.0.0.1", 0))

@@ -13,7 +13,7 @@ of their own, and one worker process per role (harness, model, utility hand, san
 
 Measured:
   - TTFT per turn at the client: the message sent -> the turn's first text delta from the stream relay
-    (`corral.streaming.subscribe`, opened before the first message and proven live by a probe record);
+    (`relay.subscribe`, opened before the first message and proven live by a probe record);
   - turn latency as the client sees it: the message sent -> the turn's `session.status_idle` read from the log;
   - both also for one session alone (one utility session, then one sandbox session), measured in the same run
     before the load, so the report prints ratios, not absolute times;
@@ -86,10 +86,10 @@ from bench.recovery import command_runs
 from corral.client import read_events, send_text, start_session, wait_for_idle
 from corral.contract.events import AgentToolResult, SessionEvent, SessionStatusIdle, UserMessage
 from corral.contract.session import AgentConfig, SessionInput
-from corral.sandbox import ensure_docker_engine, ensure_sandbox_image
-from corral.sandbox.containers import SESSION_LABEL, remove_session
-from corral.streaming import DeltaRecord, EndRecord, PublishRecord, StartRecord, StreamPublisher, subscribe
 from corral.temporal import start_local_temporal
+from relay import DeltaRecord, EndRecord, PublishRecord, StartRecord, StreamPublisher, subscribe
+from sandbox import ensure_docker_engine, ensure_sandbox_image
+from sandbox.containers import SESSION_LABEL, remove_session
 
 COMMAND = "echo run >> /workspace/runs"
 """The sandbox sessions' tool call: one line per run, counted by `bench.recovery.command_runs`."""
@@ -524,8 +524,8 @@ async def measure(args: argparse.Namespace) -> Load:
         engine = ensure_docker_engine(ROOT / ".corral")
         image = ensure_sandbox_image(engine, ROOT / ".corral")
     paced = [f"--first-token-latency={args.first_token_latency}", f"--tokens-per-second={args.tokens_per_second}"]
-    model_server, model_url = spawn_server("corral.modelserver", "model-server", log_dir, *paced, "--log-level=warning")
-    relay, relay_url = spawn_server("corral.streaming", "stream-relay", log_dir, "--log-level=warning")
+    model_server, model_url = spawn_server("modelserver", "model-server", log_dir, *paced, "--log-level=warning")
+    relay, relay_url = spawn_server("relay", "stream-relay", log_dir, "--log-level=warning")
     with output_to(log_dir / "temporal.log"):
         env = await start_local_temporal(dev_server_log_level="warn")
     rpc_errors = RpcErrors()

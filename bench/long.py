@@ -37,10 +37,10 @@ from corral.client import read_events, send_text, start_session, wait_for_idle
 from corral.contract.events import SpanModelRequestEnd
 from corral.contract.session import AgentConfig, SessionInput
 from corral.hands import make_execute_activity
-from corral.modelserver import ModelServerThread
-from corral.modelserver.scripts import estimate_input_tokens
 from corral.names import ACTIVITY_ARCHIVE_LOG
 from corral.temporal import data_converter, start_local_temporal
+from modelserver import ModelServerThread
+from modelserver.scripts import estimate_input_tokens
 from workers.roles import harness_worker, model_worker
 from workflows.session import SessionWorkflow
 

@@ -19,6 +19,11 @@ from pathlib import Path
 
 from bench._operations_figures import OPERATIONS, measured, source, summary
 from bench._report import RESULTS_DIR, ROOT, read_summary
+from workflows.policies import (
+    MODEL_HEARTBEAT_TIMEOUT,
+    ROUTED_SCHEDULE_TO_START,
+    SANDBOX_HEARTBEAT_TIMEOUT,
+)
 
 DOCUMENTS = (ROOT / "README.md", ROOT / "bench" / "README.md", ROOT / "docs" / "operations.md")
 BLOCK = re.compile(r"(<!-- bench:([\w-]+) -->)(.*?)(<!-- /bench:\2 -->)", re.DOTALL)
@@ -128,10 +133,10 @@ def recovery_timers() -> str:
     from bench.recovery import HEARTBEAT, RETRY, STICKY
 
     return (
-        f"the model activity's heartbeat timeout (`MODEL_HEARTBEAT_TIMEOUT` in `workflows/_hands.py`, "
-        f"{HEARTBEAT['model']:g} s), the sandbox hand's (`SANDBOX_HEARTBEAT_TIMEOUT` in `workflows/_sandbox.py`, "
+        f"the model activity's heartbeat timeout (`MODEL_HEARTBEAT_TIMEOUT` in `workflows/policies.py`, "
+        f"{HEARTBEAT['model']:g} s), the sandbox hand's (`SANDBOX_HEARTBEAT_TIMEOUT` in `workflows/policies.py`, "
         f"{HEARTBEAT['sandbox']:g} s), the harness's sticky-queue schedule-to-start timeout (`STICKY_TIMEOUT` in "
-        f"`workers/_run.py`, {STICKY:g} s) and the retry back-off ({RETRY:g} s, `INFRASTRUCTURE_RETRY`)"
+        f"`workers/run.py`, {STICKY:g} s) and the retry back-off ({RETRY:g} s, `INFRASTRUCTURE_RETRY`)"
     )
 
 
@@ -141,10 +146,8 @@ def timers() -> str:
 
     from activities.model import HEARTBEAT_INTERVAL_SECONDS
     from corral.hands.heartbeat import heartbeating
-    from workers._run import STICKY_TIMEOUT
     from workers.roles import MODEL_HEARTBEAT_THROTTLE
-    from workflows._hands import MODEL_HEARTBEAT_TIMEOUT
-    from workflows._sandbox import SANDBOX_HEARTBEAT_TIMEOUT
+    from workers.run import STICKY_TIMEOUT
 
     hand_interval = inspect.signature(heartbeating).parameters["interval"].default
     return (
@@ -157,7 +160,6 @@ def timers() -> str:
 
 
 def routed_timeout() -> str:
-    from workflows._hands import ROUTED_SCHEDULE_TO_START
 
     return f"{ROUTED_SCHEDULE_TO_START.total_seconds():g} s"
 

@@ -21,7 +21,7 @@ interval on the standby, which makes the model call again or resumes the command
 turn routed to the lost worker's own queue (workflows/_hands.py `ModelRoute`) is not retried there: the session
 sends it to the shared queue at once, where the standby takes it (`--no-model-routing` runs the model workers on the
 shared queue only, as before routing). A lost harness is noticed when its sticky queue's schedule-to-start timeout
-(`STICKY_TIMEOUT` in workers/_run.py) passes; the standby then replays the history. The report sets beside each
+(`STICKY_TIMEOUT` in workers/run.py) passes; the standby then replays the history. The report sets beside each
 role when the standby would resume if every timer fired exactly when due, and ends with the false heartbeat
 timeouts a `bench.load` run found (`--load-report`, default bench/results/load.md: run the load benchmark first).
 
@@ -60,15 +60,13 @@ from bench._workers import WorkerConfig, WorkerProcess, spawn_worker, wait_until
 from corral.client import read_events, send_text, start_session, wait_for_idle
 from corral.contract.events import SessionEvent
 from corral.contract.session import AgentConfig, SessionInput
-from corral.modelserver import ModelServerThread
 from corral.names import ACTIVITY_EXECUTE, ACTIVITY_MODEL_TURN
-from corral.sandbox import ensure_docker_engine, ensure_sandbox_image
-from corral.sandbox.containers import SESSION_LABEL, remove_session
 from corral.temporal import start_local_temporal
-from workers._run import STICKY_TIMEOUT
-from workflows._hands import MODEL_HEARTBEAT_TIMEOUT
-from workflows._outcomes import INFRASTRUCTURE_RETRY
-from workflows._sandbox import SANDBOX_HEARTBEAT_TIMEOUT
+from modelserver import ModelServerThread
+from sandbox import ensure_docker_engine, ensure_sandbox_image
+from sandbox.containers import SESSION_LABEL, remove_session
+from workers.run import STICKY_TIMEOUT
+from workflows.policies import INFRASTRUCTURE_RETRY, MODEL_HEARTBEAT_TIMEOUT, SANDBOX_HEARTBEAT_TIMEOUT
 
 ROLES = ("harness", "model", "sandbox")
 GOAL_P50, GOAL_P95 = 5.0, 10.0

@@ -37,11 +37,11 @@ from bench import _stack
 from bench._report import ROOT, add_run_options, begin_run, markdown_table, percentile, write_results
 from bench._sandbox_workflow import SandboxBenchWorkflow
 from corral.contract.sandbox import Environment
-from corral.sandbox import ensure_docker_engine, ensure_sandbox_image
-from corral.sandbox.containers import remove_session
-from corral.sandbox.pool import PoolSettings, WarmPool, pool_key
-from corral.sandbox.runner import Runners
 from corral.temporal import cluster_id, start_local_temporal
+from sandbox import ensure_docker_engine, ensure_sandbox_image
+from sandbox.containers import remove_session
+from sandbox.pool import PoolSettings, WarmPool, pool_key
+from sandbox.runner import Runners
 from workers.roles import HARNESS_WORKFLOW_RUNNER, sandbox_workers
 from workers.sandbox import keeping_filled
 

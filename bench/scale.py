@@ -40,9 +40,9 @@ from bench._report import ROOT, add_run_options, begin_run, cpu_seconds, markdow
 from bench._workers import WorkerConfig, WorkerProcess, spawn_worker, wait_until_polling
 from corral.client import read_events, send_text, start_session, wait_for_idle
 from corral.contract.session import AgentConfig, SessionInput
-from corral.modelserver import ModelServerThread
 from corral.names import ACTIVITY_MODEL_TURN
 from corral.temporal import start_local_temporal
+from modelserver import ModelServerThread
 
 WORKFLOW_CACHE = 1000  # temporalio's default `max_cached_workflows`, which `harness_worker` keeps
 MB = 1024 * 1024

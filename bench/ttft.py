@@ -23,7 +23,7 @@ tool has run. The model server waits `--first-token-latency` (default 0.5 s) bef
 `--tokens-per-second` (default 50) after it.
 
 TTFT of a session arm = from the client sending the first message to the first text delta the client receives
-from the stream relay (`corral.streaming.subscribe`, opened before sending). Next-message TTFT: once the first
+from the stream relay (`relay.subscribe`, opened before sending). Next-message TTFT: once the first
 turn is over and `--think` seconds later (default 1), the client sends a second message into the same session
 (the `send_events` update) and times it the same way; the direct arm makes the same second request (the first
 exchange, then the next message) with the SDK. The first message is sent with
@@ -77,14 +77,14 @@ from bench._workers import WorkerConfig, spawn_worker, wait_until_polling
 from corral.client import new_session_id, read_events, send_text, start_session, wait_for_idle
 from corral.contract.events import AgentToolResult
 from corral.contract.session import AgentConfig, SendEventsInput, SendEventsResult, SessionInput
-from corral.modelserver import ModelServerThread
-from corral.modelserver.scripts import ApiError, Plan, ScriptBook
 from corral.names import ACTIVITY_MODEL_TURN, UPDATE_SEND_EVENTS
-from corral.sandbox import ensure_docker_engine, ensure_sandbox_image
-from corral.sandbox.containers import SESSION_LABEL, remove_session
-from corral.streaming import DeltaRecord, PublishRecord, StreamHub, StreamMessage, StreamRelayThread, subscribe
-from corral.streaming.app import create_stream_app
 from corral.temporal import start_local_temporal
+from modelserver import ModelServerThread
+from modelserver.scripts import ApiError, Plan, ScriptBook
+from relay import DeltaRecord, PublishRecord, StreamHub, StreamMessage, StreamRelayThread, subscribe
+from relay.app import create_stream_app
+from sandbox import ensure_docker_engine, ensure_sandbox_image
+from sandbox.containers import SESSION_LABEL, remove_session
 from workflows import SessionWorkflow
 
 TOOLSET = [{"type": "agent_toolset_20260401"}]

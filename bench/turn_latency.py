@@ -23,8 +23,8 @@ from temporalio.testing import WorkflowEnvironment
 from bench._report import add_run_options, begin_run, write_results
 from corral.client import read_events, send_text, start_session, wait_for_idle
 from corral.contract.session import AgentConfig, SessionInput
-from corral.modelserver import ModelServerThread
 from corral.temporal import start_local_temporal
+from modelserver import ModelServerThread
 from workers.roles import harness_worker, model_worker
 
 

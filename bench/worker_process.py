@@ -20,10 +20,10 @@ from temporalio.worker import Worker
 
 from activities.model import warm_http_client, warm_up
 from activities.sandbox import SandboxActivities
-from corral.streaming import StreamPublisher
 from corral.temporal import cluster_id, connect
-from workers._run import run_until_stopped, setup_logging
+from relay import StreamPublisher
 from workers.roles import harness_worker, model_worker, model_workers, sandbox_workers, utility_hand_worker
+from workers.run import run_until_stopped, setup_logging
 
 ROLES = ("harness", "model", "sandbox", "utility")
 

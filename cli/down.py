@@ -111,7 +111,7 @@ async def _sandboxes_at_down(console: Console, scope: str | None, remove: bool) 
     Only the sandboxes of this stack's Temporal server (`scope`): other stacks and test runs may share the engine.
     A stack recorded before scopes were, or an engine that does not answer, is skipped with a note.
     """
-    from corral.sandbox import (
+    from sandbox import (
         SandboxError,
         connect_docker,
         list_sandbox_resources,

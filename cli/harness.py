@@ -21,7 +21,7 @@ from cli.context import run, settings_of
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from workers._deployment import DeploymentState
+    from workers.deployment import DeploymentState
     from workers.harness_check import ExecutionCheck, HarnessCheckReport, Progress
 
 # Like every command module, this imports the Temporal client, rich and the workflow code (through
@@ -200,7 +200,7 @@ def render_report(console: Console, report: HarnessCheckReport, limit: int) -> N
         )
 
 
-# ---- a versioned harness (workers/_deployment.py) ------------------------------------------------------------------
+# ---- a versioned harness (workers/deployment.py) ------------------------------------------------------------------
 
 DEFAULT_DEPLOYMENT = "corral-harness"
 DeploymentOption = Annotated[
@@ -217,7 +217,7 @@ DeploymentOption = Annotated[
 def builds_command(ctx: typer.Context, deployment: DeploymentOption = DEFAULT_DEPLOYMENT) -> None:
     """The builds of a versioned harness and their state: `current` takes new sessions; `draining` still runs
     sessions pinned to it (keep its workers); `drained` runs none (its workers can go)."""
-    from workers._deployment import describe_deployment
+    from workers.deployment import describe_deployment
 
     settings = settings_of(ctx)
 
@@ -243,7 +243,7 @@ def promote_command(
     """Make a build of the harness current: new sessions start on it, and running ones move to it as their
     deployment's upgrade policy says (`pinned`: at their next safe point; `auto-upgrade`: at their next task).
     Run `corral harness check` with the new build's code first."""
-    from workers._deployment import DeploymentError, describe_deployment, set_current_build
+    from workers.deployment import DeploymentError, describe_deployment, set_current_build
 
     settings = settings_of(ctx)
 

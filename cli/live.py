@@ -18,7 +18,7 @@ from rich.text import Text
 from cli.render import safe
 from cli.stack import STREAM_TOKEN_ENV
 from corral.contract.events import AgentMessage, SessionEvent
-from corral.streaming import StreamEvent, subscribe
+from relay import StreamEvent, subscribe
 
 log = logging.getLogger(__name__)
 PREFIX = "          ▌ "

@@ -128,7 +128,7 @@ class StackConfig(BaseModel):
 
     @property
     def sandbox_scope(self) -> str | None:
-        """The `corral.scope` label value of this stack's sandboxes (see corral.sandbox.containers)."""
+        """The `corral.scope` label value of this stack's sandboxes (see sandbox.containers)."""
         return f"{self.cluster_id}/{self.namespace}" if self.cluster_id else None
 
     @property
@@ -193,7 +193,7 @@ class Service:
     """A word its command line contains: a pid file whose pid was reused by another program is stale."""
     ready: Readiness
     """It accepts a Temporal client / answers GET /healthz / still runs after a few seconds / it was started and
-    checked by its own set-up (Vault: `proxy.ensure_local_vault`, dockerd: `corral.sandbox.ensure_docker_engine`)."""
+    checked by its own set-up (Vault: `proxy.ensure_local_vault`, dockerd: `sandbox.ensure_docker_engine`)."""
     command: Callable[[Plan], list[str]] | None = None
     """None for the two `corral up` does not spawn as a plain process (`ready="ensured"`)."""
     ports: tuple[Port, ...] = ()
@@ -301,11 +301,11 @@ SERVICES: tuple[Service, ...] = (
     # The user's Vault (VAULT_ADDR or BAO_ADDR) if there is one, else OpenBao with its storage in the state dir.
     Service(VAULT, "OpenBao server", marker="bao", ready="ensured",
             when=lambda plan: not (os.environ.get("VAULT_ADDR") or os.environ.get("BAO_ADDR"))),
-    _http_server(MODEL_SERVER, "offline model server", "corral.modelserver", port="model_port",
+    _http_server(MODEL_SERVER, "offline model server", "modelserver", port="model_port",
                  url=lambda config: config.model_url, when=lambda plan: plan.offline),
-    # The live-delta relay: model workers publish to it, `corral tail` subscribes (see corral/streaming).
+    # The live-delta relay: model workers publish to it, `corral tail` subscribes (see relay).
     # Only the holders of its token (in the state dir) may publish or subscribe.
-    _http_server(STREAM_RELAY, "stream relay", "corral.streaming", port="stream_port",
+    _http_server(STREAM_RELAY, "stream relay", "relay", port="stream_port",
                  url=lambda config: config.stream_url, env=("stream",)),
     # Anthropic's Managed Agents API over the stack (gateway/): stateless, previews live text from the relay; writes
     # credentials to Vault with a login that cannot read them back (proxy/access.py).

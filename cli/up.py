@@ -306,7 +306,7 @@ async def _ensure_vault(console: Console, plan: Plan) -> tuple[int, bool] | None
 
 async def _ensure_sandbox(console: Console, plan: Plan) -> None:
     """A Docker engine (started here when none answers) and the sandbox image (built here once, no registry)."""
-    from corral.sandbox import SandboxSetupError, ensure_docker_engine, ensure_sandbox_image
+    from sandbox import SandboxSetupError, ensure_docker_engine, ensure_sandbox_image
 
     with console.status("checking the Docker engine and the sandbox image …") as status:
 

@@ -17,11 +17,11 @@ import uvicorn
 
 from corral import telemetry
 from corral.names import ENV_GATEWAY_STREAMS_PER_KEY, HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
-from corral.streaming.partition import relay_urls
 from corral.temporal import connect, ensure_search_attributes, temporal_address
 from gateway.app import DEFAULT_PORT, create_app
 from gateway.http import DEFAULT_STREAMS_PER_KEY
 from gateway.vault_access import VaultLogin
+from relay.partition import relay_urls
 
 
 def _relays(value: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from corral.contract.events import SessionEvent, SpanModelRequestEnd, message_id_of, thinking_id_of
-from corral.streaming import StreamEvent
+from relay import StreamEvent
 
 MAX_PREVIEW_SPANS = 64
 """Relay spans whose text one stream keeps (a session runs one model request at a time; this is slack)."""

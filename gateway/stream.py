@@ -17,10 +17,10 @@ from starlette.requests import Request
 from temporalio.client import WorkflowHandle
 
 from corral.client import SessionClosed, follow_events, read_events, session_info
-from corral.streaming import StreamError, subscribe
 from gateway.errors import invalid
 from gateway.previews import Previews
 from gateway.shapes import event_view
+from relay import StreamError, subscribe
 
 PING_SECONDS = 15.0
 RECENT_SPANS = 2000
@@ -100,7 +100,7 @@ async def _feed_log(handle: WorkflowHandle, after: int, queue: asyncio.Queue[tup
 
 async def _feed_live(relay: str, token: str | None, session_id: str, queue: asyncio.Queue[tuple[str, Any]]) -> None:
     """The relay's live text of the session, into `queue`; with a comma-separated list of relays, every one of them
-    followed and their text merged (`corral.streaming.subscribe`), so a relay lost mid-reply costs a pause. Best
+    followed and their text merged (`relay.subscribe`), so a relay lost mid-reply costs a pause. Best
     effort: relays that all refuse us end the previews, never the stream (the log carries every message whole)."""
     try:
         async with contextlib.aclosing(subscribe(relay, session_id, token)) as live:

@@ -12,8 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from corral.sandbox._host import Progress, SandboxStatePaths, apt_install
-from corral.sandbox.errors import PackageInstallError
+from sandbox.errors import PackageInstallError
+from sandbox.host import Progress, SandboxStatePaths, apt_install
 
 CHROMIUM = "/usr/bin/chromium"
 STATE_DIR = Path(__file__).resolve().parents[1] / ".corral"

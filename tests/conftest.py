@@ -33,20 +33,20 @@ from corral.client import read_events, start_session, wait_for_idle
 from corral.contract.events import SessionEvent, SessionStatusIdle, StopReason
 from corral.contract.session import AgentConfig, SessionInput
 from corral.hands import make_execute_activity
-from corral.modelserver import ModelServerThread
-from corral.sandbox import (
+from corral.temporal import cluster_id, start_local_temporal
+from modelserver import ModelServerThread
+from relay import StreamPublisher, StreamRelayThread
+from sandbox import (
     SandboxResources,
     connect_docker,
     ensure_docker_engine,
     ensure_sandbox_image,
     list_sandbox_resources,
 )
-from corral.sandbox.cleanup import SHARED_NETWORKS
-from corral.sandbox.containers import remove_session
-from corral.sandbox.egress import EGRESS_CONTAINER, NETWORK_LABEL
-from corral.sandbox.engine import install_dockerd
-from corral.streaming import StreamPublisher, StreamRelayThread
-from corral.temporal import cluster_id, start_local_temporal
+from sandbox.cleanup import SHARED_NETWORKS
+from sandbox.containers import remove_session
+from sandbox.egress import EGRESS_CONTAINER, NETWORK_LABEL
+from sandbox.engine import install_dockerd
 from tests.hand_tools import TEST_TOOLS
 from tests.ports import free_port
 from workers.roles import harness_worker, model_worker, sandbox_workers
@@ -197,7 +197,7 @@ def docker_client() -> docker.DockerClient:
 @pytest.fixture(scope="session")
 def dockerd() -> str:
     """The `dockerd` program, for a test that starts a Docker engine of its own: installed here (Debian's docker.io,
-    as `corral.sandbox.prepare` does) when missing; when it cannot be, the test fails saying why, never skips."""
+    as `sandbox.prepare` does) when missing; when it cannot be, the test fails saying why, never skips."""
     return install_dockerd(STATE_DIR)
 
 

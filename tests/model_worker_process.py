@@ -10,8 +10,8 @@ import anthropic
 
 from activities.model import warm_http_client
 from corral.temporal import connect
-from workers._run import run_until_stopped, setup_logging
 from workers.roles import model_workers
+from workers.run import run_until_stopped, setup_logging
 
 
 async def _main(args: argparse.Namespace) -> None:

@@ -14,8 +14,8 @@ from corral import telemetry
 from corral.hands import make_execute_activity
 from corral.temporal import connect
 from tests.hand_tools import TEST_TOOLS
-from workers._run import run_until_stopped
 from workers.roles import harness_worker, model_worker
+from workers.run import run_until_stopped
 
 
 async def _main(args: argparse.Namespace) -> None:

@@ -36,11 +36,11 @@ from corral.contract.session import (
     UpdateSessionInput,
 )
 from corral.hands import make_execute_activity
-from corral.modelserver import ModelServerThread
 from corral.names import SIGNAL_INTERRUPT, UPDATE_SEND_EVENTS, UPDATE_SESSION
 from corral.records import Records
-from corral.sandbox import ensure_docker_engine, ensure_sandbox_image
 from corral.temporal import cluster_id, start_local_temporal
+from modelserver import ModelServerThread
+from sandbox import ensure_docker_engine, ensure_sandbox_image
 from tests.hand_tools import TEST_TOOLS
 from workers.roles import harness_worker, model_workers, sandbox_workers
 

@@ -9,8 +9,8 @@ import docker
 
 from activities.sandbox import SandboxActivities
 from corral.temporal import cluster_id, connect
-from workers._run import run_until_stopped, setup_logging
 from workers.roles import sandbox_workers
+from workers.run import run_until_stopped, setup_logging
 
 
 async def _main(args: argparse.Namespace) -> None:

@@ -30,7 +30,7 @@ from corral.contract.events import (
     SpanModelRequestStart,
     TextBlock,
 )
-from corral.streaming import StreamEvent
+from relay import StreamEvent
 
 runner = CliRunner()
 ESCAPES = "\x1b[2J\x1b]0;owned\x07\r\x9b31m\u202e"

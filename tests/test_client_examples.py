@@ -22,7 +22,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from corral.client import read_events
 from corral.contract.events import UserMessage
-from corral.modelserver import ModelServerThread
+from modelserver import ModelServerThread
 from tests.conftest import texts
 from workers.roles import harness_worker, model_worker, utility_hand_worker
 

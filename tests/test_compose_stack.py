@@ -1,7 +1,7 @@
 """The compose stack as containers: docker-compose.yml is valid for every profile, and the `offline` profile, built
 here with no registry, runs a session through its gateway while one container of each worker role is killed.
 
-The offline images are built (or reused) by `corral.compose.build_offline_images`, the stack comes up under a
+The offline images are built (or reused) by `deploy.build_offline_images`, the stack comes up under a
 project name of its own on free host ports, and it is always taken down with its volumes (`down -v`), with the
 sandboxes its sandbox worker made, whatever happens. A container is killed with `docker kill` (SIGKILL) while a turn
 is under way, then started again, as an operator or an orchestrator would (a container killed by hand is not
@@ -61,8 +61,6 @@ from typer.testing import CliRunner
 from cli.main import app
 from corral.apikeys import create_key
 from corral.client import read_events, wait_for_idle
-from corral.compose import build_offline_images, compose_command
-from corral.compose.__main__ import PROFILES, check_config
 from corral.contract.events import AgentMcpToolResult, SessionError, SessionEvent
 from corral.names import (
     HARNESS_TASK_QUEUE,
@@ -74,11 +72,13 @@ from corral.names import (
     UTILITY_HAND_TASK_QUEUE,
 )
 from corral.records import Records
-from corral.sandbox import remove_all_sandboxes
-from corral.sandbox.containers import remove_session, session_containers
 from corral.serving import ServerThread
-from corral.streaming.partition import relay_order, relay_urls
 from corral.temporal import cluster_id, connect
+from deploy import build_offline_images, compose_command
+from deploy.__main__ import PROFILES, check_config
+from relay.partition import relay_order, relay_urls
+from sandbox import remove_all_sandboxes
+from sandbox.containers import remove_session, session_containers
 from tests.chaos._processes import ROOT
 from tests.chaos.matrix import assert_whole
 from tests.conftest import STATE_DIR, history_text, texts
@@ -88,7 +88,7 @@ from tests.proxy_servers.git_server import GitServerLog, create_git_app, git, ma
 from tests.proxy_servers.mcp_server import AuthorityVerifier
 from tests.proxy_servers.tokens import TokenAuthority
 from tests.waits import until, until_sync
-from workers._deployment import describe_deployment
+from workers.deployment import describe_deployment
 
 pytestmark = pytest.mark.timeout(1200)  # a clean machine builds the base and the images first (~3 minutes)
 

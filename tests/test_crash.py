@@ -14,8 +14,8 @@ from temporalio.testing import WorkflowEnvironment
 
 from corral.client import send_text, start_session
 from corral.contract.session import AgentConfig, SessionInput
-from corral.modelserver import ModelServerThread
 from corral.names import ACTIVITY_EXECUTE
+from modelserver import ModelServerThread
 from tests.conftest import assert_log_is_whole, read_events, texts, unique, wait_for_idle
 from tests.waits import activity_running, attempts_of, polled_by, until
 

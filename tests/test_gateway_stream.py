@@ -25,8 +25,8 @@ from corral.contract.events import (
     thinking_id_of,
 )
 from corral.records import Records
-from corral.streaming import StreamEvent
 from gateway.previews import Previews
+from relay import StreamEvent
 from tests.chaos._processes import RoleProcess, role_process, until_healthy
 from tests.conftest import Stack
 from tests.ports import free_port

@@ -16,11 +16,11 @@ from activities.sandbox import SandboxActivities
 from corral.client import start_session
 from corral.contract.sandbox import Environment
 from corral.contract.session import SessionInput
-from corral.sandbox.containers import session_containers
-from corral.sandbox.pool import POOL_LABEL, PoolSettings, WarmPool
 from corral.serving import ServerThread
 from corral.temporal import cluster_id
 from proxy import GitProxyServer, VaultStore
+from sandbox.containers import session_containers
+from sandbox.pool import POOL_LABEL, PoolSettings, WarmPool
 from tests.conftest import (
     Stack,
     history_text,

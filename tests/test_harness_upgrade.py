@@ -1,4 +1,4 @@
-"""Safe harness upgrades (workers/_deployment.py): a new harness build is deployed while sessions are mid-turn.
+"""Safe harness upgrades (workers/deployment.py): a new harness build is deployed while sessions are mid-turn.
 
 Two deployments, one per upgrade policy, each on its own harness queue of a real Temporal dev server:
 - `auto-upgrade` with a compatible change (behind `workflow.patched`): the session mid-turn moves to the new build
@@ -37,9 +37,9 @@ from corral.records import Records
 from corral.temporal import data_converter
 from tests.conftest import Stack, assert_log_is_whole, texts, unique
 from tests.timer_first_harness import TimerFirstSessionWorkflow
-from workers._deployment import become_current_if_first, describe_deployment, set_current_build
-from workers._settings import HarnessDeployment, HarnessSettings, SettingsError
+from workers.deployment import become_current_if_first, describe_deployment, set_current_build
 from workers.roles import HARNESS_WORKFLOW_RUNNER, harness_interceptors, harness_worker
+from workers.settings import HarnessDeployment, HarnessSettings, SettingsError
 from workflows import SessionWorkflow
 from workflows.records import RecordWorkflow
 

@@ -21,7 +21,7 @@ IO_MODULES = {
     "httpx", "requests", "anthropic", "docker", "hvac", "mcp", "uvicorn", "starlette",
 }  # fmt: skip
 IO_PACKAGES_OF_CORRAL = (
-    "activities", "corral.sandbox", "proxy", "corral.streaming", "cli", "corral.modelserver",
+    "activities", "sandbox", "proxy", "relay", "cli", "modelserver",
 )  # fmt: skip
 
 

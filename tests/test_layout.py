@@ -1,22 +1,33 @@
-"""The design card's layout, kept layered: the roles at the top level, `corral/` the ground they all stand on.
+"""The design card's layout, kept layered: every role and process at the top level, `corral/` the ground they all
+stand on.
 
-- `corral/` imports no role package (`workflows`, `activities`, `workers`, `proxy`, `cli`), not even inside a
-  function: whatever a hand author, a client or a role imports from `corral` comes without any role.
+- Each role of the design card (`workflows`, `activities`, `workers`, `proxy`) and each process or library with a
+  job of its own (`gateway`, `cli`, the Docker library `sandbox`, the stream `relay`, the offline `modelserver`, the
+  compose tool `deploy`) is a top-level package named for what it is.
+- `corral/` imports none of them, not even inside a function: whatever a hand author, a client or a role imports
+  from `corral` comes without any role. It holds the contract, the names, the client, blobs, telemetry and
+  converters, and the hand author's library (`corral.hands`).
 - `workflows/` imports only the contract and the names of `corral`, and the standard library modules and
-  libraries that do no I/O (DESIGN.md invariant 1 is tested beside it, in test_invariants.py).
-- `proxy/` does not import Temporal, so the credential proxy can be tested and reused on its own.
+  libraries that do no I/O (the determinism rule is tested beside it, in test_invariants.py).
+- `proxy/` and `sandbox/` do not import Temporal: the credential proxy and the Docker library are the two places
+  that touch secrets and containers, and each can be tested and reused on its own.
+- No package imports another's private module (`_name`): what crosses a package line is public. Tests are the one
+  exception: a unit test may reach into the private module it tests.
 Every import is absolute.
 """
 
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ROLES = ("workflows", "activities", "workers", "proxy", "cli", "gateway")
+ROLES = ("workflows", "activities", "workers", "proxy", "cli", "gateway", "sandbox", "relay", "modelserver", "deploy")
+PACKAGES = ("corral", *ROLES, "bench", "examples")
+"""Every package but `tests`: the ones the private-module rule holds for."""
 
 
 def modules(package: str) -> list[Path]:
@@ -47,6 +58,16 @@ def test_the_top_level_is_the_design_cards() -> None:
         assert (ROOT / file).is_file()
 
 
+def test_the_ground_runs_no_process_and_holds_no_docker_code() -> None:
+    """A process of its own has a package of its own at the top level; Docker is `sandbox/`'s alone."""
+    assert sorted(path.relative_to(ROOT) for path in (ROOT / "corral").rglob("__main__.py")) == []
+    docker = [
+        f"{path.relative_to(ROOT)}:{line}" for path in modules("corral") for line, module, _ in imports(path)
+        if top(module) == "docker"
+    ]  # fmt: skip
+    assert docker == [], f"Docker code in corral/: {docker}"
+
+
 @pytest.mark.parametrize("path", modules("corral"), ids=lambda path: str(path.relative_to(ROOT)))
 def test_corral_imports_no_role(path: Path) -> None:
     bad = [f"line {line}: {module}" for line, module, _ in imports(path) if top(module) in ROLES]
@@ -68,13 +89,48 @@ def test_workflows_import_only_the_contract_and_names(path: Path) -> None:
     assert bad == [], f"{path.name} imports more than the contract and names: {bad}"
 
 
-@pytest.mark.parametrize("path", modules("proxy"), ids=lambda path: path.name)
-def test_the_credential_proxy_does_not_import_temporal(path: Path) -> None:
+@pytest.mark.parametrize("path", [*modules("proxy"), *modules("sandbox")], ids=lambda path: str(path.relative_to(ROOT)))
+def test_the_credential_proxy_and_the_docker_library_do_not_import_temporal(path: Path) -> None:
     bad = [f"line {line}: {module}" for line, module, _ in imports(path) if top(module) == "temporalio"]
-    assert bad == [], f"{path.name} imports Temporal: {bad}"
+    assert bad == [], f"{path.relative_to(ROOT)} imports Temporal: {bad}"
 
 
-@pytest.mark.parametrize("package", ["corral", *ROLES, "tests", "bench", "examples"])
+def package_of(path: Path) -> str:
+    """The dotted package a module belongs to (`corral.hands` for corral/hands/output.py)."""
+    return ".".join(path.relative_to(ROOT).parent.parts)
+
+
+def private_of_another(module: str, home: str) -> bool:
+    """Whether `module` names a private module (a `_name` part) that lies outside the package `home`."""
+    parts = module.split(".")
+    for index, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            owner = ".".join(parts[:index])
+            return not (home == owner or home.startswith(owner + "."))
+    return False
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_package_imports_another_packages_private_module(package: str) -> None:
+    bad = [
+        f"{path.relative_to(ROOT)}:{line}: {module}"
+        for path in modules(package)
+        for line, module, _ in imports(path)
+        if private_of_another(module, package_of(path))
+    ]
+    assert bad == [], f"private modules imported across a package line: {bad}"
+
+
+def test_the_private_module_rule_can_fail() -> None:
+    assert private_of_another("workers._run", "bench")
+    assert private_of_another("sandbox._x", "deploy")
+    assert private_of_another("corral.hands._execute", "corral")
+    assert not private_of_another("corral.hands._execute", "corral.hands")
+    assert not private_of_another("workflows._log", "workflows")
+    assert not private_of_another("relay.__main__", "cli")
+
+
+@pytest.mark.parametrize("package", [*PACKAGES, "tests"])
 def test_imports_are_absolute(package: str) -> None:
     relative = [
         f"{path.relative_to(ROOT)}:{line}" for path in modules(package) for line, _, level in imports(path) if level
@@ -84,6 +140,12 @@ def test_imports_are_absolute(package: str) -> None:
 
 def test_every_top_level_package_is_installed() -> None:
     """pyproject's package list names every role, so `pip install .` (not only -e) ships them."""
-    text = (ROOT / "pyproject.toml").read_text()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    installed = project["tool"]["setuptools"]["packages"]["find"]["include"]
+    typed = project["tool"]["mypy"]["files"]
+    on_disk = sorted(path.parent.name for path in ROOT.glob("*/__init__.py"))
+    for package in on_disk:
+        assert package in (*PACKAGES, "tests"), f"{package}/ is a top-level package this test does not know"
+        assert package in typed, f"{package} is missing from [tool.mypy] files"
     for package in (*ROLES, "corral"):
-        assert f'"{package}*"' in text, f"{package} is missing from [tool.setuptools.packages.find]"
+        assert f"{package}*" in installed, f"{package} is missing from [tool.setuptools.packages.find]"

@@ -7,7 +7,7 @@ import contextlib
 import time
 
 from corral.contract.events import SpanModelRequestStart
-from corral.streaming import StreamEvent, subscribe
+from relay import StreamEvent, subscribe
 from tests.conftest import Stack, history_text, read_events, texts, wait_for_idle
 from tests.waits import until
 

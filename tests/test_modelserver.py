@@ -13,10 +13,10 @@ import httpx
 import httpx2
 import pytest
 
-from corral.modelserver import ModelServerThread, Script, ScriptStep, create_app
-from corral.modelserver.__main__ import build_parser
-from corral.modelserver.demo import MARKER, build_tool_input, plan_demo
-from corral.modelserver.scripts import (
+from modelserver import ModelServerThread, Script, ScriptStep, create_app
+from modelserver.__main__ import build_parser
+from modelserver.demo import MARKER, build_tool_input, plan_demo
+from modelserver.scripts import (
     ApiError,
     Plan,
     ScriptBook,
@@ -641,14 +641,14 @@ def test_step_index_and_splitting() -> None:
     ],
 )
 def test_demo_takes_the_clause_next_to_the_tool_name(text: str, tool: str, argument: str) -> None:
-    from corral.modelserver.demo import _mentioned_tool
+    from modelserver.demo import _mentioned_tool
 
     found = _mentioned_tool(text, [{"name": "calculate"}, {"name": "get_time"}])
     assert found is not None and (found[0]["name"], found[1]) == (tool, argument)
 
 
 def test_demo_takes_named_arguments_when_every_word_is_one() -> None:
-    from corral.modelserver.demo import named_arguments
+    from modelserver.demo import named_arguments
 
     schema = {"properties": {"file_path": {"type": "string"}, "old_string": {"type": "string"},
                              "new_string": {"type": "string"}, "replace_all": {"type": "boolean"}}}  # fmt: skip

@@ -33,11 +33,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from temporalio.testing import WorkflowEnvironment
 
-from corral.modelserver import ModelServerThread
 from corral.names import ACTIVITY_MCP_CALL_TOOL, ENV_TEMPORAL_ADDRESS, SESSION_WORKFLOW, SIGNAL_USER_MESSAGE
 from corral.serving import ServerThread
-from corral.streaming import StreamRelayThread
+from modelserver import ModelServerThread
 from proxy.devvault import DevVault
+from relay import StreamRelayThread
 from tests.chaos._processes import RoleProcess, role_process, worker_argv
 from tests.conftest import Stack, history_text, unique
 from tests.ports import free_port

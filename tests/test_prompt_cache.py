@@ -7,7 +7,7 @@ from typing import Any
 
 from corral.client import read_events, send_text
 from corral.contract.events import SpanModelRequestEnd
-from corral.modelserver.cache import PromptCache
+from modelserver.cache import PromptCache
 from tests.conftest import Stack, wait_for_idle
 
 

@@ -28,15 +28,15 @@ from corral.contract.grammar import branch_problem, workspace_path_problem
 from corral.contract.proxy import GitRepositoryResource
 from corral.contract.sandbox import Environment, Packages, RepositoryClone
 from corral.contract.session import SessionInput
-from corral.sandbox.commands import (
+from gateway.errors import ApiError
+from gateway.repositories import session_repositories
+from sandbox.commands import (
     call_output_command,
     clone_commands,
     packages_dockerfile,
     working_dir_command,
 )
-from corral.sandbox.errors import SandboxError, SandboxSetupError
-from gateway.errors import ApiError
-from gateway.repositories import session_repositories
+from sandbox.errors import SandboxError, SandboxSetupError
 
 ISSUE_PAYLOAD = '/workspace/x"; touch /tmp/pwn; echo "'
 """The mount path of issue 22: accepted before, and run in the sandbox."""

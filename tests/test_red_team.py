@@ -37,7 +37,6 @@ from activities.sandbox import SandboxActivities
 from corral.client import send_text, start_session
 from corral.contract.events import SessionEvent
 from corral.contract.session import SessionInput
-from corral.sandbox.workspace import SANDBOX_GID, SANDBOX_UID
 from corral.serving import ServerThread
 from corral.temporal import cluster_id
 from proxy import (
@@ -49,6 +48,7 @@ from proxy import (
     VaultStore,
 )
 from proxy.devvault import DevVault
+from sandbox.workspace import SANDBOX_GID, SANDBOX_UID
 from tests.conftest import (
     Stack,
     history_text,

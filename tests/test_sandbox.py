@@ -20,9 +20,9 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from corral.client import send_text
 from corral.contract.sandbox import Environment
 from corral.names import SIGNAL_INTERRUPT
-from corral.sandbox.containers import SESSION_LABEL, ensure_container, remove_session, volume_name
-from corral.sandbox.egress import EGRESS_NETWORK, ensure_egress
-from corral.sandbox.runner import Runners
+from sandbox.containers import SESSION_LABEL, ensure_container, remove_session, volume_name
+from sandbox.egress import EGRESS_NETWORK, ensure_egress
+from sandbox.runner import Runners
 from tests.conftest import Stack, assert_log_is_whole, history_text, read_events, texts, unique, wait_for_idle
 from workers.sandbox import reap_closed_sessions
 

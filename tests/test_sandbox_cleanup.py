@@ -16,11 +16,11 @@ import docker.errors
 import pytest
 
 from corral.contract.sandbox import Environment
-from corral.sandbox import SandboxResources, connect_docker, list_sandbox_resources, remove_all_sandboxes
-from corral.sandbox.cleanup import SHARED_NETWORKS
-from corral.sandbox.containers import ensure_container, remove_session
-from corral.sandbox.egress import EGRESS_CONTAINER, EGRESS_NETWORK
-from corral.sandbox.workspace import ONESHOT_LABEL
+from sandbox import SandboxResources, connect_docker, list_sandbox_resources, remove_all_sandboxes
+from sandbox.cleanup import SHARED_NETWORKS
+from sandbox.containers import ensure_container, remove_session
+from sandbox.egress import EGRESS_CONTAINER, EGRESS_NETWORK
+from sandbox.workspace import ONESHOT_LABEL
 
 LIMITED = Environment.model_validate({"networking": {"type": "limited", "allowed_hosts": ["example.invalid"]}})
 

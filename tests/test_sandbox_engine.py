@@ -16,10 +16,10 @@ import docker.errors
 import pytest
 from docker.types import Mount
 
-from corral.sandbox import ensure_docker_engine, ensure_sandbox_image, sandbox_image_tag
-from corral.sandbox.engine import our_daemon_pid
-from corral.sandbox.image import LAYER_DIR, PACKAGES, base_work_dir, host_debian_mirror
-from corral.sandbox.workspace import SANDBOX_UID, WORKSPACE, hardened_run_options, prepare_workspace_volume
+from sandbox import ensure_docker_engine, ensure_sandbox_image, sandbox_image_tag
+from sandbox.engine import our_daemon_pid
+from sandbox.image import LAYER_DIR, PACKAGES, base_work_dir, host_debian_mirror
+from sandbox.workspace import SANDBOX_UID, WORKSPACE, hardened_run_options, prepare_workspace_volume
 
 STATE_DIR = Path(__file__).resolve().parents[1] / ".corral"
 """The repo's git-ignored state dir, so the engine and the image build are shared with `corral up` and reused."""

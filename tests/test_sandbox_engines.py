@@ -38,15 +38,15 @@ from corral.client import send_text
 from corral.contract.events import AgentToolResult, SessionEvent
 from corral.contract.sandbox import Environment
 from corral.names import ACTIVITY_PROVISION_SANDBOX, ENV_SANDBOX_ENGINE, SANDBOX_TASK_QUEUE, sandbox_provision_queue
-from corral.sandbox._host import system_env
-from corral.sandbox.containers import SESSION_LABEL
-from corral.sandbox.engine import READY_TIMEOUT_S
+from sandbox.containers import SESSION_LABEL
+from sandbox.engine import READY_TIMEOUT_S
+from sandbox.host import system_env
 from tests.chaos._processes import RoleProcess, role_process, temporal_env, worker_argv
 from tests.conftest import Stack, stop_reason, texts, unique, wait_for_idle
 from tests.ports import free_port
 from tests.test_gateway import running_gateway
 from tests.waits import polled_by, until
-from workers._settings import SandboxSettings, SettingsError
+from workers.settings import SandboxSettings, SettingsError
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -90,7 +90,7 @@ def start_second_engine(dockerd: str, directory: Path) -> SecondEngine:
         "--ip-masq=false",
         "--containerd-namespace=corral-test-edge",
         "--containerd-plugins-namespace=corral-test-edge-plugins",
-        "--exec-opt=native.cgroupdriver=cgroupfs",  # as corral starts the first one (corral/sandbox/engine.py)
+        "--exec-opt=native.cgroupdriver=cgroupfs",  # as corral starts the first one (sandbox/engine.py)
     ]
     with (directory / "dockerd.log").open("ab") as log:
         process = subprocess.Popen(

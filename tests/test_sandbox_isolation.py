@@ -22,11 +22,11 @@ import pytest
 from docker.models.containers import Container
 
 from corral.contract.sandbox import Environment
-from corral.sandbox import list_sandbox_resources, remove_all_sandboxes
-from corral.sandbox.containers import Provisioned, ensure_container, remove_session, session_ids_with_containers
-from corral.sandbox.egress import EGRESS_CONTAINER, EGRESS_NETWORK, refresh_policy
-from corral.sandbox.networks import SUBNET_POOL, ensure_network, preferred_slot, subnets
-from corral.sandbox.workspace import SANDBOX_GID, SANDBOX_UID
+from sandbox import list_sandbox_resources, remove_all_sandboxes
+from sandbox.containers import Provisioned, ensure_container, remove_session, session_ids_with_containers
+from sandbox.egress import EGRESS_CONTAINER, EGRESS_NETWORK, refresh_policy
+from sandbox.networks import SUBNET_POOL, ensure_network, preferred_slot, subnets
+from sandbox.workspace import SANDBOX_GID, SANDBOX_UID
 from tests.conftest import unique
 
 SCOPE = "test-isolation/default"

@@ -17,11 +17,12 @@ import pytest
 
 from activities.sandbox import SandboxActivities
 from corral.contract.sandbox import Environment, Networking, ResourceLimits
-from corral.sandbox import containers
-from corral.sandbox.cleanup import list_sandbox_resources, remove_pool_members
-from corral.sandbox.egress import ALLOWED_HOSTS_LABEL, EGRESS_NETWORK, NETWORK_LABEL, ensure_egress
-from corral.sandbox.networks import PARKING_NETWORK
-from corral.sandbox.pool import (
+from corral.temporal import cluster_id
+from sandbox import containers
+from sandbox.cleanup import list_sandbox_resources, remove_pool_members
+from sandbox.egress import ALLOWED_HOSTS_LABEL, EGRESS_NETWORK, NETWORK_LABEL, ensure_egress
+from sandbox.networks import PARKING_NETWORK
+from sandbox.pool import (
     CREATED_LABEL,
     MAKING_GRACE_SECONDS,
     MEMBER_PREFIX,
@@ -30,9 +31,8 @@ from corral.sandbox.pool import (
     WarmPool,
     pool_key,
 )
-from corral.sandbox.runner import Runners
-from corral.sandbox.workspace import ONESHOT_LABEL
-from corral.temporal import cluster_id
+from sandbox.runner import Runners
+from sandbox.workspace import ONESHOT_LABEL
 from tests.conftest import (
     Stack,
     assert_log_is_whole,

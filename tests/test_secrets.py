@@ -11,7 +11,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from corral.client import read_events, send_text, start_session, wait_for_idle
 from corral.contract.session import AgentConfig, SessionInput
-from corral.modelserver import ModelServerThread
+from modelserver import ModelServerThread
 from tests.conftest import history_text, unique
 from workers.roles import harness_worker, model_worker
 

@@ -26,13 +26,13 @@ from rich.console import Console
 from cli.live import LiveText
 from cli.stack import STREAM_TOKEN_ENV, StackConfig, StatePaths, follow_with_stream_token, read_stream_token
 from corral.client import wait_for_idle
-from corral.compose import openbao_entrypoint
 from corral.contract.events import AgentMcpToolResult
 from corral.serving import ServerThread
-from corral.streaming import StreamEvent, subscribe
 from corral.temporal import connect
+from deploy import openbao_entrypoint
 from proxy import start_dev_vault
 from proxy.access import gateway_policy
+from relay import StreamEvent, subscribe
 from tests.ports import free_port, listening_ephemeral_port
 from tests.proxy_servers.devvault import scan_for
 from tests.proxy_servers.mcp_server import create_mcp_app

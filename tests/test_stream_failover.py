@@ -1,6 +1,6 @@
 """The live channel beyond one process: two relay processes partitioned by session and two gateway processes, one of
 each SIGKILLed mid-reply, and the client sees the reply's live text with no gap and no repeat, and every log event
-once. Real processes throughout: the Temporal dev server, `python -m corral.streaming` twice, a model worker
+once. Real processes throughout: the Temporal dev server, `python -m relay` twice, a model worker
 (`python -m workers.model`, both relays in `CORRAL_STREAM_URL`) playing a slow offline script, `python -m gateway`
 twice (both relays in `--stream-url`), driven by the official `anthropic` SDK."""
 
@@ -17,7 +17,7 @@ import pytest
 
 from corral.apikeys import create_key
 from corral.records import Records
-from corral.streaming.partition import relay_order, relay_urls
+from relay.partition import relay_order, relay_urls
 from tests.chaos._processes import RoleProcess, role_process, temporal_env, until_healthy, worker_argv
 from tests.conftest import Stack, unique
 from tests.live_previews import relay_then_gateway_killed
@@ -34,7 +34,7 @@ def relay_processes(tmp_path: Path) -> Iterator[list[tuple[str, RoleProcess]]]:
         relays = []
         for index in range(2):
             port = free_port()
-            argv = [sys.executable, "-m", "corral.streaming", "--host", "127.0.0.1", "--port", str(port)]
+            argv = [sys.executable, "-m", "relay", "--host", "127.0.0.1", "--port", str(port)]
             relays.append(
                 (f"http://127.0.0.1:{port}", stack.enter_context(role_process(f"relay-{index}", argv, tmp_path)))
             )

@@ -12,13 +12,13 @@ from contextlib import aclosing
 
 import pytest
 
-from corral.streaming import StreamEvent, StreamPublisher, StreamRelayThread, subscribe
-from corral.streaming.merge import LiveMerge
-from corral.streaming.partition import relay_order, relay_urls
 from gateway.__main__ import build_parser
+from relay import StreamEvent, StreamPublisher, StreamRelayThread, subscribe
+from relay.merge import LiveMerge
+from relay.partition import relay_order, relay_urls
 from tests.ports import closed_port
 from tests.waits import until
-from workers._settings import ModelSettings, SettingsError
+from workers.settings import ModelSettings, SettingsError
 
 RELAYS = ["http://relay-a:8766", "http://relay-b:8766", "http://relay-c:8766", "http://relay-d:8766"]
 SESSIONS = [f"sesn_{n:05d}" for n in range(4000)]

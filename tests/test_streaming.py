@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from corral.streaming import (
+from relay import (
     DeltaRecord,
     EndRecord,
     InvalidSinceError,
@@ -32,7 +32,7 @@ from corral.streaming import (
     create_stream_app,
     subscribe,
 )
-from corral.streaming.protocol import parse_event_id
+from relay.protocol import parse_event_id
 from tests.ports import closed_port, free_port
 
 # ---- hub: pure state machine --------------------------------------------------------------------------------
@@ -483,7 +483,7 @@ async def test_subscriber_that_falls_behind_is_dropped_and_resumes_seamlessly(
     with StreamRelayThread(create_stream_app(hub=StreamHub(queue_limit=4))) as small:
         url = small.start()
         texts = [f"t{i:03d}," for i in range(300)]
-        with caplog.at_level(logging.INFO, logger="corral.streaming"):
+        with caplog.at_level(logging.INFO, logger="relay"):
             async with httpx.AsyncClient() as client, following(url, session, retry_delay=0.01) as seen:
                 await wait_for(lambda: small.hub.subscriber_count(session) == 1)
                 for batch in range(0, 300, 30):  # bursts larger than the subscriber queue
@@ -610,7 +610,7 @@ async def test_console_script_serves_with_a_token_from_the_environment() -> None
     port = free_port()
     env = {**os.environ, "CORRAL_STREAM_TOKEN": "env-token"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "corral.streaming", "--port", str(port), "--retain-seconds", "30"],
+        [sys.executable, "-m", "relay", "--port", str(port), "--retain-seconds", "30"],
         env=env,
         stderr=subprocess.PIPE,
         text=True,

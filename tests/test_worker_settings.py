@@ -20,12 +20,12 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from corral.sandbox.containers import SCOPE_LABEL, SESSION_LABEL
 from corral.temporal import cluster_id
+from sandbox.containers import SCOPE_LABEL, SESSION_LABEL
 from tests.conftest import unique
 from tests.waits import until
 from workers._reaper import closed_sessions, reaping
-from workers._settings import (
+from workers.settings import (
     ModelSettings,
     ProxySettings,
     SandboxSettings,
@@ -131,7 +131,7 @@ def test_only_the_settings_module_reads_the_environment() -> None:
         for path in sorted((ROOT / "workers").glob("*.py"))
         if path.name != "_settings.py" and ("os.environ" in path.read_text() or "getenv" in path.read_text())
     ]
-    assert readers == [], f"read the environment in workers/_settings.py, once, not in {readers}"
+    assert readers == [], f"read the environment in workers/settings.py, once, not in {readers}"
 
 
 # ---- entrypoints --------------------------------------------------------------------------------------------------

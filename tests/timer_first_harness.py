@@ -13,9 +13,9 @@ from temporalio import workflow
 
 from corral.contract.session import SessionInput
 from corral.names import SESSION_WORKFLOW
-from workers._run import connect_to_temporal, run_until_stopped, run_worker
-from workers._settings import HarnessSettings
 from workers.roles import harness_worker
+from workers.run import connect_to_temporal, run_until_stopped, run_worker
+from workers.settings import HarnessSettings
 from workflows import SessionWorkflow
 from workflows.records import RecordWorkflow
 

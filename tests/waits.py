@@ -18,7 +18,7 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from corral.streaming import StreamEvent, subscribe
+from relay import StreamEvent, subscribe
 
 Condition = Callable[[], object]
 """A plain or an async function whose (awaited) result is true once the awaited thing happened."""

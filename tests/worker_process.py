@@ -11,8 +11,8 @@ from temporalio.worker import Worker
 from corral.hands import make_execute_activity
 from corral.temporal import connect
 from tests.hand_tools import TEST_TOOLS
-from workers._run import run_until_stopped, setup_logging
 from workers.roles import harness_worker, model_worker
+from workers.run import run_until_stopped, setup_logging
 
 
 async def _main(args: argparse.Namespace) -> None:

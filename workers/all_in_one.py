@@ -1,11 +1,11 @@
 """`corral-all-in-one`: every role in one process, for local use. The roles still use separate task queues."""
 
 from corral.temporal import ensure_search_attributes
-from workers._run import connect_to_temporal, run_until_stopped, run_worker
-from workers._settings import AllInOneSettings
 from workers.model import model_role
 from workers.roles import harness_worker, utility_hand_worker
+from workers.run import connect_to_temporal, run_until_stopped, run_worker
 from workers.sandbox import sandbox_role
+from workers.settings import AllInOneSettings
 
 
 async def _serve(settings: AllInOneSettings) -> None:

@@ -1,6 +1,6 @@
 """`corral-harness`: runs `SessionWorkflow` on `corral-harness`. Stateless: kill it any time.
 
-With `CORRAL_HARNESS_DEPLOYMENT` set it is one build of a versioned harness (workers/_deployment.py); the first
+With `CORRAL_HARNESS_DEPLOYMENT` set it is one build of a versioned harness (workers/deployment.py); the first
 build of a deployment makes itself current, later ones wait for `corral harness promote`."""
 
 import asyncio
@@ -10,10 +10,10 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from corral.temporal import ensure_search_attributes
-from workers._deployment import DeploymentError, become_current_if_first
-from workers._run import connect_to_temporal, run_until_stopped, run_worker
-from workers._settings import HarnessDeployment, HarnessSettings
+from workers.deployment import DeploymentError, become_current_if_first
 from workers.roles import harness_worker
+from workers.run import connect_to_temporal, run_until_stopped, run_worker
+from workers.settings import HarnessDeployment, HarnessSettings
 
 log = logging.getLogger("workers")
 

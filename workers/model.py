@@ -9,10 +9,10 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.model import warm_http_client, warm_up
-from corral.streaming import StreamPublisher
-from workers._run import connect_to_temporal, run_until_stopped, run_worker
-from workers._settings import ModelSettings, ModelWorkerSettings
+from relay import StreamPublisher
 from workers.roles import model_workers
+from workers.run import connect_to_temporal, run_until_stopped, run_worker
+from workers.settings import ModelSettings, ModelWorkerSettings
 
 _warming: set[asyncio.Task[bool]] = set()
 """Warm-up requests in flight (asyncio keeps only a weak reference to a task)."""

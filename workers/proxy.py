@@ -22,8 +22,8 @@ from activities.proxy import ProxyActivities
 from corral.names import PROXY_TASK_QUEUE
 from proxy import GitProxyServer, ProxyError, VaultStore, log_in
 from workers._reaper import reap_once, reaping
-from workers._run import GRACEFUL_SHUTDOWN, WorkerStartError, connect_to_temporal, run_until_stopped, run_worker
-from workers._settings import ProxyWorkerSettings, VaultSettings
+from workers.run import GRACEFUL_SHUTDOWN, WorkerStartError, connect_to_temporal, run_until_stopped, run_worker
+from workers.settings import ProxyWorkerSettings, VaultSettings
 
 log = logging.getLogger("workers.proxy")
 

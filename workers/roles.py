@@ -26,14 +26,14 @@ from corral.names import (
     SANDBOX_TASK_QUEUE,
     UTILITY_HAND_TASK_QUEUE,
 )
-from corral.streaming import StreamPublisher
-from workers._deployment import worker_config
-from workers._run import GRACEFUL_SHUTDOWN, STICKY_TIMEOUT
-from workers._settings import HarnessDeployment
+from relay import StreamPublisher
 from workers._slots import SharedSlots
+from workers.deployment import worker_config
+from workers.run import GRACEFUL_SHUTDOWN, STICKY_TIMEOUT
+from workers.settings import HarnessDeployment
 from workflows import SessionWorkflow
-from workflows._signals import SignalArgumentsInterceptor
 from workflows.records import RecordWorkflow, VersionedRecordWorkflow
+from workflows.signals import SignalArgumentsInterceptor
 from workflows.validation import CredentialValidationWorkflow
 
 HARNESS_WORKFLOW_RUNNER = SandboxedWorkflowRunner(
@@ -67,7 +67,7 @@ def harness_worker(
     workflows: Sequence[type] = HARNESS_WORKFLOWS,
 ) -> Worker:
     """Workflows only: no activities, no credentials, no Docker. With a `deployment`, this worker is one build of
-    a versioned harness (workers/_deployment.py). `workflows`: other harness code (a test's next build)."""
+    a versioned harness (workers/deployment.py). `workflows`: other harness code (a test's next build)."""
     if deployment is not None:  # records always auto-upgrade (workflows/records.py)
         workflows = [VersionedRecordWorkflow if cls is RecordWorkflow else cls for cls in workflows]
     return Worker(

@@ -20,15 +20,15 @@ from temporalio.worker import Worker
 
 from activities.sandbox import SandboxActivities
 from corral.names import sandbox_provision_queue
-from corral.sandbox import containers
-from corral.sandbox.errors import SandboxSetupError
-from corral.sandbox.image import ensure_sandbox_image
-from corral.sandbox.pool import WarmPool
 from corral.temporal import cluster_id
+from sandbox import containers
+from sandbox.errors import SandboxSetupError
+from sandbox.image import ensure_sandbox_image
+from sandbox.pool import WarmPool
 from workers._reaper import reap_once, reaping
-from workers._run import WorkerStartError, connect_to_temporal, run_until_stopped, run_worker
-from workers._settings import SandboxSettings, SandboxWorkerSettings
 from workers.roles import sandbox_workers
+from workers.run import WorkerStartError, connect_to_temporal, run_until_stopped, run_worker
+from workers.settings import SandboxSettings, SandboxWorkerSettings
 
 log = logging.getLogger("workers.sandbox")
 
@@ -71,7 +71,7 @@ def _docker_engine() -> docker.DockerClient:
     except docker.errors.DockerException as exc:
         raise WorkerStartError(
             f"cannot reach the Docker engine (DOCKER_HOST, or the local socket): {exc}. "
-            "Start it, or run `python -m corral.sandbox.prepare`."
+            "Start it, or run `python -m sandbox.prepare`."
         ) from exc
     return engine
 

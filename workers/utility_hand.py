@@ -1,8 +1,8 @@
 """`corral-utility-hand`: serves the utility tools (`get_time`, `calculate`) on `corral-utility`."""
 
-from workers._run import connect_to_temporal, run_until_stopped, run_worker
-from workers._settings import TemporalSettings
 from workers.roles import utility_hand_worker
+from workers.run import connect_to_temporal, run_until_stopped, run_worker
+from workers.settings import TemporalSettings
 
 
 async def _serve(settings: TemporalSettings) -> None:

@@ -15,6 +15,8 @@ from typing import Literal
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
+from workflows.policies import INFRASTRUCTURE_RETRY
+
 with workflow.unsafe.imports_passed_through():
     from corral.contract.activities import ReadLogInput
     from corral.contract.events import (
@@ -34,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from corral.names import ACTIVITY_FORK_WORKSPACE, ACTIVITY_READ_LOG, SANDBOX_TASK_QUEUE
     from workflows._inbox import UserInbox
     from workflows._log import SessionLog
-    from workflows._outcomes import INFRASTRUCTURE_RETRY
+
 
 _IN_CONVERSATION = (
     UserMessage,

@@ -3,7 +3,7 @@ run of the same workflow id, carrying its state (corral.contract.carry) and leav
 
 When: Temporal suggests it, or this run's history reached `continue_as_new_after_events`, or it took
 `MAX_UPDATES_PER_RUN` updates and signals (Temporal refuses the 2,001st update of a run), or a new build of a
-versioned harness became current while this run is pinned to an older one (workers/_deployment.py): the next run
+versioned harness became current while this run is pinned to an older one (workers/deployment.py): the next run
 starts on the new build (`moves_build`). Where: only at points
 where no activity is in flight: waiting for a message, between a tool result and the next model call, or waiting
 for the client's custom tool results and tool confirmations (the calls waiting, and the answers already in, are
@@ -17,11 +17,12 @@ budget goes across in its usage, from which it is priced again.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
+
+from workflows.policies import ARCHIVE_TIMEOUT, INFRASTRUCTURE_RETRY
 
 with workflow.unsafe.imports_passed_through():
     from corral.contract.activities import ArchiveLogInput
@@ -34,14 +35,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows._inbox import UserInbox
     from workflows._log import SessionLog
     from workflows._mcp import RetryState, SessionMcp
-    from workflows._outcomes import INFRASTRUCTURE_RETRY
     from workflows._sandbox import SessionSandbox
 
 Parts = tuple[SessionLog, SessionContext, UserInbox, SessionSandbox, SessionMcp]
 """The components whose state crosses a hand-over."""
 Report = Callable[[ErrorType, str, RetryState], None]
-
-ARCHIVE_TIMEOUT = timedelta(minutes=2)
 
 
 class HandOver:

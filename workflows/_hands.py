@@ -13,34 +13,25 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
+from workflows.policies import (
+    HAND_HEARTBEAT_TIMEOUT,
+    HAND_SCHEDULE_TO_START,
+    INFRASTRUCTURE_RETRY,
+    MODEL_HEARTBEAT_TIMEOUT,
+    MODEL_TURN_TIMEOUT,
+    ROUTED_RETRY,
+    ROUTED_SCHEDULE_TO_START,
+)
+
 with workflow.unsafe.imports_passed_through():
     from corral.contract.activities import ExecuteInput, ModelTurnInput, ModelTurnResult
     from corral.contract.errors import MODEL_FATAL, MODEL_RETRYABLE
     from corral.contract.events import AgentToolUse
     from corral.contract.session import HandTool
     from corral.names import ACTIVITY_EXECUTE, ACTIVITY_MODEL_TURN
-    from workflows._outcomes import INFRASTRUCTURE_RETRY, tool_failure
+    from workflows._outcomes import tool_failure
 
-MODEL_TURN_TIMEOUT = timedelta(minutes=10)
-MODEL_HEARTBEAT_TIMEOUT = timedelta(seconds=2)
-"""A lost model worker is noticed within this time, plus the server's timer lag (about 1.5 s on the dev server). The
-model worker sends a heartbeat every second from the SDK core's own thread (workers/roles.py
-`MODEL_HEARTBEAT_THROTTLE`), and the activity records one every 0.25 s (activities/model.py), so a heartbeat is
-missed only if the worker's event loop stalls for over 1.5 s or one takes over a second to arrive. Was 3 s:
-recovery after SIGKILL took 5.9 s p50, over the 5 s target (bench/results/recovery.md); 1.5 s was faster still but
-gave false timeouts under bench.load's 200 sessions on 2 cores. The timeout is a command attribute Temporal does
-not compare on replay, so histories recorded with 3 s still replay."""
 MODEL_ROUTING_PATCH = "model-turn-routing"
-ROUTED_SCHEDULE_TO_START = timedelta(seconds=1.5)
-"""A turn sent to the worker that served the previous one goes to the shared queue if that worker does not pick it
-up within this time (it is gone, or busier than the slowest queue wait measured under load, 0.8 s p99)."""
-ROUTED_RETRY = RetryPolicy(maximum_attempts=1, non_retryable_error_types=INFRASTRUCTURE_RETRY.non_retryable_error_types)
-"""No retry on the worker's own queue: a lost worker's queue has no one to retry on; the shared queue does it."""
-HAND_HEARTBEAT_TIMEOUT = timedelta(seconds=3)
-"""Short on purpose: the SDK sends heartbeats at most every 0.8 x this, and a cancel (interrupt) reaches a running
-activity only in the answer to a heartbeat. Hands must heartbeat; `make_execute_activity` does it every second."""
-HAND_SCHEDULE_TO_START = timedelta(seconds=60)
-"""A tool call no hand picks up within this time is an error the model sees, not a stuck session."""
 
 
 async def execute_on_hand(tool: HandTool, use: AgentToolUse) -> tuple[str, bool]:

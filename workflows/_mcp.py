@@ -16,6 +16,8 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError, TimeoutType
 
+from workflows.policies import INFRASTRUCTURE_RETRY, MCP_CALL_TIMEOUT, PROXY_SCHEDULE_TO_START
+
 with workflow.unsafe.imports_passed_through():
     from corral.contract.carry import McpCarry
     from corral.contract.events import AgentMcpToolUse, ErrorType
@@ -41,10 +43,8 @@ with workflow.unsafe.imports_passed_through():
         ACTIVITY_PROXY_RELEASE_SESSION,
         PROXY_TASK_QUEUE,
     )
-    from workflows._outcomes import INFRASTRUCTURE_RETRY, failure_message
+    from workflows._outcomes import failure_message
 
-MCP_CALL_TIMEOUT = timedelta(minutes=5)
-PROXY_SCHEDULE_TO_START = timedelta(seconds=60)
 DISCOVERY_ATTEMPTS = 3
 HEARTBEAT_TIMEOUT = "TemporalTimeout:Heartbeat"
 """How the Temporal server names a heartbeat timeout among a retry policy's non-retryable error types: the prefix

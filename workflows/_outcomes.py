@@ -4,10 +4,8 @@ activity errors and results, and of the log they are appended to)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
 
 from corral.contract.activities import ModelTextOutput, ModelThinkingOutput, ModelToolUseOutput, ModelTurnResult
@@ -25,14 +23,6 @@ from corral.contract.events import (
 )
 from corral.contract.proxy import McpToolSpec
 from workflows._log import SessionLog
-
-INFRASTRUCTURE_RETRY = RetryPolicy(
-    initial_interval=timedelta(milliseconds=200),
-    maximum_interval=timedelta(seconds=5),
-    maximum_attempts=5,
-    non_retryable_error_types=[MODEL_RETRYABLE, MODEL_FATAL, TOOL_ERROR],
-)
-"""Temporal's own retries cover lost workers and timeouts; errors the session must see are non-retryable."""
 
 
 def model_error_info(err: ActivityError) -> ModelErrorInfo:

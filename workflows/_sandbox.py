@@ -14,6 +14,14 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
 
+from workflows.policies import (
+    CONTROL_TIMEOUT,
+    ENGINE_SCHEDULE_TO_START,
+    INFRASTRUCTURE_RETRY,
+    PROVISION_TIMEOUT,
+    SANDBOX_HEARTBEAT_TIMEOUT,
+)
+
 with workflow.unsafe.imports_passed_through():
     from corral.contract.activities import ExecuteInput
     from corral.contract.carry import SandboxCarry
@@ -28,14 +36,7 @@ with workflow.unsafe.imports_passed_through():
         SANDBOX_TASK_QUEUE,
         sandbox_provision_queue,
     )
-    from workflows._outcomes import INFRASTRUCTURE_RETRY, failure_message, not_picked_up, tool_failure
-
-PROVISION_TIMEOUT = timedelta(minutes=15)
-"""Long enough to build a derived image with the recipe's packages the first time."""
-ENGINE_SCHEDULE_TO_START = timedelta(seconds=30)
-"""No worker attached to the container's engine for this long: the engine is treated as gone."""
-SANDBOX_HEARTBEAT_TIMEOUT = timedelta(seconds=3)
-CONTROL_TIMEOUT = timedelta(minutes=1)
+    from workflows._outcomes import failure_message, not_picked_up, tool_failure
 
 
 class SessionSandbox:

@@ -175,7 +175,7 @@ class RecordWorkflow:
 
 @workflow.defn(name=RECORD_WORKFLOW, versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
 class VersionedRecordWorkflow(RecordWorkflow):
-    """`RecordWorkflow` as a versioned harness runs it (workers/_deployment.py): a record moves to each new build at
+    """`RecordWorkflow` as a versioned harness runs it (workers/deployment.py): a record moves to each new build at
     its next update, whatever the deployment's policy for sessions, because a pinned record, mostly idle, would
     keep its build alive forever. So change `RecordWorkflow` with `workflow.patched` only. (An unversioned worker
     refuses a workflow that names a versioning behavior: hence a class of its own.)"""

@@ -1,7 +1,7 @@
 """Narrow grammars for the strings that reach a command: mount paths, working directories, branch names and
 repository URLs.
 
-Commands take argv, never a shell string (corral/sandbox/containers.py), so these grammars are a second fence,
+Commands take argv, never a shell string (sandbox/containers.py), so these grammars are a second fence,
 not the only one: they refuse at the edge (the contract models, hence the HTTP API, the CLI and a Temporal client's
 start) what no real repository or directory needs, such as quotes, `;`, `$`, whitespace, control characters, a
 leading `-` or a `..` segment, so such a value never reaches a command at all. Each check returns the problem as a

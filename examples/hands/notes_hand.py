@@ -26,7 +26,7 @@ from temporalio.worker import Worker
 
 from corral.hands import make_execute_activity
 from corral.temporal import connect
-from workers._run import run_until_stopped, setup_logging
+from workers.run import run_until_stopped, setup_logging
 
 
 class Notes:

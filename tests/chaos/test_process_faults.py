@@ -1,6 +1,6 @@
 """The fault matrix, process deaths: each role's real process SIGKILLed while N sessions are mid-turn.
 
-Each role runs as its own entrypoint (`python -m workers.<role>`, `python -m corral.streaming`), configured by its
+Each role runs as its own entrypoint (`python -m workers.<role>`, `python -m relay`), configured by its
 environment as in production; the other roles run in the test process. After the kill a fresh process of the role
 starts, and every session must end its turn exactly as the documented outcome says, with a whole log and no side
 effect run twice.
@@ -33,12 +33,12 @@ from corral.client import start_session
 from corral.contract.events import AgentMcpToolResult, SessionError, SessionEvent
 from corral.contract.session import AgentConfig, SessionInput
 from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
-from corral.sandbox.cleanup import remove_pool_members
-from corral.sandbox.containers import remove_session
 from corral.serving import ServerThread
-from corral.streaming import StreamPublisher
 from corral.temporal import cluster_id, connect
 from proxy import StaticBearerParams, VaultStore
+from relay import StreamPublisher
+from sandbox.cleanup import remove_pool_members
+from sandbox.containers import remove_session
 from tests.chaos._processes import ROOT, role_process, temporal_env, until_healthy, worker_argv
 from tests.chaos.matrix import assert_whole, chaos_n, record_logs
 from tests.conftest import Stack, read_events, texts, unique, wait_for_idle
@@ -215,7 +215,7 @@ session is mid-command at the fault, however long the test took to see them all 
 
 def _release(engine: docker.DockerClient, handles: Sequence[WorkflowHandle]) -> None:
     """Let each session's held command go on to `echo finished`."""
-    from corral.sandbox.containers import session_containers
+    from sandbox.containers import session_containers
 
     for handle in handles:
         running = [c for c in session_containers(engine, handle.id) if c.status == "running"]
@@ -226,7 +226,7 @@ def _release(engine: docker.DockerClient, handles: Sequence[WorkflowHandle]) -> 
 
 
 def _container_processes(engine: docker.DockerClient, session_id: str) -> str:
-    from corral.sandbox.containers import session_containers
+    from sandbox.containers import session_containers
 
     # The worker process runs a warm pool: a claimed member carries the session's name, not its label.
     running = [c for c in session_containers(engine, session_id) if c.status == "running"]
@@ -306,7 +306,7 @@ async def test_stream_relay_sigkilled_mid_stream(stack: Stack, tmp_path: Path) -
     n = chaos_n()
     port = free_port()
     relay_url = f"http://127.0.0.1:{port}"
-    argv = [sys.executable, "-m", "corral.streaming", "--host", "127.0.0.1", "--port", str(port)]
+    argv = [sys.executable, "-m", "relay", "--host", "127.0.0.1", "--port", str(port)]
     queue = unique("model-relay")
     model_client = anthropic.AsyncAnthropic(base_url=stack.model_server.base_url, api_key="test-key", max_retries=0)
     relay_stack = dataclasses.replace(stack, model_queue=queue)

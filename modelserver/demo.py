@@ -1,0 +1,215 @@
+"""Demo behaviour of the offline stand-in: deterministic, honest replies that still exercise an agent loop.
+
+Pure logic so it is reproducible and testable; it never pretends to be a real model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+from typing import Any
+
+from modelserver.scripts import (
+    Plan,
+    PlannedBlock,
+    TextBlock,
+    ToolUseBlock,
+    block_text,
+    estimate_input_tokens,
+    estimate_output_tokens,
+)
+
+MARKER = "[offline stand-in model] "
+RESULT_PREVIEW_CHARS = 300
+ECHO_CHARS = 200
+_EDGE_PUNCTUATION = " \t\r\n.,;:!?\"'`"
+_TYPE_DEFAULTS: dict[str, Any] = {
+    "string": "",
+    "integer": 0,
+    "number": 0,
+    "boolean": False,
+    "array": [],
+    "object": {},
+    "null": None,
+}
+
+
+def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [m for m in body.get("messages") or [] if isinstance(m, dict)]
+
+
+def _tools(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [t for t in body.get("tools") or [] if isinstance(t, dict) and isinstance(t.get("name"), str)]
+
+
+def _tool_results(message: dict[str, Any]) -> list[dict[str, Any]]:
+    content = message.get("content")
+    if not isinstance(content, list):
+        return []
+    return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+
+
+def _tool_names_by_id(messages: list[dict[str, Any]], before: int) -> dict[str, str]:
+    """Map tool_use ids to tool names from the assistant message preceding index `before`."""
+    for message in reversed(messages[:before]):
+        if message.get("role") != "assistant":
+            continue
+        content = message.get("content")
+        if not isinstance(content, list):
+            return {}
+        return {
+            str(b.get("id")): str(b.get("name")) for b in content if isinstance(b, dict) and b.get("type") == "tool_use"
+        }
+    return {}
+
+
+def _summarise_results(messages: list[dict[str, Any]], index: int) -> str:
+    names = _tool_names_by_id(messages, index)
+    lines = []
+    for result in _tool_results(messages[index]):
+        name = names.get(str(result.get("tool_use_id")), "an unknown tool")
+        text = block_text(result.get("content", ""))[:RESULT_PREVIEW_CHARS]
+        error = " (reported as an error)" if result.get("is_error") else ""
+        lines.append(f"Tool result for {name}{error}: {text}")
+    return "\n".join(lines)
+
+
+def _mentioned_tool(text: str, tools: list[dict[str, Any]]) -> tuple[dict[str, Any], str] | None:
+    """The tool whose name appears earliest in text (whole-word, case-insensitive) and the text after it."""
+    best: tuple[int, dict[str, Any], str] | None = None
+    for tool in tools:
+        pattern = rf"(?<![A-Za-z0-9_]){re.escape(tool['name'])}(?![A-Za-z0-9_])"
+        match = re.search(pattern, text, flags=re.IGNORECASE)
+        if match and (best is None or match.start() < best[0]):
+            best = (match.start(), tool, _argument(text, match.start(), match.end()))
+    return (best[1], best[2]) if best else None
+
+
+_CLAUSE_END = re.compile(r"\s+(?:and|then)\s+|[,;]\s|[.!?](?:\s|$)", flags=re.IGNORECASE)
+
+
+def _argument(text: str, start: int, end: int) -> str:
+    """The clause after the tool's name ("calculate 6*7 and then ..." -> "6*7"); when nothing follows it,
+    the sentence before it ("what is 2**10? use calculate" -> "what is 2**10")."""
+    after = _CLAUSE_END.split(text[end:].strip(), maxsplit=1)[0].strip(_EDGE_PUNCTUATION)
+    if after:
+        return after
+    for part in reversed(re.split(r"[.!?;]\s", text[:start].strip())):
+        part = _FILLER.sub("", part.strip()).strip(_EDGE_PUNCTUATION)
+        if part:
+            return part
+    return ""
+
+
+_FILLER = re.compile(r"(?:\b(?:please|use|call|run|with|the|tool|and|then|now)\b\s*)+$", flags=re.IGNORECASE)
+
+
+def _default_for(schema: Any) -> Any:
+    if not isinstance(schema, dict):
+        return None
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        return enum[0]
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    default = _TYPE_DEFAULTS.get(kind) if isinstance(kind, str) else None
+    return default.copy() if isinstance(default, list | dict) else default
+
+
+def named_arguments(text: str, tool: str, schema: Any) -> dict[str, Any] | None:
+    """`edit file_path=README.md old_string="a b" new_string=c`: every word after the tool's name is a
+    `property=value` pair of its schema (shell quoting allowed); None when the text is not of that form."""
+    match = re.search(rf"(?<![A-Za-z0-9_]){re.escape(tool)}(?![A-Za-z0-9_])", text, flags=re.IGNORECASE)
+    properties = schema.get("properties", {}) if isinstance(schema, dict) else {}
+    if match is None or not isinstance(properties, dict):
+        return None
+    try:
+        words = shlex.split(text[match.end() :])
+    except ValueError:
+        return None
+    pairs = [word.partition("=") for word in words]
+    if not pairs or any(not sep or key not in properties for key, sep, _ in pairs):
+        return None
+    result: dict[str, Any] = {}
+    for key, _, value in pairs:
+        kind = properties[key].get("type") if isinstance(properties[key], dict) else None
+        result[key] = (
+            int(value)
+            if kind == "integer" and value.lstrip("-").isdigit()
+            else (value.lower() == "true" if kind == "boolean" else value)
+        )
+    return result
+
+
+def build_tool_input(schema: Any, argument: str) -> dict[str, Any]:
+    """Fill a tool's input: the user's words go to the first (required) string property; rest get defaults."""
+    if not isinstance(schema, dict):
+        return {}
+    properties = schema.get("properties")
+    properties = properties if isinstance(properties, dict) else {}
+    required = [r for r in schema.get("required") or [] if isinstance(r, str)]
+
+    def is_string(prop: str) -> bool:
+        spec = properties.get(prop)
+        return isinstance(spec, dict) and spec.get("type") == "string" and "enum" not in spec
+
+    target = next((r for r in required if is_string(r)), None) or next((p for p in properties if is_string(p)), None)
+    result: dict[str, Any] = {}
+    for prop in required:
+        if prop != target:
+            result[prop] = _default_for(properties.get(prop))
+    if target is not None:
+        result[target] = argument
+    return result
+
+
+def _demo_tool_use_id(body: dict[str, Any], name: str) -> str:
+    digest = hashlib.sha256(f"demo\x00{len(_messages(body))}\x00{name}".encode()).hexdigest()
+    return f"toolu_{digest[:24]}"
+
+
+def plan_demo(body: dict[str, Any]) -> Plan:
+    """Decide the demo reply for a request whose model is not a `script:` name."""
+    messages = _messages(body)
+    tools = _tools(body)
+    last_index = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "user"), None)
+    blocks: list[PlannedBlock]
+
+    if last_index is not None and _tool_results(messages[last_index]):
+        blocks = [TextBlock(MARKER + _summarise_results(messages, last_index))]
+        stop_reason = "end_turn"
+    else:
+        user_text = block_text(messages[last_index].get("content")) if last_index is not None else ""
+        mention = _mentioned_tool(user_text, tools)
+        if mention is not None:
+            tool, argument = mention
+            name = tool["name"]
+            named = named_arguments(user_text, name, tool.get("input_schema"))
+            tool_input = named if named is not None else build_tool_input(tool.get("input_schema"), argument)
+            blocks = [
+                TextBlock(f"{MARKER}Calling {name}."),
+                ToolUseBlock(_demo_tool_use_id(body, name), name, tool_input),
+            ]
+            stop_reason = "tool_use"
+        else:
+            said = user_text.strip()[:ECHO_CHARS]
+            text = (
+                f"{MARKER}I am corral's offline stand-in, not a real model: "
+                "set ANTHROPIC_API_KEY to talk to Claude. "
+                f'You said: "{said}".'
+            )
+            if tools:
+                text += " Ask me to use one of: " + ", ".join(t["name"] for t in tools) + "."
+            else:
+                text += " No tools were offered, so I can only echo."
+            blocks = [TextBlock(text)]
+            stop_reason = "end_turn"
+
+    return Plan(
+        blocks=blocks,
+        stop_reason=stop_reason,
+        input_tokens=estimate_input_tokens(body),
+        output_tokens=estimate_output_tokens(blocks),
+    )

@@ -1,0 +1,402 @@
+"""Build the sandbox image on this machine with no registry, once per recipe.
+
+No image can be pulled here, so the base is made from Debian packages: `debootstrap --variant=minbase` writes a
+minimal root with the sandbox's tools into a scratch folder, which is trimmed (apt caches, docs, man pages,
+locales, host-specific files), streamed into the engine with `docker import` as `corral-sandbox-base:<hash>`, and
+deleted. `images/sandbox/Dockerfile.layer` then adds the non-root user and `/workspace` on top, giving
+`corral-sandbox:<hash>`. The hash covers everything that decides the content (suite, variant, packages, trim
+list, the layer's build context), so an existing tag is reused at once and a changed recipe builds a new one.
+On a machine of this kind debootstrap takes about a minute and the import a few seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import requests
+
+from sandbox.errors import SandboxImageError
+from sandbox.host import (
+    Progress,
+    SandboxStatePaths,
+    apt_install,
+    file_lock,
+    find_program,
+    is_root,
+    system_env,
+)
+
+SUITE = "bookworm"
+VARIANT = "minbase"
+PACKAGES: tuple[str, ...] = (
+    "bash",
+    "ca-certificates",
+    "coreutils",
+    "curl",
+    "diffutils",
+    "findutils",
+    "git",
+    "grep",
+    "gzip",
+    "patch",
+    "procps",
+    "python3",
+    "ripgrep",
+    "sed",
+    "tar",
+    "xz-utils",
+)
+"""What an agent's bash/read/write/edit/glob/grep tools need; `images/sandbox/Dockerfile` installs the same list."""
+
+IMAGE_REPOSITORY = "corral-sandbox"
+BASE_REPOSITORY = "corral-sandbox-base"
+RECIPE_LABEL = "org.corral.sandbox.recipe"
+LAYER_DIR = Path(__file__).resolve().parents[2] / "images" / "sandbox"
+LAYER_DOCKERFILE = "Dockerfile.layer"
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+
+TRIMMED_PATHS: tuple[str, ...] = (
+    "var/cache/apt/archives/*.deb",
+    "var/cache/apt/*.bin",
+    "var/lib/apt/lists/*_*",
+    "usr/share/man/*",
+    "usr/share/info/*",
+    "usr/share/locale/*/",
+    "usr/share/lintian/*",
+    "var/log/*.log",
+    "var/log/apt/*",
+)
+"""Removed from the debootstrap root before import: caches and docs nobody reads in a sandbox (~170 MB)."""
+
+
+def sandbox_image_tag() -> str:
+    """The tag the current recipe builds, `corral-sandbox:<hash>`; computed without any engine."""
+    return f"{IMAGE_REPOSITORY}:{_digest(_base_hash(), _layer_context())}"
+
+
+def base_image_tag() -> str:
+    """The tag of the imported Debian root, `corral-sandbox-base:<hash>`."""
+    return f"{BASE_REPOSITORY}:{_base_hash()}"
+
+
+def base_work_dir(state_dir: Path) -> Path:
+    """Where debootstrap writes the root (deleted again after the import)."""
+    return SandboxStatePaths(state_dir).image_work / f"rootfs-{_base_hash()}"
+
+
+def ensure_sandbox_image(client: docker.DockerClient, state_dir: Path, *, progress: Progress = print) -> str:
+    """The tag of the sandbox image for the current recipe, building it first if the engine lacks it.
+
+    An existing tag is returned at once (one API call, nothing printed). A build is serialised by a lock under
+    `state_dir`, so concurrent callers build once. Raises `SandboxImageError` (or `PackageInstallError` when
+    debootstrap cannot be installed), naming the log file.
+    """
+    try:
+        return _ensure_sandbox_image(client, state_dir, progress)
+    except (docker.errors.DockerException, requests.RequestException) as exc:
+        raise SandboxImageError(f"the Docker engine failed while building the sandbox image: {exc}") from exc
+
+
+def _ensure_sandbox_image(client: docker.DockerClient, state_dir: Path, progress: Progress) -> str:
+    tag = sandbox_image_tag()
+    if _has_image(client, tag):
+        return tag
+    paths = SandboxStatePaths(state_dir)
+    paths.ensure()
+    with file_lock(paths.lock_file("sandbox-image")):
+        if _has_image(client, tag):  # built by another process while we waited
+            return tag
+        started = time.monotonic()
+        progress(f"building the sandbox image {tag} (once per machine and recipe)")
+        base_tag = base_image_tag()
+        if not _has_image(client, base_tag):
+            _build_base(client, paths, base_tag, progress)
+        _build_layer(client, paths, base_tag, tag, progress)
+        size_mb = (client.images.get(tag).attrs.get("Size") or 0) / 1e6
+        progress(f"sandbox image {tag} is ready ({size_mb:.0f} MB) after {time.monotonic() - started:.0f} s")
+    return tag
+
+
+def host_debian_mirror(suite: str = SUITE, *, apt_dir: Path = Path("/etc/apt")) -> str:
+    """The Debian mirror the host's apt uses for `suite` (so the sandbox comes from the same place), or the default.
+
+    Reads both source formats: one-line `deb URI SUITE COMPONENTS` in `*.list`, and deb822 `*.sources` stanzas.
+    """
+    files = [apt_dir / "sources.list", *sorted((apt_dir / "sources.list.d").glob("*.list"))]
+    for path in files:
+        for line in _read_lines(path):
+            words = re.sub(r"\[[^\]]*\]", " ", line.split("#", 1)[0]).split()
+            if len(words) >= 4 and words[0] == "deb" and words[2] == suite and "main" in words[3:]:
+                return words[1].rstrip("/")
+    for path in sorted((apt_dir / "sources.list.d").glob("*.sources")):
+        for stanza in _deb822_stanzas(path):
+            enabled = stanza.get("enabled", "yes").lower() != "no"
+            if (
+                enabled
+                and "deb" in stanza.get("types", "").split()
+                and suite in stanza.get("suites", "").split()
+                and "main" in stanza.get("components", "").split()
+            ):
+                return stanza.get("uris", DEFAULT_MIRROR).split()[0].rstrip("/")
+    return DEFAULT_MIRROR
+
+
+# ---- the base: debootstrap, trim, import --------------------------------------------------------------------
+
+
+def _build_base(client: docker.DockerClient, paths: SandboxStatePaths, base_tag: str, progress: Progress) -> None:
+    if not is_root():
+        raise SandboxImageError(
+            f"building the sandbox base image {base_tag} needs root (debootstrap); run `python -m "
+            "sandbox.prepare` once as root"
+        )
+    if find_program("debootstrap") is None:
+        apt_install(["debootstrap"], log_file=paths.log_file("apt"), progress=progress, purpose="the sandbox image")
+    debootstrap = find_program("debootstrap")
+    if debootstrap is None:
+        raise SandboxImageError(f"debootstrap is missing even after apt-get install; see {paths.log_file('apt')}")
+    rootfs = paths.image_work / f"rootfs-{_base_hash()}"
+    log_path = paths.log_file("debootstrap")
+    mirror = host_debian_mirror()
+    _remove_tree(rootfs)  # a leftover of an interrupted build would make debootstrap fail or mix two roots
+    rootfs.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        progress(f"debootstrap --variant={VARIANT} {SUITE} from {mirror} (about a minute; log: {log_path})")
+        started = time.monotonic()
+        with log_path.open("ab") as log:
+            log.write(f"\n--- corral: debootstrap into {rootfs}\n".encode())
+            log.flush()
+            result = subprocess.run(
+                [
+                    debootstrap,
+                    f"--variant={VARIANT}",
+                    "--components=main",
+                    f"--include={','.join(PACKAGES)}",
+                    SUITE,
+                    str(rootfs),
+                    mirror,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=system_env(),
+                check=False,
+            )
+        if result.returncode != 0:
+            raise SandboxImageError(f"debootstrap failed (exit {result.returncode}); see {log_path}")
+        progress(f"debootstrap done in {time.monotonic() - started:.0f} s; trimming and importing as {base_tag}")
+        _trim(rootfs)
+        started = time.monotonic()
+        _import(client, rootfs, base_tag, log_path)
+        progress(f"imported {base_tag} in {time.monotonic() - started:.0f} s")
+    finally:
+        _remove_tree(rootfs)  # ~230 MB that the engine now holds a copy of
+
+
+def _trim(rootfs: Path) -> None:
+    """Delete caches and docs, and replace the files debootstrap copied from the host (name, resolver)."""
+    for pattern in TRIMMED_PATHS:
+        for path in rootfs.glob(pattern):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+    doc = rootfs / "usr/share/doc"
+    for path in sorted(doc.rglob("*"), reverse=True):  # keep each package's copyright file, drop the rest
+        if path.is_dir() and not path.is_symlink():
+            if not any(path.iterdir()):
+                path.rmdir()
+        elif path.name != "copyright":
+            path.unlink()
+    # Docker mounts its own /etc/hostname, /etc/hosts and /etc/resolv.conf into every container; the image must
+    # not carry the build host's.
+    # Each is unlinked first: writing through a symlink in the root would write the host's file of that name.
+    for name, text in (
+        ("etc/hostname", "sandbox\n"),
+        ("etc/resolv.conf", ""),
+        ("etc/hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"),
+    ):
+        (rootfs / name).unlink(missing_ok=True)
+        (rootfs / name).write_text(text)
+
+
+def _import(client: docker.DockerClient, rootfs: Path, base_tag: str, log_path: Path) -> None:
+    repository, tag = base_tag.split(":", 1)
+    changes = [f"LABEL {RECIPE_LABEL}={_base_hash()}", "ENV LANG=C.UTF-8", 'CMD ["/bin/bash"]']
+    try:
+        client.api.import_image_from_stream(
+            _tar_stream(rootfs, log_path), repository=repository, tag=tag, changes=changes
+        )
+    except (docker.errors.DockerException, OSError) as exc:
+        raise SandboxImageError(f"docker import of the sandbox root failed: {exc}; see {log_path}") from exc
+    if not _has_image(client, base_tag):
+        raise SandboxImageError(f"docker import finished but {base_tag} does not exist; see {log_path}")
+
+
+def _tar_stream(rootfs: Path, log_path: Path) -> Iterator[bytes]:
+    """The root as an uncompressed tar, read from GNU tar in 1 MiB chunks (never all of it in memory)."""
+    with log_path.open("ab") as log:
+        tar = subprocess.Popen(
+            # /dev, /proc and /sys are provided by the engine in every container; their content stays out.
+            [
+                "tar",
+                "--numeric-owner",
+                "--exclude=./dev/*",
+                "--exclude=./proc/*",
+                "--exclude=./sys/*",
+                f"--directory={rootfs}",
+                "--create",
+                "--file=-",
+                ".",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            env=system_env(),
+        )
+        assert tar.stdout is not None
+        with tar.stdout:
+            while chunk := tar.stdout.read(1 << 20):
+                yield chunk
+        if tar.wait() != 0:
+            raise SandboxImageError(f"tar of the sandbox root failed (exit {tar.returncode}); see {log_path}")
+
+
+def _remove_tree(path: Path) -> None:
+    """Delete a debootstrap root, first unmounting what an interrupted debootstrap may have left mounted in it.
+
+    debootstrap mounts /proc, /sys and, inside containers, binds the host's /dev into the root; deleting through
+    such a mount would delete the host's files, so a remaining mount stops the removal instead.
+    """
+    if not path.exists():
+        return
+    for mount_point in _mounts_below(path):
+        subprocess.run(["umount", "--lazy", mount_point], check=False, capture_output=True, env=system_env())
+    left = _mounts_below(path)
+    if left:
+        raise SandboxImageError(f"cannot delete {path}: still mounted there: {', '.join(left)}")
+    shutil.rmtree(path)
+
+
+def _mounts_below(path: Path) -> list[str]:
+    prefix = str(path.resolve()) + "/"
+    mounts = []
+    for line in _read_lines(Path("/proc/self/mounts")):
+        fields = line.split()
+        if len(fields) > 1:
+            mount_point = fields[1].replace("\\040", " ")
+            if mount_point.startswith(prefix) or mount_point == prefix[:-1]:
+                mounts.append(mount_point)
+    return sorted(mounts, key=len, reverse=True)
+
+
+# ---- the layer ------------------------------------------------------------------------------------------------
+
+
+def _build_layer(
+    client: docker.DockerClient, paths: SandboxStatePaths, base_tag: str, tag: str, progress: Progress
+) -> None:
+    log_path = paths.log_file("sandbox-image-build")
+    progress(f"building {tag} from {base_tag} and {LAYER_DIR / LAYER_DOCKERFILE} (log: {log_path})")
+    try:
+        _, output = client.images.build(
+            path=str(LAYER_DIR),
+            dockerfile=LAYER_DOCKERFILE,
+            buildargs={"BASE_IMAGE": base_tag},
+            tag=tag,
+            labels={RECIPE_LABEL: tag.split(":", 1)[1]},
+            pull=False,
+            rm=True,
+            forcerm=True,
+        )
+        _write_build_log(log_path, output)
+    except docker.errors.BuildError as exc:
+        _write_build_log(log_path, exc.build_log)
+        raise SandboxImageError(f"building {tag} failed: {exc.msg}; see {log_path}") from exc
+    except docker.errors.DockerException as exc:
+        raise SandboxImageError(f"building {tag} failed: {exc}") from exc
+
+
+def _write_build_log(log_path: Path, output: Iterable[Any]) -> None:
+    """The builder's output lines (each entry a dict with `stream` or `error`)."""
+    with log_path.open("a") as log:
+        for entry in output:
+            if isinstance(entry, dict):
+                log.write(str(entry.get("stream") or entry.get("error") or ""))
+
+
+# ---- the recipe hash ------------------------------------------------------------------------------------------
+
+
+def _base_hash() -> str:
+    return _digest(
+        json.dumps({"suite": SUITE, "variant": VARIANT, "packages": sorted(PACKAGES), "trim": TRIMMED_PATHS})
+    )
+
+
+def _layer_context() -> str:
+    """The layer's build context as text to hash: every file's path, executable bit and content.
+
+    The whole folder counts, not only Dockerfile.layer, so a file the layer copies in (a helper script, say) also
+    makes a new tag when it changes. The production `Dockerfile` is left out: it does not shape the local image.
+    """
+    if not (LAYER_DIR / LAYER_DOCKERFILE).is_file():
+        raise SandboxImageError(
+            f"{LAYER_DIR / LAYER_DOCKERFILE} is missing: the sandbox image is built from a source checkout of corral"
+        )
+    digest = hashlib.sha256()
+    for path in sorted(LAYER_DIR.rglob("*")):
+        if path.is_file() and path.relative_to(LAYER_DIR).as_posix() != "Dockerfile":
+            executable = path.stat().st_mode & 0o111 != 0
+            digest.update(f"{path.relative_to(LAYER_DIR).as_posix()}\0{executable}\0".encode())
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12]
+
+
+def _has_image(client: docker.DockerClient, tag: str) -> bool:
+    try:
+        client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text().splitlines()
+    except OSError:
+        return []
+
+
+def _deb822_stanzas(path: Path) -> list[dict[str, str]]:
+    stanzas: list[dict[str, str]] = []
+    current: dict[str, str] = {}
+    key = ""
+    for line in [*_read_lines(path), ""]:
+        if not line.strip():
+            if current:
+                stanzas.append(current)
+            current, key = {}, ""
+        elif line.startswith("#"):
+            continue
+        elif line[0].isspace() and key:
+            current[key] += " " + line.strip()
+        elif ":" in line:
+            key, value = line.split(":", 1)
+            key = key.strip().lower()
+            current[key] = value.strip()
+    return stanzas
