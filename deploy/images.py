@@ -38,7 +38,7 @@ from sandbox.errors import SandboxSetupError
 from sandbox.host import Progress, file_lock
 from sandbox.image import IMAGE_REPOSITORY, base_image_tag, ensure_sandbox_image
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 IMAGES_DIR = ROOT / "images"
 PACKAGES = ("corral", "workflows", "activities", "workers", "proxy", "cli", "gateway")
 """The project's top-level packages (pyproject's package list): their source decides the project wheel."""

@@ -61,7 +61,7 @@ PACKAGES: tuple[str, ...] = (
 IMAGE_REPOSITORY = "corral-sandbox"
 BASE_REPOSITORY = "corral-sandbox-base"
 RECIPE_LABEL = "org.corral.sandbox.recipe"
-LAYER_DIR = Path(__file__).resolve().parents[2] / "images" / "sandbox"
+LAYER_DIR = Path(__file__).resolve().parents[1] / "images" / "sandbox"
 LAYER_DOCKERFILE = "Dockerfile.layer"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
