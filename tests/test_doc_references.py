@@ -8,6 +8,7 @@ What counts as a reference to the repository, so that nothing else is checked:
   `.ci/run`): it must exist as written (a `*` in it is a glob, which must match something);
 - otherwise, a name ending in `.py`, `.md`, `.yml`, `.yaml` or `.toml`, with or without folders before it
   (`session.py` in a table of `workflows/`, `contract/pricing.py`): some tracked file's path must end with it;
+- a Markdown link's target (`[x](../bench/README.md)`), resolved from the page's folder, must exist;
 - a backticked dotted name of a top-level package (`corral.client.fork_session`, `sandbox.prepare`): its modules
   must exist and each name after them must be an attribute, unless the code writes that name as a string (a
   Docker label such as `corral.scope` is a name, not a module).
@@ -15,7 +16,7 @@ What counts as a reference to the repository, so that nothing else is checked:
 Paths inside a sandbox or on a user's machine (`/workspace/app/README.md`, `~/.corral/...`, `.corral/blobs/`,
 `$s/log`), placeholders (`sessions/<id>/log/`) and URLs are not repository paths: a path that starts after `/`,
 `~`, `$` or `.` of something else, or inside a URL, is left alone, and so are Markdown code blocks in a language
-other than the shell's or Python's (an HCL policy's `corral/data/*` is a Vault path). `NOT_IN_THE_TREE` lists the
+other than the shell's or Python's (the paths of an HCL policy are Vault's). `NOT_IN_THE_TREE` lists the
 few names that mean a file outside it on purpose.
 """
 
@@ -37,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ENDINGS = (".py", ".md", ".yml", ".yaml", ".toml")
 URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+")
 PATH = re.compile(r"(?<![\w/.~$*<>{}@:=-])[\w.*-]*[\w*](?:/[\w.*-]*)*/?")
+LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
 BACKTICKED = re.compile(r"`([^`\n]+)`")
 DOTTED = re.compile(r"([a-z_]\w*(?:\.\w+)+)(?:\(.*\))?")
 FENCE = re.compile(r"^```(\w*)[^\n]*\n.*?^```$", re.DOTALL | re.MULTILINE)
@@ -49,7 +51,8 @@ NOT_IN_THE_TREE = {
 
 @functools.cache
 def tracked() -> tuple[str, ...]:
-    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    listing = ["git", "ls-files", "--cached", "--others", "--exclude-standard"]  # a new page counts before its commit
+    listed = subprocess.run(listing, cwd=ROOT, capture_output=True, text=True, check=True).stdout
     files = tuple(line for line in listed.splitlines() if line)
     assert files, "git ls-files listed nothing: this test would check nothing"
     return files
@@ -79,7 +82,7 @@ def packages() -> frozenset[str]:
 
 def broken_path(token: str, root: Path = ROOT) -> bool | None:
     """Whether `token` names a repository path that does not exist; None when it is not a repository path."""
-    token = token.rstrip(".")
+    token = re.sub(r"^(\.\./)+", "", token.rstrip("."))  # a link from docs/ to the rest of the tree
     if token in NOT_IN_THE_TREE:
         return None
     first = token.split("/")[0]
@@ -87,7 +90,7 @@ def broken_path(token: str, root: Path = ROOT) -> bool | None:
         if "*" in token:
             return not any(root.glob(token.rstrip("/")))
         return not (root / token).exists()
-    if token.endswith(ENDINGS) and "*" not in token:
+    if token.endswith(ENDINGS) and "*" not in token and not token.startswith("."):
         return not any(path == token or path.endswith("/" + token) for path in tracked())
     return None
 
@@ -132,6 +135,12 @@ def references(text: str) -> Iterator[tuple[int, str]]:
             dotted = DOTTED.fullmatch(span.strip())
             if dotted and broken_dotted(dotted.group(1)):
                 yield offset, dotted.group(1)
+
+
+def broken_links(markdown: str, folder: Path) -> list[str]:
+    """The targets of the page's links to the tree that lead nowhere from the page's folder."""
+    targets = [target for target in LINK.findall(markdown) if not URL.match(target) and ":" not in target]
+    return [target for target in targets if not (folder / target).exists()]
 
 
 def python_prose(source: str) -> Iterator[tuple[int, str]]:
@@ -181,6 +190,7 @@ def broken_in(path: str) -> list[str]:
     found: list[str] = []
     if path.endswith(".md"):
         found += [f"{path}:{1 + offset}: {ref}" for offset, ref in references(unchecked_fences_blanked(source))]
+        found += [f"{path}: link {target}" for target in broken_links(source, (ROOT / path).parent)]
         return found
     prose = python_prose(source) if is_python(path) else shell_comments(source)
     for line, text in prose:
@@ -206,7 +216,20 @@ def test_the_check_finds_a_missing_file_and_leaves_other_paths_alone() -> None:
     assert found == ["DESIGN.md", "corral/sandbox/engine.py", "corral/streaming/", "tests/nothing*.py"]
     page = '```hcl\npath "corral/data/*" {}\n```\n```sh\ncat corral/nothing.py\n```\n'
     assert [reference for _, reference in references(unchecked_fences_blanked(page))] == ["corral/nothing.py"]
+    assert broken_links(
+        "[ok](../bench/README.md) [gone](../operations.md) [web](https://x.example/a.md)", ROOT / "docs"
+    ) == ["../operations.md"]
     assert broken_dotted("corral.client.fork_session") is False
     assert broken_dotted("corral.client.no_such_function") is True
     assert broken_dotted("workflow.patched") is None
     assert broken_dotted("corral.scope") is None, "a Docker label the code writes"
+
+
+def test_the_readmes_development_table_names_every_top_level_package() -> None:
+    """The table a newcomer reads for the layout lists exactly the packages `tests/test_layout.py` knows."""
+    from tests.test_layout import PACKAGES
+
+    development = (ROOT / "README.md").read_text().split("\n## Development", 1)[1].split("\n## ", 1)[0]
+    named = re.findall(r"^\s*\| `(\w+)/` \|", development, flags=re.MULTILINE)
+    assert sorted(named) == sorted({*PACKAGES, "tests"})
+    assert {path.parent.name for path in ROOT.glob("*/__init__.py")} <= set(named)
