@@ -233,3 +233,11 @@ def test_the_readmes_development_table_names_every_top_level_package() -> None:
     named = re.findall(r"^\s*\| `(\w+)/` \|", development, flags=re.MULTILINE)
     assert sorted(named) == sorted({*PACKAGES, "tests"})
     assert {path.parent.name for path in ROOT.glob("*/__init__.py")} <= set(named)
+
+
+def test_the_readme_links_every_page_of_docs() -> None:
+    """The README is the front door: a page no link leads to is a page no newcomer finds."""
+    linked = set(LINK.findall((ROOT / "README.md").read_text()))
+    pages = {f"docs/{path.name}" for path in (ROOT / "docs").glob("*.md")}
+    assert pages, "no page in docs/"
+    assert pages - linked == set()
