@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib
 import io
 import re
 import subprocess
@@ -107,12 +106,30 @@ def broken_dotted(name: str) -> bool | None:
             depth += 1
         else:
             break
-    target: object = importlib.import_module(".".join(parts[:depth]))
-    for attribute in parts[depth:]:
-        if not hasattr(target, attribute):
+    module = ROOT.joinpath(*parts[:depth])
+    source = module / "__init__.py" if module.is_dir() else module.with_suffix(".py")
+    body = ast.parse(source.read_text()).body
+    for attribute in parts[depth:]:  # read, not imported: a module's names and a class's, at any depth
+        defined = {name: node for node in body for name in defined_names(node)}
+        if attribute not in defined:
             return True
-        target = getattr(target, attribute)
+        body = getattr(defined[attribute], "body", [])
     return False
+
+
+def defined_names(node: ast.stmt) -> list[str]:
+    """The names a statement of a module or class body binds: definitions, assignments, imports."""
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return [node.name]
+    if isinstance(node, ast.Assign):
+        return [target.id for target in node.targets if isinstance(target, ast.Name)]
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return [node.target.id]
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        return [(alias.asname or alias.name).split(".")[0] for alias in node.names]
+    if isinstance(node, ast.If | ast.Try):  # TYPE_CHECKING blocks, optional imports
+        return [name for child in [*node.body, *node.orelse] for name in defined_names(child)]
+    return []
 
 
 def unchecked_fences_blanked(markdown: str) -> str:
