@@ -1,4 +1,4 @@
-"""The figures README.md, bench/README.md and docs/operations.md quote, generated from the results files' summaries.
+"""The figures README.md, bench/README.md and the pages of docs/ quote, generated from the results files' summaries.
 
 Each quoted block sits between `<!-- bench:NAME -->` and `<!-- /bench:NAME -->`; this module renders NAME from the
 JSON summary at the end of a results file (or, for the timers, from corral's code), so no figure in the READMEs
@@ -25,7 +25,8 @@ from workflows.policies import (
     SANDBOX_HEARTBEAT_TIMEOUT,
 )
 
-DOCUMENTS = (ROOT / "README.md", ROOT / "bench" / "README.md", ROOT / "docs" / "operations.md")
+DOCUMENTS = (ROOT / "README.md", ROOT / "bench" / "README.md", *sorted((ROOT / "docs").glob("*.md")))
+"""Every page that may quote a block: a block moves from page to page with its text, and is found wherever it is."""
 BLOCK = re.compile(r"(<!-- bench:([\w-]+) -->)(.*?)(<!-- /bench:\2 -->)", re.DOTALL)
 
 
@@ -141,7 +142,7 @@ def recovery_timers() -> str:
 
 
 def timers() -> str:
-    """How a lost worker is noticed, from the constants corral runs with (README, "Lost workers")."""
+    """How a lost worker is noticed, from the constants corral runs with (docs/sessions.md, "Lost workers")."""
     import inspect
 
     from activities.model import HEARTBEAT_INTERVAL_SECONDS

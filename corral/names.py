@@ -6,7 +6,7 @@ Users script against these (the `temporal` CLI, their own workers), so they chan
 import re
 from typing import Final
 
-# Task queues, one per role (DESIGN.md, "Processes and task queues").
+# Task queues, one per role (docs/operations.md, "The roles and how they scale").
 HARNESS_TASK_QUEUE: Final = "corral-harness"
 MODEL_TASK_QUEUE: Final = "corral-model"
 SANDBOX_TASK_QUEUE: Final = "corral-sandbox"

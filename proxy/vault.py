@@ -19,7 +19,7 @@ KV layout under the mount (all JSON documents)::
     bindings/… , sessions/…                   session bindings and git tokens (see `proxy.sessions`)
 
 The secret part has its own path so that a Vault policy can let a writer (the gateway) create and replace it,
-and read everything else, without ever reading it back (`proxy.policy`). A credential written before the split
+and read everything else, without ever reading it back (`proxy.access`). A credential written before the split
 kept its secret inside its public document: the proxy still reads it there, and `move_inline_secrets` moves it.
 """
 

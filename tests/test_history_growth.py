@@ -1,4 +1,4 @@
-"""History grows linearly: the bytes each turn adds stay flat over 100 turns (DESIGN.md, invariant 2).
+"""History grows linearly: the bytes each turn adds stay flat over 100 turns (docs/invariants.md, invariant 2).
 
 A model turn carries a reference to the log plus only the entries added since the previous turn, never the
 transcript, so turn 100 costs what turn 1 cost. This is a ratio of bytes, not a time.

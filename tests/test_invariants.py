@@ -1,5 +1,6 @@
-"""DESIGN.md invariant 1: workflow code does no I/O. Checked two ways: the workflow modules import nothing that
-does I/O (a static scan), and the harness worker's sandbox still rejects a non-deterministic call at run time."""
+"""Workflow code does no I/O (docs/invariants.md, invariant 1). Checked two ways: the workflow modules import
+nothing that does I/O (a static scan), and the harness worker's sandbox still rejects a non-deterministic call at
+run time."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Recorded histories replay with today's workflow code, with no nondeterminism (DESIGN.md, invariant 7)."""
+"""Recorded histories replay with today's workflow code, with no nondeterminism (docs/invariants.md, invariant 7)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The stack's services as data (`cli.stack.SERVICES`): their order, which ones a `corral up` wants, and the
 environment each one gets; test_cli.py runs the real stack and reads /proc/*/environ. One test here runs the real
-`corral up` for the Managed Agents API: the gateway answers, `status` shows it, the README's example works."""
+`corral up` for the Managed Agents API: the gateway answers, `status` shows it, docs/api.md's example works."""
 
 from __future__ import annotations
 
@@ -111,7 +111,8 @@ def test_corral_up_serves_the_managed_agents_api_and_the_readme_example_runs_aga
         httpx.get(f"{api}/healthz", timeout=2)
 
 
-def test_the_readme_shows_the_managed_agents_example_verbatim() -> None:
+def test_the_api_page_shows_the_managed_agents_example_verbatim() -> None:
     example = (ROOT / "examples" / "managed_agents_api.py").read_text()
     code = example.split('"""\n', 1)[1].strip()  # the script without its docstring
-    assert code in (ROOT / "README.md").read_text(), "README.md must include examples/managed_agents_api.py as is"
+    page = (ROOT / "docs" / "api.md").read_text()
+    assert code in page, "docs/api.md must include examples/managed_agents_api.py as is"

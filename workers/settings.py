@@ -1,6 +1,6 @@
 """Each worker's configuration, read from its environment once, in `main()`, and validated before anything starts.
 
-Every variable, its default, and the roles that read it (README documents them; `cli/stack.py` sets them for the
+Every variable, its default, and the roles that read it (docs/ documents them; `cli/stack.py` sets them for the
 workers it starts)::
 
     CORRAL_TEMPORAL_ADDRESS          127.0.0.1:7233     every role

@@ -54,7 +54,7 @@ MCP_CALL_RETRY = dataclasses.replace(
     non_retryable_error_types=[*(INFRASTRUCTURE_RETRY.non_retryable_error_types or []), HEARTBEAT_TIMEOUT],
 )
 """As for every proxy call, except that a call whose worker stopped heartbeating (it died, or hung) is not made
-again: the MCP server may already have acted on it (DESIGN invariant 5)."""
+again: the MCP server may already have acted on it (docs/invariants.md, invariant 5)."""
 OUTCOME_UNKNOWN = (
     "the proxy worker making this call stopped while the call was in flight, so its outcome is unknown; "
     "it was not made again (check whether it took effect before calling it again)"

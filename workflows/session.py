@@ -1,6 +1,6 @@
 """`SessionWorkflow`: one agent session. Its history is the durable log; this code is the harness loop.
 
-No I/O here (DESIGN.md, invariant 1): time comes from `workflow.now()`, ids from `workflow.uuid4()`, and every
+No I/O here (docs/invariants.md, invariant 1): time comes from `workflow.now()`, ids from `workflow.uuid4()`, and every
 model call or tool call is an activity. Handlers only validate and append to the log; the main loop does the work.
 """
 

@@ -3,7 +3,7 @@
 A model turn does not carry the conversation: it carries a reference to the log (session id, run id, how many
 conversation entries the request must contain) plus only the entries added since the previous turn. The model
 worker keeps the rest cached, and reads what it lacks through the `model_context` query. This keeps history
-growth per turn flat (DESIGN.md, invariant 2).
+growth per turn flat (docs/invariants.md, invariant 2).
 """
 
 from __future__ import annotations
