@@ -89,7 +89,7 @@ from corral.contract.session import AgentConfig, SessionInput
 from corral.temporal import start_local_temporal
 from relay import DeltaRecord, EndRecord, PublishRecord, StartRecord, StreamPublisher, subscribe
 from sandbox import ensure_docker_engine, ensure_sandbox_image
-from sandbox.containers import SESSION_LABEL, remove_session
+from sandbox.sessions import SESSION_LABEL, remove_session
 
 COMMAND = "echo run >> /workspace/runs"
 """The sandbox sessions' tool call: one line per run, counted by `bench.recovery.command_runs`."""

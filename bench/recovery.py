@@ -64,7 +64,7 @@ from corral.names import ACTIVITY_EXECUTE, ACTIVITY_MODEL_TURN
 from corral.temporal import start_local_temporal
 from modelserver import ModelServerThread
 from sandbox import ensure_docker_engine, ensure_sandbox_image
-from sandbox.containers import SESSION_LABEL, remove_session
+from sandbox.sessions import SESSION_LABEL, remove_session
 from workers.run import STICKY_TIMEOUT
 from workflows.policies import INFRASTRUCTURE_RETRY, MODEL_HEARTBEAT_TIMEOUT, SANDBOX_HEARTBEAT_TIMEOUT
 

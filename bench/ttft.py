@@ -84,7 +84,7 @@ from modelserver.scripts import ApiError, Plan, ScriptBook
 from relay import DeltaRecord, PublishRecord, StreamHub, StreamMessage, StreamRelayThread, subscribe
 from relay.app import create_stream_app
 from sandbox import ensure_docker_engine, ensure_sandbox_image
-from sandbox.containers import SESSION_LABEL, remove_session
+from sandbox.sessions import SESSION_LABEL, remove_session
 from workflows import SessionWorkflow
 
 TOOLSET = [{"type": "agent_toolset_20260401"}]

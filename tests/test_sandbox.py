@@ -20,9 +20,10 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from corral.client import send_text
 from corral.contract.sandbox import Environment
 from corral.names import SIGNAL_INTERRUPT
-from sandbox.containers import SESSION_LABEL, ensure_container, remove_session, volume_name
+from sandbox.containers import ensure_container
 from sandbox.egress import EGRESS_NETWORK, ensure_egress
 from sandbox.runner import Runners
+from sandbox.sessions import SESSION_LABEL, remove_session, volume_name
 from tests.conftest import Stack, assert_log_is_whole, history_text, read_events, texts, unique, wait_for_idle
 from workers.sandbox import reap_closed_sessions
 
