@@ -39,10 +39,10 @@ from sandbox.rootfs import (
     SUITE,
     TRIMMED_PATHS,
     VARIANT,
-    _remove_tree,
-    _tar_stream,
-    _trim,
     host_debian_mirror,
+    remove_root,
+    tar_stream,
+    trim_root,
 )
 
 IMAGE_REPOSITORY = "corral-sandbox"
@@ -117,7 +117,7 @@ def _build_base(client: docker.DockerClient, paths: SandboxStatePaths, base_tag:
     rootfs = paths.image_work / f"rootfs-{_base_hash()}"
     log_path = paths.log_file("debootstrap")
     mirror = host_debian_mirror()
-    _remove_tree(rootfs)  # a leftover of an interrupted build would make debootstrap fail or mix two roots
+    remove_root(rootfs)  # a leftover of an interrupted build would make debootstrap fail or mix two roots
     rootfs.parent.mkdir(parents=True, exist_ok=True)
     try:
         progress(f"debootstrap --variant={VARIANT} {SUITE} from {mirror} (about a minute; log: {log_path})")
@@ -144,12 +144,12 @@ def _build_base(client: docker.DockerClient, paths: SandboxStatePaths, base_tag:
         if result.returncode != 0:
             raise SandboxImageError(f"debootstrap failed (exit {result.returncode}); see {log_path}")
         progress(f"debootstrap done in {time.monotonic() - started:.0f} s; trimming and importing as {base_tag}")
-        _trim(rootfs)
+        trim_root(rootfs)
         started = time.monotonic()
         _import(client, rootfs, base_tag, log_path)
         progress(f"imported {base_tag} in {time.monotonic() - started:.0f} s")
     finally:
-        _remove_tree(rootfs)  # ~230 MB that the engine now holds a copy of
+        remove_root(rootfs)  # ~230 MB that the engine now holds a copy of
 
 
 def _import(client: docker.DockerClient, rootfs: Path, base_tag: str, log_path: Path) -> None:
@@ -157,7 +157,7 @@ def _import(client: docker.DockerClient, rootfs: Path, base_tag: str, log_path: 
     changes = [f"LABEL {RECIPE_LABEL}={_base_hash()}", "ENV LANG=C.UTF-8", 'CMD ["/bin/bash"]']
     try:
         client.api.import_image_from_stream(
-            _tar_stream(rootfs, log_path), repository=repository, tag=tag, changes=changes
+            tar_stream(rootfs, log_path), repository=repository, tag=tag, changes=changes
         )
     except (docker.errors.DockerException, OSError) as exc:
         raise SandboxImageError(f"docker import of the sandbox root failed: {exc}; see {log_path}") from exc

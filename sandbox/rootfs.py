@@ -77,7 +77,7 @@ def host_debian_mirror(suite: str = SUITE, *, apt_dir: Path = Path("/etc/apt")) 
     return DEFAULT_MIRROR
 
 
-def _trim(rootfs: Path) -> None:
+def trim_root(rootfs: Path) -> None:
     """Delete caches and docs, and replace the files debootstrap copied from the host (name, resolver)."""
     for pattern in TRIMMED_PATHS:
         for path in rootfs.glob(pattern):
@@ -104,7 +104,7 @@ def _trim(rootfs: Path) -> None:
         (rootfs / name).write_text(text)
 
 
-def _tar_stream(rootfs: Path, log_path: Path) -> Iterator[bytes]:
+def tar_stream(rootfs: Path, log_path: Path) -> Iterator[bytes]:
     """The root as an uncompressed tar, read from GNU tar in 1 MiB chunks (never all of it in memory)."""
     with log_path.open("ab") as log:
         tar = subprocess.Popen(
@@ -133,7 +133,7 @@ def _tar_stream(rootfs: Path, log_path: Path) -> Iterator[bytes]:
             raise SandboxImageError(f"tar of the sandbox root failed (exit {tar.returncode}); see {log_path}")
 
 
-def _remove_tree(path: Path) -> None:
+def remove_root(path: Path) -> None:
     """Delete a debootstrap root, first unmounting what an interrupted debootstrap may have left mounted in it.
 
     debootstrap mounts /proc, /sys and, inside containers, binds the host's /dev into the root; deleting through
