@@ -39,16 +39,16 @@ from modelserver.scripts import (
 )
 from modelserver.wire import (
     MID_STREAM_ERROR,
-    _block_deltas,
-    _break,
-    _BrokenOff,
-    _ClosingStreamingResponse,
-    _input_usage,
-    _message_json,
-    _Pacer,
-    _sse,
-    _stop_details,
+    BrokenOff,
+    ClosingStreamingResponse,
+    Pacer,
+    block_deltas,
+    break_frames,
     error_response,
+    input_usage,
+    message_json,
+    sse,
+    stop_details,
 )
 
 logger = logging.getLogger("modelserver")
@@ -142,10 +142,10 @@ class ModelServer:
         self.stats = {"active_streams": 0, "completed_streams": 0, "cancelled_streams": 0}
         self.cache = PromptCache()
 
-    def _pacer(self, plan: Plan) -> _Pacer:
+    def _pacer(self, plan: Plan) -> Pacer:
         ftl = plan.first_token_latency if plan.first_token_latency is not None else self.first_token_latency
         tps = plan.tokens_per_second if plan.tokens_per_second is not None else self.tokens_per_second
-        return _Pacer(ftl, tps)
+        return Pacer(ftl, tps)
 
     async def messages(self, request: Request) -> Response:
         auth = auth_scheme(request)
@@ -177,7 +177,7 @@ class ModelServer:
 
         message_id = f"msg_{uuid.uuid4().hex[:24]}"
         if body.get("stream"):
-            return _ClosingStreamingResponse(
+            return ClosingStreamingResponse(
                 self._stream(outcome, body["model"], message_id),
                 media_type="text/event-stream",
                 headers={"cache-control": "no-cache"},
@@ -185,21 +185,21 @@ class ModelServer:
         if outcome.fail_mid_stream or outcome.stream_break is not None:
             return error_response(MID_STREAM_ERROR)
         pacer = self._pacer(outcome)
-        n_deltas = sum(len(_block_deltas(b)) for b in outcome.blocks)
+        n_deltas = sum(len(block_deltas(b)) for b in outcome.blocks)
         total = pacer.first_token_latency + pacer.gap * max(0, n_deltas - 1)
         if total > 0:
             await asyncio.sleep(total)
-        return JSONResponse(_message_json(outcome, body["model"], message_id))
+        return JSONResponse(message_json(outcome, body["model"], message_id))
 
     async def _stream(self, plan: Plan, model: str, message_id: str) -> AsyncIterator[bytes]:
         self.stats["active_streams"] += 1
         finished = False
         try:
-            start = _message_json(plan, model, message_id)
+            start = message_json(plan, model, message_id)
             start.update(content=[], stop_reason=None)
-            start["usage"] = {"output_tokens": 1, **_input_usage(plan)}
-            yield _sse("message_start", {"type": "message_start", "message": start})
-            yield _sse("ping", {"type": "ping"})
+            start["usage"] = {"output_tokens": 1, **input_usage(plan)}
+            yield sse("message_start", {"type": "message_start", "message": start})
+            yield sse("ping", {"type": "ping"})
 
             pacer = self._pacer(plan)
             pending = plan.stream_break
@@ -211,45 +211,45 @@ class ModelServer:
                     shell["text"] = ""
                 else:
                     shell["input"] = {}
-                yield _sse(
+                yield sse(
                     "content_block_start",
                     {"type": "content_block_start", "index": index, "content_block": shell},
                 )
-                deltas = _block_deltas(block)
+                deltas = block_deltas(block)
                 if plan.fail_mid_stream:
                     deltas = deltas[: math.ceil(len(deltas) / 2)]
                 for delta in deltas:
                     if pending is not None and sent == pending.after_deltas:
-                        async for frame in _break(pending):
+                        async for frame in break_frames(pending):
                             yield frame
                         pending = None
                     await pacer.tick()
-                    yield _sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+                    yield sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
                     sent += 1
                 if not plan.fail_mid_stream:
-                    yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
+                    yield sse("content_block_stop", {"type": "content_block_stop", "index": index})
             if pending is not None:  # due after more deltas than the answer has: before its end
-                async for frame in _break(pending):
+                async for frame in break_frames(pending):
                     yield frame
 
             if plan.fail_mid_stream:
                 # Break off mid-generation, as an overloaded API does, so clients exercise their error path.
-                yield _sse("error", MID_STREAM_ERROR.body())
+                yield sse("error", MID_STREAM_ERROR.body())
                 finished = True
                 return
             if not pacer.started:
                 await pacer.tick()
-            yield _sse(
+            yield sse(
                 "message_delta",
                 {
                     "type": "message_delta",
-                    "delta": {"stop_reason": plan.stop_reason, "stop_sequence": None, **_stop_details(plan)},
+                    "delta": {"stop_reason": plan.stop_reason, "stop_sequence": None, **stop_details(plan)},
                     "usage": {"output_tokens": plan.output_tokens},
                 },
             )
-            yield _sse("message_stop", {"type": "message_stop"})
+            yield sse("message_stop", {"type": "message_stop"})
             finished = True
-        except _BrokenOff:
+        except BrokenOff:
             finished = True  # the server sent all it meant to
             raise
         finally:

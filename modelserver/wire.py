@@ -30,7 +30,7 @@ STALL_SECONDS = 24 * 3600.0
 """A stalled stream sends nothing for this long: until the client goes away, in practice."""
 
 
-class _BrokenOff(Exception):
+class BrokenOff(Exception):
     """A scripted stream stops here: `cut` leaves the body unfinished, so the connection drops; else it ends cleanly."""
 
     def __init__(self, cut: bool) -> None:
@@ -38,14 +38,14 @@ class _BrokenOff(Exception):
         self.cut = cut
 
 
-class _ClosingStreamingResponse(StreamingResponse):
+class ClosingStreamingResponse(StreamingResponse):
     """A StreamingResponse that always closes its generator, so a disconnect runs its cleanup at once, and that
-    can break off as its generator asks (`_BrokenOff`)."""
+    can break off as its generator asks (`BrokenOff`)."""
 
     async def stream_response(self, send: Send) -> None:
         try:
             await super().stream_response(send)
-        except _BrokenOff as off:
+        except BrokenOff as off:
             if not off.cut:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             # A cut returns with the body unfinished: uvicorn then closes the connection (and logs one line that
@@ -65,11 +65,11 @@ def error_response(error: ApiError) -> JSONResponse:
     return JSONResponse(error.body(), status_code=error.status, headers=headers)
 
 
-def _sse(event: str, data: dict[str, Any]) -> bytes:
+def sse(event: str, data: dict[str, Any]) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
-def _message_json(plan: Plan, model: str, message_id: str) -> dict[str, Any]:
+def message_json(plan: Plan, model: str, message_id: str) -> dict[str, Any]:
     return {
         "id": message_id,
         "type": "message",
@@ -78,12 +78,12 @@ def _message_json(plan: Plan, model: str, message_id: str) -> dict[str, Any]:
         "content": [content_to_dict(b) for b in plan.blocks],
         "stop_reason": plan.stop_reason,
         "stop_sequence": None,
-        **_stop_details(plan),
-        "usage": {"output_tokens": plan.output_tokens, **_input_usage(plan)},
+        **stop_details(plan),
+        "usage": {"output_tokens": plan.output_tokens, **input_usage(plan)},
     }
 
 
-def _input_usage(plan: Plan) -> dict[str, int]:
+def input_usage(plan: Plan) -> dict[str, int]:
     return {
         "input_tokens": plan.input_tokens,
         "cache_read_input_tokens": plan.cache_read_input_tokens,
@@ -91,14 +91,14 @@ def _input_usage(plan: Plan) -> dict[str, int]:
     }
 
 
-def _block_deltas(block: PlannedBlock) -> list[dict[str, Any]]:
+def block_deltas(block: PlannedBlock) -> list[dict[str, Any]]:
     """The content deltas that stream one block: word-ish text chunks or partial JSON pieces."""
     if isinstance(block, TextBlock):
         return [{"type": "text_delta", "text": t} for t in split_text_tokens(block.text)]
     return [{"type": "input_json_delta", "partial_json": p} for p in split_json_pieces(block.input)]
 
 
-class _Pacer:
+class Pacer:
     """Sleeps first-token latency before the first delta and 1/tps between later ones."""
 
     def __init__(self, first_token_latency: float, tokens_per_second: float) -> None:
@@ -113,16 +113,16 @@ class _Pacer:
             await asyncio.sleep(delay)
 
 
-async def _break(how: StreamBreak) -> AsyncIterator[bytes]:
+async def break_frames(how: StreamBreak) -> AsyncIterator[bytes]:
     """The frames of a scripted break: a frame that is not JSON, or a stall; a cut or an early end stops the stream."""
     if how.kind == "malformed":
         yield MALFORMED_FRAME
     elif how.kind == "stall":
         await asyncio.sleep(STALL_SECONDS)  # cancelled when the client goes away
     else:
-        raise _BrokenOff(cut=how.kind == "cut")
+        raise BrokenOff(cut=how.kind == "cut")
 
 
-def _stop_details(plan: Plan) -> dict[str, Any]:
+def stop_details(plan: Plan) -> dict[str, Any]:
     """A refusal's `stop_details` (the Messages API's); other responses carry none."""
     return {} if plan.stop_details is None else {"stop_details": plan.stop_details}
