@@ -43,7 +43,7 @@ from corral.names import (
     DEFAULT_GIT_PROXY_PORT,
     SANDBOX_TASK_QUEUE,
 )
-from sandbox import containers
+from sandbox import containers, running, sessions
 from sandbox.errors import SandboxError, SandboxGone, SandboxSetupError
 from sandbox.pool import PoolSettings, WarmPool, pool_key
 from sandbox.runner import RunnerLost, Runners
@@ -153,9 +153,9 @@ class SandboxActivities:
         with its repositories cloned, when its recipe has them."""
         if self.pool is None or input.volume or pool_key(input.environment, self._image) is None:
             return None
-        if await asyncio.to_thread(containers.has_sandbox, self._docker, input.session_id, input.generation):
+        if await asyncio.to_thread(sessions.has_sandbox, self._docker, input.session_id, input.generation):
             return None  # a retry that made it already, or a workspace of the session's own (a fork's copy)
-        name = containers.container_name(input.session_id, input.generation)
+        name = sessions.container_name(input.session_id, input.generation)
         scope = f"{self._cluster_id}/{input.namespace}"
         environment, git_host = await asyncio.to_thread(
             containers.with_git_access, self._docker, input.environment, self._image, input.repositories
@@ -175,11 +175,11 @@ class SandboxActivities:
     async def fork_workspace(self, input: ForkWorkspaceInput) -> bool:
         """Copy the source session's workspace for its fork; False when it is not on this worker's engine."""
         scope = f"{self._cluster_id}/{input.namespace}"
-        labels = {containers.SESSION_LABEL: input.session_id, containers.SCOPE_LABEL: scope}
-        source = await asyncio.to_thread(containers.session_volume, self._docker, input.source_session_id)
+        labels = {sessions.SESSION_LABEL: input.session_id, sessions.SCOPE_LABEL: scope}
+        source = await asyncio.to_thread(sessions.session_volume, self._docker, input.source_session_id)
         if source is None:
             return False
-        target = containers.volume_name(input.session_id)
+        target = sessions.volume_name(input.session_id)
         try:
             return await asyncio.to_thread(copy_workspace, self._docker, source, target, self._image, labels=labels)
         except SandboxSetupError as exc:
@@ -188,12 +188,12 @@ class SandboxActivities:
     @activity.defn(name=ACTIVITY_STOP_SANDBOX)
     async def stop_sandbox(self, ref: SandboxRef) -> None:
         """Stop the container (zero compute while idle); the workspace volume stays."""
-        await asyncio.to_thread(containers.stop_container, self._docker, ref.handle.container_id)
+        await asyncio.to_thread(sessions.stop_container, self._docker, ref.handle.container_id)
 
     @activity.defn(name=ACTIVITY_RELEASE_SANDBOX)
     async def release_sandbox(self, ref: SandboxRef) -> None:
         """Remove every container of the session, and its volume when asked (the session ended)."""
-        await asyncio.to_thread(containers.remove_session, self._docker, ref.handle.session_id, ref.remove_volume)
+        await asyncio.to_thread(sessions.remove_session, self._docker, ref.handle.session_id, ref.remove_volume)
 
     # ---- execute ----------------------------------------------------------------------------------------------
 
@@ -228,11 +228,11 @@ class SandboxActivities:
             try:
                 return await self._runners.request(handle.container_id, op, wait, **fields)
             except RunnerLost:
-                await asyncio.to_thread(containers.get_running, self._docker, handle.container_id)
+                await asyncio.to_thread(running.get_running, self._docker, handle.container_id)
                 if attempt == 2:
                     raise
             except TimeoutError:
-                await asyncio.to_thread(containers.get_running, self._docker, handle.container_id)
+                await asyncio.to_thread(running.get_running, self._docker, handle.container_id)
                 raise SandboxError(f"the sandbox's runner did not answer within {wait:g}s") from None
         raise AssertionError("unreachable")
 
@@ -297,8 +297,8 @@ class SandboxActivities:
     async def _keep_whole_output(self, handle: SandboxHandle, session_id: str, call_id: str) -> str:
         """Copy a cut output whole to the blob store; what the marker adds to say where (nothing if it failed)."""
         try:
-            container = await asyncio.to_thread(containers.get_running, self._docker, handle.container_id)
-            whole = await asyncio.to_thread(containers.call_output_file, container, call_id)
+            container = await asyncio.to_thread(running.get_running, self._docker, handle.container_id)
+            whole = await asyncio.to_thread(running.call_output_file, container, call_id)
             await asyncio.to_thread(self._blobs.put, tool_output_key(session_id, call_id), whole)
         except (SandboxError, BlobStoreError, OSError) as exc:
             log.warning("the whole output of %s in %s was not kept: %s", call_id, session_id, exc)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from bench._report import markdown_table, percentile
 
 if TYPE_CHECKING:
-    from bench.load import Load, Session
+    from bench._load_clients import Load, Session
 
 FRACTIONS = (0.5, 0.95, 0.99)
 

@@ -130,8 +130,8 @@ def recovery() -> str:
 
 
 def recovery_timers() -> str:
-    """The timers that govern recovery, read from corral's code as `bench/recovery.py` reads them."""
-    from bench.recovery import HEARTBEAT, RETRY, STICKY
+    """The timers that govern recovery, read from corral's code as the recovery benchmark reads them."""
+    from bench._recovery_report import HEARTBEAT, RETRY, STICKY
 
     return (
         f"the model activity's heartbeat timeout (`MODEL_HEARTBEAT_TIMEOUT` in `workflows/policies.py`, "

@@ -39,9 +39,9 @@ from bench._sandbox_workflow import SandboxBenchWorkflow
 from corral.contract.sandbox import Environment
 from corral.temporal import cluster_id, start_local_temporal
 from sandbox import ensure_docker_engine, ensure_sandbox_image
-from sandbox.containers import remove_session
 from sandbox.pool import PoolSettings, WarmPool, pool_key
 from sandbox.runner import Runners
+from sandbox.sessions import remove_session
 from workers.roles import HARNESS_WORKFLOW_RUNNER, sandbox_workers
 from workers.sandbox import keeping_filled
 

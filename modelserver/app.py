@@ -1,6 +1,7 @@
 """Starlette app for the offline model server: Messages-API routes, auth, script admin and paced SSE.
 
-The HTTP layer only encodes plans made by `scripts`/`demo`, so behaviour stays deterministic and testable.
+The HTTP layer only encodes plans made by `scripts`/`demo`, so behaviour stays deterministic and testable; how a
+plan is written on the wire (JSON, SSE frames, pacing, breaks) is `modelserver/wire.py`.
 """
 
 from __future__ import annotations
@@ -14,11 +15,10 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import anyio
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -27,10 +27,8 @@ from modelserver.demo import plan_demo
 from modelserver.scripts import (
     ApiError,
     Plan,
-    PlannedBlock,
     Script,
     ScriptBook,
-    StreamBreak,
     TextBlock,
     content_to_dict,
     estimate_input_tokens,
@@ -38,17 +36,24 @@ from modelserver.scripts import (
     plan_summary,
     prompt_too_long,
     script_name_of,
-    split_json_pieces,
-    split_text_tokens,
+)
+from modelserver.wire import (
+    MID_STREAM_ERROR,
+    BrokenOff,
+    ClosingStreamingResponse,
+    Pacer,
+    block_deltas,
+    break_frames,
+    error_response,
+    input_usage,
+    message_json,
+    sse,
+    stop_details,
 )
 
 logger = logging.getLogger("modelserver")
 
 STAND_IN_MODEL_ID = "corral-offline-stand-in"
-MID_STREAM_ERROR = ApiError(529, "overloaded_error", "Overloaded (scripted mid-stream failure)")
-MALFORMED_FRAME = b"event: content_block_delta\ndata: {this frame is not JSON\n\n"
-STALL_SECONDS = 24 * 3600.0
-"""A stalled stream sends nothing for this long: until the client goes away, in practice."""
 
 
 class RequestIdMiddleware:
@@ -75,41 +80,6 @@ class RequestIdMiddleware:
 
 
 STAND_IN_MAX_INPUT_TOKENS = 200_000
-
-
-class _BrokenOff(Exception):
-    """A scripted stream stops here: `cut` leaves the body unfinished, so the connection drops; else it ends cleanly."""
-
-    def __init__(self, cut: bool) -> None:
-        super().__init__("cut" if cut else "end")
-        self.cut = cut
-
-
-class _ClosingStreamingResponse(StreamingResponse):
-    """A StreamingResponse that always closes its generator, so a disconnect runs its cleanup at once, and that
-    can break off as its generator asks (`_BrokenOff`)."""
-
-    async def stream_response(self, send: Send) -> None:
-        try:
-            await super().stream_response(send)
-        except _BrokenOff as off:
-            if not off.cut:
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-            # A cut returns with the body unfinished: uvicorn then closes the connection (and logs one line that
-            # the response was incomplete), and the client sees a chunked body that never ends.
-        finally:
-            closer = getattr(self.body_iterator, "aclose", None)
-            if closer is not None:
-                with anyio.CancelScope(shield=True):
-                    await closer()
-
-
-def error_response(error: ApiError) -> JSONResponse:
-    """An Anthropic-shaped error response, with retry-after when the error carries one."""
-    headers = {}
-    if error.retry_after is not None:
-        headers["retry-after"] = f"{error.retry_after:g}"
-    return JSONResponse(error.body(), status_code=error.status, headers=headers)
 
 
 def _invalid(message: str) -> JSONResponse:
@@ -162,64 +132,6 @@ def validate_message_request(body: Any) -> str | None:
     return None
 
 
-def _sse(event: str, data: dict[str, Any]) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
-
-
-def _message_json(plan: Plan, model: str, message_id: str) -> dict[str, Any]:
-    return {
-        "id": message_id,
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": [content_to_dict(b) for b in plan.blocks],
-        "stop_reason": plan.stop_reason,
-        "stop_sequence": None,
-        **_stop_details(plan),
-        "usage": {"output_tokens": plan.output_tokens, **_input_usage(plan)},
-    }
-
-
-def _input_usage(plan: Plan) -> dict[str, int]:
-    return {
-        "input_tokens": plan.input_tokens,
-        "cache_read_input_tokens": plan.cache_read_input_tokens,
-        "cache_creation_input_tokens": plan.cache_creation_input_tokens,
-    }
-
-
-def _block_deltas(block: PlannedBlock) -> list[dict[str, Any]]:
-    """The content deltas that stream one block: word-ish text chunks or partial JSON pieces."""
-    if isinstance(block, TextBlock):
-        return [{"type": "text_delta", "text": t} for t in split_text_tokens(block.text)]
-    return [{"type": "input_json_delta", "partial_json": p} for p in split_json_pieces(block.input)]
-
-
-class _Pacer:
-    """Sleeps first-token latency before the first delta and 1/tps between later ones."""
-
-    def __init__(self, first_token_latency: float, tokens_per_second: float) -> None:
-        self.first_token_latency = first_token_latency
-        self.gap = 1.0 / tokens_per_second if tokens_per_second > 0 else 0.0
-        self.started = False
-
-    async def tick(self) -> None:
-        delay = self.gap if self.started else self.first_token_latency
-        self.started = True
-        if delay > 0:
-            await asyncio.sleep(delay)
-
-
-async def _break(how: StreamBreak) -> AsyncIterator[bytes]:
-    """The frames of a scripted break: a frame that is not JSON, or a stall; a cut or an early end stops the stream."""
-    if how.kind == "malformed":
-        yield MALFORMED_FRAME
-    elif how.kind == "stall":
-        await asyncio.sleep(STALL_SECONDS)  # cancelled when the client goes away
-    else:
-        raise _BrokenOff(cut=how.kind == "cut")
-
-
 class ModelServer:
     """Holds options, scripts and stream statistics for one app instance."""
 
@@ -230,10 +142,10 @@ class ModelServer:
         self.stats = {"active_streams": 0, "completed_streams": 0, "cancelled_streams": 0}
         self.cache = PromptCache()
 
-    def _pacer(self, plan: Plan) -> _Pacer:
+    def _pacer(self, plan: Plan) -> Pacer:
         ftl = plan.first_token_latency if plan.first_token_latency is not None else self.first_token_latency
         tps = plan.tokens_per_second if plan.tokens_per_second is not None else self.tokens_per_second
-        return _Pacer(ftl, tps)
+        return Pacer(ftl, tps)
 
     async def messages(self, request: Request) -> Response:
         auth = auth_scheme(request)
@@ -265,7 +177,7 @@ class ModelServer:
 
         message_id = f"msg_{uuid.uuid4().hex[:24]}"
         if body.get("stream"):
-            return _ClosingStreamingResponse(
+            return ClosingStreamingResponse(
                 self._stream(outcome, body["model"], message_id),
                 media_type="text/event-stream",
                 headers={"cache-control": "no-cache"},
@@ -273,21 +185,21 @@ class ModelServer:
         if outcome.fail_mid_stream or outcome.stream_break is not None:
             return error_response(MID_STREAM_ERROR)
         pacer = self._pacer(outcome)
-        n_deltas = sum(len(_block_deltas(b)) for b in outcome.blocks)
+        n_deltas = sum(len(block_deltas(b)) for b in outcome.blocks)
         total = pacer.first_token_latency + pacer.gap * max(0, n_deltas - 1)
         if total > 0:
             await asyncio.sleep(total)
-        return JSONResponse(_message_json(outcome, body["model"], message_id))
+        return JSONResponse(message_json(outcome, body["model"], message_id))
 
     async def _stream(self, plan: Plan, model: str, message_id: str) -> AsyncIterator[bytes]:
         self.stats["active_streams"] += 1
         finished = False
         try:
-            start = _message_json(plan, model, message_id)
+            start = message_json(plan, model, message_id)
             start.update(content=[], stop_reason=None)
-            start["usage"] = {"output_tokens": 1, **_input_usage(plan)}
-            yield _sse("message_start", {"type": "message_start", "message": start})
-            yield _sse("ping", {"type": "ping"})
+            start["usage"] = {"output_tokens": 1, **input_usage(plan)}
+            yield sse("message_start", {"type": "message_start", "message": start})
+            yield sse("ping", {"type": "ping"})
 
             pacer = self._pacer(plan)
             pending = plan.stream_break
@@ -299,45 +211,45 @@ class ModelServer:
                     shell["text"] = ""
                 else:
                     shell["input"] = {}
-                yield _sse(
+                yield sse(
                     "content_block_start",
                     {"type": "content_block_start", "index": index, "content_block": shell},
                 )
-                deltas = _block_deltas(block)
+                deltas = block_deltas(block)
                 if plan.fail_mid_stream:
                     deltas = deltas[: math.ceil(len(deltas) / 2)]
                 for delta in deltas:
                     if pending is not None and sent == pending.after_deltas:
-                        async for frame in _break(pending):
+                        async for frame in break_frames(pending):
                             yield frame
                         pending = None
                     await pacer.tick()
-                    yield _sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+                    yield sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
                     sent += 1
                 if not plan.fail_mid_stream:
-                    yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
+                    yield sse("content_block_stop", {"type": "content_block_stop", "index": index})
             if pending is not None:  # due after more deltas than the answer has: before its end
-                async for frame in _break(pending):
+                async for frame in break_frames(pending):
                     yield frame
 
             if plan.fail_mid_stream:
                 # Break off mid-generation, as an overloaded API does, so clients exercise their error path.
-                yield _sse("error", MID_STREAM_ERROR.body())
+                yield sse("error", MID_STREAM_ERROR.body())
                 finished = True
                 return
             if not pacer.started:
                 await pacer.tick()
-            yield _sse(
+            yield sse(
                 "message_delta",
                 {
                     "type": "message_delta",
-                    "delta": {"stop_reason": plan.stop_reason, "stop_sequence": None, **_stop_details(plan)},
+                    "delta": {"stop_reason": plan.stop_reason, "stop_sequence": None, **stop_details(plan)},
                     "usage": {"output_tokens": plan.output_tokens},
                 },
             )
-            yield _sse("message_stop", {"type": "message_stop"})
+            yield sse("message_stop", {"type": "message_stop"})
             finished = True
-        except _BrokenOff:
+        except BrokenOff:
             finished = True  # the server sent all it meant to
             raise
         finally:
@@ -429,8 +341,3 @@ def create_app(
     app.state.model_server = server
     app.state.book = server.book
     return app
-
-
-def _stop_details(plan: Plan) -> dict[str, Any]:
-    """A refusal's `stop_details` (the Messages API's); other responses carry none."""
-    return {} if plan.stop_details is None else {"stop_details": plan.stop_details}

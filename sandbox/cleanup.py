@@ -24,11 +24,11 @@ import docker.errors
 import requests
 from docker.models.containers import Container
 
-from sandbox.containers import SCOPE_LABEL, SESSION_LABEL, volume_name, workspace_mount
 from sandbox.egress import EGRESS_CONTAINER, EGRESS_NETWORK, LIMITED_NETWORK, NETWORK_LABEL
 from sandbox.errors import SandboxError
 from sandbox.networks import PARKING_NETWORK, remove_network
 from sandbox.pool import MEMBER_PREFIX, POOL_LABEL
+from sandbox.sessions import SCOPE_LABEL, SESSION_LABEL, volume_name, workspace_mount
 from sandbox.workspace import oneshots
 
 EGRESS_LABEL = "corral=egress"

@@ -1,6 +1,7 @@
-"""Session containers on a Docker engine: create or restart from a recipe (or make a warm pool member), remove.
+"""Session containers on a Docker engine: create or restart from a recipe, or make and settle a warm pool member.
 
-Every container's main process is the resident runner (`sandbox/runner.py` talks to it).
+Every container's main process is the resident runner (`sandbox/runner.py` talks to it). How a session's sandbox
+is named, found and removed is `sandbox/sessions.py`; reading from one that runs, `sandbox/running.py`.
 
 No Temporal here: the sandbox activities call these functions (in a thread, the Docker SDK is synchronous) and
 translate `SandboxGone` into what the session shows the model.
@@ -12,8 +13,6 @@ import hashlib
 import io
 import json
 import logging
-import re
-import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +21,6 @@ import docker.errors
 import docker.types
 import docker.utils
 from docker.models.containers import Container, _create_container_args
-from docker.utils.socket import STDERR, STDOUT, frames_iter
 
 from corral.contract.sandbox import Environment, RepositoryClone
 from corral.names import DEFAULT_GIT_PROXY_PORT
@@ -30,12 +28,12 @@ from sandbox import egress, networks, runner
 from sandbox.commands import (
     OUTPUT_DIR,
     STATE_DIR,
-    call_output_command,
     clone_commands,
     packages_dockerfile,
     working_dir_command,
 )
-from sandbox.errors import SandboxError, SandboxGone, SandboxSetupError
+from sandbox.errors import SandboxSetupError
+from sandbox.sessions import GENERATION_LABEL, SCOPE_LABEL, SESSION_LABEL, container_name, session_volume, volume_name
 from sandbox.workspace import (
     SANDBOX_GID,
     SANDBOX_UID,
@@ -43,15 +41,10 @@ from sandbox.workspace import (
     chown_workspace,
     hardened_run_options,
     prepare_workspace_volume,
-    remove_oneshots,
 )
 
 log = logging.getLogger(__name__)
 
-SESSION_LABEL = "corral.session"
-SCOPE_LABEL = "corral.scope"
-"""`<temporal cluster id>/<namespace>`: a reaper judges only the sessions of its own server and namespace."""
-GENERATION_LABEL = "corral.generation"
 OUTPUT_TMPFS_MB = 64
 MAX_COMMAND_BYTES = 512 * 1024
 """The longest bash command (UTF-8): as much as the write tool's content, more than a model writes in one reply."""
@@ -59,15 +52,6 @@ MAX_COMMAND_BYTES = 512 * 1024
 
 POOL_VOLUME_PREFIX = "corral-ws-pool."
 """A warm pool member's workspace volume (the dot keeps it apart from any session's `corral-ws-<id>`)."""
-CLAIMED_NAME = re.compile(r"^/?corral-(?!pool-)(.+)-g\d+$")
-
-
-def container_name(session_id: str, generation: int) -> str:
-    return f"corral-{session_id}-g{generation}"
-
-
-def volume_name(session_id: str) -> str:
-    return f"corral-ws-{session_id}"
 
 
 def engine_id(client: docker.DockerClient) -> str:
@@ -260,52 +244,6 @@ def _ensure_volume(client: docker.DockerClient, volume: str, image: str, labels:
         prepare_workspace_volume(client, volume, image, labels=labels)
 
 
-def workspace_mount(container: Container) -> str | None:
-    """The name of the volume mounted at the container's /workspace."""
-    for mount in container.attrs.get("Mounts", []):
-        if mount.get("Destination") == WORKSPACE and mount.get("Type") == "volume":
-            return str(mount.get("Name"))
-    return None
-
-
-def session_containers(client: docker.DockerClient, session_id: str) -> list[Container]:
-    """Every container of a session: those made for it (labelled) and warm pool members it claimed (renamed)."""
-    labelled = client.containers.list(all=True, filters={"label": f"{SESSION_LABEL}={session_id}"}, ignore_removed=True)
-    pattern = re.compile(rf"^/?{re.escape(container_name(session_id, 0)[:-1])}\d+$")
-    named = client.containers.list(all=True, filters={"name": container_name(session_id, 0)[:-1]}, ignore_removed=True)
-    by_id = {str(c.id): c for c in labelled}
-    by_id.update({str(c.id): c for c in named if pattern.match(str(c.name))})
-    return list(by_id.values())
-
-
-def has_sandbox(client: docker.DockerClient, session_id: str, generation: int) -> bool:
-    """Whether the session already has this generation's container or a workspace volume of its own (a fork's
-    copy, or one made before the warm pool): two lookups by name, for the first call's fast path."""
-    for lookup, name in ((client.containers.get, container_name(session_id, generation)),
-                         (client.volumes.get, volume_name(session_id))):  # fmt: skip
-        try:
-            lookup(name)
-            return True
-        except docker.errors.NotFound:
-            continue
-    return False
-
-
-def session_volume(client: docker.DockerClient, session_id: str) -> str | None:
-    """The session's workspace volume as it exists on this engine: its own, or the pool member's it claimed."""
-    own = volume_name(session_id)
-    try:
-        client.volumes.get(own)
-        return own
-    except docker.errors.NotFound:
-        pass
-    for container in session_containers(client, session_id):
-        mounted = workspace_mount(container)
-        if mounted:
-            return mounted
-    return None
-
-
 def _create_with_open_stdin(
     client: docker.DockerClient, image: str, name: str, labels: dict[str, str], options: dict[str, Any]
 ) -> Container:
@@ -412,127 +350,3 @@ def _run_options(environment: Environment, volume: str, name: str) -> dict[str, 
         },
     )
     return options
-
-
-def get_running(client: docker.DockerClient, container_id: str) -> Container:
-    """The container, or SandboxGone saying what happened to it."""
-    try:
-        container = client.containers.get(container_id)
-    except docker.errors.NotFound:
-        raise SandboxGone("the sandbox container no longer exists (it was removed)") from None
-    if container.status != "running":
-        raise SandboxGone(describe_death(container))
-    if container.labels.get(runner.RUNNER_LABEL) != runner.PROTOCOL_VERSION:
-        raise SandboxGone("the sandbox container was made by an earlier version of corral, without its resident runner")
-    return container
-
-
-def describe_death(container: Container) -> str:
-    state = container.attrs.get("State", {})
-    if state.get("OOMKilled"):
-        return "the sandbox container was killed because it ran out of memory"
-    code = state.get("ExitCode")
-    reason = " (killed)" if code == 137 else ""
-    return f"the sandbox container stopped: it is {container.status}, exit code {code}{reason}"
-
-
-def _create_exec(client: docker.DockerClient, container: Container, command: list[str], workdir: str) -> str:
-    created = client.api.exec_create(
-        container.id,
-        command,
-        stdin=True,
-        stdout=True,
-        stderr=True,
-        user=f"{SANDBOX_UID}:{SANDBOX_GID}",
-        environment={"CORRAL_WORKDIR": workdir},
-    )
-    return str(created["Id"])
-
-
-def _feed_exec(client: docker.DockerClient, exec_id: str, data: bytes) -> tuple[bytes, bytes]:
-    """Start the exec, write `data` to its stdin and close it, and return its stdout and stderr once it ends.
-
-    Through stdin, not the command line: Linux caps one argument at 128 KiB (MAX_ARG_STRLEN), which a write's
-    content or a long command passes ("argument list too long"). The frames are joined once at the end: the
-    SDK's own `demux` adds them up one by one, which takes minutes for tens of megabytes.
-    """
-    stream = client.api.exec_start(exec_id, socket=True)
-    raw = getattr(stream, "_sock", stream)
-    chunks: dict[int, list[bytes]] = {STDOUT: [], STDERR: []}
-    try:
-        raw.sendall(data)
-        raw.shutdown(socket.SHUT_WR)
-        for stream_id, chunk in frames_iter(stream, tty=False):
-            chunks.setdefault(stream_id, []).append(chunk)
-    finally:
-        stream.close()
-    return b"".join(chunks[STDOUT]), b"".join(chunks[STDERR])
-
-
-def call_output_file(container: Container, call_id: str) -> bytes:
-    """The whole output of a bash call, as the container recorded it (SandboxError when it is not there). Read by
-    `cat` in the container: the daemon's archive API does not see the tmpfs the calls are recorded in."""
-    client = container.client
-    assert client is not None
-    command = call_output_command(call_id)
-    try:
-        exec_id = _create_exec(client, container, command, "/")
-        stdout, stderr = _feed_exec(client, exec_id, b"")
-        exit_code = client.api.exec_inspect(exec_id).get("ExitCode")
-    except docker.errors.APIError as exc:
-        raise _gone_or_raise(container, exc) from exc
-    if exit_code != 0:
-        raise SandboxError(f"the output of call {call_id} could not be read: {stderr.decode()[-300:]}")
-    return stdout
-
-
-def _gone_or_raise(container: Container, exc: docker.errors.APIError) -> Exception:
-    try:
-        container.reload()
-    except docker.errors.NotFound:
-        return SandboxGone("the sandbox container no longer exists (it was removed)")
-    if container.status != "running":
-        return SandboxGone(describe_death(container))
-    return exc
-
-
-def stop_container(client: docker.DockerClient, container_id: str) -> None:
-    try:
-        client.containers.get(container_id).stop(timeout=2)
-    except docker.errors.NotFound:
-        pass
-    egress.refresh_policy(client)
-
-
-def remove_session(client: docker.DockerClient, session_id: str, remove_volume: bool) -> int:
-    """Remove every container of a session (and its workspace volume); returns how many containers."""
-    containers = session_containers(client, session_id)
-    volumes = {volume_name(session_id)} | {v for v in map(workspace_mount, containers) if v}
-    for container in containers:
-        container.remove(force=True)
-    networks.remove_networks(client, f"{SESSION_LABEL}={session_id}")
-    if remove_volume:
-        for volume in volumes:
-            remove_oneshots(client, volume)  # one a killed worker left would hold the volume
-            try:
-                client.volumes.get(volume).remove(force=True)
-            except docker.errors.NotFound:
-                pass
-    if containers:
-        egress.refresh_policy(client)
-    return len(containers)
-
-
-def session_ids_with_containers(client: docker.DockerClient, scope: str) -> set[str]:
-    """Sessions of `scope` (cluster and namespace) that have a container (running or stopped) on this engine, or
-    a sandbox network left without one (its worker died between making the network and the container)."""
-    containers = client.containers.list(all=True, filters={"label": f"{SCOPE_LABEL}={scope}"}, ignore_removed=True)
-    sessions = {str(c.labels[SESSION_LABEL]) for c in containers if SESSION_LABEL in c.labels}
-    # Warm pool members claimed by a session carry its name (`corral-<session>-g<n>`), not its label.
-    claimed = (CLAIMED_NAME.match(str(c.name)) for c in containers if SESSION_LABEL not in c.labels)
-    sessions |= {match.group(1) for match in claimed if match}
-    for network in client.networks.list(filters={"label": [f"{SCOPE_LABEL}={scope}", egress.NETWORK_LABEL]}):
-        session_id = (network.attrs.get("Labels") or {}).get(SESSION_LABEL)
-        if session_id:
-            sessions.add(str(session_id))
-    return sessions

@@ -40,7 +40,7 @@ import docker.errors
 from docker.models.containers import Container
 
 from corral.contract.sandbox import Environment
-from sandbox import containers, workspace
+from sandbox import containers, sessions, workspace
 from sandbox.errors import SandboxError
 from sandbox.runner import RunnerLost, Runners
 
@@ -117,7 +117,7 @@ class _Member:
         return cls(
             container_id=str(container.id),
             name=str(container.name),
-            volume=containers.workspace_mount(container) or "",
+            volume=sessions.workspace_mount(container) or "",
             memory=int(host.get("Memory") or 0),
             cpu_quota=int(host.get("CpuQuota") or 0),
         )
@@ -213,7 +213,7 @@ class WarmPool:
 
     def _members(self, key: str) -> list[Container]:
         """This key's unclaimed members on the engine (not yet renamed), the oldest first."""
-        labels = [f"{POOL_LABEL}={key}", f"{containers.SCOPE_LABEL}={self._scope}"]
+        labels = [f"{POOL_LABEL}={key}", f"{sessions.SCOPE_LABEL}={self._scope}"]
         found = self._docker.containers.list(filters={"label": labels, "status": "running"}, ignore_removed=True)
         ours = [c for c in found if str(c.name).startswith(MEMBER_PREFIX)]
         return sorted(ours, key=lambda c: str(c.attrs.get("Created", "")))
@@ -308,7 +308,7 @@ class WarmPool:
     async def _remove_one_stale(self, everything: bool = False) -> bool:
         """Claim (so no session can) and remove one unclaimed member that is too old or not running: its runner
         died, or the worker that made it was killed before it started."""
-        labels = [POOL_LABEL, f"{containers.SCOPE_LABEL}={self._scope}"]
+        labels = [POOL_LABEL, f"{sessions.SCOPE_LABEL}={self._scope}"]
         found = await self._upkeep(
             self._docker.containers.list, all=True, filters={"label": labels}, ignore_removed=True
         )
@@ -333,7 +333,7 @@ class WarmPool:
         return False
 
     def _remove(self, member: Container) -> None:
-        self._remove_member(str(member.id), containers.workspace_mount(member), str(member.name))
+        self._remove_member(str(member.id), sessions.workspace_mount(member), str(member.name))
 
     def _remove_member(self, container_id: str, volume: str | None, name: str) -> None:
         for ready in self._ready.values():
@@ -350,7 +350,7 @@ class WarmPool:
 
     async def _make(self, key: str, environment: Environment) -> None:
         member_id = os.urandom(6).hex()
-        labels = {POOL_LABEL: key, containers.SCOPE_LABEL: self._scope, CREATED_LABEL: f"{time.time():.3f}"}
+        labels = {POOL_LABEL: key, sessions.SCOPE_LABEL: self._scope, CREATED_LABEL: f"{time.time():.3f}"}
         made = await self._upkeep(
             containers.make_pool_member, self._docker, f"{MEMBER_PREFIX}{member_id}", environment, self._image, labels
         )

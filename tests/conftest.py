@@ -44,9 +44,9 @@ from sandbox import (
     list_sandbox_resources,
 )
 from sandbox.cleanup import SHARED_NETWORKS
-from sandbox.containers import remove_session
 from sandbox.egress import EGRESS_CONTAINER, NETWORK_LABEL
 from sandbox.engine import install_dockerd
+from sandbox.sessions import remove_session
 from tests.hand_tools import TEST_TOOLS
 from tests.ports import free_port
 from workers.roles import harness_worker, model_worker, sandbox_workers

@@ -78,7 +78,7 @@ from deploy import build_offline_images, compose_command
 from deploy.__main__ import PROFILES, check_config
 from relay.partition import relay_order, relay_urls
 from sandbox import remove_all_sandboxes
-from sandbox.containers import remove_session, session_containers
+from sandbox.sessions import remove_session, session_containers
 from tests.chaos._processes import ROOT
 from tests.chaos.matrix import assert_whole
 from tests.conftest import STATE_DIR, history_text, texts

@@ -19,8 +19,8 @@ from corral.contract.session import SessionInput
 from corral.serving import ServerThread
 from corral.temporal import cluster_id
 from proxy import GitProxyServer, VaultStore
-from sandbox.containers import session_containers
 from sandbox.pool import POOL_LABEL, PoolSettings, WarmPool
+from sandbox.sessions import session_containers
 from tests.conftest import (
     Stack,
     history_text,

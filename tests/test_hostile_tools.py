@@ -19,7 +19,8 @@ from corral.contract.activities import ExecuteInput
 from corral.contract.errors import TOOL_ERROR
 from corral.contract.events import SessionEvent
 from corral.contract.sandbox import Environment, ProvisionInput
-from sandbox.containers import MAX_COMMAND_BYTES, remove_session
+from sandbox.containers import MAX_COMMAND_BYTES
+from sandbox.sessions import remove_session
 from tests.conftest import Stack, assert_log_is_whole, texts, unique, wait_for_idle
 from tests.test_sandbox import TOOLSET, bash, processes, session_containers, use
 

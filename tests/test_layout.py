@@ -149,3 +149,80 @@ def test_every_top_level_package_is_installed() -> None:
         assert package in typed, f"{package} is missing from [tool.mypy] files"
     for package in (*ROLES, "corral"):
         assert f"{package}*" in installed, f"{package} is missing from [tool.setuptools.packages.find]"
+
+
+MODULE_CEILING = 600
+MODULE_LIMIT = 400
+REASON = "# Over 400 lines because "
+REASON_WITHIN = 5
+"""How many lines at the top of a module may hold its `# Over 400 lines because …` comment."""
+
+
+def is_python_program(path: Path) -> bool:
+    """A file without the .py suffix that runs with python (its first line a `#!` naming python)."""
+    with path.open("rb") as file:
+        first = file.readline(200)
+    return first.startswith(b"#!") and b"python" in first
+
+
+def python_sources() -> list[Path]:
+    """Every non-test Python source of the repository: the modules of every package but `tests` (bench and examples
+    included), any module at the top level, and the Python programs shipped in `images/`."""
+    found = [path for package in PACKAGES for path in modules(package)] + sorted(ROOT.glob("*.py"))
+    found += [path for path in sorted((ROOT / "images").rglob("*")) if path.is_file() and is_python_program(path)]
+    return found
+
+
+def says_why(lines: list[str]) -> bool:
+    """Whether one of the first lines is a `# Over 400 lines because …` comment giving a reason of four words or
+    more."""
+    return any(
+        line.startswith(REASON) and len(line.removeprefix(REASON).split()) >= 4 for line in lines[:REASON_WITHIN]
+    )
+
+
+def size_problem(name: str, text: str) -> str | None:
+    """What the module size rule finds wrong with a module of this text, or None."""
+    count = len(text.splitlines())
+    if count > MODULE_CEILING:
+        return f"{name}: {count} lines, over the hard ceiling of {MODULE_CEILING}"
+    if count > MODULE_LIMIT and not says_why(text.splitlines()):
+        return (
+            f"{name}: {count} lines, over {MODULE_LIMIT} with no `{REASON}…` comment in its first {REASON_WITHIN} lines"
+        )
+    return None
+
+
+def test_no_module_is_over_the_ceiling_or_over_400_lines_without_saying_why() -> None:
+    """Small modules, one job each. Every non-test Python source of the repository (see `python_sources`) is
+    measured in lines (as `str.splitlines` counts them):
+
+    - over 600 lines fails, whatever the module says: 600 is a hard ceiling;
+    - over 400 lines fails unless one of its first five lines is a comment that starts `# Over 400 lines because `
+      and gives the reason in at least four more words (a module that passes 400 is split by job, or says there
+      why it is not);
+    - 400 lines or fewer passes.
+    Every module that breaks the rule is listed in the failure, one line each.
+    """
+    sources = python_sources()
+    names = {str(path.relative_to(ROOT)) for path in sources}
+    assert {"workflows/session.py", "bench/load.py", "images/sandbox/tools/corral-runner"} <= names, (
+        "the scan misses modules it must measure"
+    )
+    problems = [size_problem(str(path.relative_to(ROOT)), path.read_text()) for path in sources]
+    found = [problem for problem in problems if problem is not None]
+    assert found == [], "modules over the size rule:\n" + "\n".join(found)
+
+
+def test_the_module_size_rule_can_fail() -> None:
+    why = "# Over 400 lines because one state machine reads best as a whole\n"
+    body = "x = 1\n"
+    assert size_problem("m.py", body * 400) is None
+    assert "over 400" in str(size_problem("m.py", body * 401))
+    assert size_problem("m.py", why + body * 400) is None
+    assert size_problem("m", "#!/usr/bin/python3\n" + why + body * 400) is None
+    assert "over 400" in str(size_problem("m.py", body * REASON_WITHIN + why + body * 400)), "too far down"
+    assert "over 400" in str(size_problem("m.py", "# Over 400 lines because big\n" + body * 400)), "no reason"
+    in_a_docstring = '"""# Over 400 lines because it is long and whole."""\n'
+    assert "over 400" in str(size_problem("m.py", in_a_docstring + body * 400)), "a comment, not a docstring"
+    assert "hard ceiling" in str(size_problem("m.py", why + body * 600)), "a reason does not lift the ceiling"

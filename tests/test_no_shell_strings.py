@@ -23,7 +23,7 @@ from corral.contract.session import SessionInput
 from corral.converter import INVALID_INPUT
 from corral.names import SESSION_WORKFLOW
 from proxy import VaultStore
-from sandbox.containers import session_containers
+from sandbox.sessions import session_containers
 from tests.conftest import Stack, texts, wait_for_idle
 from tests.proxy_servers.devvault import shared_dev_vault
 from tests.proxy_servers.git_server import GitServerLog, git

@@ -20,10 +20,12 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from corral.client import send_text
 from corral.contract.sandbox import Environment
 from corral.names import SIGNAL_INTERRUPT
-from sandbox.containers import SESSION_LABEL, ensure_container, remove_session, volume_name
+from sandbox.containers import ensure_container
 from sandbox.egress import EGRESS_NETWORK, ensure_egress
 from sandbox.runner import Runners
+from sandbox.sessions import SESSION_LABEL, remove_session, volume_name
 from tests.conftest import Stack, assert_log_is_whole, history_text, read_events, texts, unique, wait_for_idle
+from tests.waits import until
 from workers.sandbox import reap_closed_sessions
 
 TOOLSET = [{"type": "agent_toolset_20260401"}]
@@ -49,11 +51,10 @@ def processes(client: docker.DockerClient, session_id: str) -> str:
 
 
 async def until_running(client: docker.DockerClient, session_id: str, command: str) -> None:
-    for _ in range(100):
-        if command in await asyncio.to_thread(processes, client, session_id):
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{command!r} did not start in the session's container")
+    async def running() -> bool:
+        return command in await asyncio.to_thread(processes, client, session_id)
+
+    await until(running, f"{command!r} started in the session's container")
 
 
 async def until_event(handle: WorkflowHandle, event_type: str, count: int = 1) -> None:
@@ -195,10 +196,7 @@ async def test_sandbox_worker_killed_mid_command_does_not_run_it_twice(
     try:
         handle = await stack.start(model, message="go", tools=TOOLSET)
         await until_event(handle, "agent.tool_use")
-        for _ in range(200):
-            if "sleep 4" in processes(docker_client, handle.id):
-                break
-            await asyncio.sleep(0.05)
+        await until_running(docker_client, handle.id, "sleep 4")  # a loaded engine may take a while to provision
         first.send_signal(signal.SIGKILL)
         first.wait()
         second = _spawn_sandbox_worker(stack, sandbox_image, log)

@@ -18,8 +18,9 @@ import pytest
 from corral.contract.sandbox import Environment
 from sandbox import SandboxResources, connect_docker, list_sandbox_resources, remove_all_sandboxes
 from sandbox.cleanup import SHARED_NETWORKS
-from sandbox.containers import ensure_container, remove_session
+from sandbox.containers import ensure_container
 from sandbox.egress import EGRESS_CONTAINER, EGRESS_NETWORK
+from sandbox.sessions import remove_session
 from sandbox.workspace import ONESHOT_LABEL
 
 LIMITED = Environment.model_validate({"networking": {"type": "limited", "allowed_hosts": ["example.invalid"]}})

@@ -18,7 +18,8 @@ from docker.types import Mount
 
 from sandbox import ensure_docker_engine, ensure_sandbox_image, sandbox_image_tag
 from sandbox.engine import our_daemon_pid
-from sandbox.image import LAYER_DIR, PACKAGES, base_work_dir, host_debian_mirror
+from sandbox.image import LAYER_DIR, base_work_dir
+from sandbox.rootfs import PACKAGES, host_debian_mirror
 from sandbox.workspace import SANDBOX_UID, WORKSPACE, hardened_run_options, prepare_workspace_volume
 
 STATE_DIR = Path(__file__).resolve().parents[1] / ".corral"

@@ -38,9 +38,9 @@ from corral.client import send_text
 from corral.contract.events import AgentToolResult, SessionEvent
 from corral.contract.sandbox import Environment
 from corral.names import ACTIVITY_PROVISION_SANDBOX, ENV_SANDBOX_ENGINE, SANDBOX_TASK_QUEUE, sandbox_provision_queue
-from sandbox.containers import SESSION_LABEL
 from sandbox.engine import READY_TIMEOUT_S
 from sandbox.host import system_env
+from sandbox.sessions import SESSION_LABEL
 from tests.chaos._processes import RoleProcess, role_process, temporal_env, worker_argv
 from tests.conftest import Stack, stop_reason, texts, unique, wait_for_idle
 from tests.ports import free_port

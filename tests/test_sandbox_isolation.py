@@ -23,9 +23,10 @@ from docker.models.containers import Container
 
 from corral.contract.sandbox import Environment
 from sandbox import list_sandbox_resources, remove_all_sandboxes
-from sandbox.containers import Provisioned, ensure_container, remove_session, session_ids_with_containers
+from sandbox.containers import Provisioned, ensure_container
 from sandbox.egress import EGRESS_CONTAINER, EGRESS_NETWORK, refresh_policy
 from sandbox.networks import SUBNET_POOL, ensure_network, preferred_slot, subnets
+from sandbox.sessions import remove_session, session_ids_with_containers
 from sandbox.workspace import SANDBOX_GID, SANDBOX_UID
 from tests.conftest import unique
 

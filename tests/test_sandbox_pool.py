@@ -18,7 +18,7 @@ import pytest
 from activities.sandbox import SandboxActivities
 from corral.contract.sandbox import Environment, Networking, ResourceLimits
 from corral.temporal import cluster_id
-from sandbox import containers
+from sandbox import containers, sessions
 from sandbox.cleanup import list_sandbox_resources, remove_pool_members
 from sandbox.egress import ALLOWED_HOSTS_LABEL, EGRESS_NETWORK, NETWORK_LABEL, ensure_egress
 from sandbox.networks import PARKING_NETWORK
@@ -54,7 +54,7 @@ def bash(command: str) -> dict[str, Any]:
 
 def members(client: docker.DockerClient, scope: str) -> list[str]:
     """The unclaimed members of `scope`, running or not."""
-    found = client.containers.list(all=True, filters={"label": [POOL_LABEL, f"{containers.SCOPE_LABEL}={scope}"]})
+    found = client.containers.list(all=True, filters={"label": [POOL_LABEL, f"{sessions.SCOPE_LABEL}={scope}"]})
     return sorted(str(c.name) for c in found if str(c.name).startswith(MEMBER_PREFIX))
 
 
@@ -65,12 +65,12 @@ async def fill(pool: WarmPool) -> None:
 
 def remove_scope(client: docker.DockerClient, scope: str) -> None:
     """Every container and volume a test's pools made, claimed or not."""
-    for container in client.containers.list(all=True, filters={"label": f"{containers.SCOPE_LABEL}={scope}"}):
-        volume = containers.workspace_mount(container)
+    for container in client.containers.list(all=True, filters={"label": f"{sessions.SCOPE_LABEL}={scope}"}):
+        volume = sessions.workspace_mount(container)
         container.remove(force=True)
         if volume:
             client.volumes.get(volume).remove(force=True)
-    for volume in client.volumes.list(filters={"label": f"{containers.SCOPE_LABEL}={scope}"}):
+    for volume in client.volumes.list(filters={"label": f"{sessions.SCOPE_LABEL}={scope}"}):
         volume.remove(force=True)
 
 
@@ -95,7 +95,7 @@ async def test_concurrent_claims_from_two_workers_never_share_a_member(
     ready = members(docker_client, scope)
     assert len(ready) == 3
     claims = [
-        pool.claim(f"owner-{n}", containers.container_name(f"sess{n}", 0), Environment())
+        pool.claim(f"owner-{n}", sessions.container_name(f"sess{n}", 0), Environment())
         for n, pool in enumerate([first, second] * 4)
     ]
     made = [m for m in await asyncio.gather(*claims) if m is not None]
@@ -192,14 +192,14 @@ def killed_while_preparing_the_volume(
 
     monkeypatch.setattr(containers, "chown_workspace", chown_then_die)
     name = f"{MEMBER_PREFIX}{uuid.uuid4().hex[:12]}"
-    labels = {POOL_LABEL: "key", containers.SCOPE_LABEL: scope, CREATED_LABEL: f"{made_at:.0f}"}
+    labels = {POOL_LABEL: "key", sessions.SCOPE_LABEL: scope, CREATED_LABEL: f"{made_at:.0f}"}
     with pytest.raises(WorkerKilled):
         containers.make_pool_member(client, name, Environment(), image, labels)
     monkeypatch.undo()
     member = client.containers.get(name)
-    volume = containers.workspace_mount(member)
+    volume = sessions.workspace_mount(member)
     assert member.status == "created" and volume is not None and volume.startswith(containers.POOL_VOLUME_PREFIX)
-    assert client.volumes.get(volume).attrs["Labels"] == {containers.SCOPE_LABEL: scope}
+    assert client.volumes.get(volume).attrs["Labels"] == {sessions.SCOPE_LABEL: scope}
     return name, volume, left[0]
 
 
@@ -320,20 +320,20 @@ async def test_a_session_gets_a_warm_sandbox_whose_workspace_outlives_its_contai
     assert pool.stats.hits == 1
     results = texts(events, "agent.tool_result")
     assert results[1] == "kept", "the second container mounts the pool member's workspace"
-    session = containers.session_containers(docker_client, handle.id)
+    session = sessions.session_containers(docker_client, handle.id)
     assert len(session) == 2
-    volumes = {containers.workspace_mount(c) for c in session}
+    volumes = {sessions.workspace_mount(c) for c in session}
     assert len(volumes) == 1 and str(next(iter(volumes))).startswith(containers.POOL_VOLUME_PREFIX)
     assert_log_is_whole(events)
     scope = f"{await cluster_id(pool_stack.client)}/default"
-    assert handle.id in containers.session_ids_with_containers(docker_client, scope), "the reaper sees the session"
+    assert handle.id in sessions.session_ids_with_containers(docker_client, scope), "the reaper sees the session"
     await handle.cancel()
     volume = str(volumes.pop())
     for _ in range(200):  # the release removes the containers, then the volume
-        if not containers.session_containers(docker_client, handle.id) and gone(docker_client, volumes=(volume,)):
+        if not sessions.session_containers(docker_client, handle.id) and gone(docker_client, volumes=(volume,)):
             break
         await asyncio.sleep(0.1)
-    assert containers.session_containers(docker_client, handle.id) == []
+    assert sessions.session_containers(docker_client, handle.id) == []
     with pytest.raises(docker.errors.NotFound):
         docker_client.volumes.get(volume)
 
@@ -345,9 +345,9 @@ async def test_with_the_pool_off_a_first_call_provisions_as_before(
     handle = await sandbox_stack.start(model, message="go", tools=TOOLSET)
     events = await wait_for_idle(handle, within_seconds=120)
     assert texts(events, "agent.tool_result") == ["/workspace"]
-    [container] = containers.session_containers(docker_client, handle.id)
-    assert container.labels[containers.SESSION_LABEL] == handle.id and POOL_LABEL not in container.labels
-    assert containers.workspace_mount(container) == containers.volume_name(handle.id)
+    [container] = sessions.session_containers(docker_client, handle.id)
+    assert container.labels[sessions.SESSION_LABEL] == handle.id and POOL_LABEL not in container.labels
+    assert sessions.workspace_mount(container) == sessions.volume_name(handle.id)
 
 
 async def ready_for(pool: WarmPool, environment: Environment) -> None:
@@ -399,7 +399,7 @@ async def test_a_recipe_with_networking_gets_a_warm_sandbox_on_a_network_of_its_
         events = await wait_for_idle(handle, within_seconds=120)
         assert_log_is_whole(events)
         [result] = texts(events, "agent.tool_result")
-        [container] = containers.session_containers(docker_client, handle.id)
+        [container] = sessions.session_containers(docker_client, handle.id)
         return result, str(container.id)
 
     try:

@@ -21,7 +21,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from corral.temporal import cluster_id
-from sandbox.containers import SCOPE_LABEL, SESSION_LABEL
+from sandbox.sessions import SCOPE_LABEL, SESSION_LABEL
 from tests.conftest import unique
 from tests.waits import until
 from workers._reaper import closed_sessions, reaping

@@ -21,7 +21,7 @@ from temporalio.worker import Worker
 from activities.sandbox import SandboxActivities
 from corral.names import sandbox_provision_queue
 from corral.temporal import cluster_id
-from sandbox import containers
+from sandbox import sessions
 from sandbox.errors import SandboxSetupError
 from sandbox.image import ensure_sandbox_image
 from sandbox.pool import WarmPool
@@ -43,11 +43,11 @@ class SandboxReaper:
         self._scope = scope  # `<cluster id>/<namespace>`: another server's sessions on this engine are not ours
 
     async def sessions(self) -> set[str]:
-        return await asyncio.to_thread(containers.session_ids_with_containers, self._engine, self._scope)
+        return await asyncio.to_thread(sessions.session_ids_with_containers, self._engine, self._scope)
 
     async def remove(self, closed: list[str]) -> None:
         for session_id in closed:
-            await asyncio.to_thread(containers.remove_session, self._engine, session_id, True)
+            await asyncio.to_thread(sessions.remove_session, self._engine, session_id, True)
             log.info("reaped the sandbox of closed session %s", session_id)
 
 

@@ -38,7 +38,7 @@ from corral.temporal import cluster_id, connect
 from proxy import StaticBearerParams, VaultStore
 from relay import StreamPublisher
 from sandbox.cleanup import remove_pool_members
-from sandbox.containers import remove_session
+from sandbox.sessions import remove_session
 from tests.chaos._processes import ROOT, role_process, temporal_env, until_healthy, worker_argv
 from tests.chaos.matrix import assert_whole, chaos_n, record_logs
 from tests.conftest import Stack, read_events, texts, unique, wait_for_idle
@@ -215,7 +215,7 @@ session is mid-command at the fault, however long the test took to see them all 
 
 def _release(engine: docker.DockerClient, handles: Sequence[WorkflowHandle]) -> None:
     """Let each session's held command go on to `echo finished`."""
-    from sandbox.containers import session_containers
+    from sandbox.sessions import session_containers
 
     for handle in handles:
         running = [c for c in session_containers(engine, handle.id) if c.status == "running"]
@@ -226,7 +226,7 @@ def _release(engine: docker.DockerClient, handles: Sequence[WorkflowHandle]) -> 
 
 
 def _container_processes(engine: docker.DockerClient, session_id: str) -> str:
-    from sandbox.containers import session_containers
+    from sandbox.sessions import session_containers
 
     # The worker process runs a warm pool: a claimed member carries the session's name, not its label.
     running = [c for c in session_containers(engine, session_id) if c.status == "running"]

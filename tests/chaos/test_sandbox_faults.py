@@ -28,8 +28,8 @@ from temporalio.client import WorkflowHandle
 from activities.sandbox import SandboxActivities
 from corral.contract.events import SessionEvent
 from corral.temporal import cluster_id
-from sandbox.containers import remove_session
 from sandbox.host import system_env
+from sandbox.sessions import remove_session
 from tests.chaos.matrix import assert_whole, chaos_n, record_logs
 from tests.conftest import Stack, texts, wait_for_idle
 from tests.test_sandbox import TOOLSET, bash, processes, session_containers

@@ -1,0 +1,168 @@
+"""The load benchmark's accounting: every session's log, history and marker file read back, and what each process
+logged; whatever does not add up is counted as lost or duplicated, whatever went wrong without loss as a finding."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from temporalio.api.enums.v1 import EventType, TimeoutType
+
+from bench._report import log_gaps_and_repeats
+from bench.recovery import command_runs
+from corral.client import read_events
+from corral.contract.events import AgentToolResult, SessionEvent, SessionStatusIdle, UserMessage
+
+if TYPE_CHECKING:
+    from bench._load_clients import Load, Session
+
+HISTORY_COUNTED = {
+    EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED: "workflow task failed",
+    EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT: "workflow task timed out",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED: "activity task failed",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT: "activity task timed out",
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW: "continued as new",
+}
+LOG = "log: positions 1..N, no gap, no repeated position or event id"
+USERS = "user.message: one per client id sent"
+LOG_LEVEL = re.compile(r"\b(WARN|WARNING|ERROR|CRITICAL)\b(.*)")
+
+
+@dataclass
+class Checked:
+    """What reading every log, history and marker file found."""
+
+    lost: Counter[str] = field(default_factory=Counter)
+    duplicated: Counter[str] = field(default_factory=Counter)
+    findings: Counter[str] = field(default_factory=Counter)
+    """Counts of things that went wrong without losing anything (tool errors, task failures, retries)."""
+    messages: Counter[str] = field(default_factory=Counter)
+    """Distinct failure messages from the histories, with how often each was seen."""
+    waits: dict[str, list[float]] = field(default_factory=dict)
+    """Seconds each task waited in its queue (scheduled -> started), by queue: workflow tasks, each activity."""
+    events: int = 0
+    containers_left: int = 0
+
+
+def check_log(checked: Checked, session: Session, events: list[SessionEvent], turns: int) -> None:
+    """Lost and duplicated events of one session, by what was sent and what each turn must have written."""
+    gaps, repeats = log_gaps_and_repeats(events)
+    checked.lost[LOG] += gaps
+    checked.duplicated[LOG] += repeats
+    checked.events += len(events)
+    users = [event.client_id for event in events if isinstance(event, UserMessage)]
+    logged = Counter(users)
+    checked.lost[USERS] += sum(1 for cid in session.client_ids if cid not in logged)
+    checked.duplicated[USERS] += sum(count - 1 for count in logged.values())
+    checked.duplicated[USERS] += sum(1 for cid in logged if cid not in session.client_ids)
+    uses = [event.id for event in events if event.type == "agent.tool_use"]
+    checked.lost["agent.tool_use (one per turn)"] += max(0, turns - len(uses))
+    checked.duplicated["agent.tool_use (one per turn)"] += max(0, len(uses) - turns)
+    results = Counter(event.tool_use_id for event in events if isinstance(event, AgentToolResult))
+    checked.lost["agent.tool_result (one per tool use)"] += sum(1 for use in uses if use not in results)
+    checked.duplicated["agent.tool_result (one per tool use)"] += sum(count - 1 for count in results.values())
+    idles = [event for event in events if isinstance(event, SessionStatusIdle)]
+    ends = sum(1 for event in idles if event.stop_reason.type == "end_turn")
+    checked.lost["session.status_idle end_turn (one per turn)"] += max(0, turns - ends)
+    checked.duplicated["session.status_idle end_turn (one per turn)"] += max(0, ends - turns)
+    checked.findings["idle for another reason than end_turn"] += len(idles) - ends
+    checked.findings["tool results that are errors"] += sum(
+        1 for event in events if isinstance(event, AgentToolResult) and event.is_error
+    )
+    checked.findings["session.error events"] += sum(1 for event in events if event.type == "session.error")
+
+
+async def check_history(checked: Checked, load: Load, session: Session) -> None:
+    """What went wrong in every run of the session's workflow (failed or timed-out tasks, retried activities), and
+    how long each task waited in its queue (scheduled -> started)."""
+    run_id: str | None = None
+    while True:
+        handle = load.client.get_workflow_handle(session.id, run_id=run_id)
+        history = await handle.fetch_history()
+        scheduled: dict[int, tuple[str, float]] = {}
+        for event in history.events:
+            at = event.event_time.ToMicroseconds() / 1e6
+            kind = HISTORY_COUNTED.get(event.event_type)
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+                timeout = event.workflow_task_timed_out_event_attributes.timeout_type
+                kind = f"{kind} ({TimeoutType.Name(timeout).removeprefix('TIMEOUT_TYPE_')})"
+            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
+                timed_out = event.activity_task_timed_out_event_attributes
+                timeout = timed_out.failure.timeout_failure_info.timeout_type
+                activity = scheduled.get(timed_out.scheduled_event_id, ("an activity", 0.0))[0]
+                kind = f"{activity} timed out ({TimeoutType.Name(timeout).removeprefix('TIMEOUT_TYPE_')})"
+            if kind is not None:
+                checked.findings[kind] += 1
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
+                scheduled[event.event_id] = ("workflow task (harness)", at)
+            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                name = event.activity_task_scheduled_event_attributes.activity_type.name
+                scheduled[event.event_id] = (f"`{name}` activity", at)
+            elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+                queue, since = scheduled[event.workflow_task_started_event_attributes.scheduled_event_id]
+                checked.waits.setdefault(queue, []).append(at - since)
+            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+                started = event.activity_task_started_event_attributes
+                queue, since = scheduled[started.scheduled_event_id]
+                if started.attempt > 1:
+                    checked.findings[f"{queue} started again (attempt > 1)"] += 1
+                    checked.messages[f"{queue} retried after: {started.last_failure.message}"] += 1
+                else:
+                    checked.waits.setdefault(queue, []).append(at - since)
+            elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+                attributes = event.workflow_task_failed_event_attributes
+                checked.messages[f"workflow task failed ({attributes.cause}): {attributes.failure.message}"] += 1
+            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
+                failure = event.activity_task_failed_event_attributes.failure
+                checked.messages[f"activity failed: {failure.message}"] += 1
+        first = history.events[0].workflow_execution_started_event_attributes
+        if not first.continued_execution_run_id:
+            return
+        run_id = first.continued_execution_run_id
+
+
+async def account(load: Load) -> None:
+    """Read every load session's log and history, and count each sandbox command's runs."""
+    gate = asyncio.Semaphore(16)
+    checked = load.checked
+
+    async def one(session: Session) -> None:
+        async with gate:
+            events = await read_events(session.handle)
+            check_log(checked, session, events, load.args.turns)
+            await check_history(checked, load, session)
+            if session.sandbox:
+                assert load.engine is not None
+                runs = await asyncio.to_thread(command_runs, load.engine, session.id)
+                if runs < 0:
+                    checked.findings["sandbox sessions with no container"] += 1
+                checked.lost["sandbox command runs (one per turn)"] += max(0, load.args.turns - max(runs, 0))
+                checked.duplicated["sandbox command runs (one per turn)"] += max(0, runs - load.args.turns)
+
+    await asyncio.gather(*(one(session) for session in load.loaded))
+    for session in load.baseline:
+        await check_history(load.alone_checked, load, session)
+
+
+def scan_logs(load: Load) -> None:
+    """Warnings and errors each process logged, by message."""
+    for name, log in load.logs.items():
+        lines: Counter[str] = Counter()
+        for line in log.read_text(errors="replace").splitlines():
+            found = LOG_LEVEL.search(line)
+            if found:
+                lines[f"{found.group(1)} {log_message(found.group(2))}"] += 1
+        load.log_lines[name] = lines
+
+
+def log_message(text: str) -> str:
+    """What a logged line says, without what varies (times, ids, numbers); of the Temporal server's logfmt lines,
+    their `msg` and `error`."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # the SDK core's colours
+    fields = re.findall(r'\b(msg|error)="([^"]*)"', text)
+    if fields:
+        text = " ".join(f"{key}={value}" for key, value in fields)
+    return re.sub(r"[0-9a-f]{8,}|\d+(\.\d+)?", "#", text.strip())[:160]
