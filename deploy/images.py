@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,8 +41,13 @@ from sandbox.image import IMAGE_REPOSITORY, base_image_tag, ensure_sandbox_image
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGES_DIR = ROOT / "images"
-PACKAGES = ("corral", "workflows", "activities", "workers", "proxy", "cli", "gateway")
-"""The project's top-level packages (pyproject's package list): their source decides the project wheel."""
+PACKAGES = tuple(
+    pattern.removesuffix("*")
+    for pattern in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"][
+        "include"
+    ]
+)
+"""The project's top-level packages, read from pyproject's package list: their source decides the project wheel."""
 STABLE_TAG = "local"
 CORRAL_REPOSITORY = "corral-offline/corral"
 TEMPORAL_REPOSITORY = "corral-offline/temporal"
