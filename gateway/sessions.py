@@ -24,7 +24,7 @@ from temporalio.exceptions import ApplicationError
 from corral.client import (
     new_session_id,
     read_events,
-    send_events,
+    send_batch,
     session_info,
     start_session,
 )
@@ -58,6 +58,8 @@ from gateway.vaults import check_vault_ids
 
 MAX_LIMIT = 1000
 DEFAULT_LIMIT = 20
+READ_BACK = 1000
+"""How far back from a log's end a send looks for the events it wrote, when the worker does not say them."""
 
 
 OVERRIDABLE = frozenset({"model", "system", "tools", "mcp_servers", "skills"})
@@ -278,16 +280,18 @@ class Sessions:
 
     async def _send(self, handle: WorkflowHandle, events: list[Any]) -> list[dict[str, Any]]:
         """Send a batch through the `send_events` update (validated as a whole by the session: all or nothing),
-        and answer with the events as they were written."""
-        before = (await session_info(handle)).last_position
+        and answer with the events as they were written: the update's own answer, so no query reads them back."""
         try:
-            ids = await send_events(handle, [_corral_event(event, index) for index, event in enumerate(events)])
+            result = await send_batch(handle, [_corral_event(event, index) for index, event in enumerate(events)])
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause
             message = cause.message if isinstance(cause, ApplicationError) else str(cause or exc)
             raise invalid(message) from exc
-        written = {event.id: event for event in await read_events(handle, after=before) if event.id in set(ids)}
-        return [event_view(written[event_id]) for event_id in ids if event_id in written]
+        written = result.events
+        if written is None:  # a worker older than `SendEventsResult.events`: read them back from the log's end
+            written = await self._backwards(handle, None, None, READ_BACK)
+        found = {event.id: event for event in written}
+        return [event_view(found[event_id]) for event_id in result.event_ids if event_id in found]
 
 
 def _session_budget(raw: Any, agent: Mapping[str, Any]) -> SessionBudget | None:
