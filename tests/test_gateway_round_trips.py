@@ -7,6 +7,7 @@ client), driven over HTTP by the official `anthropic` SDK; Temporal is the dev s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
 from typing import Any
@@ -15,15 +16,21 @@ import anthropic
 import pytest
 import uvicorn
 from google.protobuf.message import Message
+from temporalio import workflow
 from temporalio.client import Client
 from temporalio.service import ServiceClient, ServiceResponse
 
 from corral.apikeys import create_key
+from corral.contract.session import SendEventsInput, SendEventsResult, SessionInput
+from corral.names import SESSION_WORKFLOW, UPDATE_SEND_EVENTS
 from corral.records import Records
 from gateway.app import create_app
 from tests.conftest import Stack, unique
 from tests.ports import free_port
 from tests.waits import until
+from workers.roles import harness_worker
+from workflows import SessionWorkflow
+from workflows.records import RecordWorkflow
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -80,16 +87,39 @@ def _workflow_id(request: Message) -> str:
     return str(getattr(request, "workflow_id", ""))
 
 
+@workflow.defn(name=SESSION_WORKFLOW)
+class OlderSessionWorkflow(SessionWorkflow):
+    """The harness as it was before `SendEventsResult.events`: a send is answered with the ids alone."""
+
+    @workflow.run
+    async def run(self, input: SessionInput) -> None:
+        await super().run(input)
+
+    @workflow.update(name=UPDATE_SEND_EVENTS)
+    def send_events(self, input: SendEventsInput) -> SendEventsResult:  # type: ignore[override]
+        self._runs.requests += 1  # the handler as it was
+        return SendEventsResult(event_ids=self._inbox.accept_batch(input))
+
+
+Counted = tuple[anthropic.AsyncAnthropic, CountingServiceClient, str]
+
+
 @pytest.fixture
-async def counted(stack: Stack) -> AsyncIterator[tuple[anthropic.AsyncAnthropic, CountingServiceClient, str]]:
+async def counted(stack: Stack) -> AsyncIterator[Counted]:
+    async with gateway_app(stack, stack.harness_queue) as running:
+        yield running
+
+
+@contextlib.asynccontextmanager
+async def gateway_app(stack: Stack, harness_queue: str) -> AsyncIterator[Counted]:
     """An SDK client of a new key, on the gateway app whose Temporal client counts its calls, and the key's
     record id (its verification is cached by the gateway: not part of a send)."""
     wire = CountingServiceClient(stack.client.service_client)
     config = stack.client.config()
     config["service_client"] = wire
     client = Client(**config)
-    app = create_app(client, stack.harness_queue, stack.model_queue)
-    key, record = await create_key(Records(stack.client, task_queue=stack.harness_queue), unique("trips"))
+    app = create_app(client, harness_queue, stack.model_queue)
+    key, record = await create_key(Records(stack.client, task_queue=harness_queue), unique("trips"))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
     serving = asyncio.create_task(server.serve())
     try:
@@ -103,9 +133,7 @@ async def counted(stack: Stack) -> AsyncIterator[tuple[anthropic.AsyncAnthropic,
         await serving
 
 
-async def test_a_send_costs_two_temporal_round_trips(
-    stack: Stack, counted: tuple[anthropic.AsyncAnthropic, CountingServiceClient, str]
-) -> None:
+async def test_a_send_costs_two_temporal_round_trips(stack: Stack, counted: Counted) -> None:
     client, wire, key_record = counted
     agent = await client.beta.agents.create(name="counted", model=stack.script([{"text": "ok"}], loop=True))
     environment = await client.beta.environments.create(name="plain")
@@ -125,3 +153,21 @@ async def test_a_send_costs_two_temporal_round_trips(
     # (once the turn has taken it, the log's copy has a `processed_at` too: the answer is the event as written)
     assert [e.model_dump(exclude={"processed_at"}) for e in listed] == [event.model_dump(exclude={"processed_at"})]
     assert (event.type, event.model_dump()["content"][0]["text"]) == ("user.message", "hello")
+
+
+async def test_a_send_to_an_older_harness_reads_the_events_back(stack: Stack) -> None:
+    """A harness not yet upgraded answers with ids only: the gateway reads the events back from the log's end."""
+    queue = unique("older-harness")
+    async with harness_worker(stack.client, queue, workflows=[OlderSessionWorkflow, RecordWorkflow]):
+        async with gateway_app(stack, queue) as (client, _, _):
+            agent = await client.beta.agents.create(name="older", model=stack.script([{"text": "ok"}], loop=True))
+            environment = await client.beta.environments.create(name="plain")
+            session = await client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+            sent = await client.beta.sessions.events.send(
+                session.id,
+                events=[{"type": "user.message", "content": [{"type": "text", "text": text}]} for text in "ab"],
+            )
+            listed = [e async for e in client.beta.sessions.events.list(session.id, types=["user.message"])]
+            assert [e.id for e in listed] == [e.id for e in sent.data or []] and len(listed) == 2
+            assert [e.model_dump()["content"][0]["text"] for e in sent.data or []] == ["a", "b"]
+            await stack.client.get_workflow_handle(session.id).terminate("test finished")
