@@ -13,7 +13,7 @@ from gateway.errors import invalid
 
 MAX_LIMIT = 1000
 DEFAULT_LIMIT = 20
-"""Sessions and events per page (agents, environments and vaults: 20 of at most 100, `gateway/records.py`)."""
+"""Sessions and events per page (records such as agents take 20 of at most 100: `gateway/records.py`)."""
 
 _RFC_3339 = re.compile(
     r"(?P<date>\d{4}-\d{2}-\d{2})[Tt ](?P<time>\d{2}:\d{2}:\d{2})(?:\.(?P<fraction>\d+))?"
