@@ -5,4 +5,8 @@ is. The gateway holds no state of its own: sessions are `SessionWorkflow`s, agen
 records (one entity workflow each, `workflows/records.py`), listings come from Temporal's visibility, a session's
 events from its log, and live previews from the stream relay. Run two and kill one: a client that reconnects to
 the other misses nothing.
+
+One module per resource family (`agents`, `environments`, `sessions`, `events`, `session_admin`, `repositories`,
+`vaults`) on a small core (`auth`, `owned`, `errors`, `http`, `pages`, `records`, `shapes`); `gateway/app.py` says
+how to add one.
 """

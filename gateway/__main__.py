@@ -73,7 +73,7 @@ async def serve(args: argparse.Namespace) -> None:
     client = await connect(args.temporal or temporal_address())
     await ensure_search_attributes(client)
     app = create_app(client, args.harness_queue, args.model_queue, args.max_streams_per_key)
-    app.state.stream_url = args.stream_url  # read by the events stream (gateway/sessions.py)
+    app.state.stream_url = args.stream_url  # read by the events stream (gateway/stream.py)
     app.state.stream_token = os.environ.get("CORRAL_STREAM_TOKEN") or None
     # With JSON logs, uvicorn's loggers go through the root's JSON handler, not the handlers of its own log_config.
     observed = telemetry.current()

@@ -24,7 +24,7 @@ STREAM_RETRY_AFTER_SECONDS = 5
 """The `retry-after` of a stream refused for the bound: a slot frees when one of the key's streams closes."""
 
 Handler = Callable[[Request, str], Awaitable[Response]]
-"""An endpoint that is given the caller's workspace (see `gateway.app.Gateway.workspace`)."""
+"""An endpoint that is given the caller's workspace (see `gateway.auth.ApiKeys.workspace`)."""
 Authed = Callable[[Handler], Callable[[Request], Awaitable[Response]]]
 """Wraps a `Handler` into a Starlette endpoint that authenticates first."""
 

@@ -1,5 +1,5 @@
 """Live previews on a session's event stream (`event_deltas[]`): the stream relay's text as `event_start` and
-`event_delta` frames, merged with the session's log. Pure rules, no I/O: `gateway/sessions.py` feeds them."""
+`event_delta` frames, merged with the session's log. Pure rules, no I/O: `gateway/stream.py` feeds them."""
 
 from __future__ import annotations
 

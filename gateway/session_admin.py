@@ -30,6 +30,7 @@ from corral.contract.session import UpdateSessionInput
 from corral.names import BUDGET_CREATE_ONLY, BUDGET_NOT_RAISED, BUSY
 from gateway.errors import ApiError, invalid
 from gateway.http import Authed, body
+from gateway.owned import own_session
 from gateway.session_status import refuse_if_ended
 from gateway.shapes import budget_limit, patch_metadata
 
@@ -47,7 +48,7 @@ def session_admin_routes(gateway: Any, authed: Authed) -> list[Route]:
 
     async def delete(request: Request, workspace: str) -> Response:
         session_id = request.path_params["id"]
-        handle, description = await sessions._own(workspace, session_id)
+        handle, description = await own_session(gateway.client, workspace, session_id)
         if description.status is not None and description.status.name == "RUNNING":
             try:  # refused while the session runs; else its log ends with session.deleted, and it takes no more
                 await update_session(handle, UpdateSessionInput(delete=True))
@@ -98,7 +99,7 @@ def session_admin_routes(gateway: Any, authed: Authed) -> list[Route]:
 
     async def _apply(request: Request, workspace: str, change: UpdateSessionInput) -> Response:
         session_id = request.path_params["id"]
-        handle, description = await sessions._own(workspace, session_id)
+        handle, description = await own_session(gateway.client, workspace, session_id)
         await refuse_if_ended(handle, description)  # 410, saying how and when it ended
         memo = await description.memo()
         patch_metadata(dict(memo.get("metadata") or {}), change.metadata)  # refuses what a create would refuse

@@ -31,7 +31,6 @@ from corral.records import RecordArchived, RecordNotFound, Records, RecordView
 from gateway.errors import invalid, not_found
 from gateway.http import Authed, body, flag, whole
 from gateway.owned import id_of, own_record, record_prefix
-from gateway.repositories import repository_routes
 from gateway.shapes import check_metadata, patch_metadata, problem, when
 from gateway.vault_access import ACCESS, VaultAccess, in_vault, validate_in_proxy
 from proxy import Credential, CredentialParams, CredentialValidation
@@ -328,8 +327,7 @@ async def check_vault_ids(records: Records, workspace: str, vault_ids: list[str]
 
 
 def vault_routes(gateway: Any, authed: Authed) -> list[Route]:
-    """Vaults and their credentials (`gateway` is the app's `Gateway`; its records scope every vault), and the
-    session resources whose tokens are in Vault too."""
+    """Vaults and their credentials (`gateway` is the app's `Gateway`; its records scope every vault)."""
     vaults = Vaults(gateway.records, ACCESS)
     base, one = "/v1/vaults", "/v1/vaults/{id}/credentials/{credential_id}"
     return [
@@ -346,5 +344,4 @@ def vault_routes(gateway: Any, authed: Authed) -> list[Route]:
         Route(one, authed(vaults.delete_credential), methods=["DELETE"]),
         Route(one + "/archive", authed(vaults.archive_credential), methods=["POST"]),
         Route(one + "/mcp_oauth_validate", authed(vaults.validate_credential), methods=["POST"]),
-        *repository_routes(gateway, authed),
     ]

@@ -21,7 +21,7 @@ from playwright.async_api import Error as PlaywrightError
 from temporalio.testing import WorkflowEnvironment
 
 from corral.temporal import start_local_temporal
-from gateway.sessions import WORKSPACE_KEY
+from gateway.owned import WORKSPACE_KEY
 from tests.browser import CHROMIUM_ARGS, ChromiumUnavailable, ensure_chromium
 from tests.conftest import Stack
 from tests.ports import free_port

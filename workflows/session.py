@@ -525,9 +525,12 @@ class SessionWorkflow:
 
     @workflow.update(name=UPDATE_SEND_EVENTS)
     def send_events(self, input: SendEventsInput) -> SendEventsResult:
-        """Append a batch of user events; returns their ids once they are in history."""
+        """Append a batch of user events; returns their ids, and the events written, once they are in history."""
         self._runs.requests += 1
-        return SendEventsResult(event_ids=self._inbox.accept_batch(input))
+        end = self._log.last_position
+        ids = self._inbox.accept_batch(input)
+        written = [event for event in self._log.events[end - self._log.base :] if event.id in ids]
+        return SendEventsResult(event_ids=ids, events=written)
 
     @send_events.validator
     def _validate_send_events(self, input: SendEventsInput) -> None:

@@ -449,6 +449,9 @@ class SendEventsResult(BaseModel):
     """The ids of the accepted events, in order (an already-seen client id returns the earlier event's id)."""
 
     event_ids: list[str]
+    events: list[SessionEvent] | None = None
+    """The events this update wrote, as it wrote them, in order (an already-seen client id's earlier event is not
+    among them), so a sender needs no query to read them back. None from a worker older than the field."""
 
 
 class InterruptSignal(SendableInput):

@@ -1,0 +1,39 @@
+"""Agents (`/v1/agents`): versioned records; an update may name the version it changes, and an agent is archived,
+never deleted (as upstream). An agent's hands must be registered for its workspace (`gateway/hands.py`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from starlette.routing import Route
+
+from corral.records import RecordView
+from gateway.hands import check_hands
+from gateway.http import Authed
+from gateway.records import RecordResource
+from gateway.shapes import agent_body, agent_view
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+
+
+class Agents(RecordResource):
+    kind = "agent"
+    plural = "agents"
+    versioned = True
+    created_at_bounds = ("created_at[gte]", "created_at[lte]")
+    """As the SDK sends them (`agents.list(created_at_gte=...)`)."""
+
+    def make_body(self, request: dict[str, Any], current: dict[str, Any] | None = None) -> dict[str, Any]:
+        return agent_body(request, current)
+
+    def show(self, record: RecordView) -> dict[str, Any]:
+        return agent_view(record.id, record.version, record.body, record.created_at, record.updated_at,
+                          record.archived_at)  # fmt: skip
+
+    async def check(self, workspace: str, made: dict[str, Any]) -> None:
+        await check_hands(self.gateway.records, workspace, made.get("tools"), own_queues=self.gateway.own_queues())
+
+
+def agent_routes(gateway: Gateway, authed: Authed) -> list[Route]:
+    return Agents(gateway).routes(authed)
