@@ -12,7 +12,7 @@ A plain library (no Temporal import): the `corral-proxy` activity layer calls it
 - `ensure_local_vault` (`localvault.py`): the durable OpenBao `corral up` runs, unsealed from the state dir.
 """
 
-from proxy.devvault import DevVault, ensure_kv_v2_mount, find_bao_binary, log_in, start_dev_vault
+from proxy.devvault import DevVault, ensure_kv_v2_mount, find_bao_binary, start_dev_vault
 from proxy.errors import (
     BaoBinaryNotFound,
     BindingRejected,
@@ -31,6 +31,7 @@ from proxy.errors import (
 )
 from proxy.git import GitProxyServer, create_git_proxy_app
 from proxy.localvault import LocalVault, ensure_local_vault, stop_local_vault
+from proxy.login import log_in
 from proxy.mcp import McpProxy
 from proxy.models import (
     Credential,

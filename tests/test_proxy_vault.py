@@ -42,7 +42,8 @@ from proxy import (
     find_bao_binary,
     stop_local_vault,
 )
-from proxy.devvault import DevVault, log_in
+from proxy.devvault import DevVault
+from proxy.login import log_in
 from tests.proxy_servers.devvault import scan_for, shared_dev_vault
 from tests.waits import until_sync
 
