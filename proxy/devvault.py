@@ -38,8 +38,8 @@ import requests
 from pydantic import SecretStr
 
 from proxy.errors import BaoBinaryNotFound, DevVaultError, VaultUnavailable
+from proxy.layout import DEFAULT_MOUNT
 
-DEFAULT_MOUNT = "corral"
 ENV_BAO_BINARY = "CORRAL_BAO_BINARY"
 _LOG_NAME = "openbao-dev.log"
 
