@@ -1,17 +1,115 @@
-"""How every process that keeps credentials logs in to Vault (or OpenBao): a token, else an AppRole whose token is
-renewed by logging in again when Vault refuses it.
+"""How a process finds Vault (or OpenBao) and logs in to it, read from its environment in one place: the proxy
+worker (`workers.settings`), the gateway (`gateway.vault_access`) and the CLI (`cli.vault`, `cli.up`) all read it
+here.
+
+    VAULT_ADDR or BAO_ADDR                       where Vault is (the first one set)
+    VAULT_TOKEN or BAO_TOKEN                     a token; it wins over an AppRole
+    VAULT_ROLE_ID and VAULT_SECRET_ID            an AppRole: both or neither
+    CORRAL_VAULT_MOUNT                           the KV v2 mount (default `corral`, `proxy.layout`)
+
+An empty variable counts as unset. A login is a token, else an AppRole, whose token is renewed by logging in again
+when Vault refuses it (`_AppRoleAdapter`): a worker lives longer than its token.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Self
 
 import hvac
 import hvac.exceptions
 import requests
 
 from proxy.devvault import ensure_kv_v2_mount
-from proxy.errors import ProxyError, VaultUnavailable
+from proxy.errors import ProxyError, VaultLoginIncomplete, VaultUnavailable
+from proxy.layout import DEFAULT_MOUNT
+from proxy.vault import VaultStore
+
+ENV_VAULT_ADDR: Final = "VAULT_ADDR"
+ENV_BAO_ADDR: Final = "BAO_ADDR"
+ENV_VAULT_TOKEN: Final = "VAULT_TOKEN"
+ENV_BAO_TOKEN: Final = "BAO_TOKEN"
+ENV_VAULT_ROLE_ID: Final = "VAULT_ROLE_ID"
+ENV_VAULT_SECRET_ID: Final = "VAULT_SECRET_ID"
+ENV_VAULT_MOUNT: Final = "CORRAL_VAULT_MOUNT"
+ADDRESS_ENV: Final = (ENV_VAULT_ADDR, ENV_BAO_ADDR)
+TOKEN_ENV: Final = (ENV_VAULT_TOKEN, ENV_BAO_TOKEN)
+LOGIN_ENV: Final = (
+    ENV_VAULT_ADDR,
+    ENV_VAULT_TOKEN,
+    ENV_BAO_ADDR,
+    ENV_BAO_TOKEN,
+    ENV_VAULT_ROLE_ID,
+    ENV_VAULT_SECRET_ID,
+)
+"""Every variable that says where Vault is or holds a login: what only the process meant to log in may see."""
+
+NO_ADDRESS: Final = f"set {ENV_VAULT_ADDR} (or {ENV_BAO_ADDR}) to the Vault/OpenBao server, or run `corral up`"
+NO_LOGIN: Final = f"set {ENV_VAULT_TOKEN}, or {ENV_VAULT_ROLE_ID} and {ENV_VAULT_SECRET_ID} (AppRole)"
+
+
+def _first(environ: Mapping[str, str], names: tuple[str, ...]) -> str | None:
+    return next((environ[name] for name in names if environ.get(name)), None)
+
+
+def vault_address(environ: Mapping[str, str]) -> str | None:
+    """Where the environment says Vault is (`VAULT_ADDR`, else `BAO_ADDR`); None when it names no Vault."""
+    return _first(environ, ADDRESS_ENV)
+
+
+def vault_mount(environ: Mapping[str, str]) -> str:
+    """The KV v2 mount the environment names (`CORRAL_VAULT_MOUNT`), else `corral`."""
+    return environ.get(ENV_VAULT_MOUNT) or DEFAULT_MOUNT
+
+
+@dataclass(frozen=True)
+class VaultLogin:
+    """Where Vault is and how to log in to it: a token, else an AppRole. The token and the secret id never appear
+    in a repr. `VaultLoginIncomplete` when neither a token nor a whole AppRole is given."""
+
+    address: str
+    token: str | None = field(default=None, repr=False)
+    role_id: str | None = None
+    secret_id: str | None = field(default=None, repr=False)
+    mount: str = DEFAULT_MOUNT
+
+    def __post_init__(self) -> None:
+        if self.token is not None:
+            return
+        if (self.role_id is None) != (self.secret_id is None):
+            given, missing = (
+                (ENV_VAULT_ROLE_ID, ENV_VAULT_SECRET_ID) if self.secret_id is None
+                else (ENV_VAULT_SECRET_ID, ENV_VAULT_ROLE_ID)
+            )  # fmt: skip
+            raise VaultLoginIncomplete(f"{given} is set without {missing}: {NO_LOGIN}")
+        if self.role_id is None:
+            raise VaultLoginIncomplete(NO_LOGIN)
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> Self:
+        """The login `environ` (default: this process's) gives; `VaultLoginIncomplete` names what is missing."""
+        env = os.environ if environ is None else environ
+        address = vault_address(env)
+        if address is None:
+            raise VaultLoginIncomplete(NO_ADDRESS)
+        return cls(
+            address=address,
+            token=_first(env, TOKEN_ENV),
+            role_id=env.get(ENV_VAULT_ROLE_ID) or None,
+            secret_id=env.get(ENV_VAULT_SECRET_ID) or None,
+            mount=vault_mount(env),
+        )
+
+    def client(self, *, prepare_mount: bool = True) -> hvac.Client:
+        """An authenticated client (`log_in`): VaultUnavailable when Vault does not answer or refuses the login."""
+        return log_in(self.address, self.mount, self.token, self.role_id, self.secret_id, prepare_mount=prepare_mount)
+
+    def open_store(self, *, prepare_mount: bool = True) -> VaultStore:
+        """The store on the mount, logged in (`prepare_mount=False` for a login that may not read the mount table,
+        such as the gateway's write-only one)."""
+        return VaultStore(self.client(prepare_mount=prepare_mount), self.mount)
 
 
 def log_in(
