@@ -73,4 +73,3 @@ def test_the_mount_defaults_to_corral() -> None:
 def test_no_token_or_secret_id_shows_in_a_repr() -> None:
     shown = repr(VaultLogin("http://v", token=CANARY)) + repr(VaultLogin("http://v", role_id="r", secret_id=CANARY))
     assert CANARY not in shown and "http://v" in shown
-
