@@ -5,12 +5,16 @@ test_proxy_vault.py, test_gateway_vaults.py and test_worker_settings.py)."""
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
 from proxy import VaultLogin, VaultLoginIncomplete, vault_address
 from proxy.layout import DEFAULT_MOUNT
-from proxy.login import NO_ADDRESS, NO_LOGIN, vault_mount
+from proxy.login import LOGIN_ENV, NO_ADDRESS, NO_LOGIN, vault_mount
 
+ROOT = Path(__file__).resolve().parents[1]
 CANARY = "canary-vault-login-5e1f0a"
 
 
@@ -73,3 +77,25 @@ def test_the_mount_defaults_to_corral() -> None:
 def test_no_token_or_secret_id_shows_in_a_repr() -> None:
     shown = repr(VaultLogin("http://v", token=CANARY)) + repr(VaultLogin("http://v", role_id="r", secret_id=CANARY))
     assert CANARY not in shown and "http://v" in shown
+
+
+# ---- read in one place ----------------------------------------------------------------------------------------------
+
+HOME = ROOT / "proxy" / "login.py"
+ELSEWHERE = {ROOT / "deploy" / "openbao_entrypoint.py"}
+"""The OpenBao container's entry point runs on the standard library alone (it is copied into an image without
+corral), so it spells the one variable it reads, the mount, itself."""
+
+
+def test_no_module_but_proxy_login_spells_a_vault_login_variable() -> None:
+    """A variable's name written as a string elsewhere is a second reading of the login: import it instead."""
+    names = {*LOGIN_ENV, "CORRAL_VAULT_MOUNT"}
+    found = []
+    for package in ("corral", "workflows", "activities", "workers", "proxy", "gateway", "cli", "relay", "deploy"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path == HOME or path in ELSEWHERE:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Constant) and node.value in names:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value}")
+    assert found == [], f"read these from proxy.login: {found}"
