@@ -9,7 +9,9 @@ import ast
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from cli.main import app
 from proxy import VaultLogin, VaultLoginIncomplete, vault_address
 from proxy.layout import DEFAULT_MOUNT
 from proxy.login import LOGIN_ENV, NO_ADDRESS, NO_LOGIN, vault_mount
@@ -77,6 +79,21 @@ def test_the_mount_defaults_to_corral() -> None:
 def test_no_token_or_secret_id_shows_in_a_repr() -> None:
     shown = repr(VaultLogin("http://v", token=CANARY)) + repr(VaultLogin("http://v", role_id="r", secret_id=CANARY))
     assert CANARY not in shown and "http://v" in shown
+
+
+def test_the_cli_refuses_a_half_given_approle_and_starts_no_vault_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`corral vault` reads the login as the proxy worker does: a Vault named without a whole login is refused,
+    saying what to set, and no OpenBao of the state dir (which the proxy would never see) takes the credential."""
+    for name in (*LOGIN_ENV, "CORRAL_VAULT_MOUNT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("VAULT_ADDR", "http://127.0.0.1:9")  # never asked: the login is refused before
+    monkeypatch.setenv("VAULT_ROLE_ID", "role-1")
+    result = CliRunner().invoke(app, ["--state-dir", str(tmp_path), "vault", "create", "team"])
+    assert result.exit_code == 2, result.output
+    assert "VAULT_ROLE_ID is set without VAULT_SECRET_ID" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "openbao").exists(), "no OpenBao was started in the state dir"
 
 
 # ---- read in one place ----------------------------------------------------------------------------------------------
