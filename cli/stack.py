@@ -284,6 +284,13 @@ def _worker(name: str, module: str, *, env: tuple[Grant, ...] = (), after: tuple
     )  # fmt: skip
 
 
+def _users_vault() -> bool:
+    """Whether the environment names a Vault of the user's (`proxy.login`); then `corral up` runs no OpenBao."""
+    from proxy import vault_address  # the proxy library loads when `corral up` runs, not for `corral --help`
+
+    return vault_address(os.environ) is not None
+
+
 def temporal_command(plan: Plan) -> list[str]:
     from corral.temporal import temporal_binary
 
@@ -300,7 +307,7 @@ SERVICES: tuple[Service, ...] = (
                    Port("ui_port", "Temporal Web UI", lambda config: config.ui_port))),
     # The user's Vault (VAULT_ADDR or BAO_ADDR) if there is one, else OpenBao with its storage in the state dir.
     Service(VAULT, "OpenBao server", marker="bao", ready="ensured",
-            when=lambda plan: not (os.environ.get("VAULT_ADDR") or os.environ.get("BAO_ADDR"))),
+            when=lambda plan: not _users_vault()),
     _http_server(MODEL_SERVER, "offline model server", "modelserver", port="model_port",
                  url=lambda config: config.model_url, when=lambda plan: plan.offline),
     # The live-delta relay: model workers publish to it, `corral tail` subscribes (see relay).

@@ -29,14 +29,11 @@ READY_TIMEOUT = {"temporal": 60.0, "http": 30.0}
 OFFLINE_API_KEY = "offline-stand-in"
 """A dummy key for the offline model server, which accepts any non-empty key; never a real secret."""
 MODEL_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN")
-VAULT_ENV = ("VAULT_ADDR", "VAULT_TOKEN", "BAO_ADDR", "BAO_TOKEN", "VAULT_ROLE_ID", "VAULT_SECRET_ID")
-"""Only the proxy worker gets these: it is the one process that reads credentials."""
-GATEWAY_VAULT_ENV = {
-    "CORRAL_GATEWAY_VAULT_ROLE_ID": "VAULT_ROLE_ID",
-    "CORRAL_GATEWAY_VAULT_SECRET_ID": "VAULT_SECRET_ID",
-    "CORRAL_GATEWAY_VAULT_TOKEN": "VAULT_TOKEN",
-}
-"""With a Vault of the user's, the gateway's write-only login (see proxy/access.py), under the names it reads."""
+GATEWAY_VAULT_PREFIX = "CORRAL_GATEWAY_"
+GATEWAY_VAULT_ENV = ("CORRAL_GATEWAY_VAULT_ROLE_ID", "CORRAL_GATEWAY_VAULT_SECRET_ID", "CORRAL_GATEWAY_VAULT_TOKEN")
+"""With a Vault of the user's, the gateway's write-only login (see proxy/access.py): the gateway gets each under the
+name `proxy.login` reads, the one without `GATEWAY_VAULT_PREFIX`. Only the proxy worker gets the user's own login
+(`proxy.login.LOGIN_ENV`): it is the one process that reads credentials."""
 WORKER_SETTLE_SECONDS = 2.0
 """Workers that cannot connect or lack configuration exit within this time; after it they are taken as up."""
 
@@ -156,6 +153,8 @@ async def _bring_up(console: Console, paths: StatePaths, options: UpOptions, nam
 
 def _plan(console: Console, paths: StatePaths, options: UpOptions, namespace: str) -> Plan:
     """The model mode and the workers' layout: running workers keep theirs (a note says a change takes a restart)."""
+    from proxy.login import ENV_VAULT_ADDR, LOGIN_ENV, vault_address  # the proxy library loads when `corral up` runs
+
     previous = stack.read_stack(paths)
     running = [name for name in stack.WORKERS if processes.running_pid(paths, name) is not None]
     wants_offline = not os.environ.get("ANTHROPIC_API_KEY")
@@ -177,14 +176,16 @@ def _plan(console: Console, paths: StatePaths, options: UpOptions, namespace: st
         )
         workers = other
     new_workers = any(name not in running for name in workers)
-    vault_env = {key: os.environ[key] for key in VAULT_ENV if key in os.environ}
+    vault_env = {key: os.environ[key] for key in LOGIN_ENV if key in os.environ}
     plan = Plan(paths, options, namespace, previous, offline, workers, new_workers, vault_env)
     plan.stream_token = stack.ensure_stream_token(paths)
     stack.follow_with_stream_token(plan.stream_token)  # `corral demo` tails the stack it has just brought up
-    address = vault_env.get("VAULT_ADDR") or vault_env.get("BAO_ADDR")
-    gateway = {name: os.environ[key] for key, name in GATEWAY_VAULT_ENV.items() if os.environ.get(key)}
+    address = vault_address(vault_env)
+    gateway = {
+        key.removeprefix(GATEWAY_VAULT_PREFIX): os.environ[key] for key in GATEWAY_VAULT_ENV if os.environ.get(key)
+    }
     if address and gateway:
-        plan.gateway_vault_env = {"VAULT_ADDR": address, **gateway}
+        plan.gateway_vault_env = {ENV_VAULT_ADDR: address, **gateway}
     elif address:
         _note(
             console,
@@ -219,7 +220,9 @@ def environment(service: Service, plan: Plan) -> dict[str, str]:
     Offline (`plan.model_url`), the model role talks to the stand-in with a dummy key; otherwise it gets the
     user's ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL as they are.
     """
-    withheld = {*MODEL_ENV, *VAULT_ENV, *GATEWAY_VAULT_ENV, stack.STREAM_TOKEN_ENV}
+    from proxy.login import LOGIN_ENV
+
+    withheld = {*MODEL_ENV, *LOGIN_ENV, *GATEWAY_VAULT_ENV, stack.STREAM_TOKEN_ENV}
     env = {key: value for key, value in os.environ.items() if key not in withheld}
     env["PYTHONUNBUFFERED"] = "1"
     if "temporal" in service.env:
@@ -278,6 +281,7 @@ async def _ensure_vault(console: Console, plan: Plan) -> tuple[int, bool] | None
     """The state dir's OpenBao: reused if it answers, else started and unsealed (initialised on the first `up`).
     Its root token is for the proxy worker alone; the gateway gets a login that cannot read a secret."""
     from proxy import ProxyError, ensure_local_vault
+    from proxy.login import ENV_VAULT_ADDR, ENV_VAULT_MOUNT, ENV_VAULT_ROLE_ID, ENV_VAULT_SECRET_ID, ENV_VAULT_TOKEN
 
     running = processes.running_pid(plan.paths, stack.VAULT)
     with console.status("starting OpenBao (Vault API, durable storage in the state dir) …"):
@@ -286,10 +290,10 @@ async def _ensure_vault(console: Console, plan: Plan) -> tuple[int, bool] | None
         except ProxyError as exc:
             raise CliError(f"Vault is not available: {exc}", hint="or set VAULT_ADDR and VAULT_TOKEN") from exc
     vault = local.vault
-    plan.vault_env = {"VAULT_ADDR": vault.address, "VAULT_TOKEN": vault.root_token.get_secret_value()}
+    plan.vault_env = {ENV_VAULT_ADDR: vault.address, ENV_VAULT_TOKEN: vault.root_token.get_secret_value()}
     plan.gateway_vault_env = {
-        "VAULT_ADDR": vault.address, "VAULT_ROLE_ID": local.gateway.role_id,
-        "VAULT_SECRET_ID": local.gateway.secret_id.get_secret_value(), "CORRAL_VAULT_MOUNT": vault.mount,
+        ENV_VAULT_ADDR: vault.address, ENV_VAULT_ROLE_ID: local.gateway.role_id,
+        ENV_VAULT_SECRET_ID: local.gateway.secret_id.get_secret_value(), ENV_VAULT_MOUNT: vault.mount,
     }  # fmt: skip
     if local.arrival == "initialised":
         console.print(

@@ -1,8 +1,9 @@
 """`corral vault`: vaults and their credentials. Secrets are write-only: read from stdin or a file, never from an
 argument (arguments end up in shell history and `ps`), and never printed back.
 
-Vault access comes from `VAULT_ADDR` + `VAULT_TOKEN` (an operator's own), else from the state dir's durable OpenBao
-that `corral up` runs (its address and token are kept in the state directory, readable by this user only).
+Vault access comes from `VAULT_ADDR` and `VAULT_TOKEN` (or an AppRole: an operator's own, read by `proxy.login` as
+the proxy worker reads it), else from the state dir's durable OpenBao that `corral up` runs (its address and token
+are kept in the state directory, readable by this user only).
 """
 
 from __future__ import annotations
@@ -29,25 +30,25 @@ vault_app = typer.Typer(name="vault", help="Vaults of credentials for MCP server
 
 
 def vault_store(settings: Settings) -> VaultStore:
-    """The Vault this CLI user may write to: `VAULT_ADDR`/`VAULT_TOKEN`, else the state dir's OpenBao."""
-    import hvac
-
+    """The Vault this CLI user may write to: the one the environment names, logged in as `proxy.login` reads it (as
+    the proxy worker does), else the state dir's OpenBao."""
     from cli import stack
-    from proxy import ProxyError, VaultStore, ensure_local_vault
+    from proxy import ProxyError, VaultLogin, VaultLoginIncomplete, VaultStore, ensure_local_vault, vault_address
+    from proxy.login import vault_mount
 
-    address = os.environ.get("VAULT_ADDR") or os.environ.get("BAO_ADDR")
-    token = os.environ.get("VAULT_TOKEN") or os.environ.get("BAO_TOKEN")
-    if address and token:
-        client = hvac.Client(url=address, token=token)
-    else:
+    if vault_address(os.environ) is not None:
         try:
-            local = ensure_local_vault(settings.state_dir)
-        except ProxyError as exc:
-            raise CliError(f"no Vault: {exc}", hint="run `corral up`, or set VAULT_ADDR and VAULT_TOKEN") from exc
-        settings.paths.ensure()  # started here if `corral up` has not: `corral down` stops it all the same
-        settings.paths.pid_file(stack.VAULT).write_text(f"{local.vault.pid}\n")
-        client = local.vault.client()
-    return VaultStore(client, os.environ.get("CORRAL_VAULT_MOUNT", "corral"))
+            login = VaultLogin.from_environment(os.environ)
+        except VaultLoginIncomplete as exc:
+            raise CliError(str(exc), exit_code=2) from None
+        return login.open_store(prepare_mount=False)
+    try:
+        local = ensure_local_vault(settings.state_dir)
+    except ProxyError as exc:
+        raise CliError(f"no Vault: {exc}", hint="run `corral up`, or set VAULT_ADDR and VAULT_TOKEN") from exc
+    settings.paths.ensure()  # started here if `corral up` has not: `corral down` stops it all the same
+    settings.paths.pid_file(stack.VAULT).write_text(f"{local.vault.pid}\n")
+    return VaultStore(local.vault.client(), vault_mount(os.environ))
 
 
 def _read_secret(source: Path | None, what: str) -> SecretStr:

@@ -53,7 +53,7 @@ TOKEN_TTL = "768h"
 """Tokens of the AppRole: the proxy logs in once per process, so a token lives as long as the process may."""
 GATEWAY_ROLE = "corral-gateway"
 GATEWAY_TOKEN_TTL = "1h"
-"""The gateway logs in again when Vault refuses an expired token (proxy/devvault.py's AppRole adapter)."""
+"""The gateway logs in again when Vault refuses an expired token (proxy/login.py's AppRole adapter)."""
 
 
 def gateway_policy(mount: str) -> str:

@@ -20,7 +20,7 @@ from corral.names import ENV_GATEWAY_STREAMS_PER_KEY, HARNESS_TASK_QUEUE, MODEL_
 from corral.temporal import connect, ensure_search_attributes, temporal_address
 from gateway.app import DEFAULT_PORT, create_app
 from gateway.http import DEFAULT_STREAMS_PER_KEY
-from gateway.vault_access import VaultLogin
+from gateway.vault_access import configured_login
 from relay.partition import relay_urls
 
 
@@ -82,7 +82,7 @@ async def serve(args: argparse.Namespace) -> None:
                             log_config=None if json_logs else uvicorn.config.LOGGING_CONFIG)  # fmt: skip
     log = logging.getLogger("gateway")
     log.info("corral gateway at http://%s:%d", args.host, args.port)
-    login = VaultLogin.from_environment()
+    login = configured_login()
     if login is None:
         log.warning("no Vault configured (VAULT_ADDR, VAULT_ROLE_ID and VAULT_SECRET_ID): /v1/vaults answers 503")
     else:

@@ -1,10 +1,10 @@
 """The gateway's way into Vault: a login that writes credentials and cannot read one back (`proxy.access`).
 
-The gateway logs in from its environment: `VAULT_ADDR` (or `BAO_ADDR`) and an AppRole (`VAULT_ROLE_ID` +
-`VAULT_SECRET_ID`, what `corral up` gives it) or `VAULT_TOKEN` (or `BAO_TOKEN`); `CORRAL_VAULT_MOUNT` names the KV
-v2 mount, which the proxy worker makes (the gateway's policy does not let it read the mount table). It logs in on
-first use, so a gateway starts (and serves everything but vaults and repository tokens) while Vault is down or
-not configured; those routes answer 503 meanwhile.
+The gateway logs in from its environment, read as every process reads it (`proxy.login`): `VAULT_ADDR` (or
+`BAO_ADDR`) and an AppRole (`VAULT_ROLE_ID` + `VAULT_SECRET_ID`, what `corral up` gives it) or `VAULT_TOKEN` (or
+`BAO_TOKEN`); `CORRAL_VAULT_MOUNT` names the KV v2 mount, which the proxy worker makes (the gateway's policy does
+not let it read the mount table). It logs in on first use, so a gateway starts (and serves everything but vaults
+and repository tokens) while Vault is down or not configured; those routes answer 503 meanwhile.
 
 A credential validation needs the secret, so the proxy worker runs it (`validate_in_proxy`).
 """
@@ -12,11 +12,9 @@ A credential validation needs the secret, so the proxy worker runs it (`validate
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -39,38 +37,23 @@ from proxy import (
     CredentialValidation,
     ProxyError,
     VaultArchived,
+    VaultLogin,
+    VaultLoginIncomplete,
     VaultNotFound,
     VaultStore,
     VaultUnavailable,
-    log_in,
 )
 
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class VaultLogin:
-    """Where and how to log in to Vault; the token and secret id never appear in a repr."""
-
-    address: str
-    token: str | None = None
-    role_id: str | None = None
-    secret_id: str | None = None
-    mount: str = "corral"
-
-    def __repr__(self) -> str:
-        return f"VaultLogin(address={self.address!r}, mount={self.mount!r})"
-
-    @classmethod
-    def from_environment(cls, environ: Mapping[str, str] | None = None) -> VaultLogin | None:
-        """The proxy worker's variables (workers/proxy.py); None when no Vault is configured."""
-        env = os.environ if environ is None else environ
-        address = env.get("VAULT_ADDR") or env.get("BAO_ADDR")
-        token = env.get("VAULT_TOKEN") or env.get("BAO_TOKEN")
-        role_id, secret_id = env.get("VAULT_ROLE_ID"), env.get("VAULT_SECRET_ID")
-        if not address or not (token or (role_id and secret_id)):
-            return None
-        return cls(address, token or None, role_id, secret_id, env.get("CORRAL_VAULT_MOUNT") or "corral")
+def configured_login(environ: Mapping[str, str] | None = None) -> VaultLogin | None:
+    """The login the environment gives (`proxy.login`, as for the proxy worker); None when it gives no whole one, so
+    the gateway starts and its vault routes answer 503."""
+    try:
+        return VaultLogin.from_environment(environ)
+    except VaultLoginIncomplete:
+        return None
 
 
 class VaultAccess:
@@ -96,13 +79,12 @@ class VaultAccess:
 
 def _log_in(login: VaultLogin) -> VaultStore:
     try:
-        client = log_in(login.address, login.mount, login.token, login.role_id, login.secret_id, prepare_mount=False)
+        return login.open_store(prepare_mount=False)
     except ProxyError as exc:
         raise ApiError(503, f"vaults are not available: {exc}") from exc
-    return VaultStore(client, login.mount)
 
 
-ACCESS = VaultAccess(VaultLogin.from_environment())
+ACCESS = VaultAccess(configured_login())
 """One per process: the process's environment says where Vault is, as it does for the proxy worker."""
 
 

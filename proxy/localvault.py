@@ -33,8 +33,9 @@ import httpx
 from pydantic import BaseModel, SecretStr
 
 from proxy.access import AppRoleLogin, ensure_gateway_role
-from proxy.devvault import DEFAULT_MOUNT, DevVault, ensure_kv_v2_mount, find_bao_binary, free_port_pair
+from proxy.devvault import DevVault, ensure_kv_v2_mount, find_bao_binary, free_port_pair
 from proxy.errors import DevVaultError
+from proxy.layout import DEFAULT_MOUNT
 from proxy.vault import VaultStore
 
 LOCAL_DIR = "openbao"

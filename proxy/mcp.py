@@ -17,7 +17,8 @@ credential first: if another proxy already replaced the rejected token, its toke
 again (a rotated refresh token can be spent only once).
 
 `validate_credential` probes one credential by its ids (connect and list tools, refresh on a 401 as a call does,
-probe again) and reports each step in the Managed Agents API's terms (`proxy.validation`).
+probe again) and reports each step in the Managed Agents API's terms (`proxy.validation`). How a server's answers
+and failures are read (a failure as the proxy's error, a result as text) is `proxy._mcp_answers`.
 
 Connections are short-lived: one HTTP client and one MCP connection per call, closed afterwards. That is the
 simplest correct choice (no connection outlives the token it was opened with, no state to lose when a worker
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -48,6 +48,7 @@ from pydantic import SecretStr, ValidationError
 from proxy._credentials import ResolvedMcpCredential, _resolved
 from proxy._ids import now
 from proxy._kv import CasMismatch
+from proxy._mcp_answers import _connection_failure, _leaves, _malformed_answer, _result_text, _tool_spec
 from proxy._oauth import TokenEndpointRefusal, exchange_refresh_token
 from proxy.errors import CredentialNotFound, McpAuthenticationFailed, McpConnectionFailed, McpError
 from proxy.models import McpServer, SessionBinding, ToolOutcome, ToolSpec
@@ -363,69 +364,3 @@ class McpProxy:
 def _secrets_of(credential: ResolvedMcpCredential) -> list[SecretStr]:
     found = [credential.token, credential.refresh_token, credential.client_secret]
     return [secret for secret in found if secret is not None]
-
-
-def _connection_failure(
-    server: McpServer, statuses: list[int], leaves: list[BaseException], started: bool
-) -> McpConnectionFailed | None:
-    where = f"MCP server {server.name} ({server.url})"
-    server_errors = [status for status in statuses if status >= 500]
-    if server_errors:
-        return McpConnectionFailed(f"{where} answered HTTP {server_errors[0]}")
-    for leaf in leaves:
-        if isinstance(leaf, httpx2.TimeoutException | TimeoutError):
-            return McpConnectionFailed(f"{where} timed out")
-        if isinstance(leaf, httpx2.TransportError | OSError):
-            return McpConnectionFailed(f"{where} could not be reached ({type(leaf).__name__})")
-        if isinstance(leaf, MCPError) and leaf.code in (mcp_types.REQUEST_TIMEOUT, mcp_types.CONNECTION_CLOSED):
-            return McpConnectionFailed(f"{where} did not answer in time or closed the connection ({leaf.code})")
-    client_errors = [status for status in statuses if status >= 400]
-    if not started and (client_errors or any(isinstance(leaf, MCPError) for leaf in leaves)):
-        detail = f"HTTP {client_errors[0]}" if client_errors else "no MCP handshake"
-        return McpConnectionFailed(f"{where} could not be connected to ({detail}): is the URL an MCP endpoint?")
-    return None
-
-
-def _malformed_answer(server: McpServer, error: ValidationError) -> MCPError:
-    """A JSON-RPC error standing for an answer that does not validate; it names the first fields that are wrong,
-    never their values (they are the server's words, of any size)."""
-    wrong = "; ".join(
-        f"{'.'.join(str(part) for part in problem['loc'])}: {problem['msg']}" for problem in error.errors()[:3]
-    )
-    message = f"MCP server {server.name} answered with a result that is not valid MCP ({wrong})"
-    return MCPError(mcp_types.INTERNAL_ERROR, message)
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    """The exceptions inside (nested) exception groups: anyio task groups wrap the SDK's errors in them."""
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
-    return [exc]
-
-
-def _tool_spec(tool: mcp_types.Tool) -> ToolSpec:
-    return ToolSpec(name=tool.name, description=tool.description or "", input_schema=dict(tool.input_schema))
-
-
-def _result_text(result: mcp_types.CallToolResult) -> str:
-    """Text blocks joined by newlines; other blocks summarised in brackets (the model gets text only)."""
-    parts = [_block_text(block) for block in result.content]
-    if not parts and result.structured_content is not None:
-        parts.append(json.dumps(result.structured_content, ensure_ascii=False))
-    return "\n".join(parts)
-
-
-def _block_text(block: mcp_types.ContentBlock) -> str:
-    if isinstance(block, mcp_types.TextContent):
-        return block.text
-    if isinstance(block, mcp_types.ImageContent | mcp_types.AudioContent):
-        size = len(block.data) * 3 // 4
-        return f"[{block.type} content: {block.mime_type}, about {size} bytes, not shown]"
-    if isinstance(block, mcp_types.ResourceLink):
-        return f"[resource link: {block.name} <{block.uri}>]"
-    if isinstance(block, mcp_types.EmbeddedResource):
-        resource = block.resource
-        if isinstance(resource, mcp_types.TextResourceContents):
-            return resource.text
-        return f"[embedded resource <{resource.uri}> ({resource.mime_type or 'binary'}), not shown]"
-    return f"[{getattr(block, 'type', 'unknown')} content, not shown]"

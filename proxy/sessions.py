@@ -8,13 +8,7 @@ The reference is filed in Vault under its SHA-256 with the session id and the va
 - only while it is the session's current reference (re-binding or `revoke_session` kills it).
 
 Git tokens are stored per session at session creation (`store_repository_token`) and read only by the git
-proxy, through the session's reference; `revoke_session` destroys them.
-
-KV layout under the mount::
-
-    bindings/<sha256(reference)>              {session_id, vault_ids, created_at, revoked_at}
-    sessions/<session_id>/binding             {reference_sha256}: the one live reference of the session
-    sessions/<session_id>/repositories/<id>   {url, scheme, username, token}
+proxy, through the session's reference; `revoke_session` destroys them. Where each is kept: `proxy.layout`.
 """
 
 from __future__ import annotations
@@ -31,6 +25,13 @@ from pydantic import BaseModel, ConfigDict, SecretStr
 from proxy._ids import now, reference_key, stamp
 from proxy._kv import KvStore, safe_segment
 from proxy.errors import BindingRejected, VaultArchived
+from proxy.layout import (
+    binding_path,
+    repositories_folder,
+    repository_path,
+    session_binding_path,
+    sessions_folder,
+)
 from proxy.models import RepositoryAuthScheme, Vault
 
 REFERENCE_PREFIX = "pxr_"
@@ -92,9 +93,9 @@ class SessionScope:
             "created_at": stamp(now()),
             "revoked_at": None,
         }
-        self._kv.write(f"bindings/{key}", record, cas=0)
-        previous = self._kv.read(f"sessions/{session_id}/binding")
-        self._kv.write(f"sessions/{session_id}/binding", {"reference_sha256": key})
+        self._kv.write(binding_path(key), record, cas=0)
+        previous = self._kv.read(session_binding_path(session_id))
+        self._kv.write(session_binding_path(session_id), {"reference_sha256": key})
         if previous is not None and previous[0]["reference_sha256"] != key:
             self._mark_revoked(previous[0]["reference_sha256"])
         return reference
@@ -111,34 +112,34 @@ class SessionScope:
     def revoke_session(self, session_id: str) -> None:
         """End the session's access: its reference stops resolving and its git tokens are destroyed. Idempotent."""
         safe_segment(session_id, "session_id")
-        pointer = self._kv.read(f"sessions/{session_id}/binding")
+        pointer = self._kv.read(session_binding_path(session_id))
         if pointer is not None:
             self._mark_revoked(pointer[0]["reference_sha256"])
-            self._kv.delete(f"sessions/{session_id}/binding")
-        for repo_id in self._kv.list(f"sessions/{session_id}/repositories/"):
-            self._kv.delete(f"sessions/{session_id}/repositories/{repo_id}")
+            self._kv.delete(session_binding_path(session_id))
+        for repo_id in self._kv.list(repositories_folder(session_id)):
+            self._kv.delete(repository_path(session_id, repo_id))
 
     def bound_sessions(self) -> list[str]:
         """Sessions that hold a binding or repository tokens (for the proxy worker's reaper)."""
-        return [name.rstrip("/") for name in self._kv.list("sessions/")]
+        return [name.rstrip("/") for name in self._kv.list(sessions_folder())]
 
     def _live_binding(self, reference: str) -> dict[str, Any] | None:
         if not reference.startswith(REFERENCE_PREFIX) or len(reference) > 128:
             return None
         key = reference_key(reference)
-        found = self._kv.read(f"bindings/{key}")
+        found = self._kv.read(binding_path(key))
         if found is None or found[0].get("revoked_at") is not None:
             return None
         session_id = str(found[0]["session_id"])
-        pointer = self._kv.read(f"sessions/{session_id}/binding")
+        pointer = self._kv.read(session_binding_path(session_id))
         if pointer is None or not hmac.compare_digest(str(pointer[0]["reference_sha256"]), key):
             return None
         return found[0]
 
     def _mark_revoked(self, key: str) -> None:
-        found = self._kv.read(f"bindings/{key}")
+        found = self._kv.read(binding_path(key))
         if found is not None and found[0].get("revoked_at") is None:
-            self._kv.write(f"bindings/{key}", {**found[0], "revoked_at": stamp(now())})
+            self._kv.write(binding_path(key), {**found[0], "revoked_at": stamp(now())})
 
     # --- repository tokens ------------------------------------------------------------------------------------
 
@@ -162,15 +163,15 @@ class SessionScope:
             raise ValueError("repository url must be http(s) with no credentials in it")
         secret = token if isinstance(token, SecretStr) else SecretStr(token)
         document = {"url": url, "scheme": scheme, "username": username, "token": secret.get_secret_value()}
-        self._kv.write(f"sessions/{session_id}/repositories/{repo_id}", document)
+        self._kv.write(repository_path(session_id, repo_id), document)
         return RepositoryInfo(session_id=session_id, repo_id=repo_id, url=url, scheme=scheme)
 
     def list_repositories(self, session_id: str) -> list[RepositoryInfo]:
         """The session's repositories (metadata only), e.g. to build the sandbox's `origin` URLs."""
         safe_segment(session_id, "session_id")
         infos = []
-        for repo_id in self._kv.list(f"sessions/{session_id}/repositories/"):
-            found = self._kv.read(f"sessions/{session_id}/repositories/{repo_id}")
+        for repo_id in self._kv.list(repositories_folder(session_id)):
+            found = self._kv.read(repository_path(session_id, repo_id))
             if found is not None:
                 document = found[0]
                 infos.append(
@@ -182,9 +183,7 @@ class SessionScope:
 
     def delete_repository_token(self, session_id: str, repo_id: str) -> None:
         """Destroy one repository token of a session. Idempotent."""
-        self._kv.delete(
-            f"sessions/{safe_segment(session_id, 'session_id')}/repositories/{safe_segment(repo_id, 'repo_id')}"
-        )
+        self._kv.delete(repository_path(safe_segment(session_id, "session_id"), safe_segment(repo_id, "repo_id")))
 
     # --- INTERNAL: resolution for the git proxy -----------------------------------------------------------
 
@@ -196,7 +195,7 @@ class SessionScope:
     def _resolve_repository(self, session_id: str, repo_id: str) -> ResolvedRepository | None:
         """INTERNAL (for `proxy.git`): the real URL and token of one of the session's repositories."""
         try:
-            path = f"sessions/{safe_segment(session_id, 'session_id')}/repositories/{safe_segment(repo_id, 'repo_id')}"
+            path = repository_path(safe_segment(session_id, "session_id"), safe_segment(repo_id, "repo_id"))
         except ValueError:
             return None
         found = self._kv.read(path)

@@ -10,17 +10,10 @@ already covers raises `CredentialConflict` naming the existing credential; repla
 credential frees its URL. The rule is enforced with a check-and-set "claim" document per (vault, URL), so two
 processes adding at once cannot both win.
 
-KV layout under the mount (all JSON documents)::
-
-    vaults/<vlt_id>                           the vault record
-    credentials/<vlt_id>/<vcrd_id>            a credential's public part: what the API shows
-    secrets/<vlt_id>/<vcrd_id>                its secret part (destroyed on archive)
-    server_urls/<vlt_id>/<sha256(url)>        the claim: which credential serves that URL in that vault
-    bindings/… , sessions/…                   session bindings and git tokens (see `proxy.sessions`)
-
-The secret part has its own path so that a Vault policy can let a writer (the gateway) create and replace it,
-and read everything else, without ever reading it back (`proxy.access`). A credential written before the split
-kept its secret inside its public document: the proxy still reads it there, and `move_inline_secrets` moves it.
+Each vault, credential (its public and its secret part) and URL claim has its own document under the mount, at
+the path `proxy.layout` gives: the secret part apart, so that the gateway's login writes it and never reads it
+back (`proxy.access`). A credential written before the split kept its secret inside its public document: the
+proxy still reads it there, and `move_inline_secrets` moves it.
 """
 
 from __future__ import annotations
@@ -34,9 +27,20 @@ from pydantic import SecretStr
 
 from corral.names import CREDENTIAL_ID_PREFIX, VAULT_ID_PREFIX
 from proxy._credentials import ResolvedMcpCredential, _public, _public_part, _resolved, _secret_part
-from proxy._ids import is_id, new_id, normalize_server_url, now, stamp, unstamp, url_key
+from proxy._ids import is_id, new_id, normalize_server_url, now, stamp, unstamp
 from proxy._kv import CasMismatch, KvStore
 from proxy.errors import CredentialConflict, CredentialInvalid, CredentialNotFound, VaultArchived, VaultNotFound
+from proxy.layout import (
+    DEFAULT_MOUNT,
+    claim_path,
+    claims_folder,
+    credential_path,
+    credentials_folder,
+    secret_path,
+    secrets_folder,
+    vault_path,
+    vaults_folder,
+)
 from proxy.models import (
     Credential,
     CredentialParams,
@@ -52,7 +56,7 @@ _STALE_CLAIM = timedelta(minutes=1)
 class VaultStore(SessionScope):
     """Vaults, credentials, session bindings and git tokens in one KV v2 mount (`corral/` by default)."""
 
-    def __init__(self, client: hvac.Client, mount: str = "corral") -> None:
+    def __init__(self, client: hvac.Client, mount: str = DEFAULT_MOUNT) -> None:
         self._kv = KvStore(client, mount)
 
     def __repr__(self) -> str:
@@ -72,14 +76,14 @@ class VaultStore(SessionScope):
             raise ValueError(f"vault ids are {VAULT_PREFIX} and letters and digits: got {vault_id!r}")
         moment = now()
         vault = Vault(id=vault_id, display_name=display_name, metadata=metadata, created_at=moment, updated_at=moment)
-        self._kv.write(f"vaults/{vault_id}", vault.model_dump(mode="json"), cas=0)
+        self._kv.write(vault_path(vault_id), vault.model_dump(mode="json"), cas=0)
         return vault
 
     def relabel_vault(self, vault_id: str, display_name: str, metadata: dict[str, str]) -> Vault:
         """Change a vault's display name and metadata."""
         vault, version = self._require_vault(vault_id)
         changed = vault.model_copy(update={"display_name": display_name, "metadata": metadata, "updated_at": now()})
-        self._kv.write(f"vaults/{vault_id}", changed.model_dump(mode="json"), cas=version)
+        self._kv.write(vault_path(vault_id), changed.model_dump(mode="json"), cas=version)
         return changed
 
     def get_vault(self, vault_id: str) -> Vault:
@@ -90,7 +94,7 @@ class VaultStore(SessionScope):
 
     def list_vaults(self, *, include_archived: bool = False) -> list[Vault]:
         """Every vault, oldest first; archived ones only when asked."""
-        vaults = [found[0] for key in self._kv.list("vaults/") if (found := self._read_vault(key)) is not None]
+        vaults = [found[0] for key in self._kv.list(vaults_folder()) if (found := self._read_vault(key)) is not None]
         vaults = [vault for vault in vaults if include_archived or vault.archived_at is None]
         return sorted(vaults, key=lambda vault: vault.created_at)
 
@@ -102,25 +106,25 @@ class VaultStore(SessionScope):
             return vault
         moment = now()
         archived = vault.model_copy(update={"archived_at": moment, "updated_at": moment})
-        self._kv.write(f"vaults/{vault_id}", archived.model_dump(mode="json"), cas=version)
+        self._kv.write(vault_path(vault_id), archived.model_dump(mode="json"), cas=version)
         return archived
 
     def delete_vault(self, vault_id: str) -> None:
         """Delete a vault and destroy every credential in it (all stored versions). Idempotent."""
         if self._read_vault(vault_id) is None:
             return
-        for credential_id in self._kv.list(f"secrets/{vault_id}/"):
-            self._kv.delete(f"secrets/{vault_id}/{credential_id}")
-        for credential_id in self._kv.list(f"credentials/{vault_id}/"):
-            self._kv.delete(f"credentials/{vault_id}/{credential_id}")
-        for key in self._kv.list(f"server_urls/{vault_id}/"):
-            self._kv.delete(f"server_urls/{vault_id}/{key}")
-        self._kv.delete(f"vaults/{vault_id}")
+        for credential_id in self._kv.list(secrets_folder(vault_id)):
+            self._kv.delete(secret_path(vault_id, credential_id))
+        for credential_id in self._kv.list(credentials_folder(vault_id)):
+            self._kv.delete(credential_path(vault_id, credential_id))
+        for key in self._kv.list(claims_folder(vault_id)):
+            self._kv.delete(claims_folder(vault_id) + key)
+        self._kv.delete(vault_path(vault_id))
 
     def _read_vault(self, vault_id: str) -> tuple[Vault, int] | None:
         if not is_id(vault_id, VAULT_PREFIX):
             return None
-        found = self._kv.read(f"vaults/{vault_id}")
+        found = self._kv.read(vault_path(vault_id))
         return None if found is None else (Vault.model_validate(found[0]), found[1])
 
     def _require_vault(self, vault_id: str) -> tuple[Vault, int]:
@@ -156,8 +160,8 @@ class VaultStore(SessionScope):
             updated_at=moment,
         )
         self._claim_url(vault_id, params.mcp_server_url, credential.id)
-        self._kv.write(f"secrets/{vault_id}/{credential.id}", _secret_part(params))
-        self._kv.write(f"credentials/{vault_id}/{credential.id}", credential.model_dump(mode="json"), cas=0)
+        self._kv.write(secret_path(vault_id, credential.id), _secret_part(params))
+        self._kv.write(credential_path(vault_id, credential.id), credential.model_dump(mode="json"), cas=0)
         return credential
 
     def get_credential(self, vault_id: str, credential_id: str) -> Credential:
@@ -167,7 +171,7 @@ class VaultStore(SessionScope):
         """The vault's credentials as metadata, oldest first; archived ones only when asked."""
         self._require_vault(vault_id)
         credentials = []
-        for credential_id in self._kv.list(f"credentials/{vault_id}/"):
+        for credential_id in self._kv.list(credentials_folder(vault_id)):
             found = self._read_credential(vault_id, credential_id)
             if found is not None and (include_archived or found[0].get("archived_at") is None):
                 credentials.append(_public(found[0]))
@@ -191,8 +195,8 @@ class VaultStore(SessionScope):
             )
         rotated = current.model_copy(update={"auth": _public_part(params), "updated_at": now()})
         # The public part first, check-and-set: of a rotation and a proxy's refresh, one wins, and only then writes.
-        self._kv.write(f"credentials/{vault_id}/{credential_id}", rotated.model_dump(mode="json"), cas=version)
-        self._kv.write(f"secrets/{vault_id}/{credential_id}", _secret_part(params))
+        self._kv.write(credential_path(vault_id, credential_id), rotated.model_dump(mode="json"), cas=version)
+        self._kv.write(secret_path(vault_id, credential_id), _secret_part(params))
         return rotated
 
     def relabel_credential(
@@ -203,7 +207,7 @@ class VaultStore(SessionScope):
             document, version = self._require_credential(vault_id, credential_id)
             updated = {**document, "display_name": display_name, "metadata": metadata, "updated_at": stamp(now())}
             try:
-                self._kv.write(f"credentials/{vault_id}/{credential_id}", updated, cas=version)
+                self._kv.write(credential_path(vault_id, credential_id), updated, cas=version)
             except CasMismatch:
                 continue  # refreshed by the proxy meanwhile: apply the labels to the new version
             return _public(updated)
@@ -216,11 +220,11 @@ class VaultStore(SessionScope):
             return _public(document)
         moment = now()
         archived = _public(document).model_copy(update={"archived_at": moment, "updated_at": moment})
-        self._kv.delete(f"secrets/{vault_id}/{credential_id}")
+        self._kv.delete(secret_path(vault_id, credential_id))
         # Delete-then-write leaves no older version (one written before the split held the secret), whatever the
         # mount's max_versions.
-        self._kv.delete(f"credentials/{vault_id}/{credential_id}")
-        self._kv.write(f"credentials/{vault_id}/{credential_id}", archived.model_dump(mode="json"))
+        self._kv.delete(credential_path(vault_id, credential_id))
+        self._kv.write(credential_path(vault_id, credential_id), archived.model_dump(mode="json"))
         self._release_url(vault_id, archived.mcp_server_url, credential_id)
         return archived
 
@@ -230,14 +234,14 @@ class VaultStore(SessionScope):
         found = self._read_credential(vault_id, credential_id)
         if found is None:
             return
-        self._kv.delete(f"secrets/{vault_id}/{credential_id}")
-        self._kv.delete(f"credentials/{vault_id}/{credential_id}")
+        self._kv.delete(secret_path(vault_id, credential_id))
+        self._kv.delete(credential_path(vault_id, credential_id))
         self._release_url(vault_id, found[0]["auth"]["mcp_server_url"], credential_id)
 
     def _read_credential(self, vault_id: str, credential_id: str) -> tuple[dict[str, Any], int] | None:
         if not (is_id(vault_id, VAULT_PREFIX) and is_id(credential_id, CREDENTIAL_PREFIX)):
             return None
-        return self._kv.read(f"credentials/{vault_id}/{credential_id}")
+        return self._kv.read(credential_path(vault_id, credential_id))
 
     def _require_credential(self, vault_id: str, credential_id: str) -> tuple[dict[str, Any], int]:
         self._require_vault(vault_id)
@@ -253,7 +257,7 @@ class VaultStore(SessionScope):
         free when it names no credential, an archived one, or one that does not exist and was claimed more than
         `_STALE_CLAIM` ago (a crash between the claim and the credential write); a younger claim whose credential
         does not exist yet is an add in progress, and is respected."""
-        path = f"server_urls/{vault_id}/{url_key(url)}"
+        path = claim_path(vault_id, url)
         claim = {"credential_id": credential_id, "claimed_at": stamp(now())}
         for _ in range(3):
             found = self._kv.read(path)
@@ -280,7 +284,7 @@ class VaultStore(SessionScope):
 
     def _release_url(self, vault_id: str, url: str, credential_id: str) -> None:
         """Free the claim if `credential_id` still holds it (check-and-set, so a new holder is never evicted)."""
-        path = f"server_urls/{vault_id}/{url_key(url)}"
+        path = claim_path(vault_id, url)
         found = self._kv.read(path)
         if found is not None and found[0].get("credential_id") == credential_id:
             with contextlib.suppress(CasMismatch):
@@ -295,7 +299,7 @@ class VaultStore(SessionScope):
             found_vault = self._read_vault(vault_id)
             if found_vault is None or found_vault[0].archived_at is not None:
                 continue
-            claim = self._kv.read(f"server_urls/{vault_id}/{url_key(mcp_server_url)}")
+            claim = self._kv.read(claim_path(vault_id, mcp_server_url))
             if claim is None or claim[0].get("credential_id") is None:
                 continue
             found = self._with_secret(vault_id, claim[0]["credential_id"])
@@ -317,22 +321,22 @@ class VaultStore(SessionScope):
         document, version = found
         if "secret" in document:  # written before the split (see `move_inline_secrets`)
             return document, version
-        secret = self._kv.read(f"secrets/{vault_id}/{credential_id}")
+        secret = self._kv.read(secret_path(vault_id, credential_id))
         return None if secret is None else ({**document, "secret": secret[0]}, version)
 
     def move_inline_secrets(self) -> int:
         """Move the secrets that credentials written before the split keep inside their public document to their
         own path, so that a write-only login never reads one; the number moved. Idempotent; needs full access."""
         moved = 0
-        for vault_id in [key for key in self._kv.list("vaults/") if not key.endswith("/")]:
-            for credential_id in self._kv.list(f"credentials/{vault_id}/"):
+        for vault_id in [key for key in self._kv.list(vaults_folder()) if not key.endswith("/")]:
+            for credential_id in self._kv.list(credentials_folder(vault_id)):
                 found = self._read_credential(vault_id, credential_id)
                 if found is None or "secret" not in found[0]:
                     continue
                 document = dict(found[0])
-                self._kv.write(f"secrets/{vault_id}/{credential_id}", document.pop("secret"))
+                self._kv.write(secret_path(vault_id, credential_id), document.pop("secret"))
                 try:
-                    self._kv.write(f"credentials/{vault_id}/{credential_id}", document, cas=found[1])
+                    self._kv.write(credential_path(vault_id, credential_id), document, cas=found[1])
                 except CasMismatch:
                     continue  # changed meanwhile (a refresh wrote the secret inline): the next run moves it
                 moved += 1
@@ -357,7 +361,7 @@ class VaultStore(SessionScope):
             secret["refresh_token"] = refresh_token.get_secret_value()
         document.update(auth=auth, updated_at=stamp(now()))
         # The public part first, check-and-set against the version refreshed: the winner alone writes the secret.
-        path = f"{resolved.vault_id}/{resolved.credential_id}"
-        version = self._kv.write(f"credentials/{path}", document, cas=found[1])
-        self._kv.write(f"secrets/{path}", secret)
+        ids = (resolved.vault_id, resolved.credential_id)
+        version = self._kv.write(credential_path(*ids), document, cas=found[1])
+        self._kv.write(secret_path(*ids), secret)
         return _resolved({**document, "secret": secret}, version)

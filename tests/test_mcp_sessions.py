@@ -25,6 +25,7 @@ from corral.contract.session import SessionInput
 from corral.serving import ServerThread
 from proxy import McpOAuthParams, McpOAuthRefreshParams, StaticBearerParams, Vault, VaultStore
 from proxy.devvault import DevVault
+from proxy.layout import secret_path
 from tests.conftest import Stack, history_text, read_events, texts, unique, wait_for_idle
 from tests.proxy_servers.devvault import shared_dev_vault
 from tests.proxy_servers.mcp_server import create_mcp_app
@@ -146,7 +147,7 @@ async def test_an_expired_oauth_token_is_refreshed_and_written_back(mcp_stack: M
     [(tool, used)] = authority.tool_calls
     assert tool == "echo" and used not in (old, refresh), "the call must use the refreshed token"
     stored = mcp_stack.dev_vault.client().secrets.kv.v2.read_secret_version(
-        path=f"secrets/{mcp_stack.vault.id}/{credential.id}", mount_point="corral", raise_on_deleted_version=True
+        path=secret_path(mcp_stack.vault.id, credential.id), mount_point="corral", raise_on_deleted_version=True
     )["data"]["data"]
     assert stored["access_token"] == used, "the refreshed token must be written back to Vault"
     history = await history_text(handle)

@@ -37,6 +37,7 @@ from corral.names import ACTIVITY_MCP_CALL_TOOL, ENV_TEMPORAL_ADDRESS, SESSION_W
 from corral.serving import ServerThread
 from modelserver import ModelServerThread
 from proxy.devvault import DevVault
+from proxy.layout import secret_path
 from relay import StreamRelayThread
 from tests.chaos._processes import RoleProcess, role_process, worker_argv
 from tests.conftest import Stack, history_text, unique
@@ -340,7 +341,7 @@ async def test_a_vault_credential_the_proxy_process_used_is_in_no_span_metric_lo
             vault.id, auth={"type": "static_bearer", "mcp_server_url": mcp_url, "token": token}
         )
         stored = dev_vault.client().secrets.kv.v2.read_secret_version(
-            path=f"secrets/{vault.id}/{credential.id}", mount_point=dev_vault.mount, raise_on_deleted_version=True
+            path=secret_path(vault.id, credential.id), mount_point=dev_vault.mount, raise_on_deleted_version=True
         )["data"]["data"]
         raw_secret = json.dumps(stored)
         assert token in raw_secret, "the gateway wrote the token to Vault"

@@ -42,7 +42,9 @@ from proxy import (
     find_bao_binary,
     stop_local_vault,
 )
-from proxy.devvault import DevVault, log_in
+from proxy.devvault import DevVault
+from proxy.layout import claim_path, claims_folder, credential_path, credentials_folder, secret_path
+from proxy.login import log_in
 from tests.proxy_servers.devvault import scan_for, shared_dev_vault
 from tests.waits import until_sync
 
@@ -143,7 +145,7 @@ def test_the_local_vault_keeps_what_it_holds_across_a_crash_and_unseals_from_the
         store = VaultStore(back.vault.client(), "corral")
         assert [found.id for found in store.list_vaults()] == [vault.id]
         assert [found.id for found in store.list_credentials(vault.id)] == [credential.id]
-        assert raw_document(back.vault.client(), f"secrets/{vault.id}/{credential.id}") == {"token": STATIC}
+        assert raw_document(back.vault.client(), secret_path(vault.id, credential.id)) == {"token": STATIC}
 
         token = back.vault.root_token.get_secret_value()
         for name in ("server.log", "config.hcl", "server.json"):
@@ -224,10 +226,10 @@ def test_credentials_are_write_only(store: VaultStore, raw: hvac.Client) -> None
     assert_no_canary(oauth, static, listed, store.get_credential(vault.id, oauth.id), store)
 
     # The secrets are in Vault all the same: the proxy can use them.
-    stored = raw_document(raw, f"secrets/{vault.id}/{oauth.id}")
+    stored = raw_document(raw, secret_path(vault.id, oauth.id))
     assert stored == {"access_token": ACCESS, "refresh_token": REFRESH, "client_secret": CLIENT_SECRET}
-    assert raw_document(raw, f"secrets/{vault.id}/{static.id}") == {"token": STATIC}
-    assert "secret" not in raw_document(raw, f"credentials/{vault.id}/{static.id}"), "the public part holds none"
+    assert raw_document(raw, secret_path(vault.id, static.id)) == {"token": STATIC}
+    assert "secret" not in raw_document(raw, credential_path(vault.id, static.id)), "the public part holds none"
 
     with pytest.raises(CredentialNotFound):
         store.get_credential(vault.id, "vcrd_missing0000000")
@@ -277,7 +279,7 @@ def test_rotation_replaces_the_secret_and_keeps_no_old_version(store: VaultStore
     credential = store.add_credential(vault.id, oauth_params())
     rotated = store.rotate_credential(vault.id, credential.id, oauth_params(access="canary-access-rotated-2"))
     assert rotated.id == credential.id and rotated.updated_at > credential.updated_at
-    path = f"secrets/{vault.id}/{credential.id}"
+    path = secret_path(vault.id, credential.id)
     assert raw_document(raw, path)["access_token"] == "canary-access-rotated-2"
     versions = raw.secrets.kv.v2.read_secret_metadata(path=path, mount_point="corral")["data"]["versions"]
     assert list(versions) == ["2"]  # max_versions=1: the first secret is gone
@@ -294,15 +296,15 @@ def test_archive_destroys_the_secret_and_delete_vault_destroys_credentials(store
     vault = store.create_vault("archive")
     credential = store.add_credential(vault.id, oauth_params())
     store.archive_credential(vault.id, credential.id)
-    assert "secret" not in raw_document(raw, f"credentials/{vault.id}/{credential.id}")
+    assert "secret" not in raw_document(raw, credential_path(vault.id, credential.id))
     with pytest.raises(hvac.exceptions.InvalidPath):  # the secret is destroyed
-        raw_document(raw, f"secrets/{vault.id}/{credential.id}")
+        raw_document(raw, secret_path(vault.id, credential.id))
     with pytest.raises(CredentialInvalid):
         store.rotate_credential(vault.id, credential.id, oauth_params())
 
     store.add_credential(vault.id, oauth_params())
     store.delete_vault(vault.id)
-    for folder in (f"credentials/{vault.id}", f"server_urls/{vault.id}"):
+    for folder in (credentials_folder(vault.id), claims_folder(vault.id)):
         with pytest.raises(hvac.exceptions.InvalidPath):
             raw.secrets.kv.v2.list_secrets(path=folder, mount_point="corral")
 
@@ -395,11 +397,9 @@ def test_unreachable_or_refusing_vault_is_vault_unavailable(dev_vault: DevVault)
 
 def test_a_claim_left_by_a_crashed_add_is_taken_over_once_stale(store: VaultStore, raw: hvac.Client) -> None:
     """A crash between claiming a URL and writing the credential leaves a claim naming no credential."""
-    from proxy._ids import url_key
-
     vault = store.create_vault("crashed add")
     url = "https://crash.example.test/mcp"
-    path = f"server_urls/{vault.id}/{url_key(url)}"
+    path = claim_path(vault.id, url)
     recent = datetime.now(UTC).isoformat()
     raw.secrets.kv.v2.create_or_update_secret(
         path=path, secret={"credential_id": "vcrd_neverwritten00", "claimed_at": recent}, mount_point="corral"
@@ -462,7 +462,7 @@ def test_a_credential_written_before_secrets_had_their_own_path_is_used_and_move
     vault = store.create_vault("from before")
     url = "https://before.example.test/mcp"
     credential = store.add_credential(vault.id, StaticBearerParams(mcp_server_url=url, token=STATIC))
-    public, secret = f"credentials/{vault.id}/{credential.id}", f"secrets/{vault.id}/{credential.id}"
+    public, secret = credential_path(vault.id, credential.id), secret_path(vault.id, credential.id)
     inline = {**raw_document(raw, public), "secret": raw_document(raw, secret)}
     raw.secrets.kv.v2.create_or_update_secret(path=public, secret=inline, mount_point="corral")
     raw.secrets.kv.v2.delete_metadata_and_all_versions(path=secret, mount_point="corral")

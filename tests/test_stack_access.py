@@ -32,6 +32,7 @@ from corral.temporal import connect
 from deploy import openbao_entrypoint
 from proxy import start_dev_vault
 from proxy.access import gateway_policy
+from proxy.layout import repository_path, secret_path
 from relay import StreamEvent, subscribe
 from tests.ports import free_port, listening_ephemeral_port
 from tests.proxy_servers.devvault import scan_for
@@ -95,14 +96,13 @@ def test_the_gateway_gets_a_write_only_vault_login_and_never_the_root_token(up_s
     client.auth.approle.login(role_id=gateway["VAULT_ROLE_ID"], secret_id=gateway["VAULT_SECRET_ID"])
     kv = client.secrets.kv.v2
     canary = "canary-write-only-" + uuid.uuid4().hex
-    path = f"secrets/vlt_{uuid.uuid4().hex[:26]}/vcrd_written"
+    path = secret_path(f"vlt_{uuid.uuid4().hex[:26]}", "vcrd_written")
     kv.create_or_update_secret(path=path, secret={"token": canary}, mount_point="corral")
-    kv.create_or_update_secret(
-        path="sessions/sesn_x/repositories/repo1", secret={"token": canary}, mount_point="corral"
-    )
-    for secret_path in (path, "sessions/sesn_x/repositories/repo1"):
+    repository = repository_path("sesn_x", "repo1")
+    kv.create_or_update_secret(path=repository, secret={"token": canary}, mount_point="corral")
+    for written in (path, repository):
         with pytest.raises(hvac.exceptions.Forbidden):
-            kv.read_secret_version(path=secret_path, mount_point="corral", raise_on_deleted_version=True)
+            kv.read_secret_version(path=written, mount_point="corral", raise_on_deleted_version=True)
     with pytest.raises(hvac.exceptions.Forbidden):
         client.sys.list_mounted_secrets_engines()
     full = hvac.Client(url=gateway["VAULT_ADDR"], token=root)
@@ -294,7 +294,7 @@ def test_the_compose_openbao_gives_the_gateway_a_login_of_its_own_that_cannot_re
             return client
 
         proxy, gateway = logged_in(tmp_path / "proxy-login"), logged_in(tmp_path / "gateway-login")
-        path = "secrets/vlt_compose/vcrd_compose"
+        path = secret_path("vlt_compose", "vcrd_compose")
         gateway.secrets.kv.v2.create_or_update_secret(path=path, secret={"token": "canary"}, mount_point="corral")
         with pytest.raises(hvac.exceptions.Forbidden):
             gateway.secrets.kv.v2.read_secret_version(path=path, mount_point="corral", raise_on_deleted_version=True)

@@ -5,9 +5,9 @@ It also serves the git smart-HTTP proxy (`CORRAL_GIT_PROXY_HOST`, default 0.0.0.
 default 8767) that adds a session's repository token to `git pull`/`git push` made inside its sandbox, and runs
 the reaper: the references and git tokens of sessions that closed without releasing them are revoked.
 
-Vault login, from this process's environment only: `VAULT_ADDR` (or `BAO_ADDR`) and either `VAULT_TOKEN` (or
-`BAO_TOKEN`) or AppRole (`VAULT_ROLE_ID` + `VAULT_SECRET_ID`). `CORRAL_VAULT_MOUNT` names the KV v2 mount
-(default `corral`).
+Vault login, from this process's environment only (read by `proxy.login`): `VAULT_ADDR` (or `BAO_ADDR`) and either
+`VAULT_TOKEN` (or `BAO_TOKEN`) or AppRole (`VAULT_ROLE_ID` + `VAULT_SECRET_ID`). `CORRAL_VAULT_MOUNT` names the KV
+v2 mount (default `corral`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from temporalio.worker import Worker
 
 from activities.proxy import ProxyActivities
 from corral.names import PROXY_TASK_QUEUE
-from proxy import GitProxyServer, ProxyError, VaultStore, log_in
+from proxy import GitProxyServer, ProxyError, VaultStore
 from workers._reaper import reap_once, reaping
 from workers.run import GRACEFUL_SHUTDOWN, WorkerStartError, connect_to_temporal, run_until_stopped, run_worker
 from workers.settings import ProxyWorkerSettings, VaultSettings
@@ -32,10 +32,9 @@ def vault_store(settings: VaultSettings) -> VaultStore:
     """The store on an authenticated Vault client, its KV v2 mount made if missing; WorkerStartError if Vault does
     not answer or rejects this process's credentials (the message names the error's type, never a credential)."""
     try:
-        client = log_in(settings.address, settings.mount, settings.token, settings.role_id, settings.secret_id)
+        return settings.open_store()
     except ProxyError as exc:
         raise WorkerStartError(str(exc)) from exc
-    return VaultStore(client, settings.mount)
 
 
 class VaultReaper:

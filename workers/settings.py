@@ -66,6 +66,7 @@ from corral.names import (
     MODEL_TASK_QUEUE,
     sandbox_engine_problem,
 )
+from proxy import VaultLogin, VaultLoginIncomplete
 from sandbox.pool import PoolSettings
 
 Environ = Mapping[str, str]
@@ -183,33 +184,22 @@ class SandboxSettings:
         )
 
 
-@dataclass(frozen=True)
-class VaultSettings:
-    """How the proxy logs in to Vault (or OpenBao): a token, else AppRole. Only the proxy role reads these."""
-
-    address: str
-    token: str | None = field(default=None, repr=False)
-    role_id: str | None = None
-    secret_id: str | None = field(default=None, repr=False)
-    mount: str = "corral"
+class VaultSettings(VaultLogin):
+    """How the proxy logs in to Vault (or OpenBao): `proxy.login`'s one reading of the environment, its refusal a
+    `SettingsError` like every other setting's. Only the proxy role reads these."""
 
     def __post_init__(self) -> None:
-        if self.token is None and (self.role_id is None or self.secret_id is None):
-            raise SettingsError("set VAULT_TOKEN, or VAULT_ROLE_ID and VAULT_SECRET_ID (AppRole)")
+        try:
+            super().__post_init__()
+        except VaultLoginIncomplete as exc:
+            raise SettingsError(str(exc)) from None
 
     @classmethod
-    def from_environment(cls, environ: Environ | None = None) -> VaultSettings:
-        environ = _environ(environ)
-        address = _text(environ, "VAULT_ADDR") or _text(environ, "BAO_ADDR")
-        if address is None:
-            raise SettingsError("set VAULT_ADDR (or BAO_ADDR) to the Vault/OpenBao server, or run `corral up`")
-        return cls(
-            address=address,
-            token=_text(environ, "VAULT_TOKEN") or _text(environ, "BAO_TOKEN"),
-            role_id=_text(environ, "VAULT_ROLE_ID"),
-            secret_id=_text(environ, "VAULT_SECRET_ID"),
-            mount=_text(environ, "CORRAL_VAULT_MOUNT") or "corral",
-        )
+    def from_environment(cls, environ: Environ | None = None) -> Self:
+        try:
+            return super().from_environment(_environ(environ))
+        except VaultLoginIncomplete as exc:
+            raise SettingsError(str(exc)) from None
 
 
 @dataclass(frozen=True)
