@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Self
+from typing import TYPE_CHECKING, Any, Final, Self
 
 import hvac
 import hvac.exceptions
@@ -25,7 +25,9 @@ import requests
 from proxy.devvault import ensure_kv_v2_mount
 from proxy.errors import ProxyError, VaultLoginIncomplete, VaultUnavailable
 from proxy.layout import DEFAULT_MOUNT
-from proxy.vault import VaultStore
+
+if TYPE_CHECKING:
+    from proxy.vault import VaultStore
 
 ENV_VAULT_ADDR: Final = "VAULT_ADDR"
 ENV_BAO_ADDR: Final = "BAO_ADDR"
@@ -109,6 +111,8 @@ class VaultLogin:
     def open_store(self, *, prepare_mount: bool = True) -> VaultStore:
         """The store on the mount, logged in (`prepare_mount=False` for a login that may not read the mount table,
         such as the gateway's write-only one)."""
+        from proxy.vault import VaultStore  # the store's models load with it, not with every worker's settings
+
         return VaultStore(self.client(prepare_mount=prepare_mount), self.mount)
 
 

@@ -6,11 +6,15 @@ test_proxy_vault.py, test_gateway_vaults.py and test_worker_settings.py)."""
 from __future__ import annotations
 
 import ast
+import importlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+import proxy
 from cli.main import app
 from proxy import VaultLogin, VaultLoginIncomplete, vault_address
 from proxy.layout import DEFAULT_MOUNT
@@ -116,3 +120,16 @@ def test_no_module_but_proxy_login_spells_a_vault_login_variable() -> None:
                 if isinstance(node, ast.Constant) and node.value in names:
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value}")
     assert found == [], f"read these from proxy.login: {found}"
+
+
+def test_a_worker_reading_its_settings_loads_no_mcp_or_vault_client() -> None:
+    """Every worker reads its settings through `proxy.login`; the proxy's heavy modules load on first use only."""
+    probe = "import sys, workers.settings; print(sorted(m for m in sys.modules if m in ('proxy.mcp', 'proxy.vault')))"
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
+
+
+def test_every_public_name_of_the_proxy_resolves_from_its_home() -> None:
+    assert sorted(proxy.__all__) == sorted(proxy.HOMES)
+    for name in proxy.__all__:
+        assert getattr(proxy, name) is getattr(importlib.import_module(proxy.HOMES[name]), name), name
