@@ -94,6 +94,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows._outcomes import ToolUseEvent, add_usage, model_error_info, record_response
     from workflows._sandbox import SessionSandbox
     from workflows._tool_calls import ToolCalls
+    from workflows.policies import model_retry_delay
 
 
 MAX_CUT_OFF = 3
@@ -358,10 +359,8 @@ class SessionWorkflow:
                     if shrunk:
                         self._report_error(error, err, "retrying")
                         continue
-                if error.retryable and attempt < retry.max_attempts:
-                    delay = error.retry_after
-                    if delay is None:
-                        delay = min(retry.initial_delay_seconds * 2 ** (attempt - 1), retry.max_delay_seconds)
+                delay = model_retry_delay(retry, error, attempt)
+                if delay is not None:
                     self._report_error(error, err, "retrying")
                     self._set_status("rescheduling")
                     self._log.append(SessionStatusRescheduled)
