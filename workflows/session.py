@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timedelta
-from typing import Any
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey
@@ -66,9 +65,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from corral.names import (
         ARCHIVED,
-        BUDGET_CREATE_ONLY,
-        BUDGET_NOT_RAISED,
-        BUSY,
         DELETING,
         EVENT_ID_PREFIX,
         HANDING_OVER,
@@ -84,6 +80,7 @@ with workflow.unsafe.imports_passed_through():
         UPDATE_SEND_EVENTS,
         UPDATE_SESSION,
     )
+    from workflows._admin import apply_update, validate_update
     from workflows._context import SessionContext
     from workflows._fork import start_fork
     from workflows._handover import HandOver, Parts
@@ -550,53 +547,22 @@ class SessionWorkflow:
                 self._deleting = True
                 self._log.append(SessionDeleted)
             return self.session()
-        metadata = dict(self._input.metadata)
-        for key, value in input.metadata.items():
-            if value is None:
-                metadata.pop(key, None)
-            else:
-                metadata[key] = value
-        title = input.title if input.title_set else self._input.title
-        budget = self._input.budget
-        if input.budget_set:  # a new limit at the price the session was made with
-            budget = input.budget and input.budget.model_copy(update={"price": budget and budget.price})
-        self._input = self._input.model_copy(update={"title": title, "metadata": metadata, "budget": budget})
-        if input.archive and self._archived_at is None:
-            self._archived_at = workflow.now()
-        memo: dict[str, Any] = {"title": title, "metadata": metadata, "archived_at": self._archived_at}
-        if input.budget_set:
-            memo["budget"] = None if budget is None else budget.model_dump(mode="json", exclude={"price"})
+        self._input, self._archived_at, memo = apply_update(self._input, input, self._archived_at, workflow.now)
         workflow.upsert_memo(memo)
         self._describe()
         return self.session()
 
     @update_session.validator
     def _validate_update_session(self, input: UpdateSessionInput) -> None:
-        if self._runs.handing_over:  # what it changes is carried into the next run: it is sent again there
-            raise ApplicationError("the session is continuing as new: send again", type=HANDING_OVER)
-        if input.delete and self._status in ("running", "rescheduling"):
-            raise ApplicationError(
-                f"the session is {self._status}: interrupt it first (send user.interrupt), then delete it once it "
-                "is idle",
-                type=BUSY,
-            )
-        if self._deleting and not input.delete:
-            raise ApplicationError("the session is being deleted: it can no longer change", type=DELETING)
-        if input.budget_set and self._input.budget is None:
-            raise ApplicationError(
-                "the session has no budget: a budget is set when a session is created, and one removed cannot be "
-                "set again",
-                type=BUDGET_CREATE_ONLY,
-            )
-        if input.budget is not None:
-            spent = self._list_cost() or 0
-            if input.budget.limit_cents <= spent:
-                raise ApplicationError(
-                    f"the session has already spent {spent} cents at list price: a new max_list_cost must be more",
-                    type=BUDGET_NOT_RAISED,
-                )
-        if self._archived_at is not None and (input.title_set or input.metadata or input.budget_set):
-            raise ApplicationError("the session is archived: it can no longer change", type=ARCHIVED)
+        validate_update(
+            input,
+            status=self._status,
+            deleting=self._deleting,
+            archived=self._archived_at is not None,
+            handing_over=self._runs.handing_over,
+            budget=self._input.budget,
+            list_cost=self._list_cost,
+        )
 
     def _interrupt_turn(self) -> bool:
         """Cancel the turn in progress, if there is one (the interrupt is then settled when it ends)."""
