@@ -14,10 +14,7 @@ from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from corral.contract.activities import (
-        ModelContext,
-        ModelContextQuery,
-    )
+    from corral.contract.activities import ModelContext, ModelContextQuery
     from corral.contract.carry import Phase, SessionCarry
     from corral.contract.context import ContextView
     from corral.contract.events import (
@@ -74,6 +71,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows._admin import apply_update, validate_update
     from workflows._context import SessionContext
+    from workflows._details import web_ui_details
     from workflows._fork import start_fork
     from workflows._handover import HandOver, Parts
     from workflows._inbox import UserInbox
@@ -343,24 +341,7 @@ class SessionWorkflow:
 
     def _describe(self) -> None:
         """The current details the Temporal Web UI shows for this session."""
-        reason = f" ({self._stop_reason})" if self._stop_reason else ""
-        run = f" · run {self._runs.run} (positions {self._log.base + 1}-)" if self._runs.run > 1 else ""
-        # A run after the first has no static summary (continue-as-new sets none): its details say it instead.
-        static = "" if self._runs.run == 1 else "{}\n\n{}\n\n".format(*self._static)
-        usage = self._model.usage
-        workflow.set_current_details(
-            f"{static}**{self._status}**{reason}{run} · model `{self._input.agent.model}` · "
-            f"{self._model.turns} model turns · "
-            f"{self._log.last_position} events · {len(self._inbox.pending)} queued · "
-            f"{usage.input_tokens} in / {usage.output_tokens} out tokens · cache "
-            f"{usage.cache_read_input_tokens} read / {usage.cache_creation_input_tokens} written" + self._spent_detail()
-        )
-
-    def _spent_detail(self) -> str:
-        budget = self._input.budget
-        if budget is None:
-            return ""
-        return f" · spent {self._list_cost()} of {budget.limit_cents} cents (list price)"
+        workflow.set_current_details(web_ui_details(self.session(), self._static))
 
     def _report(self, error_type: ErrorType, message: str, retry_status: RetryState) -> None:
         """A typed `session.error` the client sees; the session itself goes on."""
