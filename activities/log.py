@@ -11,12 +11,12 @@ from temporalio.client import Client
 
 from corral.archive import write_chunks
 from corral.blobs import BlobStore, open_blob_store
-from corral.client import event_pages
 from corral.contract.activities import ArchiveLogInput, ReadLogInput
 from corral.contract.context import json_size
 from corral.contract.events import SessionEvent
 from corral.contract.session import MAX_QUERY_BYTES, EventPage, EventsQuery
 from corral.names import ACTIVITY_ARCHIVE_LOG, ACTIVITY_READ_LOG, QUERY_EVENTS
+from corral.reading import event_pages
 
 
 class LogActivities:
