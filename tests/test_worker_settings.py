@@ -129,7 +129,7 @@ def test_only_the_settings_module_reads_the_environment() -> None:
     readers = [
         path.name
         for path in sorted((ROOT / "workers").glob("*.py"))
-        if path.name != "_settings.py" and ("os.environ" in path.read_text() or "getenv" in path.read_text())
+        if path.name != "settings.py" and ("os.environ" in path.read_text() or "getenv" in path.read_text())
     ]
     assert readers == [], f"read the environment in workers/settings.py, once, not in {readers}"
 

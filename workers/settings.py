@@ -42,6 +42,7 @@ An empty variable counts as unset. A missing or malformed one is a `SettingsErro
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import typing
 from dataclasses import dataclass, field
@@ -63,12 +64,11 @@ from corral.names import (
     sandbox_engine_problem,
 )
 from sandbox.pool import PoolSettings
-from workers._environ import (
+from workers._variables import (
     Environ,
     SettingsError,
     _check_positive,
     _count,
-    _environ,
     _invalid,
     _port,
     _seconds,
@@ -365,7 +365,11 @@ class HarnessSettings:
         return cls(TemporalSettings.from_environment(environ), HarnessDeployment.from_environment(environ))
 
 
-# ---- checking one value (reading one variable: workers/_environ.py) ------------------------------------------------
+# ---- the environment, and checking one value (reading one variable: workers/_variables.py) ------------------------
+
+
+def _environ(environ: Environ | None) -> Environ:
+    return os.environ if environ is None else environ
 
 
 def _check_interval(seconds: float) -> None:

@@ -1,10 +1,10 @@
-"""Reading one variable of a worker's environment, for `workers.settings`: an empty variable counts as unset, and a
-malformed one is a `SettingsError` whose one-line message names it (never a secret's value)."""
+"""Reading one variable of a worker's environment, for `workers.settings` (which alone reads the environment itself):
+an empty variable counts as unset, and a malformed one is a `SettingsError` whose one-line message names it (never a
+secret's value)."""
 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
@@ -13,10 +13,6 @@ Environ = Mapping[str, str]
 
 class SettingsError(Exception):
     """A variable of the worker's environment is missing or malformed; the message names it, on one line."""
-
-
-def _environ(environ: Environ | None) -> Environ:
-    return os.environ if environ is None else environ
 
 
 def _text(environ: Environ, name: str) -> str | None:
