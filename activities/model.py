@@ -8,7 +8,6 @@ long, not the activity's 10-minute timeout; a stream that breaks in any other wa
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
 import logging
@@ -26,11 +25,7 @@ from temporalio.client import Client
 
 from activities.context import build_messages, build_tools, with_cache_breakpoints
 from activities.errors import ModelStreamBroken, classify, model_error, stream_broken
-from corral.archive import write_chunks
-from corral.blobs import BlobStore, open_blob_store
-from corral.client import event_pages
 from corral.contract.activities import (
-    ArchiveLogInput,
     ModelContext,
     ModelContextQuery,
     ModelOutputBlock,
@@ -39,19 +34,15 @@ from corral.contract.activities import (
     ModelToolUseOutput,
     ModelTurnInput,
     ModelTurnResult,
-    ReadLogInput,
 )
-from corral.contract.context import SUMMARIZER_SYSTEM, SUMMARY_REQUEST, json_size, view
+from corral.contract.context import SUMMARIZER_SYSTEM, SUMMARY_REQUEST, view
 from corral.contract.events import AgentThreadContextCompacted, ModelUsage, RefusalStopDetails, SessionEvent
 from corral.contract.proxy import McpToolSpec
-from corral.contract.session import MAX_QUERY_BYTES, AgentConfig, EventPage, EventsQuery
+from corral.contract.session import AgentConfig
 from corral.hands.heartbeat import heartbeating
 from corral.names import (
-    ACTIVITY_ARCHIVE_LOG,
     ACTIVITY_MODEL_TURN,
-    ACTIVITY_READ_LOG,
     DEFAULT_MODEL_STALL_TIMEOUT_SECONDS,
-    QUERY_EVENTS,
     QUERY_MODEL_CONTEXT,
 )
 from relay import AttemptStream, StreamPublisher
@@ -102,13 +93,11 @@ class ModelActivities:
         temporal: Client,
         model: anthropic.AsyncAnthropic | None = None,
         stream: StreamPublisher | None = None,
-        blobs: BlobStore | None = None,
         stall_timeout_seconds: float = DEFAULT_MODEL_STALL_TIMEOUT_SECONDS,
         worker_task_queue: str | None = None,
     ) -> None:
         self._temporal = temporal
         self._worker_task_queue = worker_task_queue
-        self._blobs = blobs or open_blob_store()
         self._model = model or anthropic.AsyncAnthropic(max_retries=0, http_client=warm_http_client())
         self._cache = ConversationCache()
         self._stream = stream
@@ -210,39 +199,6 @@ class ModelActivities:
                 raise model_error(exc, info) from exc
         metrics.ended("ok")
         return _result(message, self._worker_task_queue)
-
-    @activity.defn(name=ACTIVITY_READ_LOG)
-    async def read_log(self, input: ReadLogInput) -> EventPage:
-        """A page of a session's log, from whichever run or archive holds it (a fork copies its source this way)."""
-        handle = self._temporal.get_workflow_handle(input.session_id)
-        events: list[SessionEvent] = []
-        budget = MAX_QUERY_BYTES  # an activity result stays far under Temporal's payload limit
-        async for page in event_pages(handle, after=input.after, before=input.before, blobs=self._blobs):
-            for event in page:
-                budget -= json_size(event)
-                if events and budget < 0:
-                    return EventPage(events=events, has_more=True, next_after=events[-1].position)
-                events.append(event)
-            if len(events) >= 1000:
-                return EventPage(events=events, has_more=True, next_after=events[-1].position)
-        return EventPage(events=events, has_more=False, next_after=events[-1].position if events else input.after)
-
-    @activity.defn(name=ACTIVITY_ARCHIVE_LOG)
-    async def archive_log(self, input: ArchiveLogInput) -> list[int]:
-        """Write a run's events `after+1 .. through` to the archive before the session continues as new; they are
-        read through that run's `events` query. The first positions of the chunks written."""
-        handle = self._temporal.get_workflow_handle(input.session_id, run_id=input.run_id)
-        events: list[SessionEvent] = []
-        after = input.after
-        while after < input.through:
-            query = EventsQuery(after=after, before=input.through + 1, limit=1000)
-            page = await handle.query(QUERY_EVENTS, query, result_type=EventPage)
-            if not page.events or page.events[0].position != after + 1:
-                raise RuntimeError(f"{input.session_id} returned no event at position {after + 1}")
-            events.extend(page.events)
-            after = page.events[-1].position
-            activity.heartbeat(after)
-        return await asyncio.to_thread(write_chunks, self._blobs, input.session_id, events)
 
     def _live(self, input: ModelTurnInput) -> contextlib.AbstractAsyncContextManager[AttemptStream | None]:
         """Live deltas for clients (ephemeral, never in history); nothing when no relay is configured."""

@@ -108,7 +108,7 @@ class Session:
         self.awaiting.clear()
 
     def model_call(self) -> list[dict[str, Any]]:
-        """Fit the context as `SessionWorkflow._call_model` does, then build the request as the model activity does."""
+        """Fit the context as `ModelTurns.call` does, then build the request as the model activity does."""
         self.take_pending()
         self.requests += 1
         turn = ModelTurnInput(

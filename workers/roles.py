@@ -14,6 +14,7 @@ from temporalio.client import Client
 from temporalio.worker import FixedSizeSlotSupplier, Interceptor, Worker, WorkerTuner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from activities.log import LogActivities
 from activities.model import ModelActivities
 from activities.sandbox import SandboxActivities
 from corral.blobs import BlobStore
@@ -94,11 +95,12 @@ def model_worker(
     `model_workers` for the deployed role). The only role that holds the model API key. With a stream relay, text
     deltas are published live to clients. Sessions' earlier runs are archived to `blobs` (default:
     `open_blob_store()`). A response stream silent for `stall_timeout_seconds` is retried."""
-    activities = ModelActivities(client, model, stream, blobs, stall_timeout_seconds)
+    activities = ModelActivities(client, model, stream, stall_timeout_seconds)
+    logs = LogActivities(client, blobs)
     return Worker(
         client,
         task_queue=task_queue,
-        activities=[activities.model_turn, activities.read_log, activities.archive_log],
+        activities=[activities.model_turn, logs.read_log, logs.archive_log],
         max_heartbeat_throttle_interval=MODEL_HEARTBEAT_THROTTLE,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
     )
@@ -118,7 +120,8 @@ def model_workers(
     the conversation cached (workflows/_hands.py `ModelRoute`). `worker_id` defaults to host, pid and a random
     part, so two workers in one process get two queues."""
     own_queue = model_worker_queue(task_queue, worker_id)
-    activities = ModelActivities(client, model, stream, blobs, stall_timeout_seconds, worker_task_queue=own_queue)
+    activities = ModelActivities(client, model, stream, stall_timeout_seconds, worker_task_queue=own_queue)
+    logs = LogActivities(client, blobs)
     # Both queues draw on one pool of slots, the SDK's default for one worker: a burst on both queues runs no more
     # model turns in this event loop than one worker would (more would starve their heartbeats).
     slots = SharedSlots(MODEL_ACTIVITY_SLOTS)
@@ -132,7 +135,7 @@ def model_workers(
         Worker(
             client,
             task_queue=task_queue,
-            activities=[activities.model_turn, activities.read_log, activities.archive_log],
+            activities=[activities.model_turn, logs.read_log, logs.archive_log],
             tuner=tuner,
             max_heartbeat_throttle_interval=MODEL_HEARTBEAT_THROTTLE,
             graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,

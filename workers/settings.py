@@ -42,15 +42,12 @@ An empty variable counts as unset. A missing or malformed one is a `SettingsErro
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import re
 import typing
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Self, cast
-from urllib.parse import urlsplit
 
 from temporalio.common import WorkerDeploymentVersion
 
@@ -68,8 +65,18 @@ from corral.names import (
 )
 from proxy import VaultLogin, VaultLoginIncomplete
 from sandbox.pool import PoolSettings
-
-Environ = Mapping[str, str]
+from workers._variables import (
+    Environ,
+    SettingsError,
+    _check_positive,
+    _count,
+    _invalid,
+    _port,
+    _seconds,
+    _text,
+    _url,
+    _urls,
+)
 
 MODEL_QUEUE_VARIABLE = "CORRAL_MODEL_TASK_QUEUE"
 REAP_INTERVAL = "CORRAL_REAP_INTERVAL_SECONDS"
@@ -78,10 +85,6 @@ POOL_MAX_AGE = "CORRAL_SANDBOX_POOL_MAX_AGE_SECONDS"
 MAX_POOL_SIZE = 64
 GIT_PROXY_PORT = "CORRAL_GIT_PROXY_PORT"
 DEFAULT_REAP_INTERVAL_SECONDS = 60.0
-
-
-class SettingsError(Exception):
-    """A variable of the worker's environment is missing or malformed; the message names it, on one line."""
 
 
 # ---- sections: one per role, and where Temporal is ---------------------------------------------------------------
@@ -352,77 +355,15 @@ class HarnessSettings:
         return cls(TemporalSettings.from_environment(environ), HarnessDeployment.from_environment(environ))
 
 
-# ---- reading one variable -----------------------------------------------------------------------------------------
+# ---- the environment, and checking one value (reading one variable: workers/_variables.py) ------------------------
 
 
 def _environ(environ: Environ | None) -> Environ:
     return os.environ if environ is None else environ
 
 
-def _text(environ: Environ, name: str) -> str | None:
-    return environ.get(name) or None
-
-
-def _invalid(name: str, value: object, expected: str) -> SettingsError:
-    return SettingsError(f"{name} must be {expected}, got {value!r}")
-
-
-def _seconds(environ: Environ, name: str, default: float) -> float:
-    raw = _text(environ, name)
-    if raw is None:
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise _invalid(name, raw, "a number of seconds greater than 0") from None
-
-
-def _count(environ: Environ, name: str, default: int) -> int:
-    return _integer(environ, name, default, "a whole number")
-
-
-def _port(environ: Environ, name: str, default: int) -> int:
-    return _integer(environ, name, default, "a TCP port number (1-65535)")
-
-
-def _integer(environ: Environ, name: str, default: int, expected: str) -> int:
-    raw = _text(environ, name)
-    if raw is None:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise _invalid(name, raw, expected) from None
-
-
-def _url(environ: Environ, name: str) -> str | None:
-    raw = _text(environ, name)
-    if raw is not None:
-        parts = urlsplit(raw)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise _invalid(name, raw, "an http:// or https:// URL")
-    return raw
-
-
-def _urls(environ: Environ, name: str) -> str | None:
-    """A comma-separated list of http(s) URLs (one URL is a list of one), each checked like `_url`."""
-    raw = _text(environ, name)
-    if raw is not None:
-        parts = [part.strip() for part in raw.split(",") if part.strip()]
-        for part in parts or [raw]:
-            url = urlsplit(part)
-            if url.scheme not in ("http", "https") or not url.netloc:
-                raise _invalid(name, raw, "an http:// or https:// URL, or a comma-separated list of them")
-    return raw
-
-
 def _check_interval(seconds: float) -> None:
     _check_positive(REAP_INTERVAL, seconds)
-
-
-def _check_positive(name: str, seconds: float) -> None:
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise _invalid(name, seconds, "a number of seconds greater than 0")
 
 
 def _check_port(port: int) -> None:

@@ -1,4 +1,5 @@
 """How long each activity the harness schedules may take, and how Temporal retries it: one place to read them all.
+The session's own, visible retries of a model turn (`model_retry_delay`) are here too.
 
 Every value here is a command attribute that Temporal does not compare on replay, so changing one keeps recorded
 histories replaying; it changes what a running session does from its next command on. The benchmarks quote them
@@ -11,7 +12,8 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 
-from corral.contract.errors import MODEL_FATAL, MODEL_RETRYABLE, TOOL_ERROR
+from corral.contract.errors import MODEL_FATAL, MODEL_RETRYABLE, TOOL_ERROR, ModelErrorInfo
+from corral.contract.session import ModelRetryConfig
 
 # ---- every infrastructure activity ---------------------------------------------------------------------------------
 
@@ -44,6 +46,19 @@ HAND_HEARTBEAT_TIMEOUT = timedelta(seconds=3)
 activity only in the answer to a heartbeat. Hands must heartbeat; `make_execute_activity` does it every second."""
 HAND_SCHEDULE_TO_START = timedelta(seconds=60)
 """A tool call no hand picks up within this time is an error the model sees, not a stuck session."""
+
+
+def model_retry_delay(retry: ModelRetryConfig, error: ModelErrorInfo, attempt: int) -> float | None:
+    """Seconds to wait before the next attempt of a model turn after `error` ended attempt `attempt` (from 1), or
+    None: give up, because the error is not transient or the session's attempts (`SessionInput.model_retry`) are
+    spent. The model's own retry-after wins; else the delay doubles from the first up to the most. The session
+    waits on a timer, whose duration Temporal does not compare on replay."""
+    if not error.retryable or attempt >= retry.max_attempts:
+        return None
+    if error.retry_after is not None:
+        return error.retry_after
+    return min(retry.initial_delay_seconds * 2 ** (attempt - 1), retry.max_delay_seconds)
+
 
 # ---- the sandbox ---------------------------------------------------------------------------------------------------
 

@@ -2,46 +2,39 @@
 
 No I/O here (docs/invariants.md, invariant 1): time comes from `workflow.now()`, ids from `workflow.uuid4()`, and every
 model call or tool call is an activity. Handlers only validate and append to the log; the main loop does the work.
+
+Over 400 lines on purpose: what stays is the loop and the handlers and queries, which Temporal finds on this class.
+Each job they lend to has its module: the model turn and its retries (`_model_turn.py`, `policies.py`), session
+administration (`_admin.py`), tool calls, user input, context, hand-over, sandbox, MCP (`_tool_calls.py`,
+`_inbox.py`, `_context.py`, `_handover.py`, `_sandbox.py`, `_mcp.py`) and the Web UI's details (`_details.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import datetime
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from corral.contract.activities import (
-        ModelContext,
-        ModelContextQuery,
-        ModelTurnInput,
-        ModelTurnResult,
-    )
+    from corral.contract.activities import ModelContext, ModelContextQuery
     from corral.contract.carry import Phase, SessionCarry
     from corral.contract.context import ContextView
-    from corral.contract.errors import ModelErrorInfo
     from corral.contract.events import (
         BudgetReached,
         EndTurn,
         ErrorType,
-        ModelUsage,
         Refusal,
         RefusalStopDetails,
-        RetriesExhausted,
         RetryStatus,
         SessionDeleted,
         SessionError,
         SessionErrorDetail,
         SessionStatusIdle,
-        SessionStatusRescheduled,
         SessionStatusRunning,
         SessionStatusTerminated,
-        SpanModelRequestEnd,
-        SpanModelRequestStart,
         StopReason,
     )
     from corral.contract.pricing import list_cost
@@ -66,9 +59,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from corral.names import (
         ARCHIVED,
-        BUDGET_CREATE_ONLY,
-        BUDGET_NOT_RAISED,
-        BUSY,
         DELETING,
         EVENT_ID_PREFIX,
         HANDING_OVER,
@@ -84,23 +74,20 @@ with workflow.unsafe.imports_passed_through():
         UPDATE_SEND_EVENTS,
         UPDATE_SESSION,
     )
+    from workflows._admin import apply_update, validate_update
     from workflows._context import SessionContext
+    from workflows._details import web_ui_details
     from workflows._fork import start_fork
     from workflows._handover import HandOver, Parts
-    from workflows._hands import ModelRoute
     from workflows._inbox import UserInbox
     from workflows._log import SessionLog
     from workflows._mcp import RetryState, SessionMcp
-    from workflows._outcomes import ToolUseEvent, add_usage, model_error_info, record_response
+    from workflows._metrics import count
+    from workflows._model_turn import ModelTurns
+    from workflows._outcomes import record_response
     from workflows._sandbox import SessionSandbox
     from workflows._tool_calls import ToolCalls
 
-
-MAX_CUT_OFF = 3
-CUT_OFF_RESULT = (
-    "Not run: your reply was cut off at max_tokens ({max_tokens}), so this call may be incomplete. Go on, and make "
-    "the call again, complete, if it is still needed."
-)
 
 CONFIRMATIONS_PATCH = "tool-confirmations"
 """From here a session evaluates each call's permission policy, and waits for confirmation where it asks."""
@@ -126,12 +113,6 @@ STATUS_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS)
 MODEL_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_MODEL)
 
 
-def _count(name: str, description: str, **attributes: str) -> None:
-    """One more of a corral metric, through the workflow's meter: no command, no I/O, and nothing while a task is
-    replayed, so replays and determinism are untouched (a no-op unless the worker's runtime exports metrics)."""
-    workflow.metric_meter().create_counter(name, description).add(1, attributes)
-
-
 @workflow.defn(name=SESSION_WORKFLOW)
 class SessionWorkflow:
     """An agent session: user events in, model turns and tool calls out, every step a typed event."""
@@ -145,10 +126,6 @@ class SessionWorkflow:
         self._inbox = UserInbox(self._log, workflow.now, self._interrupt_turn, self._describe)
         self._status: SessionStatus = "idle"
         self._stop_reason: str | None = None
-        self._turns = 0
-        self._request_id = ""  # the span id of the model request that produced the latest response
-        self._usage = ModelUsage()
-        self._delta_start = 0
         self._turn_task: asyncio.Task[None] | None = None
         self._context = SessionContext(self._log, input.agent)
         self._mcp = SessionMcp(
@@ -162,7 +139,10 @@ class SessionWorkflow:
             input.agent, self._tools, self._log, self._inbox, self._sandbox, self._mcp, self._report,
             self._go_idle, self._resume_running, self._hand_over_due, self._hand_over,
         )  # fmt: skip
-        self._model_route = ModelRoute(input.model_task_queue)
+        self._model = ModelTurns(
+            input.agent, input.model_retry, input.model_task_queue, self._log, self._context, self._mcp, self._inbox,
+            self._report, self._set_status, self._go_idle, self._describe,
+        )  # fmt: skip
         self._static = web_ui_summary(input, workflow.info().namespace)
         self._archived_at: datetime | None = None
         self._deleting = False
@@ -182,7 +162,7 @@ class SessionWorkflow:
         if input.fork is not None and input.carry is None:
             sandboxed = any(isinstance(tool, SandboxTool) for tool in self._tools.values())
             await start_fork(self._log, self._inbox, input, sandboxed, self._report)
-            self._delta_start = len(self._log.conversation)  # the model worker reads the copy through a query
+            self._model.delta_start = len(self._log.conversation)  # the model worker reads the copy through a query
         resume = input.carry.phase if input.carry is not None else "idle"
         try:
             while True:
@@ -219,9 +199,9 @@ class SessionWorkflow:
             run=self._runs.run + 1,
             phase=phase,
             archive=archive,
-            **self._runs.carried(self._parts(), archive, self._delta_start),
-            usage=self._usage,
-            turns=self._turns,
+            **self._runs.carried(self._parts(), archive, self._model.delta_start),
+            usage=self._model.usage,
+            turns=self._model.turns,
             created_at=self._created_at,
             status=self._status,
             stop_reason=self._stop_reason,
@@ -235,10 +215,10 @@ class SessionWorkflow:
     def _resume(self, carry: SessionCarry) -> None:
         """Start from the state the previous run handed over."""
         self._runs.restore(carry, self._parts())
-        self._usage, self._turns, self._created_at = carry.usage, carry.turns, carry.created_at
+        self._model.usage, self._model.turns, self._created_at = carry.usage, carry.turns, carry.created_at
         self._status, self._stop_reason = carry.status, carry.stop_reason
         self._archived_at = carry.archived_at
-        self._delta_start = len(self._log.conversation)  # the model worker reads the carried view through a query
+        self._model.delta_start = len(self._log.conversation)  # the model worker reads the carried view through a query
 
     def _parts(self) -> Parts:
         return self._log, self._context, self._inbox, self._sandbox, self._mcp
@@ -285,10 +265,10 @@ class SessionWorkflow:
                 if self._budget_spent():
                     self._go_idle(BudgetReached())  # no model call: the message waits in the conversation
                     return
-                result = await self._call_model()
+                result = await self._model.call()
                 if result is None:
                     return
-                request_id = self._request_id if workflow.patched(MESSAGE_IDS_PATCH) else None
+                request_id = self._model.request_id if workflow.patched(MESSAGE_IDS_PATCH) else None
                 uses = record_response(self._log, result, self._mcp.spec, self._is_custom, request_id)
                 if self._budget_spent():
                     for use in uses:  # answered, so that the conversation stays valid for a later turn
@@ -307,7 +287,7 @@ class SessionWorkflow:
                     self._tool_calls.evaluate_permissions(uses)
                 if uses and result.stop_reason == "max_tokens":
                     cut_off += 1
-                    if not self._refuse_cut_off_calls(uses, cut_off):
+                    if not self._model.refuse_cut_off_calls(uses, cut_off):
                         return
                 elif uses:
                     cut_off = 0
@@ -320,108 +300,10 @@ class SessionWorkflow:
                 raise
             self._finish_interrupt()
 
-    async def _call_model(self) -> ModelTurnResult | None:
-        """One model turn, retrying transient model errors visibly; None when the turn ended in an error."""
-        self._turns += 1
-        summary = await self._context.fit(self._turn_input(), self._model_activity, self._context_note)
-        if summary is not None:
-            _count("corral_compactions", "Context compactions (a summary replaced the start)", reason="budget")
-            self._usage = add_usage(self._usage, summary.usage)
-        retry = self._input.model_retry
-        stream_id: str | None = None
-        for attempt in range(1, retry.max_attempts + 1):
-            turn = self._turn_input()  # anew each attempt: a retry may see a shorter context
-            span = self._log.append(SpanModelRequestStart)
-            stream_id = stream_id or span.id
-            self._describe()
-            try:
-                result = await self._model_activity(
-                    turn.model_copy(update={"stream_id": stream_id, "stream_attempt": attempt}),
-                    f"model turn {self._turns}" + (f" (attempt {attempt})" if attempt > 1 else ""),
-                )
-            except ActivityError as err:
-                self._log.append(
-                    SpanModelRequestEnd,
-                    model_request_start_id=span.id,
-                    model_usage=ModelUsage(),
-                    is_error=True,
-                )
-                if isinstance(err.cause, CancelledError) and self._inbox.interrupts:
-                    raise
-                error = model_error_info(err)
-                if error.context_too_long and attempt < retry.max_attempts:
-                    shrunk, summary = await self._context.shrink(turn, self._model_activity, self._context_note)
-                    if summary is not None:
-                        _count("corral_compactions", "Context compactions (a summary replaced the start)",
-                               reason="prompt_too_long")  # fmt: skip
-                        self._usage = add_usage(self._usage, summary.usage)
-                    if shrunk:
-                        self._report_error(error, err, "retrying")
-                        continue
-                if error.retryable and attempt < retry.max_attempts:
-                    delay = error.retry_after
-                    if delay is None:
-                        delay = min(retry.initial_delay_seconds * 2 ** (attempt - 1), retry.max_delay_seconds)
-                    self._report_error(error, err, "retrying")
-                    self._set_status("rescheduling")
-                    self._log.append(SessionStatusRescheduled)
-                    await workflow.sleep(timedelta(seconds=delay), summary=f"retry model turn in {delay:.1f}s")
-                    self._set_status("running")
-                    self._log.append(SessionStatusRunning)
-                    continue
-                self._report_error(error, err, "exhausted")
-                self._go_idle(RetriesExhausted())
-                return None
-            self._delta_start = turn.conversation_length
-            self._context.carried_unseen = None
-            self._usage = add_usage(self._usage, result.usage)
-            self._log.append(SpanModelRequestEnd, model_request_start_id=span.id, model_usage=result.usage)
-            self._request_id = span.id
-            return result
-        raise AssertionError("unreachable: the last attempt returns or reports")
-
-    def _turn_input(self) -> ModelTurnInput:
-        """A reference to the log and the entries the model worker has not seen, never the transcript."""
-        info = workflow.info()
-        length = len(self._log.conversation)
-        delta, by_reference = self._log.delta_for_model(self._delta_start, length)
-        return ModelTurnInput(
-            session_id=info.workflow_id,
-            run_id=info.run_id,
-            turn=self._turns,
-            conversation_length=length,
-            delta_start=self._delta_start,
-            delta=delta,
-            delta_by_reference=by_reference,
-            agent=self._input.agent if self._delta_start == 0 else None,
-            mcp_tools=list(self._mcp.tools.values()) if self._delta_start == 0 else [],
-            elide_before=self._context.watermark,
-            max_block_chars=self._context.max_block_chars,
-        )
-
-    async def _model_activity(self, turn: ModelTurnInput, summary: str) -> ModelTurnResult:
-        return await self._model_route.call(turn, summary)
-
-    def _context_note(self, message: str) -> None:
-        self._report("model_request_failed_error", message, "retrying")
-
-    def _refuse_cut_off_calls(self, uses: list[ToolUseEvent], cut_off: int) -> bool:
-        """A reply cut off at `max_tokens` may hold incomplete tool calls: none runs. Each gets an error result and
-        the model is asked to go on (True), up to `MAX_CUT_OFF` replies in a row; then the turn ends (False)."""
-        for use in uses:
-            self._log.answer(use, CUT_OFF_RESULT.format(max_tokens=self._input.agent.max_tokens), True)
-        if cut_off < MAX_CUT_OFF:
-            return True
-        limit = self._input.agent.max_tokens
-        message = f"{cut_off} replies in a row were cut off at max_tokens ({limit}) in a tool call: raise it"
-        self._report("model_request_failed_error", message, "exhausted")
-        self._go_idle(RetriesExhausted())
-        return False
-
     def _list_cost(self) -> int | None:
         """What the model turns have cost so far at list price, in US cents (None: the model has no price)."""
         price = self._input.budget_price()
-        return None if price is None else list_cost(self._input.agent.model, self._usage, price)
+        return None if price is None else list_cost(self._input.agent.model, self._model.usage, price)
 
     def _budget_spent(self) -> bool:
         budget = self._input.budget
@@ -464,37 +346,15 @@ class SessionWorkflow:
 
     def _describe(self) -> None:
         """The current details the Temporal Web UI shows for this session."""
-        reason = f" ({self._stop_reason})" if self._stop_reason else ""
-        run = f" · run {self._runs.run} (positions {self._log.base + 1}-)" if self._runs.run > 1 else ""
-        # A run after the first has no static summary (continue-as-new sets none): its details say it instead.
-        static = "" if self._runs.run == 1 else "{}\n\n{}\n\n".format(*self._static)
-        workflow.set_current_details(
-            f"{static}**{self._status}**{reason}{run} · model `{self._input.agent.model}` · "
-            f"{self._turns} model turns · "
-            f"{self._log.last_position} events · {len(self._inbox.pending)} queued · "
-            f"{self._usage.input_tokens} in / {self._usage.output_tokens} out tokens · cache "
-            f"{self._usage.cache_read_input_tokens} read / {self._usage.cache_creation_input_tokens} written"
-            + self._spent_detail()
-        )
-
-    def _spent_detail(self) -> str:
-        budget = self._input.budget
-        if budget is None:
-            return ""
-        return f" · spent {self._list_cost()} of {budget.limit_cents} cents (list price)"
+        workflow.set_current_details(web_ui_details(self.session(), self._static))
 
     def _report(self, error_type: ErrorType, message: str, retry_status: RetryState) -> None:
         """A typed `session.error` the client sees; the session itself goes on."""
-        _count("corral_session_errors", "session.error events, by error type", error_type=error_type)
+        count("corral_session_errors", "session.error events, by error type", error_type=error_type)
         self._log.append(
             SessionError,
             error=SessionErrorDetail(type=error_type, message=message, retry_status=RetryStatus(type=retry_status)),
         )
-
-    def _report_error(self, error: ModelErrorInfo, err: ActivityError, retry_status: RetryState) -> None:
-        """A model error as a `session.error`, with the activity's own message."""
-        message = str(err.cause.message if isinstance(err.cause, ApplicationError) else err.cause or err)
-        self._report(error.error_type, message, retry_status)
 
     # ---- user input ---------------------------------------------------------------------------------------
 
@@ -554,53 +414,22 @@ class SessionWorkflow:
                 self._deleting = True
                 self._log.append(SessionDeleted)
             return self.session()
-        metadata = dict(self._input.metadata)
-        for key, value in input.metadata.items():
-            if value is None:
-                metadata.pop(key, None)
-            else:
-                metadata[key] = value
-        title = input.title if input.title_set else self._input.title
-        budget = self._input.budget
-        if input.budget_set:  # a new limit at the price the session was made with
-            budget = input.budget and input.budget.model_copy(update={"price": budget and budget.price})
-        self._input = self._input.model_copy(update={"title": title, "metadata": metadata, "budget": budget})
-        if input.archive and self._archived_at is None:
-            self._archived_at = workflow.now()
-        memo: dict[str, Any] = {"title": title, "metadata": metadata, "archived_at": self._archived_at}
-        if input.budget_set:
-            memo["budget"] = None if budget is None else budget.model_dump(mode="json", exclude={"price"})
+        self._input, self._archived_at, memo = apply_update(self._input, input, self._archived_at, workflow.now)
         workflow.upsert_memo(memo)
         self._describe()
         return self.session()
 
     @update_session.validator
     def _validate_update_session(self, input: UpdateSessionInput) -> None:
-        if self._runs.handing_over:  # what it changes is carried into the next run: it is sent again there
-            raise ApplicationError("the session is continuing as new: send again", type=HANDING_OVER)
-        if input.delete and self._status in ("running", "rescheduling"):
-            raise ApplicationError(
-                f"the session is {self._status}: interrupt it first (send user.interrupt), then delete it once it "
-                "is idle",
-                type=BUSY,
-            )
-        if self._deleting and not input.delete:
-            raise ApplicationError("the session is being deleted: it can no longer change", type=DELETING)
-        if input.budget_set and self._input.budget is None:
-            raise ApplicationError(
-                "the session has no budget: a budget is set when a session is created, and one removed cannot be "
-                "set again",
-                type=BUDGET_CREATE_ONLY,
-            )
-        if input.budget is not None:
-            spent = self._list_cost() or 0
-            if input.budget.limit_cents <= spent:
-                raise ApplicationError(
-                    f"the session has already spent {spent} cents at list price: a new max_list_cost must be more",
-                    type=BUDGET_NOT_RAISED,
-                )
-        if self._archived_at is not None and (input.title_set or input.metadata or input.budget_set):
-            raise ApplicationError("the session is archived: it can no longer change", type=ARCHIVED)
+        validate_update(
+            input,
+            status=self._status,
+            deleting=self._deleting,
+            archived=self._archived_at is not None,
+            handing_over=self._runs.handing_over,
+            budget=self._input.budget,
+            list_cost=self._list_cost,
+        )
 
     def _interrupt_turn(self) -> bool:
         """Cancel the turn in progress, if there is one (the interrupt is then settled when it ends)."""
@@ -620,9 +449,9 @@ class SessionWorkflow:
             model=self._input.agent.model,
             created_at=self._created_at,
             last_position=self._log.last_position,
-            turns=self._turns,
+            turns=self._model.turns,
             queued_user_events=len(self._inbox.pending),
-            usage=self._usage,
+            usage=self._model.usage,
             stop_reason=self._stop_reason,
             metadata=self._input.metadata,
             run=self._runs.run,

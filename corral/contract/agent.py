@@ -1,0 +1,165 @@
+"""The agent a session runs: its model, system prompt and tools (declared, and resolved into the tools the model
+sees). Part of the session's start input (`SessionInput.agent`), so a persisted schema: add optional fields, never
+repurpose one."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from corral.contract.limits import SendableInput
+from corral.contract.proxy import McpServerUrl, McpToolset
+from corral.contract.sandbox import (
+    SANDBOX_TOOL_DESCRIPTIONS,
+    AgentToolset20260401,
+    check_permission_policy,
+    sandbox_tool_schema,
+)
+from corral.names import UTILITY_HAND_TASK_QUEUE, reserved_task_queue_problem
+
+TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
+
+
+class CustomTool(BaseModel):
+    """A tool the client runs itself: a call makes the session idle with `requires_action`."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["custom"] = "custom"
+    name: str = Field(pattern=TOOL_NAME_PATTERN)
+    description: str = ""
+    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class HandTool(BaseModel):
+    """A tool served by any process that runs the `execute` activity on `task_queue` (a "hand")."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["hand"] = "hand"
+    name: str = Field(pattern=TOOL_NAME_PATTERN)
+    description: str = ""
+    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    task_queue: str = Field(min_length=1)
+    timeout_seconds: float = Field(default=300.0, gt=0, le=24 * 3600)
+    permission_policy: dict[str, Any] | None = None
+    """`always_allow` (the default) or `always_ask`, as for the built-in tools."""
+
+    @field_validator("permission_policy")
+    @classmethod
+    def _policy(cls, policy: dict[str, Any] | None) -> dict[str, Any] | None:
+        return check_permission_policy(policy, "permission_policy")
+
+
+class UtilityToolset(BaseModel):
+    """corral's built-in hand that needs no sandbox: `get_time` and `calculate`, on `corral-utility`."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["corral_utility"] = "corral_utility"
+
+
+class SandboxTool(BaseModel):
+    """A built-in tool of `agent_toolset_20260401`, run in the session's sandbox (resolved, never sent by users)."""
+
+    type: Literal["sandbox"] = "sandbox"
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    permission_policy: dict[str, Any] | None = None
+
+
+AgentTool = Annotated[
+    CustomTool | HandTool | UtilityToolset | AgentToolset20260401 | McpToolset, Field(discriminator="type")
+]
+ResolvedTool = CustomTool | HandTool | SandboxTool
+
+UTILITY_TOOLS: tuple[HandTool, ...] = (
+    HandTool(
+        name="get_time",
+        description="Current date and time (UTC, ISO 8601) on the hand's clock.",
+        input_schema={"type": "object", "properties": {}},
+        task_queue=UTILITY_HAND_TASK_QUEUE,
+        timeout_seconds=30,
+    ),
+    HandTool(
+        name="calculate",
+        description="Evaluate an arithmetic expression (+ - * / // % **, parentheses, numbers).",
+        input_schema={
+            "type": "object",
+            "properties": {"expression": {"type": "string", "description": "e.g. 2*(3+4)"}},
+            "required": ["expression"],
+        },
+        task_queue=UTILITY_HAND_TASK_QUEUE,
+        timeout_seconds=30,
+    ),
+)
+
+
+class AgentConfig(SendableInput):
+    """The agent a session runs: model, system prompt, tools."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(min_length=1)
+    name: str | None = None
+    system: str | None = None
+    tools: list[AgentTool] = Field(default_factory=list)
+    max_tokens: int = Field(default=4096, ge=1, le=128_000)
+    context_budget_tokens: int | None = Field(default=None, ge=1_000)
+    """Most input tokens a request may carry; older large tool results are elided to stay under it. Default: the
+    model's input window minus `max_tokens` and 5% (corral.contract.context.default_budget)."""
+    mcp_servers: list[McpServerUrl] = Field(default_factory=list, max_length=20)
+
+    @model_validator(mode="after")
+    def _mcp_servers_declared(self) -> AgentConfig:
+        names = [server.name for server in self.mcp_servers]
+        if len(set(names)) != len(names):
+            raise ValueError("agent.mcp_servers: server names must be unique")
+        for tool in self.tools:
+            if isinstance(tool, McpToolset) and tool.mcp_server_name not in names:
+                raise ValueError(
+                    f"agent.tools: mcp_toolset names server {tool.mcp_server_name!r}, which is not in agent.mcp_servers"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _hands_not_on_corrals_queues(self) -> AgentConfig:
+        # Declared tools only: the utility toolset's own tools (UTILITY_TOOLS) are on corral-utility by design.
+        for index, tool in enumerate(self.tools):
+            problem = reserved_task_queue_problem(tool.task_queue) if isinstance(tool, HandTool) else None
+            if problem is not None:
+                raise ValueError(f"agent.tools[{index}].task_queue: {problem}")
+        return self
+
+    def mcp_toolsets(self) -> list[tuple[McpServerUrl, McpToolset]]:
+        """Each MCP server whose tools the model may use, with its toolset settings."""
+        servers = {server.name: server for server in self.mcp_servers}
+        return [(servers[t.mcp_server_name], t) for t in self.tools if isinstance(t, McpToolset)]
+
+    @model_validator(mode="after")
+    def _tool_names_unique(self) -> AgentConfig:
+        names = [tool.name for tool in self.resolved_tools()]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"agent.tools: tool names must be unique; repeated: {', '.join(duplicates)}")
+        return self
+
+    def resolved_tools(self) -> list[ResolvedTool]:
+        """The tools with toolsets expanded, in declaration order (pure: safe in workflow code)."""
+        tools: list[ResolvedTool] = []
+        for tool in self.tools:
+            if isinstance(tool, UtilityToolset):
+                tools.extend(UTILITY_TOOLS)
+            elif isinstance(tool, McpToolset):
+                continue  # discovered from the server at session start (see workflows/_mcp.py)
+            elif isinstance(tool, AgentToolset20260401):
+                tools.extend(
+                    SandboxTool(
+                        name=name,
+                        description=SANDBOX_TOOL_DESCRIPTIONS[name],
+                        input_schema=sandbox_tool_schema(name),
+                        permission_policy={"type": tool.permission(name)},
+                    )
+                    for name in tool.enabled_names()
+                )
+            else:
+                tools.append(tool)
+        return tools

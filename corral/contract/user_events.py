@@ -1,0 +1,141 @@
+"""The user events a session takes (the `send_events` update and the `user_message` and `interrupt` signals) and how
+a batch of them is checked before anything reaches history. Field names follow the Managed Agents API."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+
+from corral.contract.events import ContentBlock, TextBlock
+from corral.contract.limits import SendableInput
+
+MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+"""The most bytes of user events one batch may carry (the Messages API's own request limit). Anything over 256 KiB
+is kept in the blob store with only a reference in history (corral.blobs), so no history payload nears Temporal's
+2 MB limit; the model is shown a block too large for its context as a note (corral.contract.context.fit_blocks)."""
+MAX_EVENTS_PER_BATCH = 50
+
+MessageContent = str | list[ContentBlock]
+
+
+def normalize_content(content: MessageContent) -> list[ContentBlock]:
+    """Turn a plain string into one text block, and refuse empty content."""
+    blocks: list[ContentBlock] = [TextBlock(text=content)] if isinstance(content, str) else list(content)
+    if not blocks or all(isinstance(b, TextBlock) and not b.text.strip() for b in blocks):
+        raise ValueError("content must not be empty")
+    return blocks
+
+
+# ---- inputs of signals and the send_events update ------------------------------------------------------
+
+
+class UserMessageSignal(SendableInput):
+    """Input of the `user_message` signal: `{"content": "..."}` plus an optional client id for de-duplication."""
+
+    model_config = ConfigDict(extra="forbid")
+    content: MessageContent
+    id: str | None = Field(default=None, min_length=1, max_length=128)
+
+
+class UserMessageParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["user.message"]
+    content: MessageContent
+    id: str | None = Field(default=None, min_length=1, max_length=128)
+
+    @field_validator("content")
+    @classmethod
+    def _content_not_empty(cls, value: MessageContent) -> MessageContent:
+        normalize_content(value)
+        return value
+
+
+class UserInterruptParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["user.interrupt"]
+    id: str | None = Field(default=None, min_length=1, max_length=128)
+
+
+class UserToolConfirmationParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["user.tool_confirmation"]
+    tool_use_id: str
+    result: Literal["allow", "deny"]
+    deny_message: str | None = None
+    id: str | None = Field(default=None, min_length=1, max_length=128)
+
+
+class UserCustomToolResultParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["user.custom_tool_result"]
+    custom_tool_use_id: str
+    content: MessageContent = Field(default_factory=list)
+    is_error: bool = False
+    id: str | None = Field(default=None, min_length=1, max_length=128)
+
+
+UserEventParams = Annotated[
+    UserMessageParams | UserInterruptParams | UserToolConfirmationParams | UserCustomToolResultParams,
+    Field(discriminator="type"),
+]
+
+
+class SendEventsInput(SendableInput):
+    """Input of the `send_events` update. Events are validated by the update's validator, so a malformed
+    event is rejected with a readable message instead of failing to decode."""
+
+    events: list[dict[str, Any]]
+
+
+_USER_EVENTS: TypeAdapter[list[UserEventParams]] = TypeAdapter(list[UserEventParams])
+
+UNSERVED_EVENTS = {
+    "user.tool_result": "user.tool_result answers a call that a self-hosted environment runs; corral runs the "
+    "built-in tools in its own sandbox, so no call waits for one (a custom tool's call takes user.custom_tool_result)",
+    "user.define_outcome": "user.define_outcome: outcomes are not supported by corral yet",
+    "system.message": "system.message is not supported yet: the agent's system prompt is the session's system "
+    "context (update the agent, or say it in a user.message)",
+}
+"""Event types of the Managed Agents API that a session does not take, with the reason a sender is given."""
+
+
+def parse_user_events(input: SendEventsInput) -> list[UserEventParams]:
+    """Validate a `send_events` batch; raise ValueError with a message a person can act on."""
+    if not input.events:
+        raise ValueError("events: send at least one event")
+    if len(input.events) > MAX_EVENTS_PER_BATCH:
+        raise ValueError(f"events: at most {MAX_EVENTS_PER_BATCH} events per batch, got {len(input.events)}")
+    for index, event in enumerate(input.events):
+        kind = event.get("type") if isinstance(event, dict) else None
+        if isinstance(kind, str) and kind in UNSERVED_EVENTS:
+            raise ValueError(f"events[{index}]: {UNSERVED_EVENTS[kind]}")
+    try:
+        params = _USER_EVENTS.validate_python(input.events)
+    except ValidationError as exc:
+        raise ValueError(readable_validation_error(exc, prefix="events")) from None
+    total = 0
+    for index, param in enumerate(params):
+        total += len(param.model_dump_json())
+        if total > MAX_MESSAGE_BYTES:
+            raise ValueError(
+                f"events[{index}]: the batch is {total} bytes up to here, over the limit of {MAX_MESSAGE_BYTES} bytes"
+            )
+    return params
+
+
+def readable_validation_error(exc: ValidationError, prefix: str) -> str:
+    """One line per problem, e.g. `events[0].type: Input tag 'user.foo' found ... does not match ...`."""
+    lines = []
+    for error in exc.errors(include_url=False):
+        location = prefix + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"])
+        lines.append(f"{location}: {error['msg']}")
+    return "; ".join(_unique(lines))
+
+
+def _unique(items: Iterable[str]) -> list[str]:
+    seen: dict[str, None] = {}
+    for item in items:
+        seen.setdefault(item, None)
+    return list(seen)

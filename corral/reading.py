@@ -1,0 +1,248 @@
+"""Reading a session, for every reader of the client (corral.client re-exports these): its queries, how it ended,
+its log as one sequence across workflow runs and the archive, and the log followed live as it is written."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from functools import partial
+from typing import Any, TypeVar
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import (
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowHistoryEventFilterType,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+)
+from temporalio.common import QueryRejectCondition
+from temporalio.service import RPCError, RPCStatusCode
+
+from corral.archive import read_archived
+from corral.blobs import BlobStore, open_blob_store
+from corral.contract.carry import ArchiveIndex
+from corral.contract.events import SessionEvent
+from corral.contract.session import EventPage, EventsQuery, SessionInfo
+from corral.converter import INVALID_INPUT
+from corral.errors import SessionEnded, SessionStartFailed
+from corral.names import QUERY_EVENTS, QUERY_SESSION
+
+T = TypeVar("T")
+
+
+async def session_info(handle: WorkflowHandle) -> SessionInfo:
+    return await query_session(handle, QUERY_SESSION, SessionInfo)
+
+
+async def query_session(handle: WorkflowHandle, name: str, result_type: type[T], *args: Any) -> T:
+    """A query of the session, the one way every reader asks one: a run that closed is answered by replaying it on a
+    worker, except one whose start input was refused, which cannot be rebuilt: that is `SessionStartFailed` (with
+    the refusal), never the worker's "Expected workflow input" nor a query left to time out.
+
+    An open run is asked straight away (no extra round trip); only a closed one is looked at first."""
+    try:
+        return await handle.query(name, *args, result_type=result_type, reject_condition=QueryRejectCondition.NOT_OPEN)
+    except WorkflowQueryRejectedError:
+        pass  # closed: answered below, by replay, once we know it can be
+    except WorkflowQueryFailedError as exc:
+        ended = await session_end(handle)
+        if isinstance(ended, SessionStartFailed):
+            raise ended from None
+        raise exc
+    ended = await session_end(handle)
+    if isinstance(ended, SessionStartFailed):
+        raise ended
+    return await handle.query(name, *args, result_type=result_type)
+
+
+async def session_end(handle: WorkflowHandle) -> SessionEnded | None:
+    """How the session's workflow ended, from its close event (`SessionStartFailed` when its input was refused), or
+    None while it runs. An RPCError (NOT_FOUND: no such session) goes to the caller."""
+    description = await handle.describe()
+    status = description.status
+    if status in (None, WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.CONTINUED_AS_NEW):
+        return None
+    how = status.name.lower()
+    close = await _close_event(handle)
+    if close is not None and close.HasField("workflow_execution_failed_event_attributes"):
+        failure = close.workflow_execution_failed_event_attributes.failure
+        if failure.application_failure_info.type == INVALID_INPUT:
+            return SessionStartFailed(handle.id, how, description.close_time, failure.message)
+        return SessionEnded(handle.id, how, description.close_time, failure.message)
+    if close is not None and close.HasField("workflow_execution_terminated_event_attributes"):
+        terminated = close.workflow_execution_terminated_event_attributes
+        by = f" (by {terminated.identity})" if terminated.identity else ""
+        return SessionEnded(handle.id, how, description.close_time, (terminated.reason or "no reason given") + by)
+    return SessionEnded(handle.id, how, description.close_time)
+
+
+async def _close_event(handle: WorkflowHandle) -> HistoryEvent | None:
+    """The close event of the session's current run (Temporal's close-event filter: one event, however long the
+    run), or None for a run still open."""
+    async for event in handle.fetch_history_events(event_filter_type=WorkflowHistoryEventFilterType.CLOSE_EVENT):
+        return event
+    return None
+
+
+async def read_events(
+    handle: WorkflowHandle,
+    after: int = 0,
+    types: list[str] | None = None,
+    before: int | None = None,
+    limit: int | None = None,
+    blobs: BlobStore | None = None,
+) -> list[SessionEvent]:
+    """The events after `after` (and before `before`, of `types`), at most `limit`: one log across every workflow
+    run of the session. The current run's through its `events` query (pages stay under the query size cap), the
+    earlier runs' from the archive in `blobs` (default: `open_blob_store()`)."""
+    events: list[SessionEvent] = []
+    async for page in event_pages(handle, after=after, types=types, before=before, limit=limit, blobs=blobs):
+        events.extend(page)
+    return events
+
+
+async def event_pages(
+    handle: WorkflowHandle,
+    after: int = 0,
+    types: list[str] | None = None,
+    before: int | None = None,
+    limit: int | None = None,
+    blobs: BlobStore | None = None,
+) -> AsyncGenerator[list[SessionEvent], None]:
+    """`read_events` one page at a time, for a reader that writes as it goes (an export of a long log)."""
+    count = 0
+    archive: ArchiveIndex | None = None
+    while limit is None or count < limit:
+        page_size = 1000 if limit is None else min(limit - count, 1000)
+        page: EventPage | None = None
+        if archive is None or after >= archive.through:
+            query = EventsQuery(after=after, before=before, types=types, limit=page_size)
+            page = await query_session(handle, QUERY_EVENTS, EventPage, query)
+            archive = page.archive or archive
+        if archive is not None and after < archive.through:  # in an earlier run: read it from the archive
+            end = archive.through + 1 if before is None else min(before, archive.through + 1)
+            read = partial(_archived_page, blobs or open_blob_store(), handle.id, archive, after, end, types, page_size)
+            events, after = await asyncio.to_thread(read)
+            count += len(events)
+            yield events
+            if (before is not None and after >= before - 1) or (limit is not None and count >= limit):
+                break
+            if page is None or after < archive.through:
+                continue
+            # The archive is read to its end, and the page holds this run's events that follow it.
+            kept = page.events[: page_size - len(events)]
+            if len(kept) < len(page.events):
+                page = EventPage(events=kept, has_more=True, next_after=kept[-1].position if kept else after)
+        assert page is not None
+        count += len(page.events)
+        yield page.events
+        if not page.has_more:
+            break
+        after = page.next_after
+
+
+def _archived_page(
+    store: BlobStore, session_id: str, archive: ArchiveIndex, after: int, end: int, types: list[str] | None, limit: int
+) -> tuple[list[SessionEvent], int]:
+    """Up to `limit` archived events of `types` in `(after, end)`, and the position to read on after."""
+    events: list[SessionEvent] = []
+    for event in read_archived(store, session_id, archive, after, end):
+        if types is None or event.type in types:
+            if len(events) == limit:
+                return events, events[-1].position
+            events.append(event)
+    return events, end - 1
+
+
+class SessionClosed(Exception):
+    """The session's workflow closed (completed, failed, terminated …): nothing more will be written to its log."""
+
+    def __init__(self, session_id: str, status: WorkflowExecutionStatus) -> None:
+        super().__init__(f"the workflow of session {session_id} closed ({status.name.lower()})")
+        self.status = status
+
+
+_CLOSED: dict[int, WorkflowExecutionStatus] = {
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED: WorkflowExecutionStatus.COMPLETED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED: WorkflowExecutionStatus.FAILED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT: WorkflowExecutionStatus.TIMED_OUT,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED: WorkflowExecutionStatus.CANCELED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED: WorkflowExecutionStatus.TERMINATED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW: WorkflowExecutionStatus.CONTINUED_AS_NEW,
+}
+_TRANSIENT = (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE, RPCStatusCode.CANCELLED)
+RETRY_SECONDS = 0.2
+UNREACHABLE_SECONDS = 30.0
+
+
+async def _retrying(call: Callable[[], Awaitable[T]]) -> T:
+    """`call()`, asked again after a transient RPC failure.
+
+    While a harness worker that died is being replaced, a query can wait for it (queries go to the worker that has
+    the session cached) and expire; the log itself is never at risk. A server that stays unreachable for
+    `UNREACHABLE_SECONDS` is not transient: that error is raised (the CLI says "cannot reach Temporal")."""
+    unreachable_since: float | None = None
+    while True:
+        try:
+            return await call()
+        except RPCError as exc:
+            if exc.status not in _TRANSIENT:
+                raise
+            if exc.status != RPCStatusCode.UNAVAILABLE:
+                unreachable_since = None
+            elif unreachable_since is None:
+                unreachable_since = time.monotonic()
+            elif time.monotonic() - unreachable_since > UNREACHABLE_SECONDS:
+                raise
+        await asyncio.sleep(RETRY_SECONDS)
+
+
+async def follow_events(handle: WorkflowHandle, after: int = 0) -> AsyncGenerator[SessionEvent, None]:
+    """Yield the events after `after`, then each new one as it is written; the caller decides when to stop.
+
+    No polling: a long poll on the workflow history (`wait_new_event`) returns when something is appended. Session
+    events are written by workflow tasks, so the log is read at the start and after every page of history that
+    completes one. Raises `SessionClosed` once the workflow has closed, after the last events are yielded.
+    """
+    # The long poll needs a position in the history, and the only way to one is to read the history from its
+    # beginning: about 70 ms per 1000 history events, once per follow. Acceptable for a tail (a session's history
+    # grows by a few events per turn); the log itself is read by position, never from the start.
+    history = handle.fetch_history_events(wait_new_event=True)
+    written = True
+    closed: WorkflowExecutionStatus | None = None
+    while True:
+        if written:
+            for event in await _retrying(partial(read_events, handle, after=after)):
+                after = event.position
+                yield event
+        if closed is not None:
+            raise SessionClosed(handle.id, closed)
+        await _retrying(history.fetch_next_page)  # returns when the history grew (or after the server's poll time)
+        page = history.current_page or []
+        written = any(event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for event in page)
+        closed = next((_CLOSED[event.event_type] for event in page if event.event_type in _CLOSED), None)
+        if closed == WorkflowExecutionStatus.CONTINUED_AS_NEW:
+            # Not an end: the session goes on in its next run. Follow that run's history from here.
+            history = handle.fetch_history_events(wait_new_event=True)
+            written, closed = True, None
+
+
+async def wait_for_idle(handle: WorkflowHandle, after: int = 0, within_seconds: float = 60) -> list[SessionEvent]:
+    """Events up to and including the next `session.status_idle` after position `after`.
+
+    Raises `SessionClosed` if the workflow closes first, TimeoutError if `within_seconds` pass first."""
+    collected: list[SessionEvent] = []
+
+    async def collect() -> list[SessionEvent]:
+        async with contextlib.aclosing(follow_events(handle, after=after)) as events:
+            async for event in events:
+                collected.append(event)
+                if event.type == "session.status_idle":
+                    return collected
+        raise AssertionError("follow_events stops only by raising SessionClosed")
+
+    return await asyncio.wait_for(collect(), within_seconds)
