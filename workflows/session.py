@@ -1,12 +1,13 @@
+# Over 400 lines because the loop, its handlers and its queries must stay on one class, where Temporal finds them.
 """`SessionWorkflow`: one agent session. Its history is the durable log; this code is the harness loop.
 
 No I/O here (docs/invariants.md, invariant 1): time comes from `workflow.now()`, ids from `workflow.uuid4()`, and every
 model call or tool call is an activity. Handlers only validate and append to the log; the main loop does the work.
 
-Over 400 lines on purpose: what stays is the loop and the handlers and queries, which Temporal finds on this class.
-Each job they lend to has its module: the model turn and its retries (`_model_turn.py`, `policies.py`), session
-administration (`_admin.py`), tool calls, user input, context, hand-over, sandbox, MCP (`_tool_calls.py`,
-`_inbox.py`, `_context.py`, `_handover.py`, `_sandbox.py`, `_mcp.py`) and the Web UI's details (`_details.py`).
+Each job the loop and its handlers lend to has its module: the model turn and its retries (`_model_turn.py`,
+`policies.py`), session administration (`_admin.py`), tool calls, user input, context, hand-over, sandbox, MCP
+(`_tool_calls.py`, `_inbox.py`, `_context.py`, `_handover.py`, `_sandbox.py`, `_mcp.py`) and the Web UI's details
+(`_details.py`).
 """
 
 from __future__ import annotations
