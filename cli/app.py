@@ -12,12 +12,13 @@ import os
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 import typer
 
 from cli.context import Settings
 from cli.stack import StatePaths, follow_with_stream_token, read_stream_token
+from corral.contract.status import SessionStatus
 from corral.names import ENV_BLOB_STORE, ENV_TEMPORAL_ADDRESS, ENV_TEMPORAL_NAMESPACE
 
 if TYPE_CHECKING:
@@ -57,13 +58,13 @@ app = _CorralApp(
 )
 
 
-class SessionStatusFilter(StrEnum):
-    """The values of the CorralStatus search attribute."""
+if TYPE_CHECKING:
 
-    idle = "idle"
-    running = "running"
-    rescheduling = "rescheduling"
-    terminated = "terminated"
+    class SessionStatusFilter(StrEnum):
+        """The values of the CorralStatus search attribute (`SessionStatus`): typer offers an enum's as choices."""
+
+else:  # built from the Literal, so that the statuses are spelled once (corral/contract/status.py)
+    SessionStatusFilter = StrEnum("SessionStatusFilter", [(status, status) for status in get_args(SessionStatus)])
 
 
 @app.callback()

@@ -46,7 +46,6 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.common import (
-    SearchAttributeKey,
     SearchAttributePair,
     TypedSearchAttributes,
     WorkflowIDConflictPolicy,
@@ -78,6 +77,7 @@ from corral.contract.records import (
     RecordInput,
     RecordView,
 )
+from corral.contract.search_attributes import ARCHIVED_KEY, KIND_KEY, WORKSPACE_KEY
 from corral.names import HARNESS_TASK_QUEUE
 
 T = TypeVar("T")
@@ -190,9 +190,9 @@ class Records:
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,  # a deleted record's id is never another's
             search_attributes=TypedSearchAttributes(
                 [
-                    SearchAttributePair(SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_KIND), kind),
-                    SearchAttributePair(SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_WORKSPACE), workspace),
-                    SearchAttributePair(SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_ARCHIVED), "false"),
+                    SearchAttributePair(KIND_KEY, kind),
+                    SearchAttributePair(WORKSPACE_KEY, workspace),
+                    SearchAttributePair(ARCHIVED_KEY, "false"),
                 ]
             ),
             static_summary=f"{kind} in workspace {workspace}",

@@ -11,7 +11,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
@@ -45,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         StopReason,
     )
     from corral.contract.pricing import list_cost
+    from corral.contract.search_attributes import MODEL_KEY, STATUS_KEY
     from corral.contract.session import (
         CustomTool,
         EventPage,
@@ -64,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
         parse_user_events,
         web_ui_summary,
     )
+    from corral.contract.status import WORKING_STATUSES
     from corral.names import (
         ARCHIVED,
         BUDGET_CREATE_ONLY,
@@ -76,8 +77,6 @@ with workflow.unsafe.imports_passed_through():
         QUERY_EVENTS,
         QUERY_MODEL_CONTEXT,
         QUERY_SESSION,
-        SEARCH_ATTRIBUTE_MODEL,
-        SEARCH_ATTRIBUTE_STATUS,
         SESSION_WORKFLOW,
         SIGNAL_INTERRUPT,
         SIGNAL_USER_MESSAGE,
@@ -121,9 +120,6 @@ BUDGET_PATCH = "session-budget"
 """From here a session with a budget stops taking model turns once they have cost it (only sessions with a budget
 ask for this patch, and none was recorded before it)."""
 BUDGET_SPENT_RESULT = "Not run: the session's budget is spent."
-
-STATUS_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS)
-MODEL_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_MODEL)
 
 
 def _count(name: str, description: str, **attributes: str) -> None:
@@ -575,7 +571,7 @@ class SessionWorkflow:
     def _validate_update_session(self, input: UpdateSessionInput) -> None:
         if self._runs.handing_over:  # what it changes is carried into the next run: it is sent again there
             raise ApplicationError("the session is continuing as new: send again", type=HANDING_OVER)
-        if input.delete and self._status in ("running", "rescheduling"):
+        if input.delete and self._status in WORKING_STATUSES:
             raise ApplicationError(
                 f"the session is {self._status}: interrupt it first (send user.interrupt), then delete it once it "
                 "is idle",

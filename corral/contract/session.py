@@ -25,6 +25,7 @@ from corral.contract.sandbox import (
     check_permission_policy,
     sandbox_tool_schema,
 )
+from corral.contract.status import SessionStatus
 from corral.names import MODEL_TASK_QUEUE, UTILITY_HAND_TASK_QUEUE, reserved_task_queue_problem
 
 TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
@@ -481,9 +482,6 @@ class EventPage(BaseModel):
     has_more: bool
     next_after: int
     archive: ArchiveIndex | None = None
-
-
-SessionStatus = Literal["idle", "running", "rescheduling", "terminated"]
 
 
 class SessionInfo(BaseModel):
