@@ -30,6 +30,7 @@ from corral.client import (
 )
 from corral.contract.events import SessionEvent
 from corral.contract.pricing import PRICES_ENVIRONMENT_VARIABLE, NotBudgetable, parse_prices, price_in_force
+from corral.contract.records import SEARCH_ATTRIBUTE_WORKSPACE
 from corral.contract.session import SendEventsInput, SessionBudget, SessionInput, parse_user_events
 from corral.names import SESSION_WORKFLOW
 from corral.records import Records, RecordView
@@ -188,7 +189,7 @@ class Sessions:
         order = params.get("order", "desc")
         if order not in ("asc", "desc"):
             raise invalid("order must be asc or desc")
-        clauses = [f"WorkflowType = '{SESSION_WORKFLOW}'", f"CorralWorkspace = '{workspace}'"]
+        clauses = [f"WorkflowType = '{SESSION_WORKFLOW}'", f"{SEARCH_ATTRIBUTE_WORKSPACE} = '{workspace}'"]
         made_by = await sessions_made_by(self.records, workspace, params)
         statuses = set(params.getlist("statuses[]"))
         bad = sorted(statuses - SESSION_STATUSES)
