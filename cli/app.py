@@ -19,7 +19,7 @@ import typer
 from cli.context import Settings
 from cli.stack import StatePaths, follow_with_stream_token, read_stream_token
 from corral.contract.status import SessionStatus
-from corral.names import ENV_BLOB_STORE, ENV_TEMPORAL_ADDRESS, ENV_TEMPORAL_NAMESPACE
+from corral.names import ENV_BLOB_STORE, ENV_STATE_DIR, ENV_TEMPORAL_ADDRESS, ENV_TEMPORAL_NAMESPACE
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -90,7 +90,7 @@ def main(
     state_dir: Annotated[
         Path,
         typer.Option(
-            envvar="CORRAL_STATE_DIR", help="Where the local stack keeps pid files, logs, its database and stack.json."
+            envvar=ENV_STATE_DIR, help="Where the local stack keeps pid files, logs, its database and stack.json."
         ),
     ] = Path(".corral"),
 ) -> None:

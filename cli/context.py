@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from corral.names import DEFAULT_TEMPORAL_ADDRESS, DEFAULT_TEMPORAL_NAMESPACE
+from corral.names import DEFAULT_TEMPORAL_ADDRESS, DEFAULT_TEMPORAL_NAMESPACE, ENV_STREAM_URL
 
 if TYPE_CHECKING:
     from cli.stack import StackConfig, StatePaths
@@ -100,7 +100,7 @@ class Settings:
 
     def stream_url(self) -> str | None:
         """The stream relay of live deltas: `CORRAL_STREAM_URL`, else the one `corral up` started."""
-        configured = os.environ.get("CORRAL_STREAM_URL")
+        configured = os.environ.get(ENV_STREAM_URL)
         if configured:
             return configured
         stack = self.stack()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import typer
 
 from cli.context import CliError, Settings, fail, settings_of
+from corral.names import ENV_VAULT_MOUNT
 
 if TYPE_CHECKING:
     from pydantic import SecretStr
@@ -47,7 +48,7 @@ def vault_store(settings: Settings) -> VaultStore:
         settings.paths.ensure()  # started here if `corral up` has not: `corral down` stops it all the same
         settings.paths.pid_file(stack.VAULT).write_text(f"{local.vault.pid}\n")
         client = local.vault.client()
-    return VaultStore(client, os.environ.get("CORRAL_VAULT_MOUNT", "corral"))
+    return VaultStore(client, os.environ.get(ENV_VAULT_MOUNT, "corral"))
 
 
 def _read_secret(source: Path | None, what: str) -> SecretStr:

@@ -34,7 +34,7 @@ from temporalio.converter import (
     StorageDriverStoreContext,
 )
 
-from corral.names import ENV_BLOB_STORE
+from corral.names import ENV_BLOB_STORE, ENV_STATE_DIR
 
 
 class BlobStoreError(Exception):
@@ -150,7 +150,7 @@ def open_blob_store(url: str | None = None, environ: dict[str, str] | None = Non
     env = os.environ if environ is None else environ
     url = url or env.get(ENV_BLOB_STORE) or ""
     if not url:
-        return LocalBlobStore(Path(env.get("CORRAL_STATE_DIR") or ".corral") / "blobs")
+        return LocalBlobStore(Path(env.get(ENV_STATE_DIR) or ".corral") / "blobs")
     parts = urlsplit(url)
     if parts.scheme in ("", "file"):
         path = unquote(parts.path) if parts.scheme == "file" else url

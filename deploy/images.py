@@ -33,6 +33,7 @@ import docker
 import docker.errors
 import requests
 
+from corral.names import ENV_SANDBOX_IMAGE
 from sandbox.engine import ensure_docker_engine
 from sandbox.errors import SandboxSetupError
 from sandbox.host import Progress, file_lock
@@ -70,7 +71,7 @@ class OfflineImages:
             "CORRAL_IMAGE": self.corral,
             "CORRAL_TEMPORAL_IMAGE": self.temporal,
             "CORRAL_OPENBAO_IMAGE": self.openbao,
-            "CORRAL_SANDBOX_IMAGE": self.sandbox,
+            ENV_SANDBOX_IMAGE: self.sandbox,
         }
 
 

@@ -29,7 +29,7 @@ from corral.contract.proxy import (
     ValidateCredentialInput,
     ValidateCredentialResult,
 )
-from corral.names import CREDENTIAL_VALIDATION_WORKFLOW
+from corral.names import CREDENTIAL_VALIDATION_WORKFLOW, ENV_VAULT_MOUNT
 from corral.records import Records
 from gateway.errors import ApiError, invalid
 from proxy import (
@@ -70,7 +70,7 @@ class VaultLogin:
         role_id, secret_id = env.get("VAULT_ROLE_ID"), env.get("VAULT_SECRET_ID")
         if not address or not (token or (role_id and secret_id)):
             return None
-        return cls(address, token or None, role_id, secret_id, env.get("CORRAL_VAULT_MOUNT") or "corral")
+        return cls(address, token or None, role_id, secret_id, env.get(ENV_VAULT_MOUNT) or "corral")
 
 
 class VaultAccess:
