@@ -69,16 +69,34 @@ SIGNAL_USER_MESSAGE: Final = "user_message"
 SIGNAL_INTERRUPT: Final = "interrupt"
 UPDATE_SEND_EVENTS: Final = "send_events"
 UPDATE_SESSION: Final = "update_session"
-ARCHIVED: Final = "archived"
+# The error types (ApplicationError.type) of a refused update: CamelCase names, as Temporal's convention and the
+# activities' types (corral/contract/errors.py). A refusal is raised by a validator, so it is never in history.
+ARCHIVED: Final = "SessionArchived"
 """The error type of an update refused because the session is archived."""
-DELETING: Final = "deleting"
+DELETING: Final = "SessionDeleting"
 """The error type of an update refused because the session is being deleted."""
-BUSY: Final = "busy"
+BUSY: Final = "SessionBusy"
 """The error type of a deletion refused because the session is running (interrupt it first)."""
-BUDGET_CREATE_ONLY: Final = "budget_create_only"
+BUDGET_CREATE_ONLY: Final = "BudgetCreateOnly"
 """The error type of a budget refused because the session has none (a budget is set when a session is made)."""
-BUDGET_NOT_RAISED: Final = "budget_not_raised"
+BUDGET_NOT_RAISED: Final = "BudgetNotRaised"
 """The error type of a budget refused because the session has already spent it."""
+FORMER_ERROR_TYPES: Final = {
+    "archived": ARCHIVED,
+    "deleting": DELETING,
+    "busy": BUSY,
+    "budget_create_only": BUDGET_CREATE_ONLY,
+    "budget_not_raised": BUDGET_NOT_RAISED,
+}
+"""The snake_case types these refusals had before, read as their names now: a harness build that is still pinned to
+running sessions raises them to a newer gateway (read a refusal's type with `refusal_type`)."""
+
+
+def refusal_type(error_type: str | None) -> str | None:
+    """A refused session update's error type as it is named now, whichever harness build raised it."""
+    return FORMER_ERROR_TYPES.get(error_type, error_type) if error_type is not None else None
+
+
 QUERY_SESSION: Final = "session"
 QUERY_EVENTS: Final = "events"
 QUERY_MODEL_CONTEXT: Final = "model_context"

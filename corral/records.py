@@ -57,6 +57,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from corral.contract.records import (
     ARCHIVED,
     DELETED,
+    FORMER_ERROR_TYPES,
     ID_ALPHABET,
     ID_PREFIX_PATTERN,
     ID_SUFFIX_LENGTH,
@@ -364,6 +365,7 @@ class Records:
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause
             error_type = cause.type if isinstance(cause, ApplicationError) else None
+            error_type = FORMER_ERROR_TYPES.get(error_type, error_type) if error_type is not None else None
             message = cause.message if isinstance(cause, ApplicationError) else str(cause)
             if error_type == VERSION_CONFLICT:
                 raise VersionConflict(message) from exc

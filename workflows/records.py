@@ -137,7 +137,7 @@ class RecordWorkflow:
 
     @workflow.query(name=QUERY_GET)
     def get(self, version: int | None = None) -> RecordView:
-        """The current version, or `version` (a failed query of type no_such_version when there is none)."""
+        """The current version, or `version` (a failed query of type `NO_SUCH_VERSION` when there is none)."""
         if version is None:
             return self._view(self._current)
         if not 1 <= version <= len(self._versions):
