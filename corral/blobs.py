@@ -34,15 +34,8 @@ from temporalio.converter import (
     StorageDriverStoreContext,
 )
 
+from corral.errors import BlobNotFound, BlobStoreError
 from corral.names import ENV_BLOB_STORE, ENV_STATE_DIR
-
-
-class BlobStoreError(Exception):
-    """The store is misconfigured or a blob is missing; the message says which."""
-
-
-class BlobNotFound(BlobStoreError):
-    """No blob has this key, or no blob could (a key corral never writes); the store itself answered."""
 
 
 def _checked(key: str) -> str:
