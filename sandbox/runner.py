@@ -39,7 +39,6 @@ HELLO_TIMEOUT_SECONDS = 30.0
 """How long a fresh container's runner may take to answer its first request (python start-up under load)."""
 
 
-
 class RunnerStream:
     """One attached stream to one container's runner."""
 
