@@ -1,17 +1,23 @@
 """Every name once: a known name (an id prefix, a task queue, a search attribute, an error type, a `CORRAL_`
-environment variable, a session status) is spelled in its home module and imported everywhere else.
+environment variable, the session statuses) is spelled in its home module and imported everywhere else.
 
 A name written out as a literal a second time drifts: one copy is renamed, the other still matches nothing, and
 nothing fails until a session does. So this test collects the names from their homes and scans the string
-constants of every non-test module (docstrings aside) for one of them.
+constants of every non-test module (docstrings and `__all__` aside) for one of them.
 
-- Homes: `corral/names.py` (task queues, id prefixes, environment variables, the gateway's update error types),
-  `corral/contract/records.py` (the records' search attributes), `corral/contract/errors.py` (the error types an
-  activity raises to a workflow) and `corral/contract/status.py` (`SessionStatus`, whose `Literal` is the one
-  spelling of the statuses; `SESSION_STATUSES` is derived from it).
-- An id prefix is also caught at the head of an f-string (`f"sesn_{suffix}"` makes an id without the constant).
+- Homes: `corral/names.py` (task queues, id prefixes, environment variables, the session's search attributes and
+  update error types), `corral/contract/records.py` (the records' search attributes and error types),
+  `corral/contract/errors.py` and `corral/contract/proxy.py` (the error types activities raise to workflows),
+  `corral/contract/status.py` (`SessionStatus`, whose `Literal` is the one spelling of the statuses) and
+  `corral/contract/search_attributes.py` (every search attribute's typed key, built once).
+- An id prefix is also caught at the head of an f-string (`f"sesn_{suffix}"` makes an id without the constant),
+  and a search attribute inside any string (a visibility query).
+- The statuses: two or more of them together (a set, a tuple, a `Literal`, an enum) are the vocabulary spelled
+  again. One status as a value is left to mypy, which checks it wherever it is typed `SessionStatus` ("running"
+  is also a Docker container's state, so a scan for the word alone would flag the sandbox).
 - A `CORRAL_` environment variable that is not in `corral/names.py` may be spelled in one module (its reader);
   spelled in two, it must get a home there.
+- `EXEMPT` lists the few literals that share a name's text but mean something else, each with its reason.
 - `tests/` is exempt: a test spells an id, a status or an error type out on purpose, to pin the wire format a
   client sees (a renamed constant must fail that test, not silently change the format with it).
 """
