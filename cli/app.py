@@ -18,8 +18,7 @@ import typer
 
 from cli.context import Settings
 from cli.stack import StatePaths, follow_with_stream_token, read_stream_token
-from corral.contract.status import SessionStatus
-from corral.names import ENV_BLOB_STORE, ENV_STATE_DIR, ENV_TEMPORAL_ADDRESS, ENV_TEMPORAL_NAMESPACE
+from corral.names import ENV_BLOB_STORE, ENV_STATE_DIR, ENV_TEMPORAL_ADDRESS, ENV_TEMPORAL_NAMESPACE, SessionStatus
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -63,7 +62,7 @@ if TYPE_CHECKING:
     class SessionStatusFilter(StrEnum):
         """The values of the CorralStatus search attribute (`SessionStatus`): typer offers an enum's as choices."""
 
-else:  # built from the Literal, so that the statuses are spelled once (corral/contract/status.py)
+else:  # built from the Literal, so that the statuses are spelled once (corral/names.py)
     SessionStatusFilter = StrEnum("SessionStatusFilter", [(status, status) for status in get_args(SessionStatus)])
 
 

@@ -4,7 +4,7 @@ Users script against these (the `temporal` CLI, their own workers), so they chan
 """
 
 import re
-from typing import Final
+from typing import Final, Literal, get_args
 
 # Task queues, one per role (DESIGN.md, "Processes and task queues").
 HARNESS_TASK_QUEUE: Final = "corral-harness"
@@ -124,6 +124,14 @@ CREDENTIAL_VALIDATION_WORKFLOW: Final = "CredentialValidationWorkflow"
 # Search attributes registered on the namespace so sessions can be listed by status and model.
 SEARCH_ATTRIBUTE_STATUS: Final = "CorralStatus"
 SEARCH_ATTRIBUTE_MODEL: Final = "CorralModel"
+
+SessionStatus = Literal["idle", "running", "rescheduling", "terminated"]
+"""A session's status: the one spelling of the vocabulary that the workflow sets, `CorralStatus` holds, the API shows
+and the CLI filters by. Here, with the names, so that the CLI lists sessions without loading the contract."""
+SESSION_STATUSES: Final = frozenset(get_args(SessionStatus))
+"""Every status, derived from the `Literal` so that the values are written once."""
+WORKING_STATUSES: Final[frozenset[SessionStatus]] = frozenset({"running", "rescheduling"})
+"""The statuses of a session at work (a turn in progress, or waiting to retry one): it is not deleted then."""
 
 HANDING_OVER: Final = "SessionHandingOver"
 """The error type of a `send_events` update refused while the session continues as new: send it again."""

@@ -31,8 +31,8 @@ from temporalio.service import RPCError
 from corral.client import session_end, session_info
 from corral.contract.search_attributes import STATUS_KEY
 from corral.contract.session import SessionInfo
-from corral.contract.status import SESSION_STATUSES
 from corral.errors import SessionEnded, SessionStartFailed
+from corral.names import SESSION_STATUSES
 from gateway.errors import error_response
 from gateway.shapes import when
 

@@ -6,10 +6,10 @@ nothing fails until a session does. So this test collects the names from their h
 constants of every non-test module (docstrings and `__all__` aside) for one of them.
 
 - Homes: `corral/names.py` (task queues, id prefixes, environment variables, the session's search attributes and
-  update error types), `corral/contract/records.py` (the records' search attributes and error types),
+  update error types, the statuses: `SessionStatus`, whose `Literal` is their one spelling),
+  `corral/contract/records.py` (the records' search attributes and error types),
   `corral/contract/errors.py` and `corral/contract/proxy.py` (the error types activities raise to workflows),
-  `corral/contract/status.py` (`SessionStatus`, whose `Literal` is the one spelling of the statuses) and
-  `corral/contract/search_attributes.py` (every search attribute's typed key, built once).
+  and `corral/contract/search_attributes.py` (every search attribute's typed key, built once).
 - An id prefix is also caught at the head of an f-string (`f"sesn_{suffix}"` makes an id without the constant),
   and a search attribute inside any string (a visibility query).
 - The statuses: two or more of them together (a set, a tuple, a `Literal`, an enum) are the vocabulary spelled
@@ -33,7 +33,7 @@ from typing import Final, get_args
 
 import pytest
 
-from corral.contract.status import SESSION_STATUSES, SessionStatus
+from corral.names import SESSION_STATUSES, SessionStatus
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = (
@@ -44,7 +44,6 @@ HOMES: Final = {
     ROOT / "corral" / "names.py",
     ROOT / "corral" / "contract" / "records.py",
     ROOT / "corral" / "contract" / "errors.py",
-    ROOT / "corral" / "contract" / "status.py",
     ROOT / "corral" / "contract" / "proxy.py",
     ROOT / "corral" / "contract" / "search_attributes.py",
 }
@@ -190,7 +189,7 @@ def misspelled(source: str, filename: str, known: dict[str, str]) -> list[str]:
         elif match := attributes.search(text):
             found.append(f"{filename}:{line}: {text!r} names {known[match.group(1)]}")
     for line, statuses in status_vocabularies(tree):
-        found.append(f"{filename}:{line}: {statuses} spells the session statuses (corral.contract.status)")
+        found.append(f"{filename}:{line}: {statuses} spells the session statuses (corral.names.SessionStatus)")
     for line in built_keys(tree):
         found.append(f"{filename}:{line}: a search attribute key built again (corral.contract.search_attributes)")
     return found

@@ -64,7 +64,6 @@ with workflow.unsafe.imports_passed_through():
         parse_user_events,
         web_ui_summary,
     )
-    from corral.contract.status import WORKING_STATUSES
     from corral.names import (
         ARCHIVED,
         BUDGET_CREATE_ONLY,
@@ -82,6 +81,7 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_USER_MESSAGE,
         UPDATE_SEND_EVENTS,
         UPDATE_SESSION,
+        WORKING_STATUSES,
     )
     from workflows._context import SessionContext
     from workflows._fork import start_fork

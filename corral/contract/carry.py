@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from corral.contract.events import AgentCustomToolUse, AgentMcpToolUse, AgentToolUse, ModelUsage, SessionEvent
 from corral.contract.proxy import McpToolSpec
 from corral.contract.sandbox import SandboxHandle
-from corral.contract.status import SessionStatus
+from corral.names import SessionStatus
 
 
 class ArchiveIndex(BaseModel):

@@ -15,7 +15,7 @@ from corral.contract.records import SEARCH_ATTRIBUTE_ARCHIVED, SEARCH_ATTRIBUTE_
 from corral.names import SEARCH_ATTRIBUTE_MODEL, SEARCH_ATTRIBUTE_STATUS
 
 STATUS_KEY: Final = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS)
-"""A session's status (`corral.contract.status.SessionStatus`), set by its workflow."""
+"""A session's status (`corral.names.SessionStatus`), set by its workflow."""
 MODEL_KEY: Final = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_MODEL)
 """A session's model, set by its workflow."""
 KIND_KEY: Final = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_KIND)

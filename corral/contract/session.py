@@ -25,8 +25,7 @@ from corral.contract.sandbox import (
     check_permission_policy,
     sandbox_tool_schema,
 )
-from corral.contract.status import SessionStatus
-from corral.names import MODEL_TASK_QUEUE, UTILITY_HAND_TASK_QUEUE, reserved_task_queue_problem
+from corral.names import MODEL_TASK_QUEUE, UTILITY_HAND_TASK_QUEUE, SessionStatus, reserved_task_queue_problem
 
 TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
