@@ -33,7 +33,18 @@ from typing import Final, get_args
 
 import pytest
 
-from corral.names import SESSION_STATUSES, SessionStatus
+from corral.contract import records
+from corral.names import (
+    ARCHIVED,
+    BUDGET_CREATE_ONLY,
+    BUDGET_NOT_RAISED,
+    BUSY,
+    DELETING,
+    FORMER_ERROR_TYPES,
+    SESSION_STATUSES,
+    SessionStatus,
+    refusal_type,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = (
@@ -255,3 +266,19 @@ def test_the_scan_leaves_docstrings_and_other_words_alone() -> None:
         'def f():\n    """CorralStatus and idle, running."""\n    return set_status("idle")\n'
     )
     assert misspelled(source, "sample.py", known_names()) == []
+
+
+def test_every_error_type_is_one_style() -> None:
+    """Temporal's convention: an error type is a CamelCase name (`ModelFatalError`, `SessionBusy`)."""
+    types = {name: what for name, what in known_names().items() if what.startswith("an error type")}
+    assert [name for name in types if not re.fullmatch(r"[A-Z][A-Za-z]+", name)] == []
+
+
+def test_a_former_error_type_is_read_as_its_name_now() -> None:
+    """A harness build still pinned to running sessions raises the snake_case types of before: readers accept them."""
+    assert refusal_type("busy") == BUSY and refusal_type(BUSY) == BUSY and refusal_type(None) is None
+    assert set(FORMER_ERROR_TYPES.values()) == {ARCHIVED, DELETING, BUSY, BUDGET_CREATE_ONLY, BUDGET_NOT_RAISED}
+    assert set(records.FORMER_ERROR_TYPES.values()) == {
+        records.VERSION_CONFLICT, records.ARCHIVED, records.DELETED, records.NO_SUCH_VERSION,
+    }  # fmt: skip
+    assert all(re.fullmatch(r"[a-z_]+", former) for former in [*FORMER_ERROR_TYPES, *records.FORMER_ERROR_TYPES])
