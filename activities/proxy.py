@@ -14,6 +14,7 @@ from corral.contract.proxy import (
     MCP_CONNECTION_FAILED,
     PROXY_REJECTED,
     VAULT_NOT_FOUND,
+    VAULT_UNAVAILABLE,
     BindSessionInput,
     BindSessionResult,
     McpCallToolInput,
@@ -54,7 +55,7 @@ probe, a refresh and a second probe fit in the validation workflow's activity ti
 def _translate(exc: ProxyError) -> ApplicationError:
     """Proxy errors to what the session shows; messages are already free of secrets (proxy/errors.py)."""
     if isinstance(exc, VaultUnavailable):
-        return ApplicationError(str(exc), type="VaultUnavailable")  # retryable: Temporal tries again
+        return ApplicationError(str(exc), type=VAULT_UNAVAILABLE)  # retryable: Temporal tries again
     if isinstance(exc, McpConnectionFailed):
         kind = MCP_CONNECTION_FAILED
     elif isinstance(exc, McpAuthenticationFailed):

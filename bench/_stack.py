@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from corral.names import ENV_STATE_DIR
+
 PORT_OPTIONS = ("--temporal-port", "--ui-port", "--model-port", "--stream-port", "--git-proxy-port", "--api-port")
 # Below the kernel's ephemeral range (32768-60999): an outgoing connection of another process cannot take a port
 # here between the check and `corral up` binding it.
@@ -71,7 +73,7 @@ def up() -> Stack:
     """`corral up` with a temporary state dir and free ports; the caller must `down` it."""
     state_dir = Path(tempfile.mkdtemp(prefix="corral-bench-stack-"))
     env = {key: value for key, value in os.environ.items() if not key.startswith(("ANTHROPIC_", "CORRAL_", "VAULT_"))}
-    env["CORRAL_STATE_DIR"] = str(state_dir)
+    env[ENV_STATE_DIR] = str(state_dir)
     taken: set[int] = set()
     stack = Stack(state_dir, {option: free_port(taken) for option in PORT_OPTIONS}, env)
     try:

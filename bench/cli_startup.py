@@ -20,6 +20,7 @@ import sys
 import time
 
 from bench._report import add_run_options, begin_run, write_results
+from corral.names import SESSION_ID_PREFIX
 from corral.temporal import start_local_temporal
 
 GOAL_SECONDS = 0.5
@@ -56,7 +57,7 @@ async def main() -> None:
         commands = {
             "python -c pass (baseline)": [sys.executable, "-c", "pass"],
             "corral --help": [*corral, "--help"],
-            "corral events (connect + query)": [*corral, "--address", address, "events", "sesn_" + "0" * 26],
+            "corral events (connect + query)": [*corral, "--address", address, "events", SESSION_ID_PREFIX + "0" * 26],
         }
         samples = await asyncio.to_thread(measure, commands, args.runs)
     finally:

@@ -37,6 +37,7 @@ from bench import _stack
 from bench._report import ROOT, add_run_options, begin_run, markdown_table, percentile, write_results
 from bench._sandbox_workflow import SandboxBenchWorkflow
 from corral.contract.sandbox import Environment
+from corral.names import SESSION_ID_PREFIX
 from corral.temporal import cluster_id, start_local_temporal
 from sandbox import ensure_docker_engine, ensure_sandbox_image
 from sandbox.pool import PoolSettings, WarmPool, pool_key
@@ -111,7 +112,7 @@ async def measure(
                 await workers.enter_async_context(worker)
             await workers.enter_async_context(keeping_filled(pool))
             for run in range(runs + 1):  # the first run warms up and is not counted
-                session_id = f"sesn_bench{uuid.uuid4().hex[:20]}"
+                session_id = f"{SESSION_ID_PREFIX}bench{uuid.uuid4().hex[:20]}"
                 sessions.append(session_id)
                 if run:  # the warm-up run taught the pool a recipe it did not know yet
                     await until_ready(pool, image, environment)
@@ -145,7 +146,7 @@ async def measure(
             for worker in bench_workers(client, cold_queue, cold):
                 await workers.enter_async_context(worker)
             for run in range(runs + 1):
-                session_id = f"sesn_bench{uuid.uuid4().hex[:20]}"
+                session_id = f"{SESSION_ID_PREFIX}bench{uuid.uuid4().hex[:20]}"
                 sessions.append(session_id)
                 handle = await client.start_workflow(SandboxBenchWorkflow.run, id=session_id, task_queue=cold_queue)
                 took = await handle.execute_update(SandboxBenchWorkflow.provision, args=[session_id, environment])

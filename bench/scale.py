@@ -41,7 +41,7 @@ from bench._scale_report import figure, report, summary
 from bench._workers import WorkerConfig, WorkerProcess, spawn_worker, wait_until_polling
 from corral.client import read_events, send_text, start_session, wait_for_idle
 from corral.contract.session import AgentConfig, SessionInput
-from corral.names import ACTIVITY_MODEL_TURN
+from corral.names import ACTIVITY_MODEL_TURN, SEARCH_ATTRIBUTE_STATUS
 from corral.temporal import start_local_temporal
 from modelserver import ModelServerThread
 
@@ -100,7 +100,7 @@ class Scale:
         return await start_session(self.client, self.session_input(message, tools), task_queue=self.harness_queue)
 
     async def idle_sessions(self) -> int:
-        query = f"TaskQueue = '{self.harness_queue}' AND CorralStatus = 'idle'"
+        query = f"TaskQueue = '{self.harness_queue}' AND {SEARCH_ATTRIBUTE_STATUS} = 'idle'"
         return (await self.client.count_workflows(query)).count
 
 

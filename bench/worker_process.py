@@ -20,6 +20,7 @@ from temporalio.worker import Worker
 
 from activities.model import warm_http_client, warm_up
 from activities.sandbox import SandboxActivities
+from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
 from corral.temporal import cluster_id, connect
 from relay import StreamPublisher
 from workers.roles import harness_worker, model_worker, model_workers, sandbox_workers, utility_hand_worker
@@ -59,8 +60,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--address", required=True)
     parser.add_argument("--roles", required=True, help=f"comma-separated, of: {', '.join(ROLES)}")
-    parser.add_argument("--harness-queue", default="corral-harness")
-    parser.add_argument("--model-queue", default="corral-model")
+    parser.add_argument("--harness-queue", default=HARNESS_TASK_QUEUE)
+    parser.add_argument("--model-queue", default=MODEL_TASK_QUEUE)
     parser.add_argument("--model-url")
     parser.add_argument("--stream-url")
     parser.add_argument("--image")

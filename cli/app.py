@@ -12,13 +12,13 @@ import os
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 import typer
 
 from cli.context import Settings
 from cli.stack import StatePaths, follow_with_stream_token, read_stream_token
-from corral.names import ENV_BLOB_STORE, ENV_TEMPORAL_ADDRESS, ENV_TEMPORAL_NAMESPACE
+from corral.names import ENV_BLOB_STORE, ENV_STATE_DIR, ENV_TEMPORAL_ADDRESS, ENV_TEMPORAL_NAMESPACE, SessionStatus
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -57,13 +57,13 @@ app = _CorralApp(
 )
 
 
-class SessionStatusFilter(StrEnum):
-    """The values of the CorralStatus search attribute."""
+if TYPE_CHECKING:
 
-    idle = "idle"
-    running = "running"
-    rescheduling = "rescheduling"
-    terminated = "terminated"
+    class SessionStatusFilter(StrEnum):
+        """The values of the CorralStatus search attribute (`SessionStatus`): typer offers an enum's as choices."""
+
+else:  # built from the Literal, so that the statuses are spelled once (corral/names.py)
+    SessionStatusFilter = StrEnum("SessionStatusFilter", [(status, status) for status in get_args(SessionStatus)])
 
 
 @app.callback()
@@ -89,7 +89,7 @@ def main(
     state_dir: Annotated[
         Path,
         typer.Option(
-            envvar="CORRAL_STATE_DIR", help="Where the local stack keeps pid files, logs, its database and stack.json."
+            envvar=ENV_STATE_DIR, help="Where the local stack keeps pid files, logs, its database and stack.json."
         ),
     ] = Path(".corral"),
 ) -> None:

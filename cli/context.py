@@ -20,7 +20,8 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from corral.names import DEFAULT_TEMPORAL_ADDRESS, DEFAULT_TEMPORAL_NAMESPACE
+from cli.errors import CliError
+from corral.names import DEFAULT_TEMPORAL_ADDRESS, DEFAULT_TEMPORAL_NAMESPACE, ENV_STREAM_URL
 
 if TYPE_CHECKING:
     from cli.stack import StackConfig, StatePaths
@@ -30,16 +31,6 @@ T = TypeVar("T")
 DEFAULT_UI_URL = "http://127.0.0.1:8233"
 OFFLINE_MODEL = "corral-offline-stand-in"
 REAL_DEFAULT_MODEL = "claude-sonnet-4-6"
-
-
-class CliError(Exception):
-    """A failure to report as one message (plus an optional hint) and an exit code, never as a traceback."""
-
-    def __init__(self, message: str, *, hint: str | None = None, exit_code: int = 1) -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
-        self.exit_code = exit_code
 
 
 CAPTURED_WIDTH = 160
@@ -100,7 +91,7 @@ class Settings:
 
     def stream_url(self) -> str | None:
         """The stream relay of live deltas: `CORRAL_STREAM_URL`, else the one `corral up` started."""
-        configured = os.environ.get("CORRAL_STREAM_URL")
+        configured = os.environ.get(ENV_STREAM_URL)
         if configured:
             return configured
         stack = self.stack()

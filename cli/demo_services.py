@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from cli.context import CliError
+from cli.errors import DemoRepositoryError
 from corral.serving import ServerThread
 
 GIT_USER = "x-access-token"
@@ -114,10 +114,6 @@ async def git_http_backend(root: Path, request: Request, body: bytes) -> Respons
         elif name:
             headers[name.strip()] = value.strip()
     return Response(payload, status_code=status, headers=headers)
-
-
-class DemoRepositoryError(CliError):
-    """git could not make the demo repository; the message carries git's own words."""
 
 
 def make_demo_repository(root: Path) -> Path:

@@ -17,6 +17,7 @@ import typer
 
 from cli.app import app, client_of
 from cli.context import run, settings_of
+from corral.names import ENV_HARNESS_DEPLOYMENT
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -207,7 +208,7 @@ DeploymentOption = Annotated[
     str,
     typer.Option(
         "--deployment",
-        envvar="CORRAL_HARNESS_DEPLOYMENT",
+        envvar=ENV_HARNESS_DEPLOYMENT,
         help="The harness's Worker Deployment (what its workers' CORRAL_HARNESS_DEPLOYMENT names).",
     ),
 ]

@@ -16,17 +16,16 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 from rich.text import Text
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
-from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError, RPCStatusCode
 
 from cli.context import CliError
 from cli.render import EventRenderer
 from corral.client import SessionClosed, follow_events, read_events, session_end
 from corral.contract.events import SessionEvent
+from corral.contract.search_attributes import MODEL_KEY, STATUS_KEY
 from corral.contract.session import SessionInput
 from corral.errors import SessionStartFailed
 from corral.names import (
-    SEARCH_ATTRIBUTE_MODEL,
     SEARCH_ATTRIBUTE_STATUS,
     SESSION_WORKFLOW,
 )
@@ -34,8 +33,6 @@ from corral.names import (
 if TYPE_CHECKING:
     from cli.live import LiveText
 
-STATUS_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS)
-MODEL_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_MODEL)
 UTILITY_TOOLSET = {"type": "corral_utility"}
 SANDBOX_TOOLSET = {"type": "agent_toolset_20260401"}
 

@@ -19,7 +19,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from corral.names import DEFAULT_GIT_PROXY_PORT, SEARCH_ATTRIBUTE_MODEL, SEARCH_ATTRIBUTE_STATUS
+from corral.names import (
+    DEFAULT_GIT_PROXY_PORT,
+    ENV_STREAM_TOKEN,
+    ENV_STREAM_URL,
+    SEARCH_ATTRIBUTE_MODEL,
+    SEARCH_ATTRIBUTE_STATUS,
+)
 
 TEMPORAL = "temporal"
 VAULT = "vault"
@@ -75,7 +81,7 @@ class StatePaths:
         self.logs.mkdir(parents=True, exist_ok=True)
 
 
-STREAM_TOKEN_ENV = "CORRAL_STREAM_TOKEN"
+STREAM_TOKEN_ENV = ENV_STREAM_TOKEN
 """The stream relay's bearer token, in the environment of the relay, its publishers and its subscribers."""
 
 
@@ -90,7 +96,7 @@ def read_stream_token(paths: StatePaths) -> str | None:
 def follow_with_stream_token(token: str | None) -> None:
     """Let this CLI process's live view (`corral tail`, the demo) subscribe to the stack's relay with its token; a
     relay of the user's own (`CORRAL_STREAM_URL`) keeps the token the user gave with it."""
-    if token is not None and not os.environ.get("CORRAL_STREAM_URL"):
+    if token is not None and not os.environ.get(ENV_STREAM_URL):
         os.environ[STREAM_TOKEN_ENV] = token
 
 

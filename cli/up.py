@@ -23,7 +23,13 @@ from rich.text import Text
 from cli import ports, processes, stack
 from cli.context import CliError, describe_failure
 from cli.stack import Plan, Service, StackConfig, StatePaths, UpOptions
-from corral.names import ENV_TEMPORAL_ADDRESS, ENV_TEMPORAL_NAMESPACE
+from corral.names import (
+    ENV_GIT_PROXY_PORT,
+    ENV_SANDBOX_IMAGE,
+    ENV_STREAM_URL,
+    ENV_TEMPORAL_ADDRESS,
+    ENV_TEMPORAL_NAMESPACE,
+)
 
 READY_TIMEOUT = {"temporal": 60.0, "http": 30.0}
 OFFLINE_API_KEY = "offline-stand-in"
@@ -236,13 +242,13 @@ def environment(service: Service, plan: Plan) -> dict[str, str]:
     if "vault-writer" in service.env:
         env |= plan.gateway_vault_env
     if "sandbox" in service.env and plan.sandbox_image is not None:
-        env["CORRAL_SANDBOX_IMAGE"] = plan.sandbox_image
+        env[ENV_SANDBOX_IMAGE] = plan.sandbox_image
     if "stream" in service.env:
-        env["CORRAL_STREAM_URL"] = plan.stream_url
+        env[ENV_STREAM_URL] = plan.stream_url
         if plan.stream_token is not None:
             env[stack.STREAM_TOKEN_ENV] = plan.stream_token
     if "git-proxy" in service.env:  # the proxy listens there, and sandboxes' origin points there
-        env["CORRAL_GIT_PROXY_PORT"] = str(plan.port("git_proxy_port"))
+        env[ENV_GIT_PROXY_PORT] = str(plan.port("git_proxy_port"))
     return env
 
 

@@ -34,15 +34,8 @@ from temporalio.converter import (
     StorageDriverStoreContext,
 )
 
-from corral.names import ENV_BLOB_STORE
-
-
-class BlobStoreError(Exception):
-    """The store is misconfigured or a blob is missing; the message says which."""
-
-
-class BlobNotFound(BlobStoreError):
-    """No blob has this key, or no blob could (a key corral never writes); the store itself answered."""
+from corral.errors import BlobNotFound, BlobStoreError
+from corral.names import ENV_BLOB_STORE, ENV_STATE_DIR
 
 
 def _checked(key: str) -> str:
@@ -150,7 +143,7 @@ def open_blob_store(url: str | None = None, environ: dict[str, str] | None = Non
     env = os.environ if environ is None else environ
     url = url or env.get(ENV_BLOB_STORE) or ""
     if not url:
-        return LocalBlobStore(Path(env.get("CORRAL_STATE_DIR") or ".corral") / "blobs")
+        return LocalBlobStore(Path(env.get(ENV_STATE_DIR) or ".corral") / "blobs")
     parts = urlsplit(url)
     if parts.scheme in ("", "file"):
         path = unquote(parts.path) if parts.scheme == "file" else url

@@ -21,18 +21,10 @@ from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter, Pydan
 from temporalio.exceptions import ApplicationError
 
 from corral.blobs import MISSING_BLOB_ENCODING
+from corral.errors import MissingBlobError
 
 INVALID_INPUT = "InvalidInput"
 MAX_PROBLEMS = 10
-
-
-class MissingBlobError(RuntimeError):
-    """A payload referred to a blob that is not in the store (corral.blobs.missing_blob).
-
-    Not an ApplicationError on purpose: a signal carrying one is dropped and an update rejected, as for any input
-    that does not decode, while a workflow task that decodes an activity result or a run's input this way fails and
-    is retried (the blob may be in a store this worker does not see: a misconfiguration to fix, not a session to end).
-    """
 
 
 TYPE_ADAPTERS = functools.lru_cache(maxsize=1024)(TypeAdapter)

@@ -25,6 +25,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from corral import names
 from corral.contract.records import ID_ALPHABET, ID_SUFFIX_LENGTH, RecordView
+from corral.errors import HandNotRegistered, HandRegistryError, InvalidHandQueue
 from corral.names import OPERATOR_WORKSPACE, reserved_task_queue_problem
 from corral.records import RecordNotFound, Records, VersionConflict, check_workspace
 
@@ -36,18 +37,6 @@ HAND_QUEUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
 WRITE_ATTEMPTS = 3
 
 _HAND_QUEUE = re.compile(HAND_QUEUE_PATTERN)
-
-
-class HandRegistryError(Exception):
-    """Any refusal of a registry operation."""
-
-
-class InvalidHandQueue(HandRegistryError, ValueError):
-    """A queue that can never be registered: corral's own, Temporal's, or a name outside `HAND_QUEUE_PATTERN`."""
-
-
-class HandNotRegistered(HandRegistryError):
-    """No registration of this queue (it never was registered)."""
 
 
 class HandRegistration(BaseModel):

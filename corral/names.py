@@ -4,7 +4,7 @@ Users script against these (the `temporal` CLI, their own workers), so they chan
 """
 
 import re
-from typing import Final
+from typing import Final, Literal, get_args
 
 # Task queues, one per role (docs/operations.md, "The roles and how they scale").
 HARNESS_TASK_QUEUE: Final = "corral-harness"
@@ -69,16 +69,34 @@ SIGNAL_USER_MESSAGE: Final = "user_message"
 SIGNAL_INTERRUPT: Final = "interrupt"
 UPDATE_SEND_EVENTS: Final = "send_events"
 UPDATE_SESSION: Final = "update_session"
-ARCHIVED: Final = "archived"
+# The error types (ApplicationError.type) of a refused update: CamelCase names, as Temporal's convention and the
+# activities' types (corral/contract/errors.py). A refusal is raised by a validator, so it is never in history.
+ARCHIVED: Final = "SessionArchived"
 """The error type of an update refused because the session is archived."""
-DELETING: Final = "deleting"
+DELETING: Final = "SessionDeleting"
 """The error type of an update refused because the session is being deleted."""
-BUSY: Final = "busy"
+BUSY: Final = "SessionBusy"
 """The error type of a deletion refused because the session is running (interrupt it first)."""
-BUDGET_CREATE_ONLY: Final = "budget_create_only"
+BUDGET_CREATE_ONLY: Final = "BudgetCreateOnly"
 """The error type of a budget refused because the session has none (a budget is set when a session is made)."""
-BUDGET_NOT_RAISED: Final = "budget_not_raised"
+BUDGET_NOT_RAISED: Final = "BudgetNotRaised"
 """The error type of a budget refused because the session has already spent it."""
+FORMER_ERROR_TYPES: Final = {
+    "archived": ARCHIVED,
+    "deleting": DELETING,
+    "busy": BUSY,
+    "budget_create_only": BUDGET_CREATE_ONLY,
+    "budget_not_raised": BUDGET_NOT_RAISED,
+}
+"""The snake_case types these refusals had before, read as their names now: a harness build that is still pinned to
+running sessions raises them to a newer gateway (read a refusal's type with `refusal_type`)."""
+
+
+def refusal_type(error_type: str | None) -> str | None:
+    """A refused session update's error type as it is named now, whichever harness build raised it."""
+    return FORMER_ERROR_TYPES.get(error_type, error_type) if error_type is not None else None
+
+
 QUERY_SESSION: Final = "session"
 QUERY_EVENTS: Final = "events"
 QUERY_MODEL_CONTEXT: Final = "model_context"
@@ -106,6 +124,14 @@ CREDENTIAL_VALIDATION_WORKFLOW: Final = "CredentialValidationWorkflow"
 # Search attributes registered on the namespace so sessions can be listed by status and model.
 SEARCH_ATTRIBUTE_STATUS: Final = "CorralStatus"
 SEARCH_ATTRIBUTE_MODEL: Final = "CorralModel"
+
+SessionStatus = Literal["idle", "running", "rescheduling", "terminated"]
+"""A session's status: the one spelling of the vocabulary that the workflow sets, `CorralStatus` holds, the API shows
+and the CLI filters by. Here, with the names, so that the CLI lists sessions without loading the contract."""
+SESSION_STATUSES: Final = frozenset(get_args(SessionStatus))
+"""Every status, derived from the `Literal` so that the values are written once."""
+WORKING_STATUSES: Final[frozenset[SessionStatus]] = frozenset({"running", "rescheduling"})
+"""The statuses of a session at work (a turn in progress, or waiting to retry one): it is not deleted then."""
 
 HANDING_OVER: Final = "SessionHandingOver"
 """The error type of a `send_events` update refused while the session continues as new: send it again."""
@@ -148,6 +174,19 @@ ENV_SANDBOX_ENGINE: Final = "CORRAL_SANDBOX_ENGINE"
 """The engine pool a sandbox worker serves (`sandbox_provision_queue`); unset: the default pool, `corral-sandbox`."""
 ENV_BLOB_STORE: Final = "CORRAL_BLOB_STORE"
 """Where sessions' archived logs are (corral.blobs): a directory or a file:// URL; default `blobs/` in the state dir."""
+ENV_STATE_DIR: Final = "CORRAL_STATE_DIR"
+"""Where a machine's local state is (the stack's pid files, logs and database, the sandbox image's build, blobs);
+default `.corral`."""
+ENV_STREAM_URL: Final = "CORRAL_STREAM_URL"
+"""The stream relay (or relays, comma-separated) that live text deltas go through."""
+ENV_STREAM_TOKEN: Final = "CORRAL_STREAM_TOKEN"
+"""The stream relay's bearer token."""
+ENV_SANDBOX_IMAGE: Final = "CORRAL_SANDBOX_IMAGE"
+"""The image sandboxes run; unset: the one built on this machine."""
+ENV_GIT_PROXY_PORT: Final = "CORRAL_GIT_PROXY_PORT"
+"""Where the proxy worker's git proxy listens (default `DEFAULT_GIT_PROXY_PORT`)."""
+ENV_HARNESS_DEPLOYMENT: Final = "CORRAL_HARNESS_DEPLOYMENT"
+"""The harness's Worker Deployment; unset: an unversioned harness."""
 DEFAULT_TEMPORAL_ADDRESS: Final = "127.0.0.1:7233"
 DEFAULT_TEMPORAL_NAMESPACE: Final = "default"
 DEFAULT_GIT_PROXY_PORT: Final = 8767

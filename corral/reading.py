@@ -28,7 +28,11 @@ from corral.contract.carry import ArchiveIndex
 from corral.contract.events import SessionEvent
 from corral.contract.session import EventPage, EventsQuery, SessionInfo
 from corral.converter import INVALID_INPUT
-from corral.errors import SessionEnded, SessionStartFailed
+from corral.errors import (
+    SessionClosed,
+    SessionEnded,
+    SessionStartFailed,
+)
 from corral.names import QUERY_EVENTS, QUERY_SESSION
 
 T = TypeVar("T")
@@ -156,14 +160,6 @@ def _archived_page(
                 return events, events[-1].position
             events.append(event)
     return events, end - 1
-
-
-class SessionClosed(Exception):
-    """The session's workflow closed (completed, failed, terminated …): nothing more will be written to its log."""
-
-    def __init__(self, session_id: str, status: WorkflowExecutionStatus) -> None:
-        super().__init__(f"the workflow of session {session_id} closed ({status.name.lower()})")
-        self.status = status
 
 
 _CLOSED: dict[int, WorkflowExecutionStatus] = {

@@ -1,5 +1,5 @@
-"""What names a record (its id, which carries its creation time; its workspace; its kind) and the errors of the
-records client (corral.records, which raises them and re-exports them; its docstring draws the tree). Kept apart from
+"""What names a record (its id, which carries its creation time; its workspace; its kind); the errors of the
+records client are in corral.errors. Kept apart from
 the client so that the ids, which callers check without a Temporal client, read on their own."""
 
 from __future__ import annotations
@@ -16,27 +16,7 @@ from corral.contract.records import (
     RECORD_ID_PATTERN,
     WORKSPACE_PATTERN,
 )
-
-
-class RecordError(Exception):
-    """Any failure of a record operation that corral.records reports as its own."""
-
-
-class RecordNotFound(RecordError):
-    """No such record in the caller's workspace (never existed, deleted, another workspace's, or a malformed id)."""
-
-
-class VersionConflict(RecordError):
-    """The write named a version that is no longer the current one; nothing was written."""
-
-
-class RecordArchived(RecordError):
-    """The record is archived: it can no longer change; nothing was written."""
-
-
-class InvalidRecord(RecordError, ValueError):
-    """A workspace name, kind, id prefix or page cursor that does not fit its pattern: the caller's mistake."""
-
+from corral.errors import InvalidRecord, RecordArchived, RecordError, RecordNotFound, VersionConflict  # noqa: F401 - re-exported
 
 _RECORD_ID = re.compile(RECORD_ID_PATTERN)
 _WORKSPACE = re.compile(WORKSPACE_PATTERN)

@@ -43,7 +43,6 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.common import (
-    SearchAttributeKey,
     SearchAttributePair,
     TypedSearchAttributes,
     WorkflowIDConflictPolicy,
@@ -55,6 +54,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from corral.contract.records import (
     ARCHIVED,
     DELETED,
+    FORMER_ERROR_TYPES,
     QUERY_GET,
     QUERY_VERSIONS,
     RECORD_WORKFLOW,
@@ -69,6 +69,7 @@ from corral.contract.records import (
     RecordInput,
     RecordView,
 )
+from corral.contract.search_attributes import ARCHIVED_KEY, KIND_KEY, WORKSPACE_KEY
 from corral.names import HARNESS_TASK_QUEUE
 from corral.record_ids import (  # noqa: F401 - re-exported: callers import them from here
     InvalidRecord,
@@ -131,9 +132,9 @@ class Records:
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,  # a deleted record's id is never another's
             search_attributes=TypedSearchAttributes(
                 [
-                    SearchAttributePair(SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_KIND), kind),
-                    SearchAttributePair(SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_WORKSPACE), workspace),
-                    SearchAttributePair(SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_ARCHIVED), "false"),
+                    SearchAttributePair(KIND_KEY, kind),
+                    SearchAttributePair(WORKSPACE_KEY, workspace),
+                    SearchAttributePair(ARCHIVED_KEY, "false"),
                 ]
             ),
             static_summary=f"{kind} in workspace {workspace}",
@@ -305,6 +306,7 @@ class Records:
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause
             error_type = cause.type if isinstance(cause, ApplicationError) else None
+            error_type = FORMER_ERROR_TYPES.get(error_type, error_type) if error_type is not None else None
             message = cause.message if isinstance(cause, ApplicationError) else str(cause)
             if error_type == VERSION_CONFLICT:
                 raise VersionConflict(message) from exc

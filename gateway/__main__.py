@@ -16,7 +16,13 @@ import os
 import uvicorn
 
 from corral import telemetry
-from corral.names import ENV_GATEWAY_STREAMS_PER_KEY, HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
+from corral.names import (
+    ENV_GATEWAY_STREAMS_PER_KEY,
+    ENV_STREAM_TOKEN,
+    ENV_STREAM_URL,
+    HARNESS_TASK_QUEUE,
+    MODEL_TASK_QUEUE,
+)
 from corral.temporal import connect, ensure_search_attributes, temporal_address
 from gateway.app import DEFAULT_PORT, create_app
 from gateway.http import DEFAULT_STREAMS_PER_KEY
@@ -44,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--temporal", default=None, help="Temporal address (default: $CORRAL_TEMPORAL_ADDRESS)")
     parser.add_argument("--harness-queue", default=HARNESS_TASK_QUEUE)
     parser.add_argument("--model-queue", default=MODEL_TASK_QUEUE)
-    parser.add_argument("--stream-url", default=os.environ.get("CORRAL_STREAM_URL") or None, type=_relays,
+    parser.add_argument("--stream-url", default=os.environ.get(ENV_STREAM_URL) or None, type=_relays,
                         help="the stream relay of live text, for `event_deltas[]`, or a comma-separated list of "
                              "relays (the model workers' list: every one is followed) (default: $CORRAL_STREAM_URL; "
                              "its token: $CORRAL_STREAM_TOKEN)")  # fmt: skip
@@ -74,7 +80,7 @@ async def serve(args: argparse.Namespace) -> None:
     await ensure_search_attributes(client)
     app = create_app(client, args.harness_queue, args.model_queue, args.max_streams_per_key)
     app.state.stream_url = args.stream_url  # read by the events stream (gateway/stream.py)
-    app.state.stream_token = os.environ.get("CORRAL_STREAM_TOKEN") or None
+    app.state.stream_token = os.environ.get(ENV_STREAM_TOKEN) or None
     # With JSON logs, uvicorn's loggers go through the root's JSON handler, not the handlers of its own log_config.
     observed = telemetry.current()
     json_logs = observed is not None and observed.json_logs

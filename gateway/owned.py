@@ -12,17 +12,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowHandle
-from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError, RPCStatusCode
 
-from corral.contract.records import SEARCH_ATTRIBUTE_WORKSPACE
+from corral.contract.search_attributes import WORKSPACE_KEY
 from corral.names import ID_KINDS, SESSION_WORKFLOW
 from corral.records import RecordNotFound, Records, RecordView
 from gateway.errors import invalid, not_found
 from gateway.http import whole
-
-WORKSPACE_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_WORKSPACE)
-"""On every session the gateway starts: the workspace of the key that started it."""
 
 MAX_ID_LENGTH = 128
 """Longer than any id corral makes: a longer value of the right prefix is an id that does not exist (404)."""

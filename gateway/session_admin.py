@@ -27,7 +27,7 @@ from corral.archive import forget_session
 from corral.blobs import BlobStoreError, open_blob_store
 from corral.client import update_session
 from corral.contract.session import UpdateSessionInput
-from corral.names import BUDGET_CREATE_ONLY, BUDGET_NOT_RAISED, BUSY
+from corral.names import BUDGET_CREATE_ONLY, BUDGET_NOT_RAISED, BUSY, refusal_type
 from gateway.errors import ApiError, invalid
 from gateway.http import Authed, body
 from gateway.owned import own_session
@@ -38,6 +38,9 @@ GONE_SECONDS = 60.0
 """How long a delete waits for Temporal to remove the execution (it does so in the background: about 30 s on the
 dev server, less on a cluster), so that the client's next read is a 404."""
 logger = logging.getLogger("gateway")
+
+BUDGET_ERROR_CODES = {BUDGET_CREATE_ONLY: "budget_create_only", BUDGET_NOT_RAISED: "budget_not_raised"}
+"""The API's `error.details.error_code` for a refused budget: the wire keeps its snake_case codes."""
 
 CANCEL_SECONDS = 60.0
 """How long the harness gets to release the sandbox before the execution is deleted regardless."""
@@ -54,7 +57,7 @@ def session_admin_routes(gateway: Any, authed: Authed) -> list[Route]:
                 await update_session(handle, UpdateSessionInput(delete=True))
             except WorkflowUpdateFailedError as exc:
                 cause = exc.cause
-                if isinstance(cause, ApplicationError) and cause.type == BUSY:
+                if isinstance(cause, ApplicationError) and refusal_type(cause.type) == BUSY:
                     raise ApiError(409, f"session {session_id!r}: {cause.message}") from exc
                 raise
             await handle.cancel()
@@ -109,7 +112,7 @@ def session_admin_routes(gateway: Any, authed: Authed) -> list[Route]:
             cause = exc.cause
             if not isinstance(cause, ApplicationError):
                 raise invalid(str(exc)) from exc
-            code = cause.type if cause.type in (BUDGET_CREATE_ONLY, BUDGET_NOT_RAISED) else None
+            code = BUDGET_ERROR_CODES.get(refusal_type(cause.type) or "")
             raise ApiError(400, cause.message, error_code=code) from exc
         return JSONResponse(await sessions.retrieve(workspace, session_id))
 

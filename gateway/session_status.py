@@ -25,18 +25,17 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus, WorkflowHandle
-from temporalio.common import SearchAttributeKey, TypedSearchAttributes
+from temporalio.common import TypedSearchAttributes
 from temporalio.service import RPCError
 
 from corral.client import session_end, session_info
+from corral.contract.search_attributes import STATUS_KEY
 from corral.contract.session import SessionInfo
 from corral.errors import SessionEnded, SessionStartFailed
-from corral.names import SEARCH_ATTRIBUTE_STATUS
+from corral.names import SESSION_STATUSES
 from gateway.errors import error_response
 from gateway.shapes import when
 
-STATUS_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS)
-SESSION_STATUSES = {"idle", "running", "rescheduling", "terminated"}
 AGENT_ONLY = ("created_at", "updated_at", "archived_at", "metadata")
 """Fields of an agent that a session's snapshot of it does not show."""
 GONE = 410

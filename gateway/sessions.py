@@ -20,6 +20,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from corral.client import new_session_id, start_session
 from corral.contract.pricing import PRICES_ENVIRONMENT_VARIABLE, NotBudgetable, parse_prices, price_in_force
+from corral.contract.records import SEARCH_ATTRIBUTE_WORKSPACE
 from corral.contract.session import SendEventsInput, SessionBudget, SessionInput, parse_user_events
 from corral.names import SESSION_WORKFLOW
 from corral.records import Records, RecordView
@@ -170,7 +171,7 @@ class Sessions:
         order = params.get("order", "desc")
         if order not in ("asc", "desc"):
             raise invalid("order must be asc or desc")
-        clauses = [f"WorkflowType = '{SESSION_WORKFLOW}'", f"CorralWorkspace = '{workspace}'"]
+        clauses = [f"WorkflowType = '{SESSION_WORKFLOW}'", f"{SEARCH_ATTRIBUTE_WORKSPACE} = '{workspace}'"]
         made_by = await sessions_made_by(self.records, workspace, params)
         statuses = set(params.getlist("statuses[]"))
         bad = sorted(statuses - SESSION_STATUSES)

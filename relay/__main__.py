@@ -10,12 +10,13 @@ from types import FrameType
 
 import uvicorn
 
+from corral.names import ENV_STREAM_TOKEN
 from relay.app import create_stream_app
 from relay.hub import DEFAULT_RETAIN_SECONDS, StreamHub
 
 logger = logging.getLogger("relay")
 
-TOKEN_ENV = "CORRAL_STREAM_TOKEN"
+TOKEN_ENV = ENV_STREAM_TOKEN
 
 
 class _RelayServer(uvicorn.Server):

@@ -7,8 +7,10 @@ The hierarchy, so callers catch exactly as much as they mean to::
     │   ├── PackageInstallError  apt-get could not install a host package (docker.io, debootstrap)
     │   ├── DockerEngineError    no Docker engine answers, and none could be started here
     │   └── SandboxImageError    the sandbox image could not be built
-    └── SandboxGone              a session's container died or was removed underneath it (the activities tell the
-                                 model what survived; the session goes on with a fresh container)
+    ├── SandboxGone              a session's container died or was removed underneath it (the activities tell the
+    │                            model what survived; the session goes on with a fresh container)
+    └── RunnerLost               the stream to a container's runner ended before the answer came (ask again on a
+                                 new one)
 
 A setup error's message says what to do next and names the log file that holds the detail; no message carries
 a secret.
@@ -39,3 +41,7 @@ class SandboxImageError(SandboxSetupError):
 
 class SandboxGone(SandboxError):
     """The session's container is gone or stopped underneath us (killed, OOM, engine restarted, removed)."""
+
+
+class RunnerLost(SandboxError):
+    """The stream to the runner ended before the answer came (the caller may open a new one and ask again)."""

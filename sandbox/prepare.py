@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from corral.names import ENV_STATE_DIR
 from sandbox.engine import engine_address, ensure_docker_engine
 from sandbox.errors import SandboxSetupError
 from sandbox.image import ensure_sandbox_image
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--state-dir",
         type=Path,
-        default=Path(os.environ.get("CORRAL_STATE_DIR", ".corral")),
+        default=Path(os.environ.get(ENV_STATE_DIR, ".corral")),
         help="where logs, pid files and build scratch space live (default: $CORRAL_STATE_DIR or .corral)",
     )
     args = parser.parse_args(argv)

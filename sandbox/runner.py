@@ -26,7 +26,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from sandbox.errors import SandboxError
+from sandbox.errors import RunnerLost, SandboxError
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +37,6 @@ PROTOCOL_VERSION = "1"
 STDOUT, STDERR = 1, 2
 HELLO_TIMEOUT_SECONDS = 30.0
 """How long a fresh container's runner may take to answer its first request (python start-up under load)."""
-
-
-class RunnerLost(SandboxError):
-    """The stream to the runner ended before the answer came (the caller may open a new one and ask again)."""
 
 
 class RunnerStream:

@@ -8,11 +8,9 @@ import math
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
+from workers.errors import SettingsError
+
 Environ = Mapping[str, str]
-
-
-class SettingsError(Exception):
-    """A variable of the worker's environment is missing or malformed; the message names it, on one line."""
 
 
 def _text(environ: Environ, name: str) -> str | None:

@@ -37,6 +37,7 @@ from temporalio.common import VersioningBehavior
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import WorkerDeploymentConfig
 
+from workers.errors import DeploymentError
 from workers.settings import ENV_BUILD_ID, ENV_DEPLOYMENT, HarnessDeployment
 
 _BEHAVIOR = {"pinned": VersioningBehavior.PINNED, "auto-upgrade": VersioningBehavior.AUTO_UPGRADE}
@@ -48,10 +49,6 @@ _TRANSIENT = (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatu
 _ROUTING_DONE = task_queue_pb2.RoutingConfigUpdateState.ROUTING_CONFIG_UPDATE_STATE_COMPLETED
 
 logger = logging.getLogger("corral.harness")
-
-
-class DeploymentError(Exception):
-    """Temporal refused a change of the deployment, or it did not happen in time; the message says which."""
 
 
 def worker_config(deployment: HarnessDeployment) -> WorkerDeploymentConfig:

@@ -22,6 +22,7 @@ from temporalio.worker import Worker
 from corral import telemetry
 from corral.names import ENV_TEMPORAL_ADDRESS
 from corral.temporal import connect
+from workers.errors import WorkerStartError
 from workers.settings import SettingsError, TemporalSettings
 
 log = logging.getLogger("workers")
@@ -35,10 +36,6 @@ EXIT_BAD_SETTINGS = 2
 """As for a command-line usage error: the process was started wrongly, and starting it again will not help."""
 
 Settings = TypeVar("Settings")
-
-
-class WorkerStartError(Exception):
-    """A service the worker needs (Temporal, the Docker engine, Vault) did not answer at start; says which."""
 
 
 async def run_until_stopped(workers: Sequence[Worker]) -> None:

@@ -56,8 +56,14 @@ from corral.names import (
     DEFAULT_MODEL_STALL_TIMEOUT_SECONDS,
     DEFAULT_TEMPORAL_ADDRESS,
     DEFAULT_TEMPORAL_NAMESPACE,
+    ENV_GIT_PROXY_PORT,
+    ENV_HARNESS_DEPLOYMENT,
     ENV_MODEL_STALL_TIMEOUT,
     ENV_SANDBOX_ENGINE,
+    ENV_SANDBOX_IMAGE,
+    ENV_STATE_DIR,
+    ENV_STREAM_TOKEN,
+    ENV_STREAM_URL,
     ENV_TEMPORAL_ADDRESS,
     ENV_TEMPORAL_NAMESPACE,
     MODEL_TASK_QUEUE,
@@ -83,7 +89,7 @@ REAP_INTERVAL = "CORRAL_REAP_INTERVAL_SECONDS"
 POOL_SIZE = "CORRAL_SANDBOX_POOL_SIZE"
 POOL_MAX_AGE = "CORRAL_SANDBOX_POOL_MAX_AGE_SECONDS"
 MAX_POOL_SIZE = 64
-GIT_PROXY_PORT = "CORRAL_GIT_PROXY_PORT"
+GIT_PROXY_PORT = ENV_GIT_PROXY_PORT
 DEFAULT_REAP_INTERVAL_SECONDS = 60.0
 
 
@@ -139,8 +145,8 @@ class ModelSettings:
         return cls(
             api_key=api_key,
             base_url=_url(environ, "ANTHROPIC_BASE_URL"),
-            stream_url=_urls(environ, "CORRAL_STREAM_URL"),
-            stream_token=_text(environ, "CORRAL_STREAM_TOKEN"),
+            stream_url=_urls(environ, ENV_STREAM_URL),
+            stream_token=_text(environ, ENV_STREAM_TOKEN),
             stall_timeout_seconds=_seconds(environ, ENV_MODEL_STALL_TIMEOUT, DEFAULT_MODEL_STALL_TIMEOUT_SECONDS),
             task_queue=_text(environ, MODEL_QUEUE_VARIABLE) or MODEL_TASK_QUEUE,
         )
@@ -175,8 +181,8 @@ class SandboxSettings:
     def from_environment(cls, environ: Environ | None = None) -> SandboxSettings:
         environ = _environ(environ)
         return cls(
-            image=_text(environ, "CORRAL_SANDBOX_IMAGE"),
-            state_dir=Path(_text(environ, "CORRAL_STATE_DIR") or ".corral"),
+            image=_text(environ, ENV_SANDBOX_IMAGE),
+            state_dir=Path(_text(environ, ENV_STATE_DIR) or ".corral"),
             reap_interval_seconds=_seconds(environ, REAP_INTERVAL, DEFAULT_REAP_INTERVAL_SECONDS),
             git_proxy_port=_port(environ, GIT_PROXY_PORT, DEFAULT_GIT_PROXY_PORT),
             pool=PoolSettings(
@@ -277,7 +283,7 @@ class AllInOneSettings(_ProcessSettings):
 
 # ---- the harness: a build of a versioned deployment, or unversioned (workers/deployment.py) ---------------------
 
-ENV_DEPLOYMENT = "CORRAL_HARNESS_DEPLOYMENT"
+ENV_DEPLOYMENT = ENV_HARNESS_DEPLOYMENT
 ENV_BUILD_ID = "CORRAL_HARNESS_BUILD_ID"
 ENV_UPGRADE = "CORRAL_HARNESS_UPGRADE"
 

@@ -11,8 +11,17 @@ from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
-from corral.contract.session import SessionBudget, SessionInput, SessionStatus, UpdateSessionInput
-from corral.names import ARCHIVED, BUDGET_CREATE_ONLY, BUDGET_NOT_RAISED, BUSY, DELETING, HANDING_OVER
+from corral.contract.session import SessionBudget, SessionInput, UpdateSessionInput
+from corral.names import (
+    ARCHIVED,
+    BUDGET_CREATE_ONLY,
+    BUDGET_NOT_RAISED,
+    BUSY,
+    DELETING,
+    HANDING_OVER,
+    WORKING_STATUSES,
+    SessionStatus,
+)
 
 
 def apply_update(
@@ -52,7 +61,7 @@ def validate_update(
     """Refuse, before anything reaches history, an update the session cannot take in its present state."""
     if handing_over:  # what it changes is carried into the next run: it is sent again there
         raise ApplicationError("the session is continuing as new: send again", type=HANDING_OVER)
-    if input.delete and status in ("running", "rescheduling"):
+    if input.delete and status in WORKING_STATUSES:
         raise ApplicationError(
             f"the session is {status}: interrupt it first (send user.interrupt), then delete it once it is idle",
             type=BUSY,

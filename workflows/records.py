@@ -21,9 +21,6 @@ with workflow.unsafe.imports_passed_through():
         QUERY_GET,
         QUERY_VERSIONS,
         RECORD_WORKFLOW,
-        SEARCH_ATTRIBUTE_ARCHIVED,
-        SEARCH_ATTRIBUTE_KIND,
-        SEARCH_ATTRIBUTE_WORKSPACE,
         UPDATE_ARCHIVE,
         UPDATE_DELETE,
         UPDATE_PUT,
@@ -34,10 +31,7 @@ with workflow.unsafe.imports_passed_through():
         RecordVersion,
         RecordView,
     )
-
-KIND_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_KIND)
-WORKSPACE_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_WORKSPACE)
-ARCHIVED_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_ARCHIVED)
+    from corral.contract.search_attributes import ARCHIVED_KEY, KIND_KEY, WORKSPACE_KEY
 
 
 @workflow.defn(name=RECORD_WORKFLOW)
@@ -143,7 +137,7 @@ class RecordWorkflow:
 
     @workflow.query(name=QUERY_GET)
     def get(self, version: int | None = None) -> RecordView:
-        """The current version, or `version` (a failed query of type no_such_version when there is none)."""
+        """The current version, or `version` (a failed query of type `NO_SUCH_VERSION` when there is none)."""
         if version is None:
             return self._view(self._current)
         if not 1 <= version <= len(self._versions):

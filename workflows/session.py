@@ -16,7 +16,6 @@ import asyncio
 from datetime import datetime
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -39,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         StopReason,
     )
     from corral.contract.pricing import list_cost
+    from corral.contract.search_attributes import MODEL_KEY, STATUS_KEY
     from corral.contract.session import (
         CustomTool,
         EventPage,
@@ -67,8 +67,6 @@ with workflow.unsafe.imports_passed_through():
         QUERY_EVENTS,
         QUERY_MODEL_CONTEXT,
         QUERY_SESSION,
-        SEARCH_ATTRIBUTE_MODEL,
-        SEARCH_ATTRIBUTE_STATUS,
         SESSION_WORKFLOW,
         SIGNAL_INTERRUPT,
         SIGNAL_USER_MESSAGE,
@@ -109,9 +107,6 @@ BUDGET_PATCH = "session-budget"
 """From here a session with a budget stops taking model turns once they have cost it (only sessions with a budget
 ask for this patch, and none was recorded before it)."""
 BUDGET_SPENT_RESULT = "Not run: the session's budget is spent."
-
-STATUS_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_STATUS)
-MODEL_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTRIBUTE_MODEL)
 
 
 @workflow.defn(name=SESSION_WORKFLOW)

@@ -14,7 +14,12 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from corral.contract.proxy import ValidateCredentialInput, ValidateCredentialResult
+    from corral.contract.proxy import (
+        CREDENTIAL_NOT_FOUND,
+        VAULT_NOT_FOUND,
+        ValidateCredentialInput,
+        ValidateCredentialResult,
+    )
     from corral.names import ACTIVITY_PROXY_VALIDATE_CREDENTIAL, CREDENTIAL_VALIDATION_WORKFLOW, PROXY_TASK_QUEUE
 
 VALIDATION_TIMEOUT = timedelta(seconds=90)
@@ -37,7 +42,7 @@ class CredentialValidationWorkflow:
             heartbeat_timeout=timedelta(seconds=10),
             # Vault unavailable is worth one more try; a refused credential is a verdict, not an error.
             retry_policy=RetryPolicy(
-                maximum_attempts=2, non_retryable_error_types=["VaultNotFound", "CredentialNotFound"]
+                maximum_attempts=2, non_retryable_error_types=[VAULT_NOT_FOUND, CREDENTIAL_NOT_FOUND]
             ),
             summary=f"validate {input.credential_id}",
         )

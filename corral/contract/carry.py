@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from corral.contract.events import AgentCustomToolUse, AgentMcpToolUse, AgentToolUse, ModelUsage, SessionEvent
 from corral.contract.proxy import McpToolSpec
 from corral.contract.sandbox import SandboxHandle
+from corral.names import SessionStatus
 
 
 class ArchiveIndex(BaseModel):
@@ -83,7 +84,7 @@ class SessionCarry(BaseModel):
     (recomputed from this, so no separate amount can drift from it)."""
     turns: int = 0
     created_at: datetime
-    status: Literal["idle", "running", "rescheduling", "terminated"] = "idle"
+    status: SessionStatus = "idle"
     stop_reason: str | None = None
 
 

@@ -22,6 +22,7 @@ from decimal import ROUND_CEILING, Decimal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from corral.contract.errors import NotBudgetable
 from corral.contract.events import ModelUsage
 
 PRICES_AS_OF = "2026-12-02"
@@ -82,10 +83,6 @@ PRICES: dict[str, ModelPrice] = {
 _DATED = re.compile(r"^(?P<alias>.+)-\d{8}$")
 _MILLION = Decimal(1_000_000)
 _CENTS = Decimal(100)
-
-
-class NotBudgetable(ValueError):
-    """The model has no list price, so a budget on it cannot be enforced (upstream's `model_not_budgetable`)."""
 
 
 def price_of(model: str, extra: dict[str, ModelPrice] | None = None) -> ModelPrice | None:

@@ -23,6 +23,8 @@ MCP_AUTHENTICATION_FAILED = "McpAuthenticationFailed"
 PROXY_REJECTED = "ProxyRejected"
 VAULT_NOT_FOUND = "VaultNotFound"
 CREDENTIAL_NOT_FOUND = "CredentialNotFound"
+VAULT_UNAVAILABLE = "VaultUnavailable"
+"""Retryable: Temporal tries the activity again."""
 
 MCP_SERVER_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,32}$"
 """Short enough that `mcp__<server>__<tool>` stays within the Messages API's 64-character tool names."""

@@ -26,11 +26,20 @@ SEARCH_ATTRIBUTE_ARCHIVED: Final = "CorralArchived"
 """"true" once the record is archived or deleted, else "false": listings leave archived records out by default."""
 RECORD_SEARCH_ATTRIBUTES: Final = (SEARCH_ATTRIBUTE_KIND, SEARCH_ATTRIBUTE_WORKSPACE, SEARCH_ATTRIBUTE_ARCHIVED)
 
-# The error types of a rejected update (ApplicationError.type); corral.records maps them to its exceptions.
-VERSION_CONFLICT: Final = "version_conflict"
-ARCHIVED: Final = "archived"
-DELETED: Final = "deleted"
-NO_SUCH_VERSION: Final = "no_such_version"
+# The error types of a rejected update or query (ApplicationError.type), CamelCase as every corral error type;
+# corral.records maps them to its exceptions. Raised by validators and queries, so they are never in history.
+VERSION_CONFLICT: Final = "VersionConflict"
+ARCHIVED: Final = "RecordArchived"
+DELETED: Final = "RecordDeleted"
+NO_SUCH_VERSION: Final = "NoSuchVersion"
+FORMER_ERROR_TYPES: Final = {
+    "version_conflict": VERSION_CONFLICT,
+    "archived": ARCHIVED,
+    "deleted": DELETED,
+    "no_such_version": NO_SUCH_VERSION,
+}
+"""The snake_case types these had before, read as their names now (a harness build still pinned to running records
+raises them to a newer reader)."""
 
 WORKSPACE_PATTERN: Final = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 KIND_PATTERN: Final = r"^[a-z][a-z0-9_]{0,31}$"

@@ -41,7 +41,7 @@ from corral.contract.user_events import (  # noqa: F401 - re-exported: callers i
     normalize_content,
     parse_user_events,
 )
-from corral.names import MODEL_TASK_QUEUE
+from corral.names import MODEL_TASK_QUEUE, SessionStatus
 
 DEFAULT_RUN_HISTORY_EVENTS = 3_000
 """History events per workflow run before the session continues as new (see `bench/long.py` for what a run this
@@ -229,9 +229,6 @@ class EventPage(BaseModel):
     has_more: bool
     next_after: int
     archive: ArchiveIndex | None = None
-
-
-SessionStatus = Literal["idle", "running", "rescheduling", "terminated"]
 
 
 class SessionInfo(BaseModel):
