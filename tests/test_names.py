@@ -139,11 +139,17 @@ def docstrings(tree: ast.AST) -> set[int]:
 
 def literals(tree: ast.AST) -> Iterator[tuple[int, str, bool]]:
     """(line, text, at the head of an f-string) of every string constant that is not a docstring, nor a name in
-    `__all__` (a class's name that an error type shares)."""
+    `__all__` or in the keys of a package's lazy `HOMES` table (`proxy/__init__.py`): a class's name that an error
+    type shares."""
     skip = docstrings(tree) | {
         id(item) for node in ast.walk(tree)
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
         for item in ast.walk(node.value)
+    } | {
+        id(key) for node in ast.walk(tree)
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "HOMES"
+        and isinstance(node.value, ast.Dict)
+        for key in node.value.keys if key is not None
     }  # fmt: skip
     heads = {
         id(node.values[0]) for node in ast.walk(tree)
