@@ -139,14 +139,18 @@ async def send_events(handle: WorkflowHandle, events: list[dict[str, Any]]) -> l
     and one that meets a workflow task the server refused (a continue-as-new while signals were arriving) answers
     WorkflowNotReady. None of these was applied, so sending again adds no event twice (a client id makes any
     resend harmless)."""
-    return (await send_batch(handle, events)).event_ids
+    batch = SendEventsInput(events=events)
+    result = await _until_taken(
+        handle, lambda: handle.execute_update(UPDATE_SEND_EVENTS, batch, result_type=SendEventsResult)
+    )
+    return result.event_ids
 
 
 async def send_batch(handle: WorkflowHandle, events: list[dict[str, Any]]) -> SendEventsResult:
     """`send_events`, answered in full: the ids and the events the update wrote, so no query reads them back."""
+    batch = SendEventsInput(events=events, answer_events=True)
     return await _until_taken(
-        handle,
-        lambda: handle.execute_update(UPDATE_SEND_EVENTS, SendEventsInput(events=events), result_type=SendEventsResult),
+        handle, lambda: handle.execute_update(UPDATE_SEND_EVENTS, batch, result_type=SendEventsResult)
     )
 
 

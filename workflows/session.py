@@ -381,10 +381,13 @@ class SessionWorkflow:
 
     @workflow.update(name=UPDATE_SEND_EVENTS)
     def send_events(self, input: SendEventsInput) -> SendEventsResult:
-        """Append a batch of user events; returns their ids, and the events written, once they are in history."""
+        """Append a batch of user events; returns their ids (and the events written, when asked) once they are in
+        history."""
         self._runs.requests += 1
         end = self._log.last_position
         ids = self._inbox.accept_batch(input)
+        if not input.answer_events:
+            return SendEventsResult(event_ids=ids)
         written = [event for event in self._log.events[end - self._log.base :] if event.id in ids]
         return SendEventsResult(event_ids=ids, events=written)
 

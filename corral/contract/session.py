@@ -196,7 +196,8 @@ class SendEventsResult(BaseModel):
     event_ids: list[str]
     events: list[SessionEvent] | None = None
     """The events this update wrote, as it wrote them, in order (an already-seen client id's earlier event is not
-    among them), so a sender needs no query to read them back. None from a worker older than the field."""
+    among them), so a sender needs no query to read them back. Only when the input asked (`answer_events`); None
+    too from a worker older than the field."""
 
 
 class InterruptSignal(SendableInput):

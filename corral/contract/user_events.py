@@ -87,6 +87,11 @@ class SendEventsInput(SendableInput):
     event is rejected with a readable message instead of failing to decode."""
 
     events: list[dict[str, Any]]
+    answer_events: bool = False
+    """True: the answer carries the events written too (`SendEventsResult.events`: what the gateway shows the
+    sender, with no query to read them back). False, the default: the ids alone, so that the answer, which history
+    keeps beside the update's input, does not hold every event twice, and a client without corral's converter can
+    decode it however large the events were (a large one is kept in the blob store)."""
 
 
 _USER_EVENTS: TypeAdapter[list[UserEventParams]] = TypeAdapter(list[UserEventParams])
