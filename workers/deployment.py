@@ -157,10 +157,23 @@ async def become_current_if_first(client: Client, deployment: HarnessDeployment,
         await asyncio.sleep(0.2)
 
 
+TRANSIENT = (RPCStatusCode.CANCELLED, RPCStatusCode.UNAVAILABLE)
+"""What a describe may meet while the server recycles a connection ("operation was canceled"): asked again."""
+DESCRIBE_ATTEMPTS = 4
+
+
 async def _describe(client: Client, name: str) -> DescribeWorkerDeploymentResponse:
-    return await client.workflow_service.describe_worker_deployment(
-        DescribeWorkerDeploymentRequest(namespace=client.namespace, deployment_name=name)
-    )
+    """The deployment's description; a read, so a transient failure is asked again (with back-off) before it is
+    reported."""
+    request = DescribeWorkerDeploymentRequest(namespace=client.namespace, deployment_name=name)
+    for attempt in range(1, DESCRIBE_ATTEMPTS):
+        try:
+            return await client.workflow_service.describe_worker_deployment(request, retry=True)
+        except RPCError as err:
+            if err.status not in TRANSIENT:
+                raise
+        await asyncio.sleep(0.2 * 2**attempt)
+    return await client.workflow_service.describe_worker_deployment(request, retry=True)
 
 
 def _status_name(status: int) -> str:
