@@ -41,7 +41,9 @@ def use(name: str, **input: Any) -> dict[str, Any]:
 
 
 def session_containers(client: docker.DockerClient, session_id: str) -> list[Any]:
-    return client.containers.list(all=True, filters={"label": f"{SESSION_LABEL}={session_id}"})
+    """The session's containers now; one removed while they are listed (a replaced sandbox) is left out."""
+    labelled = {"label": f"{SESSION_LABEL}={session_id}"}
+    return client.containers.list(all=True, filters=labelled, ignore_removed=True)
 
 
 def processes(client: docker.DockerClient, session_id: str) -> str:
