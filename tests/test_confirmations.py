@@ -26,7 +26,7 @@ from proxy import StaticBearerParams
 from tests.conftest import Stack, assert_log_is_whole, stop_reason, texts, wait_for_idle
 from tests.test_gateway import Gateway, gateway  # noqa: F401 - the fixture, shared
 from tests.test_mcp_sessions import McpStack, authority, mcp_servers, mcp_stack  # noqa: F401 - the fixtures, shared
-from workflows._tool_calls import DENIED_RESULT, NEW_MESSAGE_RESULT
+from workflows import DENIED_RESULT, NEW_MESSAGE_RESULT
 
 pytestmark = pytest.mark.timeout(300)
 

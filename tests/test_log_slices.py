@@ -17,7 +17,7 @@ from corral.blobs import LocalBlobStore
 from corral.contract.carry import ArchiveIndex
 from corral.contract.events import AgentMessage, SessionEvent, SessionStatusIdle, TextBlock, UserMessage
 from corral.contract.session import EventsQuery, SendEventsInput, parse_user_events
-from workflows._log import SessionLog, check_answers
+from workflows import SessionLog, check_answers
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 TYPES = ["user.message", "agent.message", "session.status_idle"]

@@ -30,10 +30,8 @@ from corral.temporal import connect, data_converter
 from tests.conftest import Stack, assert_log_is_whole, history_text, read_events, texts, unique, wait_for_idle
 from tests.ports import closed_port
 from tests.waits import pollers_of, until
-from workers._slots import SharedSlots
-from workers.roles import model_worker_queue, model_workers
-from workflows import SessionWorkflow
-from workflows._hands import MODEL_ROUTING_PATCH
+from workers.roles import SharedSlots, model_worker_queue, model_workers
+from workflows import MODEL_ROUTING_PATCH, SessionWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,6 +17,20 @@ The record and validation workflows follow the same rule: a record is an object'
 bounded by the execution timeout its starter gives it (gateway/vault_access.py).
 """
 
+from temporalio import workflow
+
 from workflows.session import SessionWorkflow
 
-__all__ = ["SessionWorkflow"]
+with workflow.unsafe.imports_passed_through():  # as workflows/session.py imports them: one copy of each class
+    from workflows._hands import MODEL_ROUTING_PATCH
+    from workflows._log import SessionLog, check_answers
+    from workflows._tool_calls import DENIED_RESULT, NEW_MESSAGE_RESULT
+
+__all__ = [
+    "DENIED_RESULT",
+    "MODEL_ROUTING_PATCH",
+    "NEW_MESSAGE_RESULT",
+    "SessionLog",
+    "SessionWorkflow",
+    "check_answers",
+]
