@@ -69,6 +69,14 @@ SIGNAL_USER_MESSAGE: Final = "user_message"
 SIGNAL_INTERRUPT: Final = "interrupt"
 UPDATE_SEND_EVENTS: Final = "send_events"
 UPDATE_SESSION: Final = "update_session"
+UPDATE_SPAWN_THREAD: Final = "spawn_thread"
+"""Start a session thread (a durable child workflow) from a Temporal client, as the coordinator's tool does."""
+UPDATE_ARCHIVE_THREAD: Final = "archive_thread"
+"""Archive a session thread: its work stops and it takes no more messages (`threads.archive`)."""
+SIGNAL_THREAD_REPORT: Final = "thread_report"
+"""Internal: what a thread tells its session (status, replies, cross-posted tool calls, hand requests, usage)."""
+SIGNAL_THREAD_INPUT: Final = "thread_input"
+"""Internal: what a session tells one of its threads (messages, routed answers, interrupts, hand results)."""
 # The error types (ApplicationError.type) of a refused update: CamelCase names, as Temporal's convention and the
 # activities' types (corral/contract/errors.py). A refusal is raised by a validator, so it is never in history.
 ARCHIVED: Final = "SessionArchived"
@@ -101,6 +109,8 @@ QUERY_SESSION: Final = "session"
 QUERY_EVENTS: Final = "events"
 QUERY_MODEL_CONTEXT: Final = "model_context"
 QUERY_CONTEXT_VIEW: Final = "context_view"
+QUERY_THREADS: Final = "threads"
+"""A session's threads, its primary thread first (`list[ThreadInfo]`); asked of the session's workflow."""
 
 # Activities. Every hand serves the same activity name on its own task queue.
 ACTIVITY_MODEL_TURN: Final = "model_turn"
@@ -153,6 +163,8 @@ API_KEY_ID_PREFIX: Final = "apikey_"
 HAND_ID_PREFIX: Final = "hand_"
 """A hand queue's registration (corral.hand_registry): derived from the queue's name."""
 SESSION_RESOURCE_ID_PREFIX: Final = "repo"
+THREAD_ID_PREFIX: Final = "sthr_"
+"""A session thread: a child workflow's id (`sthr_<hex>`); the primary thread's is made from its session's id."""
 """A session's repository resource: `repo1`, `repo2`… in the order the session was given them."""
 ID_KINDS: Final = {
     SESSION_ID_PREFIX: "session",
@@ -164,6 +176,7 @@ ID_KINDS: Final = {
     API_KEY_ID_PREFIX: "API key",
     HAND_ID_PREFIX: "hand registration",
     SESSION_RESOURCE_ID_PREFIX: "session resource",
+    THREAD_ID_PREFIX: "session thread",
 }
 """What each prefix names, for errors that say which kind of id was given where another was expected."""
 

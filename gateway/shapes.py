@@ -352,6 +352,8 @@ def event_view(event: SessionEvent) -> dict[str, Any]:
     is set on every event the session has taken."""
     data = event.model_dump(mode="json", exclude_none=False)
     data.pop("client_id", None)
+    if data.get("session_thread_id", "") is None:  # set only where a thread's event is cross-posted or routed
+        del data["session_thread_id"]
     if data.get("processed_at") is None and not data["type"].startswith("user."):
         data["processed_at"] = data.get("created_at")
     return data

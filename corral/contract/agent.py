@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from corral.contract.coordinator import ADVISOR_ROSTER_NAME, CoordinatorTool, coordinator_tools
 from corral.contract.limits import SendableInput
 from corral.contract.proxy import McpServerUrl, McpToolset
 from corral.contract.sandbox import (
@@ -70,7 +71,7 @@ class SandboxTool(BaseModel):
 AgentTool = Annotated[
     CustomTool | HandTool | UtilityToolset | AgentToolset20260401 | McpToolset, Field(discriminator="type")
 ]
-ResolvedTool = CustomTool | HandTool | SandboxTool
+ResolvedTool = CustomTool | HandTool | SandboxTool | CoordinatorTool
 
 UTILITY_TOOLS: tuple[HandTool, ...] = (
     HandTool(
@@ -107,6 +108,8 @@ class AgentConfig(SendableInput):
     """Most input tokens a request may carry; older large tool results are elided to stay under it. Default: the
     model's input window minus `max_tokens` and 5% (corral.contract.context.default_budget)."""
     mcp_servers: list[McpServerUrl] = Field(default_factory=list, max_length=20)
+    multiagent: Multiagent | None = None
+    """Makes the session's primary thread a coordinator of threads (resolved: roster agents are full snapshots)."""
 
     @model_validator(mode="after")
     def _mcp_servers_declared(self) -> AgentConfig:
@@ -162,4 +165,72 @@ class AgentConfig(SendableInput):
                 )
             else:
                 tools.append(tool)
+        if self.multiagent is not None:
+            tools.extend(self.multiagent.tools())
         return tools
+
+    def without_multiagent(self) -> AgentConfig:
+        """This agent as a thread runs it: depth is limited to 1, so a thread coordinates nothing."""
+        return self.model_copy(update={"multiagent": None})
+
+
+class ThreadAgent(BaseModel):
+    """An agent a coordinator may spawn as a thread: a saved agent, pinned at a version (a full snapshot of its
+    configuration), or the coordinator itself (`self`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["agent", "self"] = "agent"
+    id: str | None = None
+    version: int | None = None
+    config: AgentConfig | None = None
+    """The snapshot (type `agent`); None for `self`, which runs the coordinator's own configuration."""
+
+    @model_validator(mode="after")
+    def _snapshot(self) -> ThreadAgent:
+        if self.type == "agent" and self.config is None:
+            raise ValueError("multiagent: a roster agent needs its configuration (`config`)")
+        if self.config is not None and self.config.multiagent is not None:
+            raise ValueError("multiagent: a roster agent may not coordinate threads itself (depth is limited to 1)")
+        return self
+
+    def name(self, coordinator: AgentConfig) -> str:
+        config = self.config or coordinator
+        return config.name or self.id or "self"
+
+
+class Multiagent(BaseModel):
+    """A coordinator's multi-agent configuration as the harness runs it: whom it may spawn, whether it may define
+    agents inline, its advisor. The gateway resolves the API's two forms (`coordinator`, `multiagent_20261001`)
+    into this; `view` keeps the API's resolved form, shown as `session.agent.multiagent`."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["coordinator", "multiagent_20261001"] = "multiagent_20261001"
+    agents: list[ThreadAgent] = Field(default_factory=list, max_length=20)
+    """The roster (`coordinator`) or the predefined subagents (`multiagent_20261001`)."""
+    subagents: bool = True
+    """Whether threads may be spawned at all (`subagents: {type: disabled}` turns them off)."""
+    inline_agents: bool = False
+    advisor_model: str | None = Field(default=None, min_length=1)
+    max_threads: int = Field(default=16, ge=1, le=256)
+    """Threads a session may spawn in all; one more is refused with a clear tool error."""
+    workflows: dict[str, Any] | None = None
+    """Stored as given; workflow runs are not run by this version."""
+    view: dict[str, Any] | None = None
+
+    def spawns(self) -> bool:
+        return self.subagents and (bool(self.agents) or self.inline_agents)
+
+    def tools(self) -> list[CoordinatorTool]:
+        return coordinator_tools(threads=self.spawns(), advisor=self.advisor_model is not None)
+
+    def find(self, coordinator: AgentConfig, wanted: str) -> ThreadAgent | None:
+        """The roster entry `wanted` names: `self`, an agent's id, or its name."""
+        for entry in self.agents:
+            if wanted == "self" and entry.type == "self":
+                return entry
+            if wanted in (entry.id, entry.name(coordinator)) and wanted != ADVISOR_ROSTER_NAME:
+                return entry
+        return None
+
+
+AgentConfig.model_rebuild()

@@ -1,3 +1,4 @@
+# Over 400 lines because the event union must be declared beside every member it holds.
 """Session events: the typed, append-only log of a session, in the Managed Agents vocabulary.
 
 Every event carries a stable id, its position in the session (1, 2, 3, ... with no gaps), its type and the
@@ -65,6 +66,8 @@ class UserInterrupt(_Event):
 
     type: Literal["user.interrupt"] = "user.interrupt"
     client_id: str | None = None
+    session_thread_id: str | None = None
+    """The thread it was routed to (None: the primary thread, or every thread for an interrupt)."""
 
 
 class UserToolConfirmation(_Event):
@@ -75,6 +78,8 @@ class UserToolConfirmation(_Event):
     result: Literal["allow", "deny"]
     deny_message: str | None = None
     client_id: str | None = None
+    session_thread_id: str | None = None
+    """The thread it was routed to (None: the primary thread, or every thread for an interrupt)."""
 
 
 class UserCustomToolResult(_Event):
@@ -85,6 +90,8 @@ class UserCustomToolResult(_Event):
     content: list[ContentBlock] = Field(default_factory=list)
     is_error: bool = False
     client_id: str | None = None
+    session_thread_id: str | None = None
+    """The thread it was routed to (None: the primary thread, or every thread for an interrupt)."""
 
 
 # ---- agent events ----------------------------------------------------------------------------------------
@@ -123,6 +130,8 @@ class AgentToolUse(_Event):
     evaluated_permission: EvaluatedPermission | None = None
     evaluation: PermissionEvaluation | None = None
     """None in events written before permissions were evaluated (and for a tool the agent does not have)."""
+    session_thread_id: str | None = None
+    """Set on the copy cross-posted to the primary thread's log by a subagent's thread (None: this thread's own)."""
 
 
 class AgentToolResult(_Event):
@@ -143,6 +152,8 @@ class AgentMcpToolUse(_Event):
     input: dict[str, Any]
     evaluated_permission: EvaluatedPermission | None = None
     evaluation: PermissionEvaluation | None = None
+    session_thread_id: str | None = None
+    """Set on the copy cross-posted to the primary thread's log by a subagent's thread."""
 
 
 class AgentMcpToolResult(_Event):
@@ -160,6 +171,8 @@ class AgentCustomToolUse(_Event):
     type: Literal["agent.custom_tool_use"] = "agent.custom_tool_use"
     name: str
     input: dict[str, Any]
+    session_thread_id: str | None = None
+    """Set on the copy cross-posted to the primary thread's log by a subagent's thread."""
 
 
 class AgentThreadContextCompacted(_Event):
@@ -320,6 +333,70 @@ class SpanModelRequestEnd(_Event):
     is_error: bool = False
 
 
+# ---- thread events (multi-agent sessions) -------------------------------------------------------------------
+
+
+class SessionThreadCreated(_Event):
+    """A thread was spawned (on its parent's log)."""
+
+    type: Literal["session.thread_created"] = "session.thread_created"
+    session_thread_id: str
+    agent_name: str
+    workflow_run_id: str | None = None
+
+
+class SessionThreadStatusRunning(_Event):
+    """A thread started working (on its parent's log)."""
+
+    type: Literal["session.thread_status_running"] = "session.thread_status_running"
+    session_thread_id: str
+    agent_name: str
+
+
+class SessionThreadStatusIdle(_Event):
+    """A thread stopped working; `stop_reason` says why (on its parent's log)."""
+
+    type: Literal["session.thread_status_idle"] = "session.thread_status_idle"
+    session_thread_id: str
+    agent_name: str
+    stop_reason: StopReason
+    stop_details: RefusalStopDetails | None = None
+
+
+class SessionThreadStatusRescheduled(_Event):
+    """A thread's transient error is being retried (on its parent's log)."""
+
+    type: Literal["session.thread_status_rescheduled"] = "session.thread_status_rescheduled"
+    session_thread_id: str
+    agent_name: str
+
+
+class SessionThreadStatusTerminated(_Event):
+    """A thread ended (archived, or its session ended) and takes no more messages (on its parent's log)."""
+
+    type: Literal["session.thread_status_terminated"] = "session.thread_status_terminated"
+    session_thread_id: str
+    agent_name: str
+
+
+class AgentThreadMessageSent(_Event):
+    """A message this thread sent to another (`to_agent_name` is absent when the target is the primary thread)."""
+
+    type: Literal["agent.thread_message_sent"] = "agent.thread_message_sent"
+    to_session_thread_id: str
+    to_agent_name: str | None = None
+    content: list[ContentBlock]
+
+
+class AgentThreadMessageReceived(_Event):
+    """A message another thread sent this one: input, as a user message is (it starts a turn when idle)."""
+
+    type: Literal["agent.thread_message_received"] = "agent.thread_message_received"
+    from_session_thread_id: str
+    from_agent_name: str | None = None
+    content: list[ContentBlock]
+
+
 SessionEvent = Annotated[
     UserMessage
     | UserInterrupt
@@ -340,7 +417,14 @@ SessionEvent = Annotated[
     | SessionDeleted
     | SessionError
     | SpanModelRequestStart
-    | SpanModelRequestEnd,
+    | SpanModelRequestEnd
+    | SessionThreadCreated
+    | SessionThreadStatusRunning
+    | SessionThreadStatusIdle
+    | SessionThreadStatusRescheduled
+    | SessionThreadStatusTerminated
+    | AgentThreadMessageSent
+    | AgentThreadMessageReceived,
     Field(discriminator="type"),
 ]
 
@@ -366,5 +450,12 @@ EVENT_TYPES: frozenset[str] = frozenset(
         "session.error",
         "span.model_request_start",
         "span.model_request_end",
+        "session.thread_created",
+        "session.thread_status_running",
+        "session.thread_status_idle",
+        "session.thread_status_rescheduled",
+        "session.thread_status_terminated",
+        "agent.thread_message_sent",
+        "agent.thread_message_received",
     }
 )

@@ -56,6 +56,8 @@ class UserInterruptParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: Literal["user.interrupt"]
     id: str | None = Field(default=None, min_length=1, max_length=128)
+    session_thread_id: str | None = Field(default=None, min_length=1, max_length=128)
+    """Interrupt only this thread; absent, every thread that is not archived."""
 
 
 class UserToolConfirmationParams(BaseModel):
