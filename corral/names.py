@@ -89,6 +89,14 @@ BUDGET_CREATE_ONLY: Final = "BudgetCreateOnly"
 """The error type of a budget refused because the session has none (a budget is set when a session is made)."""
 BUDGET_NOT_RAISED: Final = "BudgetNotRaised"
 """The error type of a budget refused because the session has already spent it."""
+THREAD_NOT_FOUND: Final = "ThreadNotFound"
+"""The error type of a thread update that names no thread of the session."""
+THREAD_LIMIT_REACHED: Final = "ThreadLimitReached"
+"""The error type of a spawn refused because the session has made as many threads as it may."""
+NOT_MULTIAGENT: Final = "NotMultiagent"
+"""The error type of a thread update on a session whose agent coordinates no threads."""
+THREAD_ARCHIVED: Final = "ThreadArchived"
+"""The error type of a message or an archive refused because the thread is archived (or is the primary)."""
 FORMER_ERROR_TYPES: Final = {
     "archived": ARCHIVED,
     "deleting": DELETING,
