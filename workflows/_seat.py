@@ -113,7 +113,7 @@ class BorrowedSandbox(SessionSandbox):
     def running(self) -> bool:
         return False
 
-    async def execute(self, use: AgentToolUse) -> tuple[str, bool]:
+    async def execute(self, use: AgentToolUse, lane: str | None = None) -> tuple[str, bool]:
         side = self._side
         side.report(ThreadReport(thread_id=side.seat.thread_id, hand_call=use))
         await workflow.wait_condition(lambda: use.id in side.results)

@@ -67,6 +67,7 @@ with workflow.unsafe.imports_passed_through():
         THREAD_ID_PREFIX,
         THREAD_LIMIT_REACHED,
         THREAD_NOT_FOUND,
+        WORKING_STATUSES,
         SessionStatus,
     )
     from workflows._log import SessionLog
@@ -105,6 +106,10 @@ class SessionThreads:
             self.infos = {info.id: info for info in carry.threads}
             self.custom_routes, self.confirm_routes = dict(carry.custom_routes), dict(carry.confirm_routes)
             self.replies = dict(carry.replies)
+
+    def working(self) -> bool:
+        """A thread is at work, or one of its calls runs here: the sandbox is not idle, whatever the session does."""
+        return bool(self._serving) or any(info.status in WORKING_STATUSES for info in self.infos.values())
 
     def busy(self) -> bool:
         """A thread's hand call runs here, or a signal is on its way: not a point to hand over at."""
@@ -298,7 +303,7 @@ class SessionThreads:
     async def _serve(self, thread_id: str, use: AgentToolUse) -> None:
         """Run a thread's sandbox call on the session's sandbox and send the result back."""
         try:
-            text, is_error = await self._sandbox.execute(use)
+            text, is_error = await self._sandbox.execute(use, lane=thread_id)
         finally:
             self._serving.discard(use.id)
         self._tell(thread_id, ThreadInput(hand_result=HandResult(tool_use_id=use.id, text=text, is_error=is_error)))

@@ -272,7 +272,8 @@ class SessionWorkflow:
         try:
             await workflow.wait_condition(woken, timeout=self._sandbox.idle_stop_after)
         except asyncio.TimeoutError:  # noqa: UP041 - the builtin, not temporalio.exceptions.TimeoutError
-            await self._sandbox.stop()
+            if not self._threads.working():  # the session idles, but its threads use the sandbox
+                await self._sandbox.stop()
             return False
         return bool(self._inbox.pending)
 
