@@ -113,6 +113,9 @@ async def test_a_coordinator_spawns_two_threads_and_collects_their_replies(stack
         assert isinstance(thread_log[0], AgentThreadMessageReceived), "a thread starts on its parent's message"
         reply = [e for e in thread_log if isinstance(e, AgentThreadMessageSent)]
         assert len(reply) == 1 and reply[0].to_session_thread_id == threads[0].id and reply[0].to_agent_name is None
+        described = await stack.client.get_workflow_handle(info.id).describe()
+        assert described.parent_id == handle.id, "the Web UI shows the thread as the session's child workflow"
+        assert await described.static_summary() == f"thread {info.agent.name} of {handle.id}"
     session = await handle.query("session", result_type=SessionInfo)
     assert session.usage.output_tokens == threads[0].usage.output_tokens + sum(
         t.usage.output_tokens for t in threads[1:]
