@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         UserInterrupt,
         UserToolConfirmation,
     )
+    from corral.contract.pricing import list_cost
     from corral.contract.session import (
         SessionInput,
         UserCustomToolResultParams,
@@ -72,6 +73,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows._log import SessionLog
     from workflows._outbox import Outbox
+    from workflows._outcomes import add_usage
     from workflows._sandbox import SessionSandbox
 
 Inbox = Callable[[str, str | None, list[ContentBlock], str], object]
@@ -357,8 +359,20 @@ class SessionThreads:
         multiagent = self._input.agent.multiagent
         return multiagent.advisor_model if multiagent is not None else None
 
-    def usage(self) -> list[ModelUsage]:
-        return [info.usage for info in self.infos.values()]
+    def total_usage(self, own: ModelUsage) -> ModelUsage:
+        """The session's usage: its own model turns' (`own`) and its threads'."""
+        for info in self.infos.values():
+            own = add_usage(own, info.usage)
+        return own
+
+    def list_cost(self, own: ModelUsage) -> int | None:
+        """What the session's model turns and its threads' have cost at list price, in US cents (None: no price):
+        a multi-agent session's threads spend from its budget too."""
+        price = self._input.budget_price()
+        if price is None:
+            return None
+        cost = list_cost(self._input.agent.model, own, price)
+        return cost + sum(list_cost(info.agent.config.model, info.usage, price) for info in self.infos.values())
 
     def list(self, primary: ThreadInfo) -> list[ThreadInfo]:
         return [primary, *self.infos.values()]

@@ -39,7 +39,6 @@ with workflow.unsafe.imports_passed_through():
         SessionStatusTerminated,
         StopReason,
     )
-    from corral.contract.pricing import list_cost
     from corral.contract.search_attributes import MODEL_KEY, STATUS_KEY
     from corral.contract.session import (
         CustomTool,
@@ -47,7 +46,6 @@ with workflow.unsafe.imports_passed_through():
         EventsQuery,
         InterruptSignal,
         ResolvedTool,
-        SandboxTool,
         SendEventsInput,
         SendEventsResult,
         SessionInfo,
@@ -182,8 +180,7 @@ class SessionWorkflow:
         workflow.upsert_search_attributes([STATUS_KEY.value_set(self._status), MODEL_KEY.value_set(input.agent.model)])
         self._describe()
         if input.fork is not None and input.carry is None:
-            sandboxed = any(isinstance(tool, SandboxTool) for tool in self._tools.values())
-            await start_fork(self._log, self._inbox, input, sandboxed, self._report)
+            await start_fork(self._log, self._inbox, input, input.agent.uses_sandbox(), self._report)
             self._model.delta_start = len(self._log.conversation)  # the model worker reads the copy through a query
         resume = input.carry.phase if input.carry is not None else "idle"
         try:
@@ -336,20 +333,7 @@ class SessionWorkflow:
             self._finish_interrupt()
 
     def _list_cost(self) -> int | None:
-        """What the model turns have cost so far at list price, in US cents (None: the model has no price)."""
-        price = self._input.budget_price()
-        if price is None:
-            return None
-        threads = self._threads.infos.values()  # a multi-agent session's threads spend from its budget too
-        own = list_cost(self._input.agent.model, self._model.usage, price)
-        return own + sum(list_cost(info.agent.config.model, info.usage, price) for info in threads)
-
-    def _usage(self) -> ModelUsage:
-        """The session's usage: its own model turns and its threads'."""
-        total = self._model.usage
-        for usage in self._threads.usage():
-            total = add_usage(total, usage)
-        return total
+        return self._threads.list_cost(self._model.usage)
 
     def _budget_spent(self) -> bool:
         budget = self._input.budget
@@ -567,7 +551,7 @@ class SessionWorkflow:
             last_position=self._log.last_position,
             turns=self._model.turns,
             queued_user_events=len(self._inbox.pending),
-            usage=self._usage(),
+            usage=self._threads.total_usage(self._model.usage),
             stop_reason=self._stop_reason,
             metadata=self._input.metadata,
             run=self._runs.run,
