@@ -313,3 +313,21 @@ async def test_an_interrupt_without_a_thread_stops_every_thread_and_a_fork_keeps
     calls = [b for m in messages for b in (m["content"] if isinstance(m["content"], list) else [])
              if b["type"] == "tool_use"]  # fmt: skip
     assert [c["name"] for c in calls] == ["spawn_thread", "spawn_thread"], "no subagent's call in the fork's context"
+
+
+async def test_a_users_message_ends_the_coordinators_wait(stack: Stack) -> None:
+    sleeper = stack.script([{"tool_uses": [{"name": "sleep", "input": {"seconds": 120}}]}, {"text": "up"}])
+    lead = stack.script([{"tool_uses": [spawn("sleeper", "nap")]}, {"tool_uses": [WAIT]}, {"text": "heard you"}])
+    roster = [roster_agent("sleeper", sleeper, [stack.hand_tool("sleep")])]
+    handle = await stack.start(lead, "go", agent=coordinator(lead, roster))
+
+    async def waiting() -> bool:
+        return any(e.type == "agent.tool_use" and "wait" in str(e) for e in await read_events(handle))
+
+    await until(waiting, "the coordinator waiting for its thread")
+    await send_events(handle, [{"type": "user.message", "content": "status?"}])
+    events = await wait_for_idle(handle)
+    assert texts(events) == ["heard you"]
+    assert "The user sent a message" in texts(events, "agent.tool_result")[-1]
+    (thread,) = (await threads_of(handle))[1:]
+    assert thread.status == "running", "the thread works on"

@@ -77,6 +77,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows._outcomes import add_usage
     from workflows._sandbox import SessionSandbox
 
+USER_SENDER = "user"
+"""How `wait`'s `pending` names a user's message queued for the coordinator: it ends the wait too."""
 Inbox = Callable[[str, str | None, list[ContentBlock], str], object]
 """Queue another thread's message as input: (from thread, from agent name, content, sender's event id)."""
 
@@ -244,7 +246,8 @@ class SessionThreads:
             return [tid for tid in targets if tid in queued or self.replies.get(tid, 0) > seen[tid]]
 
         def settled() -> bool:
-            return bool(replied()) or all(self.infos[tid].status != "running" for tid in targets)
+            stopped = all(self.infos[tid].status not in WORKING_STATUSES for tid in targets)
+            return bool(replied()) or stopped or USER_SENDER in pending()
 
         try:
             await workflow.wait_condition(settled, timeout=timeout_seconds)
@@ -254,6 +257,8 @@ class SessionThreads:
         answered = replied()
         if answered:
             return f"Replies from {', '.join(answered)} follow this result."
+        if USER_SENDER in pending():
+            return "The user sent a message, which follows this result; the threads are still working."
         states = ", ".join(f"{tid} {self.infos[tid].status}" for tid in targets)
         return f"No new reply, and no thread waited on is running ({states})."
 

@@ -96,7 +96,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows._outcomes import add_usage, record_response
     from workflows._sandbox import SessionSandbox
     from workflows._seat import BorrowedSandbox, ThreadSide
-    from workflows._threads import SessionThreads, primary_info
+    from workflows._threads import USER_SENDER, SessionThreads, primary_info
     from workflows._tool_calls import ToolCalls
 
 
@@ -520,7 +520,9 @@ class SessionWorkflow:
             raise ApplicationError("the session is continuing as new: send again", type=HANDING_OVER)
 
     def _replies_queued(self) -> list[str]:
-        return [m.from_session_thread_id for m in self._inbox.pending if isinstance(m, AgentThreadMessageReceived)]
+        """Who the input queued for the coordinator is from: a thread's id, or `user`."""
+        return [m.from_session_thread_id if isinstance(m, AgentThreadMessageReceived) else USER_SENDER
+                for m in self._inbox.pending]  # fmt: skip
 
     def _spend(self, usage: ModelUsage) -> None:
         self._model.usage = add_usage(self._model.usage, usage)
@@ -536,7 +538,9 @@ class SessionWorkflow:
 
     @workflow.query(name=QUERY_THREADS)
     def threads(self) -> list[ThreadInfo]:
-        """This session's threads, its primary thread (the session itself) first."""
+        """This session's threads, its primary thread (the session itself) first; none for a thread."""
+        if self._side is not None:
+            return []
         info = self.session()
         primary = primary_info(info.id, self._input, info.status, info.stop_reason, info.created_at,
                                info.archived_at, self._model.usage, info.turns)  # fmt: skip
