@@ -7,6 +7,7 @@ level, another workspace's agents not found, and a session that resolves the con
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ from anthropic.types.beta.beta_managed_agents_session_multiagent_coordinator imp
 from anthropic.types.beta.beta_managed_agents_session_thread_agent import BetaManagedAgentsSessionThreadAgent
 
 from corral.contract.session import SessionInput
+from corral.hand_registry import revoke_hand
 from corral.names import ENV_MAX_THREADS_PER_SESSION
 from tests.conftest import Stack
 from tests.test_gateway import Gateway, gateway, running_gateway  # noqa: F401 - the fixture
@@ -253,6 +255,7 @@ async def test_a_session_resolves_the_config_into_snapshots(stack: Stack, tmp_pa
         )  # fmt: skip
         await client.beta.agents.update(researcher.id, system="changed after the lead pinned it")
         session = await client.beta.sessions.create(agent=lead.id, environment_id=environment.id)
+        stack.started.append(stack.client.get_workflow_handle(session.id))
 
         shown = session.agent.multiagent
         assert isinstance(shown, BetaManagedAgentsSessionMultiagent20261001)
@@ -282,6 +285,7 @@ async def test_a_session_resolves_the_config_into_snapshots(stack: Stack, tmp_pa
             multiagent={"type": "coordinator", "agents": [researcher.id, {"type": "advisor", "model": "adv"}]},
         )  # fmt: skip
         session = await client.beta.sessions.create(agent=roster.id, environment_id=environment.id)
+        stack.started.append(stack.client.get_workflow_handle(session.id))
         assert isinstance(session.agent.multiagent, BetaManagedAgentsSessionMultiagentCoordinator)
         member, advisor = session.agent.multiagent.agents
         assert isinstance(member, BetaManagedAgentsSessionThreadAgent)
@@ -293,8 +297,36 @@ async def test_a_session_resolves_the_config_into_snapshots(stack: Stack, tmp_pa
         assert (started.type, started.advisor_model, started.inline_agents) == ("coordinator", "adv", False)
 
         single = await client.beta.sessions.create(agent=researcher.id, environment_id=environment.id)
+        stack.started.append(stack.client.get_workflow_handle(single.id))
         assert single.agent.multiagent is None
         assert (await start_input(stack, single.id)).agent.multiagent is None
+
+
+async def test_a_roster_agents_revoked_hand_refuses_new_sessions_and_new_input(
+    stack: Stack,
+    gateway: Gateway,  # noqa: F811
+) -> None:
+    client = await gateway.client("ma-hands")
+    await gateway.allow_hand(stack.hand_queue, "ma-hands")
+    environment = await client.beta.environments.create(name="plain")
+    echo = {"type": "hand", "name": "echo", "description": "echo", "task_queue": stack.hand_queue,
+            "input_schema": {"type": "object", "properties": {}}}  # fmt: skip
+    worker = await client.beta.agents.create(name="worker", model=MODEL, tools=[echo])  # type: ignore[list-item]
+    lead = await client.beta.agents.create(
+        name="lead", model=MODEL,
+        multiagent={"type": "multiagent_20261001", "subagents": {"type": "enabled", "predefined_agents": [worker.id]}},
+    )  # fmt: skip
+    session = await client.beta.sessions.create(agent=lead.id, environment_id=environment.id)
+    stack.started.append(stack.client.get_workflow_handle(session.id))
+
+    await revoke_hand(gateway.records, stack.hand_queue)
+    field = "agent.multiagent.subagents.predefined_agents[0].tools[0].task_queue"
+    with pytest.raises(anthropic.BadRequestError, match=re.escape(field)):
+        await client.beta.sessions.create(agent=lead.id, environment_id=environment.id)
+    hello = {"type": "user.message", "content": [{"type": "text", "text": "hello"}]}
+    with pytest.raises(anthropic.BadRequestError, match=re.escape(field)):
+        await client.beta.sessions.events.send(session.id, events=[hello])  # type: ignore[list-item]
+    assert [event.id async for event in client.beta.sessions.events.list(session.id)] == []
 
 
 def test_the_gateway_refuses_a_bad_thread_limit_at_start() -> None:
