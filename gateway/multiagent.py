@@ -1,5 +1,5 @@
 """An agent's `multiagent` config over the API: its two forms checked, merged on update, and pinned, as the SDK's
-types describe them (`beta_managed_agents_multiagent_params.py`).
+types describe them (`BetaManagedAgentsMultiagentParams` and the types it names).
 
 - `{type: coordinator, agents}`: a roster of 1-20 entries: an agent id, `{type: agent, id, version}`, `{type:
   self}` (at most one) or `{type: advisor, model}` (at most one).
