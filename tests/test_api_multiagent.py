@@ -25,11 +25,14 @@ from anthropic.types.beta.beta_managed_agents_session_multiagent_coordinator imp
 )
 from anthropic.types.beta.beta_managed_agents_session_thread_agent import BetaManagedAgentsSessionThreadAgent
 
+from corral.client import read_events
+from corral.contract.events import AgentThreadMessageReceived, SessionEvent, SessionThreadCreated
 from corral.contract.session import SessionInput
 from corral.hand_registry import revoke_hand
 from corral.names import ENV_MAX_THREADS_PER_SESSION
-from tests.conftest import Stack
+from tests.conftest import Stack, texts
 from tests.test_gateway import Gateway, gateway, running_gateway  # noqa: F401 - the fixture
+from tests.waits import until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -300,6 +303,39 @@ async def test_a_session_resolves_the_config_into_snapshots(stack: Stack, tmp_pa
         stack.started.append(stack.client.get_workflow_handle(single.id))
         assert single.agent.multiagent is None
         assert (await start_input(stack, single.id)).agent.multiagent is None
+
+
+async def test_a_session_made_through_the_api_spawns_a_predefined_agent_by_name(
+    stack: Stack,
+    gateway: Gateway,  # noqa: F811
+) -> None:
+    """The resolved config runs: the coordinator spawns the pinned snapshot of a saved agent by its name, and the
+    thread's reply comes back to it."""
+    client = await gateway.client("ma-run")
+    environment = await client.beta.environments.create(name="plain")
+    researcher = await client.beta.agents.create(name="researcher", model=stack.script([{"text": "found 42"}]))
+    spawn = {"name": "spawn_thread", "input": {"agent": "researcher", "message": "find the number"}}
+    lead_model = stack.script([{"tool_uses": [spawn]}, {"tool_uses": [{"name": "wait_for_threads", "input": {}}]},
+                               {"text": "the researcher says 42"}])  # fmt: skip
+    multiagent: Any = {
+        "type": "multiagent_20261001",
+        "subagents": {"type": "enabled", "predefined_agents": [researcher.id]},
+    }
+    lead = await client.beta.agents.create(name="lead", model=lead_model, multiagent=multiagent)
+    hello = {"type": "user.message", "content": [{"type": "text", "text": "what is the number?"}]}
+    session = await client.beta.sessions.create(agent=lead.id, environment_id=environment.id,
+                                                initial_events=[hello])  # type: ignore[list-item]  # fmt: skip
+    handle = stack.client.get_workflow_handle(session.id)
+    stack.started.append(handle)
+
+    async def answered() -> bool:
+        return "the researcher says 42" in texts(await read_events(handle))
+
+    await until(answered, "the coordinator's answer")
+    events = await read_events(handle)
+    assert [e.agent_name for e in events if isinstance(e, SessionThreadCreated)] == ["researcher"]
+    replies: list[SessionEvent] = [e for e in events if isinstance(e, AgentThreadMessageReceived)]
+    assert texts(replies, "agent.thread_message_received") == ["found 42"]
 
 
 async def test_a_roster_agents_revoked_hand_refuses_new_sessions_and_new_input(
