@@ -157,6 +157,9 @@ async def test_each_bad_config_is_a_400_naming_its_field_and_nothing_is_stored(g
         await client.beta.agents.update(lead.id, tools=[{**LOOKUP, "name": "consult_advisor"}])  # type: ignore[list-item]
     assert (await client.beta.agents.create(name="single", model=MODEL, tools=reserved)).multiagent is None  # type: ignore[arg-type]
 
+    overridden: Any = {"type": "agent_with_overrides", "id": lead.id, "tools": reserved}
+    with pytest.raises(anthropic.BadRequestError, match=r"tools\[0\]\.name: 'spawn_thread' is reserved"):
+        await client.beta.sessions.create(agent=overridden, environment_id=environment.id)
     assert (await client.beta.agents.retrieve(existing.id)).version == 1, "no refused update wrote a version"
     assert (await client.beta.agents.retrieve(lead.id)).version == 1
     names = [agent.name async for agent in client.beta.agents.list(include_archived=True)]
