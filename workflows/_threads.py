@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
         HandResult,
         SpawnedAgent,
         SpawnThreadInput,
+        ThreadHandCall,
         ThreadInfo,
         ThreadInput,
         ThreadMessage,
@@ -92,7 +93,8 @@ class SessionThreads:
         self.custom_routes: dict[str, str] = {}
         self.confirm_routes: dict[str, str] = {}
         self.replies: dict[str, int] = {}
-        self._serving: set[str] = set()
+        self._serving: dict[str, tuple[str, AgentToolUse]] = {}
+        """Threads' sandbox calls running here, by tool-use id: (thread id, call)."""
         self._tasks: set[asyncio.Task[None]] = set()
 
     # ---- across hand-overs ------------------------------------------------------------------------------------
@@ -100,14 +102,21 @@ class SessionThreads:
     def carried(self) -> ThreadsCarry | None:
         if not self.infos:
             return None
+        calls = [ThreadHandCall(thread_id=thread_id, use=use) for thread_id, use in self._serving.values()]
         return ThreadsCarry(threads=list(self.infos.values()), custom_routes=self.custom_routes,
-                            confirm_routes=self.confirm_routes, replies=self.replies)  # fmt: skip
+                            confirm_routes=self.confirm_routes, replies=self.replies, hand_calls=calls)  # fmt: skip
 
     def resume(self, carry: ThreadsCarry | None) -> None:
         if carry is not None:
             self.infos = {info.id: info for info in carry.threads}
             self.custom_routes, self.confirm_routes = dict(carry.custom_routes), dict(carry.confirm_routes)
             self.replies = dict(carry.replies)
+            self._serving = {call.use.id: (call.thread_id, call.use) for call in carry.hand_calls}
+
+    def restart(self) -> None:
+        """Run again the threads' calls that were running when the previous run handed over."""
+        for thread_id, use in self._serving.values():
+            self._start(thread_id, use)
 
     def working(self) -> bool:
         """A thread is at work, or one of its calls runs here: the sandbox is not idle, whatever the session does."""
@@ -268,10 +277,8 @@ class SessionThreads:
             if self._receive(info.id, info.agent.name, report.reply, report.reply_id) is not None:
                 self.replies[info.id] = self.replies.get(info.id, 0) + 1
         if report.hand_call is not None and report.hand_call.id not in self._serving:
-            self._serving.add(report.hand_call.id)
-            task = asyncio.create_task(self._serve(info.id, report.hand_call))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._serving[report.hand_call.id] = (info.id, report.hand_call)
+            self._start(info.id, report.hand_call)
         if report.status is not None:
             self._status(info, report)
 
@@ -302,12 +309,17 @@ class SessionThreads:
         elif use.evaluated_permission == "ask":
             self.confirm_routes[use.id] = info.id
 
+    def _start(self, thread_id: str, use: AgentToolUse) -> None:
+        task = asyncio.create_task(self._serve(thread_id, use))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     async def _serve(self, thread_id: str, use: AgentToolUse) -> None:
         """Run a thread's sandbox call on the session's sandbox and send the result back."""
         try:
             text, is_error = await self._sandbox.execute(use, lane=thread_id)
         finally:
-            self._serving.discard(use.id)
+            self._serving.pop(use.id, None)
         self._tell(thread_id, ThreadInput(hand_result=HandResult(tool_use_id=use.id, text=text, is_error=is_error)))
 
     # ---- what the client sends for a thread ---------------------------------------------------------------------

@@ -179,6 +179,7 @@ class SessionWorkflow:
     async def run(self, input: SessionInput) -> None:
         workflow.upsert_search_attributes([STATUS_KEY.value_set(self._status), MODEL_KEY.value_set(input.agent.model)])
         self._describe()
+        self._threads.restart()
         if input.fork is not None and input.carry is None:
             await start_fork(self._log, self._inbox, input, input.agent.uses_sandbox(), self._report)
             self._model.delta_start = len(self._log.conversation)  # the model worker reads the copy through a query
@@ -220,6 +221,8 @@ class SessionWorkflow:
         archive = await self._runs.archive_run(self._log, self._input.model_task_queue, self._report)
         if archive is None:
             return
+        if not self._outbox.empty():  # what handlers queued meanwhile (an interrupt for threads) goes before
+            await self._outbox.drained()
         carry = SessionCarry(
             run=self._runs.run + 1,
             phase=phase,
@@ -528,6 +531,7 @@ class SessionWorkflow:
         self._set_status("terminated")
         self._log.append(SessionStatusTerminated)
         self._side.status("terminated", None, None, self._model.usage, self._model.turns)
+        await self._mcp.release()
         await self._outbox.drained()
 
     @workflow.query(name=QUERY_THREADS)
