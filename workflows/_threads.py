@@ -228,40 +228,6 @@ class SessionThreads:
             if info.archived_at is None:
                 self.archive(thread_id)
 
-    # ---- waiting for replies ----------------------------------------------------------------------------------
-
-    async def wait(self, thread_ids: list[str], timeout_seconds: float, pending: Callable[[], list[str]]) -> str:
-        """Wait until a thread of `thread_ids` (every open one when empty) replies or none of them runs; the tool's
-        result. `pending` lists the senders of the replies already queued for the coordinator."""
-        unknown = [tid for tid in thread_ids if tid not in self.infos]
-        if unknown:
-            return f"Unknown thread ids: {', '.join(unknown)}. Threads: {', '.join(self.infos) or 'none'}."
-        targets = thread_ids or [tid for tid, info in self.infos.items() if info.archived_at is None]
-        if not targets:
-            return "No thread to wait for: spawn one first."
-        seen = {tid: self.replies.get(tid, 0) for tid in targets}
-
-        def replied() -> list[str]:
-            queued = set(pending())
-            return [tid for tid in targets if tid in queued or self.replies.get(tid, 0) > seen[tid]]
-
-        def settled() -> bool:
-            stopped = all(self.infos[tid].status not in WORKING_STATUSES for tid in targets)
-            return bool(replied()) or stopped or USER_SENDER in pending()
-
-        try:
-            await workflow.wait_condition(settled, timeout=timeout_seconds)
-        except asyncio.TimeoutError:  # noqa: UP041 - the builtin, not temporalio.exceptions.TimeoutError
-            running = [tid for tid in targets if self.infos[tid].status == "running"]
-            return f"No reply after {timeout_seconds:g} s. Still running: {', '.join(running) or 'none'}."
-        answered = replied()
-        if answered:
-            return f"Replies from {', '.join(answered)} follow this result."
-        if USER_SENDER in pending():
-            return "The user sent a message, which follows this result; the threads are still working."
-        states = ", ".join(f"{tid} {self.infos[tid].status}" for tid in targets)
-        return f"No new reply, and no thread waited on is running ({states})."
-
     # ---- what threads report ----------------------------------------------------------------------------------
 
     def on_report(self, report: ThreadReport) -> None:
