@@ -97,7 +97,8 @@ class SessionThreads:
         self.replies: dict[str, int] = {}
         self._serving: dict[str, tuple[str, AgentToolUse]] = {}
         """Threads' sandbox calls running here, by tool-use id: (thread id, call)."""
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        """The task serving each call in `_serving`, to stop it when its thread is interrupted."""
 
     # ---- across hand-overs ------------------------------------------------------------------------------------
 
@@ -247,6 +248,8 @@ class SessionThreads:
         if report.reply is not None and report.reply_id is not None:
             if self._receive(info.id, info.agent.name, report.reply, report.reply_id) is not None:
                 self.replies[info.id] = self.replies.get(info.id, 0) + 1
+        if report.cancel_call is not None and report.cancel_call in self._tasks:
+            self._tasks[report.cancel_call].cancel()
         if report.hand_call is not None and report.hand_call.id not in self._serving:
             self._serving[report.hand_call.id] = (info.id, report.hand_call)
             self._start(info.id, report.hand_call)
@@ -281,9 +284,7 @@ class SessionThreads:
             self.confirm_routes[use.id] = info.id
 
     def _start(self, thread_id: str, use: AgentToolUse) -> None:
-        task = asyncio.create_task(self._serve(thread_id, use))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[use.id] = asyncio.create_task(self._serve(thread_id, use))
 
     async def _serve(self, thread_id: str, use: AgentToolUse) -> None:
         """Run a thread's sandbox call on the session's sandbox and send the result back."""
@@ -291,6 +292,7 @@ class SessionThreads:
             text, is_error = await self._sandbox.execute(use, lane=thread_id)
         finally:
             self._serving.pop(use.id, None)
+            self._tasks.pop(use.id, None)
         self._tell(thread_id, ThreadInput(hand_result=HandResult(tool_use_id=use.id, text=text, is_error=is_error)))
 
     # ---- what the client sends for a thread ---------------------------------------------------------------------
