@@ -2,7 +2,8 @@
 
 Temporal delivers each signal a workflow sends exactly once, but two signals in flight to one target at once may
 arrive in either order; a thread's cross-posted call must reach its session before the idle that lists it. So each
-target gets one delivery loop, which sends its next signal when the previous one is acknowledged. A hand-over
+target gets one delivery loop, which sends the next signal when the previous one is acknowledged, carrying every
+payload queued for that signal meanwhile, in order (a list): one round trip for a burst, not one each. A hand-over
 waits for every loop to finish (`empty`): what is queued here is not carried.
 
 Workflow code: no I/O, only signal commands.
@@ -39,13 +40,20 @@ class Outbox:
         queue = self._queues[target]
         try:
             while queue:
-                signal, payload = queue[0]
+                signal = queue[0][0]
+                batch = [payload for name, payload in _leading(queue, signal)]
                 try:
-                    await workflow.get_external_workflow_handle(target).signal(signal, payload)
+                    await workflow.get_external_workflow_handle(target).signal(signal, batch)
                 except FailureError as err:  # the target has ended (an archived thread): nothing is waiting for it
                     workflow.logger.warning("signal %s to %s not delivered: %s", signal, target, err)
-                queue.pop(0)
+                del queue[: len(batch)]
         finally:
             del self._loops[target]
             if not queue:
                 del self._queues[target]
+
+
+def _leading(queue: list[tuple[str, Any]], signal: str) -> list[tuple[str, Any]]:
+    """The queue's first entries, up to the first for another signal."""
+    count = next((index for index, (name, _) in enumerate(queue) if name != signal), len(queue))
+    return queue[:count]

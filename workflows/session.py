@@ -478,15 +478,19 @@ class SessionWorkflow:
     # ---- threads (workflows/_threads.py: the session's side; workflows/_seat.py: a thread's) -------------------
 
     @workflow.signal(name=SIGNAL_THREAD_REPORT)
-    def thread_report(self, report: ThreadReport) -> None:
+    def thread_report(self, reports: list[ThreadReport]) -> None:
+        """What a thread tells its session, in order (one signal carries what it queued meanwhile)."""
         self._runs.requests += 1
-        self._threads.on_report(report)
+        for report in reports:
+            self._threads.on_report(report)
 
     @workflow.signal(name=SIGNAL_THREAD_INPUT)
-    def thread_input(self, input: ThreadInput) -> None:
+    def thread_input(self, inputs: list[ThreadInput]) -> None:
+        """What the session tells this thread, in order."""
         self._runs.requests += 1
         if self._side is not None:
-            self._side.take(input)
+            for input in inputs:
+                self._side.take(input)
 
     @workflow.update(name=UPDATE_SPAWN_THREAD)
     async def spawn_thread(self, input: SpawnThreadInput) -> ThreadInfo:
