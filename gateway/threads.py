@@ -76,7 +76,7 @@ class Threads:
             raise invalid(f"statuses[]: unknown status {', '.join(bad)}")
         after = position_of(params["page"]) if params.get("page") else 0
         memo = await description.memo()
-        views = [thread_view(info, memo, description) for info in await session_threads(session)]
+        views = [thread_view(info, memo, description.close_time) for info in await session_threads(session)]
         shown = [view for view in views if not statuses or view["status"] in statuses]
         page = shown[after : after + limit]
         next_page = position_cursor(after + limit) if len(shown) > after + limit else None
@@ -84,7 +84,7 @@ class Threads:
 
     async def retrieve(self, workspace: str, session_id: str, thread_id: str) -> dict[str, Any]:
         owned = await self.own_thread(workspace, session_id, thread_id)
-        return thread_view(owned.info, owned.memo, owned.description)
+        return thread_view(owned.info, owned.memo, owned.description.close_time)
 
     async def archive(self, workspace: str, session_id: str, thread_id: str) -> dict[str, Any]:
         owned = await self.own_thread(workspace, session_id, thread_id)
@@ -98,7 +98,7 @@ class Threads:
             if refusal_type(cause.type) == THREAD_NOT_FOUND:
                 raise thread_not_found(owned.info.id) from exc
             raise invalid(cause.message) from exc  # ThreadArchived (the primary thread), NotMultiagent, ...
-        return thread_view(info, owned.memo, owned.description)
+        return thread_view(info, owned.memo, owned.description.close_time)
 
     async def list_events(self, workspace: str, session_id: str, thread_id: str, params: Any) -> dict[str, Any]:
         owned = await self.own_thread(workspace, session_id, thread_id)
@@ -118,12 +118,13 @@ class Threads:
         return await self.gateway.streams.open(request.state.key_id, lambda: stream_events(log, request))
 
 
-def thread_view(info: ThreadInfo, memo: Mapping[str, Any], description: WorkflowExecutionDescription) -> dict[str, Any]:
-    """A thread as the API shows it (`session_thread`). Every thread of a session that has ended, or is archived,
+def thread_view(info: ThreadInfo, memo: Mapping[str, Any], closed: datetime | None) -> dict[str, Any]:
+    """A thread as the API shows it (`session_thread`), from what its session knows of it, the session's memo (its
+    agent snapshot) and when its workflow closed. Every thread of a session that has ended, or is archived,
     is terminated, as is an archived thread."""
-    ended = description.close_time is not None or bool(memo.get("archived_at")) or info.archived_at is not None
+    ended = closed is not None or bool(memo.get("archived_at")) or info.archived_at is not None
     status = "terminated" if ended else info.status
-    end = info.archived_at or description.close_time or datetime.now(UTC)
+    end = info.archived_at or closed or datetime.now(UTC)
     duration = max(0.0, (end - info.created_at).total_seconds())
     usage = info.usage
     return {

@@ -1,0 +1,387 @@
+"""A multi-agent session's threads through the gateway, driven by the official `anthropic` SDK
+(`client.beta.sessions.threads`), and through the CLI (`corral threads`, `events --thread`, `tail --thread`).
+
+Real gateway processes (with the real stream relay), the real Temporal dev server, a real harness and model worker,
+and the offline model server scripting the coordinator and its subagent. A session is made a coordinator's as a
+Temporal client makes one (a `SessionInput` whose agent has a `multiagent` config), filed under the test's
+workspace as the gateway files its own; its threads are spawned through the session's `spawn_thread` update or by
+the coordinator's own `spawn_thread` tool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+from anthropic.types.beta.sessions import BetaManagedAgentsSessionThread
+from temporalio.client import WorkflowHandle
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from typer.testing import CliRunner
+
+from cli.main import app
+from corral.client import new_session_id, read_events, send_text, start_session
+from corral.contract.agent import AgentConfig, Multiagent, ThreadAgent
+from corral.contract.events import ModelUsage
+from corral.contract.search_attributes import STATUS_KEY, WORKSPACE_KEY
+from corral.contract.session import SessionInput
+from corral.contract.threads import SpawnedAgent, SpawnThreadInput, ThreadInfo, ThreadStats, primary_thread_id
+from corral.threads import is_thread_id, spawn_thread
+from gateway.shapes import agent_view
+from gateway.threads import thread_view
+from tests.conftest import Stack, unique
+from tests.test_gateway_stream import Gateways, gateways, relay_followed  # noqa: F401 - the fixture
+from tests.waits import until
+
+pytestmark = pytest.mark.timeout(300)
+
+WORKER = "worker"
+WORKER_ID = "agent_" + "1" * 26
+COORDINATOR_ID = "agent_" + "2" * 26
+LONG_TEXT = " ".join(f"finding{n}" for n in range(40))
+
+
+# ---- the view, as the SDK reads it (pure) -------------------------------------------------------------------------
+
+NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+
+
+def coordinator_snapshot(model: str) -> dict[str, Any]:
+    """The coordinator's snapshot as a session's memo keeps it (what `sessions.create` files)."""
+    body = {"name": "coordinator", "model": {"id": model}, "system": "coordinate", "tools": [{"type": "custom",
+            "name": "weather", "description": "d", "input_schema": {"type": "object", "properties": {}}}]}  # fmt: skip
+    return agent_view(COORDINATOR_ID, 1, body, NOW, NOW, None)
+
+
+def info(kind: str, thread_id: str, parent: str | None, **extra: Any) -> ThreadInfo:
+    config = AgentConfig(model="claude-sonnet-4-6", name=WORKER, system="work")
+    saved: dict[str, Any] = {"id": WORKER_ID, "version": 3} if kind == "agent" else {}
+    agent = SpawnedAgent.model_validate({"type": kind, "name": WORKER, "config": config, **saved})
+    return ThreadInfo(id=thread_id, session_id="sesn_" + "a" * 26, parent_thread_id=parent, agent=agent,
+                      created_at=NOW, updated_at=NOW + timedelta(seconds=5), **extra)  # fmt: skip
+
+
+def test_every_kind_of_thread_is_a_session_thread_the_sdk_reads() -> None:
+    memo: dict[str, Any] = {"agent": coordinator_snapshot("claude-opus-4-6")}
+    primary = primary_thread_id("sesn_" + "a" * 26)
+    usage = ModelUsage(input_tokens=120, output_tokens=30, cache_read_input_tokens=7, cache_creation_input_tokens=5)
+    kinds = {
+        "primary": info("primary", primary, None, status="idle"),
+        "agent": info(
+            "agent", "sthr_" + "b" * 32, primary, usage=usage, list_cost=42, stats=ThreadStats(active_seconds=2.5)
+        ),
+        "inline": info("inline", "sthr_" + "c" * 32, primary),
+        "self": info("self", "sthr_" + "d" * 32, primary),
+    }
+    views = {kind: thread_view(thread, memo, None) for kind, thread in kinds.items()}
+    parsed = {kind: BetaManagedAgentsSessionThread.model_validate(view) for kind, view in views.items()}
+    for kind, thread in parsed.items():
+        assert thread.type == "session_thread" and thread.id == kinds[kind].id and thread.workflow_run_id is None
+        assert thread.created_at == NOW and thread.archived_at is None and thread.stats is not None
+    assert parsed["primary"].parent_thread_id is None and parsed["agent"].parent_thread_id == primary
+    # The primary thread and a thread of the coordinator itself run the session's agent: its snapshot.
+    for kind in ("primary", "self"):
+        agent = parsed[kind].agent
+        assert agent.type == "agent" and (agent.id, agent.version, agent.name) == (COORDINATOR_ID, 1, "coordinator")
+        assert agent.model.id == "claude-opus-4-6" and [tool.type for tool in agent.tools] == ["custom"]
+        assert "created_at" not in views[kind]["agent"] and "multiagent" not in views[kind]["agent"]
+    saved = parsed["agent"].agent
+    assert saved.type == "agent" and (saved.id, saved.version, saved.name) == (WORKER_ID, 3, WORKER)
+    assert saved.system == "work" and saved.model.id == "claude-sonnet-4-6"
+    inline = parsed["inline"].agent
+    assert inline.type == "inline" and inline.name == WORKER and "id" not in views["inline"]["agent"]
+    thread_usage = parsed["agent"].usage
+    assert thread_usage is not None and thread_usage.list_cost is not None
+    assert (thread_usage.input_tokens, thread_usage.output_tokens, thread_usage.cache_read_input_tokens) == (120, 30, 7)
+    assert thread_usage.cache_creation is not None and thread_usage.cache_creation.ephemeral_5m_input_tokens == 5
+    assert (thread_usage.list_cost.amount, thread_usage.active_seconds) == ("42", 2.5)
+    assert parsed["agent"].stats is not None and parsed["agent"].stats.active_seconds == 2.5
+
+
+def test_an_archived_thread_or_one_of_an_ended_session_is_terminated() -> None:
+    memo: dict[str, Any] = {"agent": coordinator_snapshot("m")}
+    primary = primary_thread_id("sesn_" + "a" * 26)
+    running = info("agent", "sthr_" + "b" * 32, primary, status="running")
+    assert thread_view(running, memo, None)["status"] == "running"
+    archived = running.model_copy(update={"archived_at": NOW + timedelta(seconds=60)})
+    view = thread_view(archived, memo, None)
+    assert view["status"] == "terminated" and view["archived_at"] == "2026-12-03T12:01:00Z"
+    assert view["stats"]["duration_seconds"] == 60.0, "frozen when it was archived"
+    assert thread_view(running, memo, NOW + timedelta(seconds=9))["status"] == "terminated", "the session closed"
+    assert thread_view(running, {**memo, "archived_at": "2026-12-03T12:00:09Z"}, None)["status"] == "terminated"
+
+
+def test_a_thread_id_has_the_form_the_session_makes() -> None:
+    assert is_thread_id("sthr_" + "0" * 32) and is_thread_id(primary_thread_id("sesn_" + "a" * 26))
+    for wrong in ("sesn_" + "0" * 26, "sthr_" + "0" * 200, "sthr_é", "sthr_\n", "", "agent_x"):
+        assert not is_thread_id(wrong), wrong
+
+
+def test_a_bad_thread_option_is_a_usage_error(tmp_path: Path) -> None:
+    runner = CliRunner()
+    for command in ("events", "tail"):
+        result = runner.invoke(app, ["--state-dir", str(tmp_path), command, "sesn_x", "--thread", "sesn_y"])
+        assert result.exit_code == 2, result.output
+        assert "'sesn_y' is not a thread id (sthr_…)" in result.output and "Traceback" not in result.output
+
+
+# ---- sessions with threads ----------------------------------------------------------------------------------------
+
+
+async def multiagent_session(stack: Stack, workspace: str | None, coordinator: str, worker: str) -> WorkflowHandle:
+    """A coordinator's session whose roster holds one saved agent, `worker` (pinned at version 1), started as a
+    Temporal client starts one; with `workspace`, filed under it as the gateway files its sessions."""
+    roster = [ThreadAgent(type="agent", id=WORKER_ID, version=1, config=AgentConfig(model=worker, name=WORKER))]
+    agent = AgentConfig(model=coordinator, name="coordinator", multiagent=Multiagent(agents=roster))
+    memo: dict[str, Any] = {"agent": coordinator_snapshot(coordinator), "environment_id": None, "vault_ids": [],
+                            "title": None, "metadata": {}, "resources": [], "budget": None}  # fmt: skip
+    attributes = [SearchAttributePair(WORKSPACE_KEY, workspace or ""), SearchAttributePair(STATUS_KEY, "idle")]
+    handle = await start_session(
+        stack.client,
+        SessionInput(agent=agent, model_task_queue=stack.model_queue),
+        session_id=new_session_id(),
+        task_queue=stack.harness_queue,
+        search_attributes=TypedSearchAttributes(attributes) if workspace else None,
+        memo=memo if workspace else None,
+    )
+    stack.started.append(handle)
+    return handle
+
+
+def texts_of(events: list[Any], type_: str) -> list[str]:
+    return ["".join(getattr(b, "text", "") for b in e.content) for e in events if e.type == type_]
+
+
+async def thread_events(client: anthropic.AsyncAnthropic, session_id: str, thread_id: str) -> list[Any]:
+    return [e async for e in client.beta.sessions.threads.events.list(thread_id, session_id=session_id)]
+
+
+async def until_idle(client: anthropic.AsyncAnthropic, session_id: str, thread_id: str, replies: int = 1) -> None:
+    """Until the thread has written `replies` messages and is idle again."""
+
+    async def done() -> bool:
+        events = await thread_events(client, session_id, thread_id)
+        messages = [e.position for e in events if e.type == "agent.message"]
+        return len(messages) >= replies and events[-1].type == "session.status_idle"
+
+    await until(done, f"thread {thread_id} replied {replies} time(s) and went idle", within=120)
+
+
+async def test_threads_are_listed_read_paged_filtered_and_archived(stack: Stack, gateways: Gateways) -> None:  # noqa: F811
+    url, _ = await gateways.start("gateway")
+    workspace = unique("threads")
+    client = await gateways.client(url, workspace)
+    coordinator = stack.script([{"text": "noted"}], loop=True)
+    worker = stack.script([{"text": "the repository has 12 files"}], loop=True)
+    handle = await multiagent_session(stack, workspace, coordinator, worker)
+    session_id, primary = handle.id, primary_thread_id(handle.id)
+    spawned = await spawn_thread(handle, SpawnThreadInput(agent=WORKER, message="count the files"))
+    assert is_thread_id(spawned.id) and spawned.id != primary
+    await until_idle(client, session_id, spawned.id)
+    await until_idle(client, session_id, primary)  # the coordinator read the reply and answered it
+
+    listed = [t async for t in client.beta.sessions.threads.list(session_id)]
+    assert [t.id for t in listed] == [primary, spawned.id]
+    first, child = listed
+    assert (first.parent_thread_id, child.parent_thread_id) == (None, primary)
+    assert {first.session_id, child.session_id} == {session_id} and (first.status, child.status) == ("idle", "idle")
+    assert first.agent.type == "agent" and (first.agent.id, first.agent.name) == (COORDINATOR_ID, "coordinator")
+    assert child.agent.type == "agent" and (child.agent.id, child.agent.version) == (WORKER_ID, 1)
+    assert (child.agent.name, child.agent.model.id) == (WORKER, worker)
+    assert child.archived_at is None and child.usage is not None and child.stats is not None
+    retrieved = await client.beta.sessions.threads.retrieve(spawned.id, session_id=session_id)
+    assert (retrieved.id, retrieved.status, retrieved.agent) == (child.id, child.status, child.agent)
+
+    # A page at a time, and by status.
+    page = await client.beta.sessions.threads.list(session_id, limit=1)
+    assert [t.id for t in page.data] == [primary] and page.has_next_page()
+    rest = await page.get_next_page()
+    assert [t.id for t in rest.data] == [spawned.id] and not rest.has_next_page()
+    assert [t.id async for t in client.beta.sessions.threads.list(session_id, statuses=["running"])] == []
+    with pytest.raises(anthropic.BadRequestError, match="statuses"):
+        await client.beta.sessions.threads.list(session_id, statuses=["asleep"])  # type: ignore[list-item]
+
+    # The child's log is its own: the coordinator's message, its turn, its reply to the primary thread.
+    events = await thread_events(client, session_id, spawned.id)
+    assert [e.position for e in events] == list(range(1, len(events) + 1))
+    [received] = [e for e in events if e.type == "agent.thread_message_received"]
+    assert received.from_session_thread_id == primary and texts_of([received], received.type) == ["count the files"]
+    assert texts_of(events, "agent.message") == ["the repository has 12 files"]
+    [sent] = [e for e in events if e.type == "agent.thread_message_sent"]
+    assert sent.to_session_thread_id == primary
+    assert not {e.type for e in events} & {"session.thread_created", "user.message"}, "nothing of the primary's"
+    two = await client.beta.sessions.threads.events.list(spawned.id, session_id=session_id, limit=2)
+    assert [e.id for e in two.data] == [e.id for e in events[:2]] and two.has_next_page()
+    assert [e.id for e in (await two.get_next_page()).data] == [e.id for e in events[2:4]]
+    # The primary thread's log is the session's.
+    session_log = [e.model_dump() async for e in client.beta.sessions.events.list(session_id, limit=1000)]
+    primary_log = [e.model_dump() for e in await thread_events(client, session_id, primary)]
+    assert primary_log == session_log and "session.thread_created" in [e["type"] for e in primary_log]
+
+    # Archived: terminated, and archiving again answers the same; the primary thread is archived with its session.
+    archived = await client.beta.sessions.threads.archive(spawned.id, session_id=session_id)
+    assert archived.archived_at is not None and archived.status == "terminated"
+    again = await client.beta.sessions.threads.archive(spawned.id, session_id=session_id)
+    assert (again.archived_at, again.status) == (archived.archived_at, "terminated")
+    with pytest.raises(anthropic.BadRequestError, match="archive the session"):
+        await client.beta.sessions.threads.archive(primary, session_id=session_id)
+    terminated = [t.id async for t in client.beta.sessions.threads.list(session_id, statuses=["terminated"])]
+    assert terminated == [spawned.id]
+    assert (await client.beta.sessions.retrieve(session_id)).status == "idle", "the session itself goes on"
+
+
+async def test_a_thread_streams_its_own_events_with_live_text(stack: Stack, gateways: Gateways) -> None:  # noqa: F811
+    url, _ = await gateways.start("gateway")
+    workspace = unique("threads")
+    client = await gateways.client(url, workspace)
+    coordinator = stack.script([{"text": "noted"}], loop=True)
+    # Slow to start and slow to write, so that the stream opened after the spawn sees the reply as it is written.
+    worker = stack.script([{"text": LONG_TEXT, "first_token_latency": 3.0, "tokens_per_second": 10}], loop=True)
+    handle = await multiagent_session(stack, workspace, coordinator, worker)
+    spawned = await spawn_thread(handle, SpawnThreadInput(agent=WORKER, message="look around"))
+    seen: list[Any] = []
+    stream = await client.beta.sessions.threads.events.stream(
+        spawned.id, session_id=handle.id, event_deltas=["agent.message"]
+    )
+    async with stream:
+
+        async def read() -> None:
+            async for event in stream:
+                seen.append(event)
+                if event.type == "agent.message":
+                    return
+
+        reading = asyncio.create_task(read())
+        await relay_followed(stack, spawned.id)  # the gateway follows the thread's live text, under its id
+        await asyncio.wait_for(reading, 120)
+    [message] = [e for e in seen if e.type == "agent.message"]
+    assert texts_of([message], "agent.message") == [LONG_TEXT]
+    starts = [e for e in seen if e.type == "event_start" and e.event.id == message.id]
+    deltas = [e for e in seen if e.type == "event_delta" and e.event_id == message.id]
+    assert starts and deltas, f"no live text of {message.id} before it was written: {[e.type for e in seen]}"
+    assert "".join(delta.delta.content.text for delta in deltas) == LONG_TEXT
+    assert seen.index(deltas[-1]) < seen.index(message)
+    assert not any(e.type.startswith("session.thread_") for e in seen), "the thread's stream, not the session's"
+
+
+async def test_thread_routes_check_the_session_the_thread_and_the_workspace(stack: Stack, gateways: Gateways) -> None:  # noqa: F811
+    url, _ = await gateways.start("gateway")
+    mine, theirs = unique("threads-a"), unique("threads-b")
+    client, other = await gateways.client(url, mine), await gateways.client(url, theirs)
+    coordinator = stack.script([{"text": "noted"}], loop=True)
+    worker = stack.script([{"text": "done"}], loop=True)
+    handle = await multiagent_session(stack, mine, coordinator, worker)
+    sibling = await multiagent_session(stack, mine, coordinator, worker)  # another session of the same workspace
+    spawned = await spawn_thread(handle, SpawnThreadInput(agent=WORKER, message="work"))
+    await until_idle(client, handle.id, spawned.id)
+    threads = client.beta.sessions.threads
+
+    def routes(c: anthropic.AsyncAnthropic, session_id: str, thread_id: str) -> dict[str, Callable[[], Any]]:
+        calls: dict[str, Callable[[], Any]] = {
+            "retrieve": lambda: c.beta.sessions.threads.retrieve(thread_id, session_id=session_id),
+            "archive": lambda: c.beta.sessions.threads.archive(thread_id, session_id=session_id),
+            "events": lambda: c.beta.sessions.threads.events.list(thread_id, session_id=session_id),
+            "stream": lambda: c.beta.sessions.threads.events.stream(thread_id, session_id=session_id),
+        }
+        return calls
+
+    async def refused(call: Callable[[], Any]) -> tuple[int, str]:
+        try:
+            result = await call()
+        except anthropic.APIStatusError as exc:
+            return exc.status_code, str(exc.body)
+        if hasattr(result, "close"):
+            await result.close()
+        return 200, ""
+
+    wrong: list[str] = []
+    for name, call in {
+        **{f"{n} from another workspace": c for n, c in routes(other, handle.id, spawned.id).items()},
+        "list from another workspace": lambda: other.beta.sessions.threads.list(handle.id),
+        **{f"{n} of another session": c for n, c in routes(client, sibling.id, spawned.id).items()},
+        **{f"{n} of another's primary": c for n, c in routes(client, sibling.id, primary_thread_id(handle.id)).items()},
+        **{f"{n} of no thread": c for n, c in routes(client, handle.id, "sthr_" + uuid.uuid4().hex).items()},
+    }.items():
+        status, body = await refused(call)
+        if status != 404 or "not_found_error" not in body:
+            wrong.append(f"{name}: {status} {body}")
+    for name, call in {
+        **{f"{n}, a session id for the thread": c for n, c in routes(client, handle.id, sibling.id).items()},
+        **{f"{n}, a thread id for the session": c for n, c in routes(client, spawned.id, spawned.id).items()},
+        "list, a thread id for the session": lambda: client.beta.sessions.threads.list(spawned.id),
+    }.items():
+        status, body = await refused(call)
+        field = "session_id" if "for the session" in name else "thread_id"
+        if status != 400 or f"'message': '{field}" not in body:
+            wrong.append(f"{name}: {status} {body}")
+    assert wrong == [], "\n".join(wrong)
+    [still] = [t async for t in threads.list(handle.id) if t.id == spawned.id]
+    assert still.archived_at is None, "no refused archive archived it"
+    assert [t.id async for t in threads.list(sibling.id)] == [primary_thread_id(sibling.id)]
+
+
+# ---- the CLI ------------------------------------------------------------------------------------------------------
+
+
+async def corral(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
+    address = stack.client.service_client.config.target_host
+    command = [sys.executable, "-m", "cli.main", "--address", address, *args]
+    return await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True, timeout=120)
+
+
+async def test_the_cli_lists_a_sessions_threads_and_reads_and_follows_one(stack: Stack) -> None:
+    # The coordinator spawns the thread itself (its `spawn_thread` tool), then sums up when the reply comes.
+    coordinator = stack.script(
+        [
+            {"tool_uses": [{"name": "spawn_thread", "input": {"agent": WORKER, "message": "list the files"}}]},
+            {"text": "spawned"},
+            {"text": "thanks"},
+        ],
+        loop=True,
+    )
+    worker = stack.script([{"text": "three files"}], loop=True)
+    handle = await multiagent_session(stack, None, coordinator, worker)
+    await send_text(handle, "go")
+    primary = primary_thread_id(handle.id)
+
+    async def spawned_and_replied() -> bool:
+        events = await read_events(handle)
+        return any(e.type == "agent.thread_message_received" for e in events)
+
+    await until(spawned_and_replied, "the coordinator spawned a thread, which replied", within=120)
+    [created] = [e for e in await read_events(handle) if e.type == "session.thread_created"]
+    thread_id = created.session_thread_id
+
+    listed = await corral(stack, "threads", handle.id, "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = [ThreadInfo.model_validate_json(line) for line in listed.stdout.splitlines()]
+    assert [row.id for row in rows] == [primary, thread_id] and rows[1].agent.name == WORKER
+    table = await corral(stack, "threads", handle.id)
+    assert table.returncode == 0 and thread_id in table.stdout and f"{WORKER} (agent)" in table.stdout, table.stdout
+
+    shown = await corral(stack, "events", handle.id, "--thread", thread_id, "--json")
+    assert shown.returncode == 0, shown.stderr
+    logged = [json.loads(line) for line in shown.stdout.splitlines()]
+    assert [e["id"] for e in logged] == [e.id for e in await read_events(stack.client.get_workflow_handle(thread_id))]
+    assert "three files" in json.dumps([e for e in logged if e["type"] == "agent.message"])
+    as_primary = await corral(stack, "events", handle.id, "--thread", primary, "--json")
+    assert as_primary.stdout == (await corral(stack, "events", handle.id, "--json")).stdout, "the session's log"
+    followed = await corral(stack, "tail", handle.id, "--thread", thread_id)
+    assert followed.returncode == 0 and "three files" in followed.stdout, followed.stderr
+
+    for args, said in (
+        (("events", handle.id, "--thread", "sthr_" + uuid.uuid4().hex), "has no thread"),
+        (("tail", handle.id, "--thread", "sthr_" + uuid.uuid4().hex), "has no thread"),
+        (("events", handle.id, "--thread", handle.id), "is not a thread id"),
+    ):
+        refused = await corral(stack, *args)
+        assert refused.returncode == 2 and said in refused.stderr, (args, refused.stderr)
+        assert "Traceback" not in refused.stderr
