@@ -270,7 +270,8 @@ def ls_command(
     """List sessions, newest first.
 
     Runs the visibility query `WorkflowType='SessionWorkflow' AND ExecutionStatus!='ContinuedAsNew'
-    [AND CorralStatus='idle']`; the same query works in the Temporal Web UI and with `temporal workflow list`.
+    AND ParentWorkflowId IS NULL [AND CorralStatus='idle']`; the same query works in the Temporal Web UI and with
+    `temporal workflow list`. A session's threads (its child workflows) are listed by `corral threads SESSION`.
     """
     from cli import session_ops
     from cli.render import sessions_table

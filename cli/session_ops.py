@@ -263,8 +263,9 @@ def workflow_status_name(status: WorkflowExecutionStatus | None) -> str:
 
 def sessions_query(status: str | None) -> str:
     """The visibility query `corral ls` runs; the same text works in the Web UI and `temporal workflow list`. A
-    session that continued as new is listed once, by its current run."""
-    query = f"WorkflowType='{SESSION_WORKFLOW}' AND ExecutionStatus!='ContinuedAsNew'"
+    session that continued as new is listed once, by its current run; a session's threads, which are its child
+    workflows of the same type, are not sessions (`corral threads SESSION` lists them)."""
+    query = f"WorkflowType='{SESSION_WORKFLOW}' AND ExecutionStatus!='ContinuedAsNew' AND ParentWorkflowId IS NULL"
     if status:
         query += f" AND {SEARCH_ATTRIBUTE_STATUS}='{status}'"
     return query

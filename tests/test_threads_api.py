@@ -28,6 +28,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from typer.testing import CliRunner
 
 from cli.main import app
+from cli.session_ops import list_sessions, sessions_query
 from corral.client import new_session_id, read_events, send_text, start_session
 from corral.contract.agent import AgentConfig, Multiagent, ThreadAgent
 from corral.contract.events import ModelUsage
@@ -376,6 +377,8 @@ async def test_the_cli_lists_a_sessions_threads_and_reads_and_follows_one(stack:
     assert as_primary.stdout == (await corral(stack, "events", handle.id, "--json")).stdout, "the session's log"
     followed = await corral(stack, "tail", handle.id, "--thread", thread_id)
     assert followed.returncode == 0 and "three files" in followed.stdout, followed.stderr
+    sessions = [row[0] for row in await list_sessions(stack.client, sessions_query(None), limit=1000)]
+    assert handle.id in sessions and thread_id not in sessions, "`corral ls` lists sessions, not their threads"
 
     for args, said in (
         (("events", handle.id, "--thread", "sthr_" + uuid.uuid4().hex), "has no thread"),
