@@ -58,7 +58,7 @@ def threads_table(threads: list[ThreadInfo]) -> Table:
 
     table = Table()
     for column in ("thread", "agent", "status", "turns", "tokens in/out", "created", "archived"):
-        table.add_column(column, no_wrap=column == "thread")
+        table.add_column(column, no_wrap=column == "thread", overflow="fold")  # narrow: wrapped, never cut
     styles = {"idle": "green", "running": "yellow", "rescheduling": "yellow", "terminated": "dim"}
     for thread in threads:
         status = "terminated" if thread.archived_at is not None else thread.status

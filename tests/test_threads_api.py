@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import uuid
@@ -166,14 +167,20 @@ async def thread_events(client: anthropic.AsyncAnthropic, session_id: str, threa
 
 
 async def until_idle(client: anthropic.AsyncAnthropic, session_id: str, thread_id: str, replies: int = 1) -> None:
-    """Until the thread has written `replies` messages and is idle again."""
+    """Until the thread has written `replies` messages and is idle again (its reply to the primary thread follows its
+    `session.status_idle` in its log)."""
+    seen: list[Any] = []
 
     async def done() -> bool:
-        events = await thread_events(client, session_id, thread_id)
-        messages = [e.position for e in events if e.type == "agent.message"]
-        return len(messages) >= replies and events[-1].type == "session.status_idle"
+        seen[:] = await thread_events(client, session_id, thread_id)
+        messages = [e.position for e in seen if e.type == "agent.message"]
+        thread = await client.beta.sessions.threads.retrieve(thread_id, session_id=session_id)
+        return len(messages) >= replies and thread.status == "idle"
 
-    await until(done, f"thread {thread_id} replied {replies} time(s) and went idle", within=120)
+    try:
+        await until(done, f"thread {thread_id} replied {replies} time(s) and went idle", within=120)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; its log: {[e.model_dump(exclude_none=True) for e in seen]}") from None
 
 
 async def test_threads_are_listed_read_paged_filtered_and_archived(stack: Stack, gateways: Gateways) -> None:  # noqa: F811
@@ -295,10 +302,12 @@ async def test_thread_routes_check_the_session_the_thread_and_the_workspace(stac
         return calls
 
     async def refused(call: Callable[[], Any]) -> tuple[int, str]:
+        """The status and the error's `type: message` a request got (200 and "" when it was served)."""
         try:
             result = await call()
         except anthropic.APIStatusError as exc:
-            return exc.status_code, str(exc.body)
+            error = exc.body.get("error", {}) if isinstance(exc.body, dict) else {}
+            return exc.status_code, f"{error.get('type')}: {error.get('message')}"
         if hasattr(result, "close"):
             await result.close()
         return 200, ""
@@ -312,7 +321,7 @@ async def test_thread_routes_check_the_session_the_thread_and_the_workspace(stac
         **{f"{n} of no thread": c for n, c in routes(client, handle.id, "sthr_" + uuid.uuid4().hex).items()},
     }.items():
         status, body = await refused(call)
-        if status != 404 or "not_found_error" not in body:
+        if status != 404 or not body.startswith("not_found_error: session"):
             wrong.append(f"{name}: {status} {body}")
     for name, call in {
         **{f"{n}, a session id for the thread": c for n, c in routes(client, handle.id, sibling.id).items()},
@@ -321,7 +330,7 @@ async def test_thread_routes_check_the_session_the_thread_and_the_workspace(stac
     }.items():
         status, body = await refused(call)
         field = "session_id" if "for the session" in name else "thread_id"
-        if status != 400 or f"'message': '{field}" not in body:
+        if status != 400 or not body.startswith(f"invalid_request_error: {field}: "):
             wrong.append(f"{name}: {status} {body}")
     assert wrong == [], "\n".join(wrong)
     [still] = [t async for t in threads.list(handle.id) if t.id == spawned.id]
@@ -333,9 +342,11 @@ async def test_thread_routes_check_the_session_the_thread_and_the_workspace(stac
 
 
 async def corral(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
+    """`corral ARGS` against the test's Temporal, as a terminal 200 columns wide would show it."""
     address = stack.client.service_client.config.target_host
     command = [sys.executable, "-m", "cli.main", "--address", address, *args]
-    return await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True, timeout=120)
+    env = {**os.environ, "COLUMNS": "200"}
+    return await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True, timeout=120, env=env)
 
 
 async def test_the_cli_lists_a_sessions_threads_and_reads_and_follows_one(stack: Stack) -> None:
