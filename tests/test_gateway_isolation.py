@@ -85,7 +85,8 @@ class Row:
     call: Call
     cross: int | None = 404
     """What another workspace's id there gets, with every other id the caller's own: 404, as for no such id. An
-    event id is looked for in the caller's own session, which says it has none (400); a resource id (`repo1`) names
+    event id (or the thread an interrupt names) is looked for in the caller's own session, which says it has none
+    (400); a resource id (`repo1`) names
     a resource within its session, so another workspace's is reached only through its session (None: no check)."""
 
 
@@ -97,6 +98,9 @@ def rows() -> list[Row]:
     bearer = {"type": "static_bearer", "mcp_server_url": "https://mcp.example/mcp", "token": "t0k-" + "x" * 8}
     confirm: Call = lambda c, t, o: c.beta.sessions.events.send(  # noqa: E731
         o.session, events=[{"type": "user.tool_confirmation", "tool_use_id": t.event, "result": "allow"}]
+    )
+    interrupt: Call = lambda c, t, o: c.beta.sessions.events.send(  # noqa: E731
+        o.session, events=[{"type": "user.interrupt", "session_thread_id": t.thread}]
     )
     return [
         Row("GET", agent, "id", "agent", "agent_id", lambda c, t, o: c.beta.agents.retrieve(t.agent)),
@@ -136,6 +140,8 @@ def rows() -> list[Row]:
         Row("POST", session + "/events", "id", "session", "session_id",
             lambda c, t, o: c.beta.sessions.events.send(t.session, events=[{"type": "user.interrupt"}])),
         Row("POST", session + "/events", "body:events[].tool_use_id", "event", "events[0].tool_use_id", confirm, 400),
+        Row("POST", session + "/events", "body:events[].session_thread_id", "thread", "events[0].session_thread_id",
+            interrupt, 400),
         Row("GET", session + "/events/stream", "id", "session", "session_id",
             lambda c, t, o: c.beta.sessions.events.stream(t.session)),
         Row("GET", session + "/threads", "id", "session", "session_id",
