@@ -167,10 +167,36 @@ def thread_agent_view(info: ThreadInfo, memo: Mapping[str, Any]) -> dict[str, An
         snapshot = {key: value for key, value in memo["agent"].items() if key not in AGENT_ONLY}
         snapshot.pop("multiagent", None)
         return snapshot
+    if agent.type == "agent":
+        pinned = roster_snapshot(memo, agent.id, agent.version)
+        if pinned is not None:
+            return pinned
     view = config_view(agent.config, agent.name)
     if agent.type == "inline":
         return {"type": "inline", **view}
     return {"type": "agent", "id": agent.id, "version": agent.version, **view}
+
+
+def roster_snapshot(memo: Mapping[str, Any], agent_id: str | None, version: int | None) -> dict[str, Any] | None:
+    """The snapshot of a saved agent at a version as the session's resolved multiagent config shows it (its roster,
+    or its predefined subagents), or None when it shows none (a session started by a Temporal client)."""
+    multiagent = (memo.get("agent") or {}).get("multiagent") or {}
+    if not isinstance(multiagent, dict):
+        return None
+    subagents = multiagent.get("subagents")
+    predefined = subagents.get("predefined_agents") if isinstance(subagents, dict) else None
+    for entry in [*(multiagent.get("agents") or []), *(predefined or [])]:
+        if (
+            isinstance(entry, dict)
+            and entry.get("type") == "agent"
+            and (entry.get("id"), entry.get("version"))
+            == (
+                agent_id,
+                version,
+            )
+        ):
+            return {key: value for key, value in entry.items() if key not in (*AGENT_ONLY, "multiagent")}
+    return None
 
 
 def config_view(config: AgentConfig, name: str) -> dict[str, Any]:

@@ -108,6 +108,25 @@ def test_every_kind_of_thread_is_a_session_thread_the_sdk_reads() -> None:
     assert parsed["agent"].stats is not None and parsed["agent"].stats.active_seconds == 2.5
 
 
+def test_a_saved_agents_thread_shows_the_snapshot_the_session_resolved() -> None:
+    """A session made through the API keeps its roster's snapshots (`session.agent.multiagent`): a thread of a saved
+    agent shows that snapshot whole, whichever form the config has."""
+    body = {"name": WORKER, "model": {"id": "claude-sonnet-4-6", "speed": "fast"}, "description": "reads code"}
+    pinned = {**agent_view(WORKER_ID, 3, body, NOW, NOW, None), "multiagent": None}
+    other = agent_view(WORKER_ID, 2, {"name": "older", "model": {"id": "m"}}, NOW, NOW, None)
+    thread = info("agent", "sthr_" + "b" * 32, primary_thread_id("sesn_" + "a" * 26))
+    for multiagent in (
+        {"type": "coordinator", "agents": [other, pinned]},
+        {"type": "multiagent_20261001", "subagents": {"type": "enabled", "predefined_agents": [other, pinned]}},
+    ):
+        memo = {"agent": {**coordinator_snapshot("m"), "multiagent": multiagent}}
+        agent = BetaManagedAgentsSessionThread.model_validate(thread_view(thread, memo, None)).agent
+        assert agent.type == "agent" and (agent.id, agent.version, agent.description) == (WORKER_ID, 3, "reads code")
+        assert "created_at" not in thread_view(thread, memo, None)["agent"]
+    bare = thread_view(thread, {"agent": coordinator_snapshot("m")}, None)["agent"]
+    assert (bare["id"], bare["version"], bare["description"]) == (WORKER_ID, 3, None), "from the config it runs"
+
+
 def test_an_archived_thread_or_one_of_an_ended_session_is_terminated() -> None:
     memo: dict[str, Any] = {"agent": coordinator_snapshot("m")}
     primary = primary_thread_id("sesn_" + "a" * 26)
