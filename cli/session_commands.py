@@ -211,6 +211,8 @@ def events_command(
     settings = settings_of(ctx)
 
     async def go() -> None:
+        if thread is not None:
+            session_ops.refuse_thread_as_session(session)  # before Temporal is asked anything
         client = await client_of(settings)
         handle = client.get_workflow_handle(session)
         log = await session_ops.thread_log_of(client, session, thread)
@@ -249,6 +251,8 @@ def tail_command(
     settings = settings_of(ctx)
 
     async def go() -> None:
+        if thread is not None:
+            session_ops.refuse_thread_as_session(session)  # before Temporal is asked anything
         client = await client_of(settings)
         handle = client.get_workflow_handle(session)
         log = await session_ops.thread_log_of(client, session, thread)

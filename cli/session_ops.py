@@ -179,6 +179,7 @@ async def thread_log_of(client: Client, session: str, thread: str | None) -> Wor
     handle = client.get_workflow_handle(session)
     if thread is None:
         return handle
+    refuse_thread_as_session(session)
     if not is_thread_id(thread):
         raise CliError(f"{thread!r} is not a thread id (sthr_…)", exit_code=2)
     async with explained(handle):
@@ -188,6 +189,18 @@ async def thread_log_of(client: Client, session: str, thread: str | None) -> Wor
             f"session {session} has no thread {thread}", hint=f"`corral threads {session}` lists them", exit_code=2
         )
     return thread_log(client, handle, thread)
+
+
+def refuse_thread_as_session(session: str) -> None:
+    """A thread's id where its session's belongs is a CliError: a session's threads are listed by the session."""
+    from corral.threads import is_thread_id
+
+    if is_thread_id(session):
+        raise CliError(
+            f"{session} is a thread id, not a session id",
+            hint="give the id of the session it belongs to (sesn_…); `corral ls` lists the sessions",
+            exit_code=2,
+        )
 
 
 INPUT_TYPES = ["user.message", "agent.thread_message_received"]

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cli.app import SessionId, app, client_of
-from cli.context import run, settings_of
+from cli.context import CliError, fail, run, settings_of
 from cli.session_commands import PANEL
 
 if TYPE_CHECKING:
@@ -34,6 +34,10 @@ def threads_command(
     from corral.threads import session_threads
 
     settings = settings_of(ctx)
+    try:
+        session_ops.refuse_thread_as_session(session)
+    except CliError as error:
+        fail(settings, error)
 
     async def go() -> None:
         handle = (await client_of(settings)).get_workflow_handle(session)

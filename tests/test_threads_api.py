@@ -152,6 +152,11 @@ def test_a_bad_thread_option_is_a_usage_error(tmp_path: Path) -> None:
         result = runner.invoke(app, ["--state-dir", str(tmp_path), command, "sesn_x", "--thread", "sesn_y"])
         assert result.exit_code == 2, result.output
         assert "'sesn_y' is not a thread id (sthr_…)" in result.output and "Traceback" not in result.output
+    thread = "sthr_" + "0" * 32  # where the session's id belongs: refused before anything is asked of Temporal
+    for args in (("threads", thread), ("events", thread, "--thread", thread), ("tail", thread, "--thread", thread)):
+        result = runner.invoke(app, ["--state-dir", str(tmp_path), "--address", "127.0.0.1:1", *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert f"{thread} is a thread id, not a session id" in result.output and "Traceback" not in result.output
 
 
 # ---- sessions with threads ----------------------------------------------------------------------------------------
