@@ -48,6 +48,8 @@ pytestmark = pytest.mark.timeout(300)
 WORKER = "worker"
 WORKER_ID = "agent_" + "1" * 26
 COORDINATOR_ID = "agent_" + "2" * 26
+HELPER = "helper"
+HELPER_ID = "agent_" + "3" * 26
 LONG_TEXT = " ".join(f"finding{n}" for n in range(40))
 
 
@@ -162,10 +164,15 @@ def test_a_bad_thread_option_is_a_usage_error(tmp_path: Path) -> None:
 # ---- sessions with threads ----------------------------------------------------------------------------------------
 
 
-async def multiagent_session(stack: Stack, workspace: str | None, coordinator: str, worker: str) -> WorkflowHandle:
-    """A coordinator's session whose roster holds one saved agent, `worker` (pinned at version 1), started as a
-    Temporal client starts one; with `workspace`, filed under it as the gateway files its sessions."""
+async def multiagent_session(
+    stack: Stack, workspace: str | None, coordinator: str, worker: str, helper: str | None = None
+) -> WorkflowHandle:
+    """A coordinator's session whose roster holds one saved agent, `worker` (pinned at version 1), and `helper` when
+    given, started as a Temporal client starts one; with `workspace`, filed under it as the gateway files its
+    sessions."""
     roster = [ThreadAgent(type="agent", id=WORKER_ID, version=1, config=AgentConfig(model=worker, name=WORKER))]
+    if helper is not None:
+        roster.append(ThreadAgent(type="agent", id=HELPER_ID, version=1, config=AgentConfig(model=helper, name=HELPER)))
     agent = AgentConfig(model=coordinator, name="coordinator", multiagent=Multiagent(agents=roster))
     memo: dict[str, Any] = {"agent": coordinator_snapshot(coordinator), "environment_id": None, "vault_ids": [],
                             "title": None, "metadata": {}, "resources": [], "budget": None}  # fmt: skip
@@ -302,6 +309,43 @@ async def test_a_thread_streams_its_own_events_with_live_text(stack: Stack, gate
     assert "".join(delta.delta.content.text for delta in deltas) == LONG_TEXT
     assert seen.index(deltas[-1]) < seen.index(message)
     assert not any(e.type.startswith("session.thread_") for e in seen), "the thread's stream, not the session's"
+
+
+async def test_an_interrupt_that_names_a_thread_stops_that_thread_only(stack: Stack, gateways: Gateways) -> None:  # noqa: F811
+    url, _ = await gateways.start("gateway")
+    client = await gateways.client(url, workspace := unique("threads"))
+    coordinator = stack.script([{"text": "noted"}], loop=True)
+    slow = stack.script([{"text": LONG_TEXT, "first_token_latency": 120.0, "pace_hits": 1}, {"text": "resumed"}])
+    fast = stack.script([{"text": "helped"}], loop=True)
+    handle = await multiagent_session(stack, workspace, coordinator, slow, helper=fast)
+    stuck = await spawn_thread(handle, SpawnThreadInput(agent=WORKER, message="take your time"))
+    helper = await spawn_thread(handle, SpawnThreadInput(agent=HELPER, message="help"))
+
+    async def asking() -> bool:  # the slow thread's model request is under way
+        return "span.model_request_start" in [e.type for e in await thread_events(client, handle.id, stuck.id)]
+
+    await until(asking, "the slow thread asked its model")
+    interrupt: Any = {"type": "user.interrupt", "session_thread_id": stuck.id}
+    [sent] = (await client.beta.sessions.events.send(handle.id, events=[interrupt])).data or []
+    assert sent.type == "user.interrupt" and sent.model_dump()["session_thread_id"] == stuck.id
+    await until_idle(client, handle.id, helper.id)
+
+    async def stopped() -> bool:
+        thread = await client.beta.sessions.threads.retrieve(stuck.id, session_id=handle.id)
+        return thread.status == "idle"
+
+    await until(stopped, "the interrupted thread went idle", within=90)
+    events = await thread_events(client, handle.id, stuck.id)
+    assert "user.interrupt" in [e.type for e in events] and texts_of(events, "agent.message") == []
+    assert texts_of(await thread_events(client, handle.id, helper.id), "agent.message") == ["helped"]
+    primary = [e async for e in client.beta.sessions.events.list(handle.id, limit=1000)]
+    interrupts = [e.model_dump() for e in primary if e.type == "user.interrupt"]
+    assert [e.get("session_thread_id") for e in interrupts] == [stuck.id], "routed to that thread only"
+    with pytest.raises(anthropic.BadRequestError, match=r"events\[0\]\.session_thread_id"):
+        await client.beta.sessions.events.send(
+            handle.id,
+            events=[{"type": "user.interrupt", "session_thread_id": handle.id}],
+        )
 
 
 async def test_thread_routes_check_the_session_the_thread_and_the_workspace(stack: Stack, gateways: Gateways) -> None:  # noqa: F811
