@@ -282,8 +282,9 @@ async def test_a_thread_streams_its_own_events_with_live_text(stack: Stack, gate
     workspace = unique("threads")
     client = await gateways.client(url, workspace)
     coordinator = stack.script([{"text": "noted"}], loop=True)
-    # Slow to start and slow to write, so that the stream opened after the spawn sees the reply as it is written.
-    worker = stack.script([{"text": LONG_TEXT, "first_token_latency": 3.0, "tokens_per_second": 10}], loop=True)
+    # Slow to start and slow to write, so that the stream opened after the spawn is open before the reply is written
+    # (the relay then catches it up on whatever text it missed, so no pace here is a race).
+    worker = stack.script([{"text": LONG_TEXT, "first_token_latency": 5.0, "tokens_per_second": 10}], loop=True)
     handle = await multiagent_session(stack, workspace, coordinator, worker)
     spawned = await spawn_thread(handle, SpawnThreadInput(agent=WORKER, message="look around"))
     seen: list[Any] = []
