@@ -120,8 +120,8 @@ class Threads:
 
 def thread_view(info: ThreadInfo, memo: Mapping[str, Any], closed: datetime | None) -> dict[str, Any]:
     """A thread as the API shows it (`session_thread`), from what its session knows of it, the session's memo (its
-    agent snapshot) and when its workflow closed. Every thread of a session that has ended, or is archived,
-    is terminated, as is an archived thread."""
+    agent snapshot) and when its workflow closed. An archived thread is terminated, and so is every thread of a
+    session that has ended or is archived."""
     ended = closed is not None or bool(memo.get("archived_at")) or info.archived_at is not None
     status = "terminated" if ended else info.status
     end = info.archived_at or closed or datetime.now(UTC)
