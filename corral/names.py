@@ -214,6 +214,8 @@ DEFAULT_GIT_PROXY_PORT: Final = 8767
 """Where the proxy worker's git proxy listens and sandboxes' git origins point (`CORRAL_GIT_PROXY_PORT`)."""
 ENV_GATEWAY_STREAMS_PER_KEY: Final = "CORRAL_GATEWAY_MAX_STREAMS_PER_KEY"
 """Event streams one API key may hold open at once on one gateway (default `gateway.http.DEFAULT_STREAMS_PER_KEY`)."""
+ENV_MAX_THREADS_PER_SESSION: Final = "CORRAL_MAX_THREADS_PER_SESSION"
+"""Threads a multi-agent session made through the gateway may spawn in all (default 16, `Multiagent.max_threads`)."""
 ENV_MODEL_STALL_TIMEOUT: Final = "CORRAL_MODEL_STALL_TIMEOUT_SECONDS"
 DEFAULT_MODEL_STALL_TIMEOUT_SECONDS: Final = 120.0
 """A model response stream that sends no byte for this long (pings count) has stalled: the model worker ends the

@@ -18,6 +18,7 @@ import uvicorn
 from corral import telemetry
 from corral.names import (
     ENV_GATEWAY_STREAMS_PER_KEY,
+    ENV_MAX_THREADS_PER_SESSION,
     ENV_STREAM_TOKEN,
     ENV_STREAM_URL,
     HARNESS_TASK_QUEUE,
@@ -26,6 +27,7 @@ from corral.names import (
 from corral.temporal import connect, ensure_search_attributes, temporal_address
 from gateway.app import DEFAULT_PORT, create_app
 from gateway.http import DEFAULT_STREAMS_PER_KEY
+from gateway.multiagent_session import DEFAULT_MAX_THREADS, max_threads_problem
 from gateway.vault_access import configured_login
 from relay.partition import relay_urls
 
@@ -59,7 +61,27 @@ def build_parser() -> argparse.ArgumentParser:
                         help="event streams one API key may hold open at once on this gateway; past it, 429 with "
                              f"retry-after (default: ${ENV_GATEWAY_STREAMS_PER_KEY}, "
                              f"else {DEFAULT_STREAMS_PER_KEY})")  # fmt: skip
+    parser.add_argument("--max-threads-per-session", type=_thread_limit, metavar="N",
+                        default=os.environ.get(ENV_MAX_THREADS_PER_SESSION) or str(DEFAULT_MAX_THREADS),
+                        help="threads a multi-agent session may spawn in all; one more is refused with a tool error "
+                             f"(default: ${ENV_MAX_THREADS_PER_SESSION}, else {DEFAULT_MAX_THREADS})")  # fmt: skip
     return parser
+
+
+def _thread_limit(value: str) -> int:
+    """`--max-threads-per-session` (or its variable): a whole number within the contract's bounds."""
+    try:
+        number = int(value)
+    except ValueError:
+        problem: str | None = "not a whole number"
+    else:
+        problem = max_threads_problem(number)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a number of threads per session: {problem} (--max-threads-per-session or "
+            f"${ENV_MAX_THREADS_PER_SESSION})"
+        )
+    return number
 
 
 def _positive(value: str) -> int:
@@ -78,7 +100,8 @@ def _positive(value: str) -> int:
 async def serve(args: argparse.Namespace) -> None:
     client = await connect(args.temporal or temporal_address())
     await ensure_search_attributes(client)
-    app = create_app(client, args.harness_queue, args.model_queue, args.max_streams_per_key)
+    app = create_app(client, args.harness_queue, args.model_queue, args.max_streams_per_key,
+                     args.max_threads_per_session)  # fmt: skip
     app.state.stream_url = args.stream_url  # read by the events stream (gateway/stream.py)
     app.state.stream_token = os.environ.get(ENV_STREAM_TOKEN) or None
     # With JSON logs, uvicorn's loggers go through the root's JSON handler, not the handlers of its own log_config.

@@ -10,6 +10,7 @@ from starlette.routing import Route
 from corral.records import RecordView
 from gateway.hands import check_hands
 from gateway.http import Authed
+from gateway.multiagent import pin_multiagent
 from gateway.records import RecordResource
 from gateway.shapes import agent_body, agent_view
 
@@ -30,6 +31,14 @@ class Agents(RecordResource):
     def show(self, record: RecordView) -> dict[str, Any]:
         return agent_view(record.id, record.version, record.body, record.created_at, record.updated_at,
                           record.archived_at)  # fmt: skip
+
+    async def settle(self, workspace: str, made: dict[str, Any], current: RecordView | None) -> dict[str, Any]:
+        """The agents a changed `multiagent` names, checked and pinned (an unchanged one was when it was saved)."""
+        stored = current.body.get("multiagent") if current is not None else None
+        if made.get("multiagent") == stored:
+            return made
+        own_id = current.id if current is not None else None
+        return {**made, "multiagent": await pin_multiagent(self.gateway.records, workspace, made["multiagent"], own_id)}
 
     async def check(self, workspace: str, made: dict[str, Any]) -> None:
         await check_hands(self.gateway.records, workspace, made.get("tools"), own_queues=self.gateway.own_queues())

@@ -46,10 +46,27 @@ async def check_session_hands(
         return
     agent = memo.get("agent")
     try:
-        await check_hands(records, workspace, agent.get("tools") if isinstance(agent, dict) else None,
-                          "agent.tools", own_queues)  # fmt: skip
+        for where, tools in _session_tools(agent if isinstance(agent, dict) else {}):
+            await check_hands(records, workspace, tools, where, own_queues)
     except ApiError as exc:
         raise invalid(
             f"session {session_id!r} takes no more events: {exc.message}. Interrupt it, or start a session from an "
             "agent without that hand"
         ) from exc
+
+
+def _session_tools(agent: Mapping[str, Any]) -> Iterable[tuple[str, Any]]:
+    """The tools of a session's agent snapshot, and of each agent its threads may run (its resolved multiagent
+    config's snapshots), with the field that names them."""
+    yield "agent.tools", agent.get("tools")
+    multiagent = agent.get("multiagent")
+    if not isinstance(multiagent, dict):
+        return
+    lists = {"agents": multiagent.get("agents")}
+    for member in ("subagents", "workflows"):
+        value = multiagent.get(member)
+        lists[f"{member}.predefined_agents"] = value.get("predefined_agents") if isinstance(value, dict) else None
+    for name, entries in lists.items():
+        for index, entry in enumerate(entries if isinstance(entries, list) else []):
+            if isinstance(entry, dict) and entry.get("type") == "agent":
+                yield f"agent.multiagent.{name}[{index}].tools", entry.get("tools")

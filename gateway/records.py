@@ -51,6 +51,11 @@ class RecordResource:
     async def check(self, workspace: str, made: dict[str, Any]) -> None:
         """What a body needs beyond its shape (such as the hands it names), checked before any write."""
 
+    async def settle(self, workspace: str, made: dict[str, Any], current: RecordView | None) -> dict[str, Any]:
+        """`made` with what only reading other records can settle (such as the versions of the agents it names),
+        before any write; `current` is the record an update changes."""
+        return made
+
     def routes(self, authed: Authed) -> list[Route]:
         base = f"/v1/{self.plural}"
         routes = [
@@ -72,7 +77,7 @@ class RecordResource:
         return await own_record(self.gateway.records, workspace, record_id, self.kind, f"{self.kind}_id", version)
 
     async def create(self, request: Request, workspace: str) -> Response:
-        made = self.make_body(await body(request))
+        made = await self.settle(workspace, self.make_body(await body(request)), None)
         await self.check(workspace, made)
         record = await self.gateway.records.create(self.kind, workspace, made, record_prefix(self.kind))
         return JSONResponse(self.show(record))
@@ -88,7 +93,7 @@ class RecordResource:
         expected = changes.pop("version", None) if self.versioned else None
         if expected is not None and (not isinstance(expected, int) or expected < 1):
             raise invalid("version must be a positive integer")
-        made = self.make_body(changes, current.body)
+        made = await self.settle(workspace, self.make_body(changes, current.body), current)
         await self.check(workspace, made)
         try:
             record = await self.gateway.records.put(record_id, workspace, made, expected_version=expected,

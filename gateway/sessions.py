@@ -28,6 +28,7 @@ from gateway.errors import ApiError, invalid
 from gateway.events import write_events
 from gateway.hands import check_hands
 from gateway.http import Authed, body
+from gateway.multiagent_session import DEFAULT_MAX_THREADS, resolve_multiagent
 from gateway.owned import WORKSPACE_KEY, own_record, own_session, sessions_made_by
 from gateway.pages import page_limit, session_after, session_cursor, timestamp
 from gateway.repositories import (
@@ -58,11 +59,14 @@ OVERRIDABLE = frozenset({"model", "system", "tools", "mcp_servers", "skills"})
 class Sessions:
     """The session endpoints, over one Temporal client."""
 
-    def __init__(self, client: Client, records: Records, harness_queue: str, model_queue: str) -> None:
+    def __init__(self, client: Client, records: Records, harness_queue: str, model_queue: str,
+                 max_threads: int = DEFAULT_MAX_THREADS) -> None:  # fmt: skip
         self.client = client
         self.records = records
         self.harness_queue = harness_queue
         self.model_queue = model_queue
+        self.max_threads = max_threads
+        """Threads a multi-agent session may spawn in all (`CORRAL_MAX_THREADS_PER_SESSION`)."""
 
     # ---- endpoints ------------------------------------------------------------------------------------------
 
@@ -92,9 +96,13 @@ class Sessions:
             raise invalid("vault_ids must be a list of vault ids")
         await check_vault_ids(self.records, workspace, vault_ids)
         budget = _session_budget(request.get("budget"), agent.body)
+        snapshot = agent_view(agent.id, agent.version, agent.body, agent.created_at, agent.updated_at, None)
+        multiagent = await resolve_multiagent(self.records, workspace, agent.body.get("multiagent"), snapshot,
+                                              self.max_threads, self.own_queues())  # fmt: skip
+        snapshot["multiagent"] = multiagent.view if multiagent is not None else None
         try:
             input = SessionInput(
-                agent=agent_config(agent.body),
+                agent=agent_config(agent.body, multiagent),
                 title=title,
                 metadata=check_metadata(request.get("metadata")),
                 environment=environment_recipe(environment.body),
@@ -105,7 +113,6 @@ class Sessions:
             )
         except ValidationError as exc:
             raise invalid(str(exc)) from exc
-        snapshot = agent_view(agent.id, agent.version, agent.body, agent.created_at, agent.updated_at, None)
         resources = repository_views(repositories)  # the view never has a token
         memo = {"agent": snapshot, "environment_id": environment_id, "vault_ids": vault_ids, "title": title,
                 "metadata": input.metadata, "resources": resources,

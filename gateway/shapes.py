@@ -11,11 +11,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from corral.contract.agent import Multiagent
 from corral.contract.events import SessionEvent
 from corral.contract.sandbox import Environment
 from corral.contract.session import AgentConfig, SessionBudget
 from corral.names import reserved_task_queue_problem, sandbox_engine_problem
 from gateway.errors import invalid
+from gateway.multiagent import check_reserved_tool_names, multiagent_body, multiagent_view
 
 BUILT_IN_TOOLS = ["bash", "edit", "read", "write", "glob", "grep", "web_fetch", "web_search"]
 ALWAYS_ALLOW = {"type": "always_allow"}
@@ -79,8 +81,9 @@ def model_id(model: Any) -> str:
     raise invalid("model must be a model name or an object with an id")
 
 
-def agent_config(body: dict[str, Any]) -> AgentConfig:
-    """The corral agent an API agent runs; a 400 that says what is wrong when corral cannot run it."""
+def agent_config(body: dict[str, Any], multiagent: Multiagent | None = None) -> AgentConfig:
+    """The corral agent an API agent runs (with its multiagent config as a session resolved it); a 400 that says
+    what is wrong when corral cannot run it."""
     try:
         return AgentConfig.model_validate(
             {
@@ -90,6 +93,7 @@ def agent_config(body: dict[str, Any]) -> AgentConfig:
                 # Agents stored before policies were written in get them here: a session runs what the API shows.
                 "tools": [_with_default_policy(tool) for tool in body.get("tools") or []],
                 "mcp_servers": body.get("mcp_servers") or [],
+                "multiagent": multiagent,
             }
         )
     except ValidationError as exc:
@@ -106,8 +110,6 @@ def agent_body(request: dict[str, Any], current: dict[str, Any] | None = None) -
         raise invalid(f"unknown agent field(s): {', '.join(unknown)}")
     if request.get("skills"):
         raise invalid("skills are not supported by corral yet")
-    if request.get("multiagent"):
-        raise invalid("multiagent agents are not supported by corral yet")
     identity = request.get("execution_identity")
     if identity not in (None, {"type": "service_account"}):
         raise invalid("execution_identity: corral runs every agent as its service account")
@@ -134,6 +136,9 @@ def agent_body(request: dict[str, Any], current: dict[str, Any] | None = None) -
     for field in ("tools", "mcp_servers"):
         if field in request:
             body[field] = list(request[field] or [])
+    if "multiagent" in request:  # its agents are pinned once the body is made (`gateway.multiagent.pin_multiagent`)
+        body["multiagent"] = multiagent_body(request["multiagent"], body.get("multiagent"))
+    check_reserved_tool_names(body)
     body["tools"] = [_with_default_policy(tool) for tool in body.get("tools") or []]
     for index, tool in enumerate(body["tools"]):  # by anyone: whether it is registered is checked after (I/O)
         queue = tool.get("task_queue") if isinstance(tool, dict) and tool.get("type") == "hand" else None
@@ -219,7 +224,7 @@ def agent_view(record_id: str, version: int, body: dict[str, Any], created: date
         "mcp_servers": [{"type": "url", **server} for server in body.get("mcp_servers") or []],
         "skills": [],
         "tools": [_tool_view(tool) for tool in body.get("tools") or []],
-        "multiagent": None,
+        "multiagent": multiagent_view(body.get("multiagent"), record_id, version),
     }
 
 

@@ -109,6 +109,12 @@ def rows() -> list[Row]:
         Row("POST", agent + "/archive", "id", "agent", "agent_id", lambda c, t, o: c.beta.agents.archive(t.agent)),
         Row("GET", agent + "/versions", "id", "agent", "agent_id",
             lambda c, t, o: c.beta.agents.versions.list(t.agent)),
+        Row("POST", agents, "body:multiagent.agents", "agent", "multiagent.agents[0]",
+            lambda c, t, o: c.beta.agents.create(name="lead", model="m",
+                                                 multiagent={"type": "coordinator", "agents": [t.agent]})),
+        Row("POST", agent, "body:multiagent.subagents", "agent", "multiagent.subagents.predefined_agents[0]",
+            lambda c, t, o: c.beta.agents.update(o.agent, multiagent={
+                "type": "multiagent_20261001", "subagents": {"type": "enabled", "predefined_agents": [t.agent]}})),
         Row("GET", env, "id", "environment", "environment_id",
             lambda c, t, o: c.beta.environments.retrieve(t.environment)),
         Row("POST", env, "id", "environment", "environment_id",

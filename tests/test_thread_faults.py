@@ -14,14 +14,14 @@ from typing import Any
 import docker
 from temporalio.testing import WorkflowEnvironment
 
-from corral.client import read_events, start_session
+from corral.client import read_events, send_events, start_session
 from corral.contract.events import SessionThreadCreated
 from corral.contract.session import AgentConfig, SessionInput
 from corral.contract.threads import ThreadInfo
 from corral.names import QUERY_THREADS
 from modelserver import ModelServerThread
 from sandbox.sessions import remove_session
-from tests.conftest import assert_log_is_whole, texts, unique
+from tests.conftest import Stack, assert_log_is_whole, texts, unique
 from tests.test_crash import spawn_worker
 from tests.test_sandbox import processes, session_containers, spawn_sandbox_worker
 from tests.waits import until
@@ -112,3 +112,32 @@ async def test_three_threads_finish_through_killed_harness_model_and_sandbox_wor
 
 async def _ps(client: docker.DockerClient, session_id: str) -> str:
     return await asyncio.to_thread(processes, client, session_id)
+
+
+async def test_an_interrupted_threads_command_is_stopped_in_the_sandbox(
+    sandbox_stack: Stack, docker_client: docker.DockerClient
+) -> None:
+    stack = sandbox_stack
+    sleeper = stack.script([bash("sleep 300.7"), {"text": "woke"}])
+    lead = stack.script([{"tool_uses": [{"name": "spawn_thread", "input": {"agent": "sleeper", "message": "nap"}}]},
+                         {"text": "spawned"}])  # fmt: skip
+    config = {"model": sleeper, "name": "sleeper", "tools": TOOLSET}
+    agent = {
+        "model": lead,
+        "multiagent": {"agents": [{"type": "agent", "id": "agent_s", "version": 1, "config": config}]},
+    }
+    handle = await stack.start(lead, "go", agent=agent)
+    await until(lambda: _has(docker_client, handle.id, "sleep 300.7"), "the thread's command running in the sandbox")
+    (thread,) = (await handle.query(QUERY_THREADS, result_type=list[ThreadInfo]))[1:]
+    await send_events(handle, [{"type": "user.interrupt", "session_thread_id": thread.id}])
+
+    async def stopped() -> bool:
+        return not await _has(docker_client, handle.id, "sleep 300.7")
+
+    await until(stopped, "the interrupted thread's command killed in the sandbox")
+    thread_log = await read_events(stack.client.get_workflow_handle(thread.id))
+    assert "interrupted" in texts(thread_log, "agent.tool_result")[-1]
+
+
+async def _has(client: docker.DockerClient, session_id: str, command: str) -> bool:
+    return command in await _ps(client, session_id)

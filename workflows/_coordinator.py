@@ -7,6 +7,7 @@ Workflow code: no I/O; spawning is a child workflow start, the advisor a model a
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -26,8 +27,9 @@ with workflow.unsafe.imports_passed_through():
     from corral.contract.events import AgentToolUse, ModelUsage, SessionEvent
     from corral.contract.session import normalize_content
     from corral.contract.threads import SpawnThreadInput
+    from corral.names import WORKING_STATUSES
     from workflows._advisor import consult
-    from workflows._threads import SessionThreads
+    from workflows._threads import USER_SENDER, SessionThreads
 
 
 def _problem(exc: ValidationError) -> str:
@@ -78,7 +80,7 @@ class CoordinatorTools:
             timeout = args.get("timeout_seconds", DEFAULT_WAIT_SECONDS)
             if not isinstance(timeout, int | float) or not 1 <= timeout <= MAX_WAIT_SECONDS:
                 return f"wait_for_threads: `timeout_seconds` is from 1 to {MAX_WAIT_SECONDS}.", True
-            return await self._threads.wait(ids, float(timeout), self._pending), False
+            return await self._wait(ids, float(timeout)), False
         if use.name == CONSULT_ADVISOR:
             model = self._threads.advisor_model()
             question = _text(args, "question")
@@ -88,3 +90,36 @@ class CoordinatorTools:
             self._spent(usage)
             return text, is_error
         return f"Unknown coordinator tool {use.name!r}.", True
+
+    async def _wait(self, thread_ids: list[str], timeout_seconds: float) -> str:
+        """Wait until a thread of `thread_ids` (every open one when empty) replies or none of them runs; the tool's
+        result. `self._pending` names the senders of the input already queued for the coordinator."""
+        threads = self._threads
+        unknown = [tid for tid in thread_ids if tid not in threads.infos]
+        if unknown:
+            return f"Unknown thread ids: {', '.join(unknown)}. Threads: {', '.join(threads.infos) or 'none'}."
+        targets = thread_ids or [tid for tid, info in threads.infos.items() if info.archived_at is None]
+        if not targets:
+            return "No thread to wait for: spawn one first."
+        seen = {tid: threads.replies.get(tid, 0) for tid in targets}
+
+        def replied() -> list[str]:
+            queued = set(self._pending())
+            return [tid for tid in targets if tid in queued or threads.replies.get(tid, 0) > seen[tid]]
+
+        def settled() -> bool:
+            stopped = all(threads.infos[tid].status not in WORKING_STATUSES for tid in targets)
+            return bool(replied()) or stopped or USER_SENDER in self._pending()
+
+        try:
+            await workflow.wait_condition(settled, timeout=timeout_seconds)
+        except asyncio.TimeoutError:  # noqa: UP041 - the builtin, not temporalio.exceptions.TimeoutError
+            running = [tid for tid in targets if threads.infos[tid].status == "running"]
+            return f"No reply after {timeout_seconds:g} s. Still running: {', '.join(running) or 'none'}."
+        answered = replied()
+        if answered:
+            return f"Replies from {', '.join(answered)} follow this result."
+        if USER_SENDER in self._pending():
+            return "The user sent a message, which follows this result; the threads are still working."
+        states = ", ".join(f"{tid} {threads.infos[tid].status}" for tid in targets)
+        return f"No new reply, and no thread waited on is running ({states})."

@@ -11,6 +11,7 @@ Workflow code: no I/O; signals are commands.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 
 from temporalio import workflow
@@ -116,7 +117,11 @@ class BorrowedSandbox(SessionSandbox):
     async def execute(self, use: AgentToolUse, lane: str | None = None) -> tuple[str, bool]:
         side = self._side
         side.report(ThreadReport(thread_id=side.seat.thread_id, hand_call=use))
-        await workflow.wait_condition(lambda: use.id in side.results)
+        try:
+            await workflow.wait_condition(lambda: use.id in side.results)
+        except asyncio.CancelledError:  # interrupted: the session stops the command (its process group is killed)
+            side.report(ThreadReport(thread_id=side.seat.thread_id, cancel_call=use.id))
+            raise
         result = side.results.pop(use.id)
         return result.text, result.is_error
 

@@ -97,7 +97,8 @@ class SessionThreads:
         self.replies: dict[str, int] = {}
         self._serving: dict[str, tuple[str, AgentToolUse]] = {}
         """Threads' sandbox calls running here, by tool-use id: (thread id, call)."""
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        """The task serving each call in `_serving`, to stop it when its thread is interrupted."""
 
     # ---- across hand-overs ------------------------------------------------------------------------------------
 
@@ -228,40 +229,6 @@ class SessionThreads:
             if info.archived_at is None:
                 self.archive(thread_id)
 
-    # ---- waiting for replies ----------------------------------------------------------------------------------
-
-    async def wait(self, thread_ids: list[str], timeout_seconds: float, pending: Callable[[], list[str]]) -> str:
-        """Wait until a thread of `thread_ids` (every open one when empty) replies or none of them runs; the tool's
-        result. `pending` lists the senders of the replies already queued for the coordinator."""
-        unknown = [tid for tid in thread_ids if tid not in self.infos]
-        if unknown:
-            return f"Unknown thread ids: {', '.join(unknown)}. Threads: {', '.join(self.infos) or 'none'}."
-        targets = thread_ids or [tid for tid, info in self.infos.items() if info.archived_at is None]
-        if not targets:
-            return "No thread to wait for: spawn one first."
-        seen = {tid: self.replies.get(tid, 0) for tid in targets}
-
-        def replied() -> list[str]:
-            queued = set(pending())
-            return [tid for tid in targets if tid in queued or self.replies.get(tid, 0) > seen[tid]]
-
-        def settled() -> bool:
-            stopped = all(self.infos[tid].status not in WORKING_STATUSES for tid in targets)
-            return bool(replied()) or stopped or USER_SENDER in pending()
-
-        try:
-            await workflow.wait_condition(settled, timeout=timeout_seconds)
-        except asyncio.TimeoutError:  # noqa: UP041 - the builtin, not temporalio.exceptions.TimeoutError
-            running = [tid for tid in targets if self.infos[tid].status == "running"]
-            return f"No reply after {timeout_seconds:g} s. Still running: {', '.join(running) or 'none'}."
-        answered = replied()
-        if answered:
-            return f"Replies from {', '.join(answered)} follow this result."
-        if USER_SENDER in pending():
-            return "The user sent a message, which follows this result; the threads are still working."
-        states = ", ".join(f"{tid} {self.infos[tid].status}" for tid in targets)
-        return f"No new reply, and no thread waited on is running ({states})."
-
     # ---- what threads report ----------------------------------------------------------------------------------
 
     def on_report(self, report: ThreadReport) -> None:
@@ -281,6 +248,8 @@ class SessionThreads:
         if report.reply is not None and report.reply_id is not None:
             if self._receive(info.id, info.agent.name, report.reply, report.reply_id) is not None:
                 self.replies[info.id] = self.replies.get(info.id, 0) + 1
+        if report.cancel_call is not None and report.cancel_call in self._tasks:
+            self._tasks[report.cancel_call].cancel()
         if report.hand_call is not None and report.hand_call.id not in self._serving:
             self._serving[report.hand_call.id] = (info.id, report.hand_call)
             self._start(info.id, report.hand_call)
@@ -315,9 +284,7 @@ class SessionThreads:
             self.confirm_routes[use.id] = info.id
 
     def _start(self, thread_id: str, use: AgentToolUse) -> None:
-        task = asyncio.create_task(self._serve(thread_id, use))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[use.id] = asyncio.create_task(self._serve(thread_id, use))
 
     async def _serve(self, thread_id: str, use: AgentToolUse) -> None:
         """Run a thread's sandbox call on the session's sandbox and send the result back."""
@@ -325,6 +292,7 @@ class SessionThreads:
             text, is_error = await self._sandbox.execute(use, lane=thread_id)
         finally:
             self._serving.pop(use.id, None)
+            self._tasks.pop(use.id, None)
         self._tell(thread_id, ThreadInput(hand_result=HandResult(tool_use_id=use.id, text=text, is_error=is_error)))
 
     # ---- what the client sends for a thread ---------------------------------------------------------------------

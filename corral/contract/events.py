@@ -336,47 +336,44 @@ class SpanModelRequestEnd(_Event):
 # ---- thread events (multi-agent sessions) -------------------------------------------------------------------
 
 
-class SessionThreadCreated(_Event):
+class _ThreadEvent(_Event):
+    """An event about one thread, on its parent's log."""
+
+    session_thread_id: str
+    agent_name: str
+
+
+class SessionThreadCreated(_ThreadEvent):
     """A thread was spawned (on its parent's log)."""
 
     type: Literal["session.thread_created"] = "session.thread_created"
-    session_thread_id: str
-    agent_name: str
     workflow_run_id: str | None = None
 
 
-class SessionThreadStatusRunning(_Event):
-    """A thread started working (on its parent's log)."""
+class SessionThreadStatusRunning(_ThreadEvent):
+    """A thread started working."""
 
     type: Literal["session.thread_status_running"] = "session.thread_status_running"
-    session_thread_id: str
-    agent_name: str
 
 
-class SessionThreadStatusIdle(_Event):
-    """A thread stopped working; `stop_reason` says why (on its parent's log)."""
+class SessionThreadStatusIdle(_ThreadEvent):
+    """A thread stopped working; `stop_reason` says why."""
 
     type: Literal["session.thread_status_idle"] = "session.thread_status_idle"
-    session_thread_id: str
-    agent_name: str
     stop_reason: StopReason
     stop_details: RefusalStopDetails | None = None
 
 
-class SessionThreadStatusRescheduled(_Event):
-    """A thread's transient error is being retried (on its parent's log)."""
+class SessionThreadStatusRescheduled(_ThreadEvent):
+    """A thread's transient error is being retried."""
 
     type: Literal["session.thread_status_rescheduled"] = "session.thread_status_rescheduled"
-    session_thread_id: str
-    agent_name: str
 
 
-class SessionThreadStatusTerminated(_Event):
-    """A thread ended (archived, or its session ended) and takes no more messages (on its parent's log)."""
+class SessionThreadStatusTerminated(_ThreadEvent):
+    """A thread ended (archived, or its session ended) and takes no more messages."""
 
     type: Literal["session.thread_status_terminated"] = "session.thread_status_terminated"
-    session_thread_id: str
-    agent_name: str
 
 
 class AgentThreadMessageSent(_Event):

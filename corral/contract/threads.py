@@ -147,6 +147,8 @@ class ThreadReport(BaseModel):
     """Tool calls to cross-post to the primary thread's log (their permission already evaluated)."""
     hand_call: AgentToolUse | None = None
     """A sandbox call for the session's hands to run."""
+    cancel_call: str | None = None
+    """The tool-use id of a sandbox call the thread no longer waits for (interrupted): stop it."""
     usage: ModelUsage | None = None
     """The thread's usage so far, with `turns` and `active_seconds`."""
     turns: int | None = None
