@@ -277,6 +277,53 @@ async def test_threads_are_listed_read_paged_filtered_and_archived(stack: Stack,
     assert (await client.beta.sessions.retrieve(session_id)).status == "idle", "the session itself goes on"
 
 
+async def test_threads_of_a_session_made_through_the_api_show_the_agents_it_resolved(
+    stack: Stack,
+    gateways: Gateways,  # noqa: F811
+) -> None:
+    """Everything through the SDK: a coordinator with a saved subagent and inline agents spawns one of each; each
+    thread shows what it runs, the saved agent as the session's resolved snapshot of it, the inline one by name."""
+    url, _ = await gateways.start("gateway")
+    client = await gateways.client(url, unique("threads"))
+    environment = await client.beta.environments.create(name="plain")
+    inline_model = stack.script([{"text": "inline done"}], loop=True)
+    researcher = await client.beta.agents.create(
+        name="researcher", description="finds numbers", model=stack.script([{"text": "found 42"}], loop=True)
+    )
+    spawns = [
+        {"name": "spawn_thread", "input": {"agent": "researcher", "message": "find the number"}},
+        {"name": "spawn_thread", "input": {"inline_agent": {"name": "checker", "model": inline_model},
+                                           "message": "check it"}},
+    ]  # fmt: skip
+    lead_model = stack.script([{"tool_uses": spawns}, *[{"text": "noted"}] * 6])
+    multiagent: Any = {
+        "type": "multiagent_20261001",
+        "subagents": {"type": "enabled", "predefined_agents": [researcher.id], "inline_agents": {"type": "enabled"}},
+    }
+    lead = await client.beta.agents.create(name="lead", model=lead_model, multiagent=multiagent)
+    hello: Any = {"type": "user.message", "content": [{"type": "text", "text": "what is the number?"}]}
+    session = await client.beta.sessions.create(agent=lead.id, environment_id=environment.id, initial_events=[hello])
+    stack.started.append(stack.client.get_workflow_handle(session.id))
+
+    async def both_replied() -> bool:
+        threads = [t async for t in client.beta.sessions.threads.list(session.id)]
+        replies = [texts_of(await thread_events(client, session.id, t.id), "agent.message") for t in threads[1:]]
+        return len(threads) == 3 and all(replies) and all(t.status == "idle" for t in threads[1:])
+
+    await until(both_replied, "both threads replied", within=120)
+    primary, saved, inline = [t async for t in client.beta.sessions.threads.list(session.id)]
+    resolved = (await client.beta.sessions.retrieve(session.id)).model_dump()["agent"]
+    [snapshot] = resolved["multiagent"]["subagents"]["predefined_agents"]
+    assert saved.agent.model_dump() == snapshot, "the snapshot the session resolved, whole"
+    assert saved.agent.type == "agent" and saved.agent.description == "finds numbers"
+    assert (saved.agent.id, saved.agent.version) == (researcher.id, researcher.version)
+    assert inline.agent.type == "inline" and (inline.agent.name, inline.agent.model.id) == ("checker", inline_model)
+    assert primary.agent.type == "agent" and (primary.agent.id, primary.agent.name) == (lead.id, "lead")
+    assert {saved.parent_thread_id, inline.parent_thread_id} == {primary.id} and primary.parent_thread_id is None
+    assert texts_of(await thread_events(client, session.id, saved.id), "agent.message") == ["found 42"]
+    assert texts_of(await thread_events(client, session.id, inline.id), "agent.message") == ["inline done"]
+
+
 async def test_a_thread_streams_its_own_events_with_live_text(stack: Stack, gateways: Gateways) -> None:  # noqa: F811
     url, _ = await gateways.start("gateway")
     workspace = unique("threads")
