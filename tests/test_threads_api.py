@@ -358,6 +358,26 @@ async def test_a_thread_streams_its_own_events_with_live_text(stack: Stack, gate
     assert seen.index(deltas[-1]) < seen.index(message)
     assert not any(e.type.startswith("session.thread_") for e in seen), "the thread's stream, not the session's"
 
+    # The primary thread's stream is the session's: a message sent to the session, then its reply, on it.
+    on_primary: list[Any] = []
+    primary = primary_thread_id(handle.id)
+    async with await client.beta.sessions.threads.events.stream(primary, session_id=handle.id) as stream:
+
+        async def replied() -> None:
+            asked = False
+            async for event in stream:
+                on_primary.append(event)
+                asked = asked or (event.type == "user.message" and texts_of([event], event.type) == ["status?"])
+                if asked and event.type == "session.status_idle":
+                    return
+
+        reading = asyncio.create_task(replied())
+        await client.beta.sessions.events.send(
+            handle.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "status?"}]}]
+        )
+        await asyncio.wait_for(reading, 120)
+    assert "noted" in texts_of(on_primary, "agent.message")
+
 
 async def test_an_interrupt_that_names_a_thread_stops_that_thread_only(stack: Stack, gateways: Gateways) -> None:  # noqa: F811
     url, _ = await gateways.start("gateway")
