@@ -30,7 +30,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from cli.session_ops import list_sessions, sessions_query
-from corral.client import new_session_id, read_events, send_text, start_session
+from corral.client import new_session_id, read_events, send_text, session_info, start_session
 from corral.contract.agent import AgentConfig, Multiagent, ThreadAgent
 from corral.contract.events import ModelUsage
 from corral.contract.search_attributes import STATUS_KEY, WORKSPACE_KEY
@@ -500,11 +500,12 @@ async def test_the_cli_lists_a_sessions_threads_and_reads_and_follows_one(stack:
     await send_text(handle, "go")
     primary = primary_thread_id(handle.id)
 
-    async def spawned_and_replied() -> bool:
+    async def spawned_and_replied() -> bool:  # and the coordinator answered the reply: its log is still from here
         events = await read_events(handle)
-        return any(e.type == "agent.thread_message_received" for e in events)
+        answered = "thanks" in texts_of(events, "agent.message")
+        return answered and (await session_info(handle)).status == "idle"
 
-    await until(spawned_and_replied, "the coordinator spawned a thread, which replied", within=120)
+    await until(spawned_and_replied, "the coordinator spawned a thread, which replied, and it answered", within=120)
     [created] = [e for e in await read_events(handle) if e.type == "session.thread_created"]
     thread_id = created.session_thread_id
 
