@@ -16,7 +16,8 @@ import cli.hands
 import cli.harness
 import cli.log_commands
 import cli.session_commands
-import cli.stack_commands  # noqa: F401 (the name `cli` is bound by the lines above too)
+import cli.stack_commands
+import cli.thread_commands  # noqa: F401 (the name `cli` is bound by the lines above too)
 from cli.app import app
 
 __all__ = ["app"]

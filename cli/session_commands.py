@@ -163,6 +163,28 @@ def _check_types(types: list[str] | None) -> list[str] | None:
     return types or None
 
 
+def _check_thread(thread: str | None) -> str | None:
+    if thread is None:
+        return None
+    from corral.threads import is_thread_id
+
+    if not is_thread_id(thread):
+        raise typer.BadParameter(f"{thread!r} is not a thread id (sthr_…); `corral threads SESSION` lists them")
+    return thread
+
+
+ThreadOption = Annotated[
+    str | None,
+    typer.Option(
+        "--thread",
+        metavar="THREAD",
+        help="A thread of the session (sthr_…): its own log instead of the session's.",
+        callback=_check_thread,
+        show_default=False,
+    ),
+]
+
+
 @app.command("events", rich_help_panel=PANEL)
 def events_command(
     ctx: typer.Context,
@@ -174,8 +196,10 @@ def events_command(
     ] = None,
     limit: Annotated[int | None, typer.Option(help="At most this many events.", min=1)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON lines, one event per line.")] = False,
+    thread: ThreadOption = None,
 ) -> None:
-    """Print a session's events: position, time, type and a short summary (or the events as JSON lines).
+    """Print a session's events, or one of its threads' (--thread): position, time, type and a short summary (or
+    the events as JSON lines).
 
     Control characters in event content (a model or a tool can write terminal escape sequences) are shown escaped,
     never sent to the terminal; --json output escapes them as JSON does.
@@ -187,9 +211,13 @@ def events_command(
     settings = settings_of(ctx)
 
     async def go() -> None:
-        handle = (await client_of(settings)).get_workflow_handle(session)
-        async with session_ops.explained(handle):
-            events = await read_events(handle, after=after, types=types, limit=limit)
+        if thread is not None:
+            session_ops.refuse_thread_as_session(session)  # before Temporal is asked anything
+        client = await client_of(settings)
+        handle = client.get_workflow_handle(session)
+        log = await session_ops.thread_log_of(client, session, thread)
+        async with session_ops.explained(log):
+            events = await read_events(log, after=after, types=types, limit=limit)
         if not events:
             settings.err.print(f"no events{' of that type' if types else ''} after position {after}", style="dim")
         if as_json:
@@ -210,8 +238,10 @@ def tail_command(
     session: SessionId,
     after: Annotated[int, typer.Option(help="Start after this position.", min=0)] = 0,
     forever: Annotated[bool, typer.Option("--forever", help="Keep following after the session goes idle.")] = False,
+    thread: ThreadOption = None,
 ) -> None:
-    """Print a session's events and follow new ones until the reply to the latest message is done (idle).
+    """Print a session's events (or one of its threads', --thread) and follow new ones until the reply to the
+    latest message is done (idle).
 
     Ctrl-C stops following.
     """
@@ -221,10 +251,14 @@ def tail_command(
     settings = settings_of(ctx)
 
     async def go() -> None:
-        handle = (await client_of(settings)).get_workflow_handle(session)
-        async with session_ops.explained(handle):
+        if thread is not None:
+            session_ops.refuse_thread_as_session(session)  # before Temporal is asked anything
+        client = await client_of(settings)
+        handle = client.get_workflow_handle(session)
+        log = await session_ops.thread_log_of(client, session, thread)
+        async with session_ops.explained(log):
             await session_ops.tail(
-                handle, EventRenderer(settings.out), after=after, forever=forever, stream_url=settings.stream_url()
+                log, EventRenderer(settings.out), after=after, forever=forever, stream_url=settings.stream_url()
             )
         await session_ops.report_end(handle)  # a session that ended (also when its last idle stopped the tail)
 
@@ -240,7 +274,8 @@ def ls_command(
     """List sessions, newest first.
 
     Runs the visibility query `WorkflowType='SessionWorkflow' AND ExecutionStatus!='ContinuedAsNew'
-    [AND CorralStatus='idle']`; the same query works in the Temporal Web UI and with `temporal workflow list`.
+    AND ParentWorkflowId IS NULL [AND CorralStatus='idle']`; the same query works in the Temporal Web UI and with
+    `temporal workflow list`. A session's threads (its child workflows) are listed by `corral threads SESSION`.
     """
     from cli import session_ops
     from cli.render import sessions_table

@@ -171,6 +171,42 @@ async def report_end(handle: WorkflowHandle) -> None:
         )
 
 
+async def thread_log_of(client: Client, session: str, thread: str | None) -> WorkflowHandle:
+    """The handle whose log `corral events` and `tail` read: the session's, or with `thread`, that thread's once the
+    session lists it (a thread id alone is never trusted). A thread id the session does not have is a CliError."""
+    from corral.threads import is_thread_id, session_thread, thread_log
+
+    handle = client.get_workflow_handle(session)
+    if thread is None:
+        return handle
+    refuse_thread_as_session(session)
+    if not is_thread_id(thread):
+        raise CliError(f"{thread!r} is not a thread id (sthr_…)", exit_code=2)
+    async with explained(handle):
+        found = await session_thread(handle, thread)
+    if found is None:
+        raise CliError(
+            f"session {session} has no thread {thread}", hint=f"`corral threads {session}` lists them", exit_code=2
+        )
+    return thread_log(client, handle, thread)
+
+
+def refuse_thread_as_session(session: str) -> None:
+    """A thread's id where its session's belongs is a CliError: a session's threads are listed by the session."""
+    from corral.threads import is_thread_id
+
+    if is_thread_id(session):
+        raise CliError(
+            f"{session} is a thread id, not a session id",
+            hint="give the id of the session it belongs to (sesn_…); `corral ls` lists the sessions",
+            exit_code=2,
+        )
+
+
+INPUT_TYPES = ["user.message", "agent.thread_message_received"]
+"""What starts a turn: a user's message, or (in a multi-agent session) a message from another thread."""
+
+
 @dataclass
 class TailResult:
     """What a tail saw, and why it stopped."""
@@ -189,7 +225,7 @@ async def tail(
 ) -> TailResult:
     """Print the events after `after`, then follow new ones.
 
-    Stops at the first `session.status_idle` positioned after the last `user.message` (the reply to the latest
+    Stops at the first `session.status_idle` positioned after the last input (`INPUT_TYPES`: the reply to the latest
     input is complete — already, or once it arrives), at `session.status_terminated`, or when the workflow
     closes. With `forever`, only a closed workflow (or Ctrl-C) stops it. With `stream_url` (the stack's stream
     relay), the model's text is printed live as it is produced.
@@ -208,7 +244,7 @@ async def _tail(
     handle: WorkflowHandle, renderer: EventRenderer, after: int, forever: bool, live: LiveText | None
 ) -> TailResult:
     seen: list[SessionEvent] = []
-    messages = await read_events(handle, types=["user.message"])
+    messages = await read_events(handle, types=INPUT_TYPES)
     last_user = messages[-1].position if messages else 0
     try:
         async with contextlib.aclosing(follow_events(handle, after=after)) as events:
@@ -223,7 +259,7 @@ async def _tail(
                 renderer.print(event)
                 if live is not None and event.type == "span.model_request_start":
                     live.release(event.id)
-                if event.type == "user.message":
+                if event.type in INPUT_TYPES:
                     last_user = max(last_user, event.position)
                 if event.type == "session.status_terminated":
                     return TailResult(seen, "terminated")
@@ -240,8 +276,9 @@ def workflow_status_name(status: WorkflowExecutionStatus | None) -> str:
 
 def sessions_query(status: str | None) -> str:
     """The visibility query `corral ls` runs; the same text works in the Web UI and `temporal workflow list`. A
-    session that continued as new is listed once, by its current run."""
-    query = f"WorkflowType='{SESSION_WORKFLOW}' AND ExecutionStatus!='ContinuedAsNew'"
+    session that continued as new is listed once, by its current run; a session's threads, which are its child
+    workflows of the same type, are not sessions (`corral threads SESSION` lists them)."""
+    query = f"WorkflowType='{SESSION_WORKFLOW}' AND ExecutionStatus!='ContinuedAsNew' AND ParentWorkflowId IS NULL"
     if status:
         query += f" AND {SEARCH_ATTRIBUTE_STATUS}='{status}'"
     return query

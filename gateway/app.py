@@ -36,6 +36,7 @@ from gateway.repositories import repository_routes
 from gateway.session_admin import session_admin_routes
 from gateway.session_status import session_ended_handler
 from gateway.sessions import Sessions, session_routes
+from gateway.threads import thread_routes
 from gateway.vaults import vault_routes
 
 DEFAULT_PORT = 8780
@@ -71,6 +72,7 @@ FEATURES: list[Callable[[Gateway, Authed], list[Route]]] = [
     session_routes,
     session_admin_routes,
     event_routes,
+    thread_routes,
     repository_routes,
     vault_routes,
 ]

@@ -106,12 +106,14 @@ async def write_events(handle: WorkflowHandle, events: list[Any]) -> list[dict[s
 
 def _corral_event(event: Any, index: int) -> dict[str, Any]:
     """A sent event in the form corral's `send_events` takes (the same vocabulary); the event ids it names are
-    event ids (the session itself says whether it has them)."""
+    event ids, and the thread an interrupt names is a thread id (the session itself says whether it has them)."""
     if not isinstance(event, dict):
         raise invalid("each event must be an object")
     for field in ("tool_use_id", "custom_tool_use_id"):
         if field in event:
             id_of(event[field], f"events[{index}].{field}", "event")
+    if event.get("session_thread_id") is not None:  # whether the session has that thread is the session's to say
+        id_of(event["session_thread_id"], f"events[{index}].session_thread_id", "session thread")
     return dict(event)
 
 

@@ -26,6 +26,7 @@ import pytest
 from starlette.routing import Route
 
 from corral.apikeys import create_key
+from corral.contract.threads import primary_thread_id
 from corral.records import Records
 from gateway.app import create_app
 from tests.chaos._processes import role_process, until_healthy
@@ -51,6 +52,7 @@ class Ids:
     resource: str = ""
     credential: str = ""
     event: str = ""
+    thread: str = ""
 
 
 WRONG_KIND = {
@@ -62,6 +64,7 @@ WRONG_KIND = {
     "vault": "session",
     "credential": "agent",
     "event": "vault",
+    "thread": "session",
 }
 """For each id position, the attribute of a real id of another kind (of the same workspace) to put there."""
 
@@ -82,7 +85,8 @@ class Row:
     call: Call
     cross: int | None = 404
     """What another workspace's id there gets, with every other id the caller's own: 404, as for no such id. An
-    event id is looked for in the caller's own session, which says it has none (400); a resource id (`repo1`) names
+    event id (or the thread an interrupt names) is looked for in the caller's own session, which says it has none
+    (400); a resource id (`repo1`) names
     a resource within its session, so another workspace's is reached only through its session (None: no check)."""
 
 
@@ -90,9 +94,13 @@ def rows() -> list[Row]:
     agents, environments, sessions, vaults = "/v1/agents", "/v1/environments", "/v1/sessions", "/v1/vaults"
     agent, env, session, vault = agents + "/{id}", environments + "/{id}", sessions + "/{id}", vaults + "/{id}"
     resource, credential = session + "/resources/{resource_id}", vault + "/credentials/{credential_id}"
+    thread = session + "/threads/{thread_id}"
     bearer = {"type": "static_bearer", "mcp_server_url": "https://mcp.example/mcp", "token": "t0k-" + "x" * 8}
     confirm: Call = lambda c, t, o: c.beta.sessions.events.send(  # noqa: E731
         o.session, events=[{"type": "user.tool_confirmation", "tool_use_id": t.event, "result": "allow"}]
+    )
+    interrupt: Call = lambda c, t, o: c.beta.sessions.events.send(  # noqa: E731
+        o.session, events=[{"type": "user.interrupt", "session_thread_id": t.thread}]
     )
     return [
         Row("GET", agent, "id", "agent", "agent_id", lambda c, t, o: c.beta.agents.retrieve(t.agent)),
@@ -138,8 +146,25 @@ def rows() -> list[Row]:
         Row("POST", session + "/events", "id", "session", "session_id",
             lambda c, t, o: c.beta.sessions.events.send(t.session, events=[{"type": "user.interrupt"}])),
         Row("POST", session + "/events", "body:events[].tool_use_id", "event", "events[0].tool_use_id", confirm, 400),
+        Row("POST", session + "/events", "body:events[].session_thread_id", "thread", "events[0].session_thread_id",
+            interrupt, 400),
         Row("GET", session + "/events/stream", "id", "session", "session_id",
             lambda c, t, o: c.beta.sessions.events.stream(t.session)),
+        Row("GET", session + "/threads", "id", "session", "session_id",
+            lambda c, t, o: c.beta.sessions.threads.list(t.session)),
+        *(
+            Row(method, route, param, position, field, call)
+            for param, position, field in (("id", "session", "session_id"), ("thread_id", "thread", "thread_id"))
+            for method, route, call in (
+                ("GET", thread, lambda c, t, o: c.beta.sessions.threads.retrieve(t.thread, session_id=t.session)),
+                ("POST", thread + "/archive",
+                 lambda c, t, o: c.beta.sessions.threads.archive(t.thread, session_id=t.session)),
+                ("GET", thread + "/events",
+                 lambda c, t, o: c.beta.sessions.threads.events.list(t.thread, session_id=t.session)),
+                ("GET", thread + "/stream",
+                 lambda c, t, o: c.beta.sessions.threads.events.stream(t.thread, session_id=t.session)),
+            )
+        ),
         Row("GET", session + "/resources", "id", "repo_session", "session_id",
             lambda c, t, o: c.beta.sessions.resources.list(t.repo_session)),
         Row("POST", session + "/resources", "id", "repo_session", "session_id",
@@ -270,7 +295,7 @@ async def objects(stack: Stack, client: Client) -> Ids:
     [resource] = repo_session.resources
     assert resource.type == "github_repository"
     return dataclasses.replace(ids, repo_session=repo_session.id, resource=resource.id, credential=credential.id,
-                               event=event.id)  # fmt: skip
+                               event=event.id, thread=primary_thread_id(session.id))  # fmt: skip
 
 
 async def snapshot(client: Client, a: Ids) -> dict[str, Any]:
@@ -281,6 +306,7 @@ async def snapshot(client: Client, a: Ids) -> dict[str, Any]:
         "environment": (await client.beta.environments.retrieve(a.environment)).model_dump(),
         "sessions": [(await client.beta.sessions.retrieve(s)).model_dump() for s in (a.session, a.repo_session)],
         "events": [e.model_dump() async for e in client.beta.sessions.events.list(a.session)],
+        "threads": [(t.id, t.status, t.archived_at) async for t in client.beta.sessions.threads.list(a.session)],
         "resources": [r.model_dump() async for r in client.beta.sessions.resources.list(a.repo_session)],
         "vault": (await client.beta.vaults.retrieve(a.vault)).model_dump(),
         "credentials": [c.model_dump() async for c in client.beta.vaults.credentials.list(a.vault)],

@@ -22,6 +22,7 @@ from typer.testing import CliRunner, Result
 
 from cli.main import app
 from corral.contract.events import EVENT_TYPES
+from corral.contract.threads import primary_thread_id
 from tests.conftest import Stack, wait_for_idle
 from tests.ports import free_port
 
@@ -83,6 +84,11 @@ def session_ids(real: list[str]) -> st.SearchStrategy[str]:
     return st.one_of(st.sampled_from(real or ["sesn_nothing"]), TEXT, TEXT.map(lambda tail: "sesn_" + tail))
 
 
+def thread_ids(real: list[str]) -> st.SearchStrategy[str]:
+    primaries = [primary_thread_id(session) for session in real] or ["sthr_" + "0" * 32]
+    return st.one_of(st.sampled_from(primaries), TEXT, TEXT.map(lambda tail: "sthr_" + tail))
+
+
 def files(folder: Path) -> st.SearchStrategy[str]:
     names = [*HOSTILE_FILES, "a-directory", "no/such/dir/out.jsonl"]
     return st.one_of(st.sampled_from(names).map(lambda name: str(folder / name)), st.sampled_from(["-", "", "\x00"]))
@@ -91,7 +97,7 @@ def files(folder: Path) -> st.SearchStrategy[str]:
 def commands(real: list[str], folder: Path, *, follow: bool) -> st.SearchStrategy[list[str]]:
     """Argument lists for every command that takes user input (never `tail --forever` or `start --follow`: those
     wait for more on purpose)."""
-    ids, numbers, paths = session_ids(real), NUMBERS, files(folder)
+    ids, numbers, paths, threads = session_ids(real), NUMBERS, files(folder), thread_ids(real)
     types = st.lists(st.one_of(st.sampled_from(sorted(EVENT_TYPES)), TEXT), max_size=3)
     flag = st.booleans()
 
@@ -111,6 +117,7 @@ def commands(real: list[str], folder: Path, *, follow: bool) -> st.SearchStrateg
         option("--limit", numbers),
         types.map(lambda ts: [arg for t in ts for arg in ("--type", t)]),
         flag.map(lambda on: ["--json"] if on else []),
+        option("--thread", threads),
     )
     return st.one_of(
         join(
@@ -126,7 +133,13 @@ def commands(real: list[str], folder: Path, *, follow: bool) -> st.SearchStrateg
         join(st.just(["send"]), one(ids), one(TEXT), st.just(["--follow"] if follow else [])),
         join(st.just(["interrupt"]), one(ids)),
         events,
-        join(st.just(["tail"]), one(ids), option("--after", st.sampled_from(["0", "-1", "x", "1" + "0" * 40]))),
+        join(
+            st.just(["tail"]),
+            one(ids),
+            option("--after", st.sampled_from(["0", "-1", "x", "1" + "0" * 40])),
+            option("--thread", threads),
+        ),
+        join(st.just(["threads"]), one(st.one_of(ids, threads)), flag.map(lambda on: ["--json"] if on else [])),
         join(st.just(["ls"]), option("--limit", numbers), option("--status", TEXT)),
         join(st.just(["context"]), one(ids), option("--last", numbers)),
         join(st.just(["fork"]), one(ids), option("--at", numbers), option("--agent", paths)),
