@@ -779,3 +779,42 @@ def test_a_bad_repeat_pattern_is_400(base_url: str) -> None:
     assert response.status_code == 400
     assert "repeat_until.pattern" in response.json()["error"]["message"]
     assert "not a regular expression" in response.json()["error"]["message"]
+
+
+def test_the_demos_multi_agent_scripts_spawn_wait_reply_and_sum_up() -> None:
+    """`corral demo`'s coordinator spawns `shell` and `clock`, waits until both replied, and quotes both replies;
+    each subagent runs its tool and replies with what it returned."""
+    from modelserver.demo import THREAD_DEMO_SCRIPTS
+
+    book = ScriptBook()
+    for name, script in THREAD_DEMO_SCRIPTS.items():
+        book.register(name, script)
+
+    def played(name: str, messages: list[dict[str, Any]]) -> Plan:
+        plan = book.play(name, {"messages": messages}, "x-api-key")
+        assert isinstance(plan, Plan), plan
+        return plan
+
+    spawned = played("demo-coordinator", [{"role": "user", "content": "ask both"}]).blocks
+    assert [(b.name, b.input["agent"]) for b in spawned if isinstance(b, ToolUseBlock)] == [
+        ("spawn_thread", "shell"), ("spawn_thread", "clock"),
+    ]  # fmt: skip
+    halfway = coordinator_conversation([[("clock", "2026-12-03T16:00:00+00:00")]])
+    assert [b.name for b in played("demo-coordinator", halfway).blocks if isinstance(b, ToolUseBlock)] == [
+        "wait_for_threads"
+    ]
+    both = coordinator_conversation([[("clock", "2026-12-03T16:00:00+00:00")], [("shell", "Linux 6.1.0")]])
+    (answer,) = played("demo-coordinator", both).blocks
+    assert isinstance(answer, TextBlock) and answer.text.endswith(
+        "Both threads replied:\nclock: 2026-12-03T16:00:00+00:00\nshell: Linux 6.1.0"
+    )
+
+    asked = [{"role": "user", "content": "Message from thread sthr_p (the coordinator):\nWhich kernel runs here?"}]
+    (bash,) = played("demo-shell", asked).blocks
+    assert isinstance(bash, ToolUseBlock) and (bash.name, bash.input) == ("bash", {"command": "uname -sr"})
+    use = {"type": "tool_use", "id": bash.id, "name": "bash", "input": {}}
+    result = {"type": "tool_result", "tool_use_id": bash.id, "content": "Linux 6.1.0"}
+    ran: list[dict[str, Any]] = [*asked, {"role": "assistant", "content": [use]}, {"role": "user", "content": [result]}]
+    assert played("demo-shell", ran).blocks == [TextBlock("Linux 6.1.0")]
+    (get_time,) = played("demo-clock", asked).blocks
+    assert isinstance(get_time, ToolUseBlock) and get_time.name == "get_time"
