@@ -15,6 +15,7 @@ from corral.contract.events import (
     AgentMcpToolUse,
     AgentMessage,
     AgentThreadContextCompacted,
+    AgentThreadMessageReceived,
     AgentToolResult,
     AgentToolUse,
     ContentBlock,
@@ -53,6 +54,10 @@ def _entry_blocks(entry: SessionEvent) -> tuple[str, list[dict[str, Any]]] | Non
         case UserMessage():
             blocks = _blocks(entry.content)
             return ("user", blocks) if blocks else None
+        case AgentThreadMessageReceived():
+            sender = entry.from_agent_name or "the coordinator"
+            header = {"type": "text", "text": f"Message from thread {entry.from_session_thread_id} ({sender}):"}
+            return "user", [header, *_blocks(entry.content)]
         case UserCustomToolResult():
             return "user", [_tool_result(entry.custom_tool_use_id, entry.content, entry.is_error)]
         case AgentToolResult():

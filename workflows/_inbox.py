@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from temporalio.exceptions import ApplicationError
 
@@ -18,6 +18,7 @@ from corral.contract.carry import SessionCarry
 from corral.contract.events import (
     AgentCustomToolUse,
     AgentMcpToolUse,
+    AgentThreadMessageReceived,
     AgentToolUse,
     UserCustomToolResult,
     UserInterrupt,
@@ -35,6 +36,19 @@ from corral.contract.session import (
     parse_user_events,
 )
 from workflows._log import SessionLog, check_answers
+
+
+class Router(Protocol):
+    """Where the client's events for a multi-agent session's other threads go (workflows/_threads.py)."""
+
+    custom_routes: dict[str, str]
+    confirm_routes: dict[str, str]
+
+    def routed(self, params: UserCustomToolResultParams | UserToolConfirmationParams) -> str | None: ...
+
+    def check_interrupt(self, params: UserInterruptParams) -> None: ...
+
+    def interrupt(self, params: UserInterruptParams) -> str | None: ...
 
 
 class UserInbox:
@@ -55,13 +69,16 @@ class UserInbox:
         self._interrupt_turn = interrupt_turn
         self._changed = changed
         self._client_ids: dict[str, str] = {}
-        self.pending: list[UserMessage] = []
+        self.pending: list[UserMessage | AgentThreadMessageReceived] = []
+        """Input waiting for the next model call: the user's messages, and other threads' (multi-agent)."""
         self.interrupts: list[UserInterrupt] = []
         self.awaiting_custom: dict[str, AgentCustomToolUse] = {}
         self.custom_results: dict[str, UserCustomToolResult] = {}
         self.awaiting_confirmation: dict[str, AgentToolUse | AgentMcpToolUse] = {}
         self.confirmations: dict[str, UserToolConfirmation] = {}
         self._held: list[UserEventParams] | None = None
+        self.router: Router | None = None
+        """Set by a session that has threads to route to; a thread routes nothing."""
 
     def carried(self, window: int) -> dict[str, Any]:
         """This inbox's part of a hand-over (SessionCarry fields): events by position, the newest client ids."""
@@ -77,7 +94,9 @@ class UserInbox:
 
     def resume(self, carry: SessionCarry) -> None:
         """Take over the inbox of the run that handed over (its events are in the log's tail)."""
-        self.pending = [cast(UserMessage, self._log.at(position)) for position in carry.pending]
+        self.pending = [
+            cast(UserMessage | AgentThreadMessageReceived, self._log.at(position)) for position in carry.pending
+        ]
         self.interrupts = [cast(UserInterrupt, self._log.at(position)) for position in carry.interrupts]
         self.awaiting_custom = {use.id: use for use in carry.awaiting_custom}
         self.custom_results = {
@@ -103,11 +122,19 @@ class UserInbox:
         """Raise ValueError (the update is rejected, nothing is written) for a malformed batch or a stray answer."""
         if self._held is not None:
             raise ValueError("this session is still copying the log it was forked from: send again in a moment")
+        events = parse_user_events(input)
+        routes = self.router
         check_answers(
-            parse_user_events(input),
-            waiting=set(self.awaiting_custom) - set(self.custom_results),
-            confirming=set(self.awaiting_confirmation) - set(self.confirmations),
+            events,
+            waiting=set(self.awaiting_custom) - set(self.custom_results) | set(routes.custom_routes if routes else ()),
+            confirming=set(self.awaiting_confirmation) - set(self.confirmations)
+            | set(routes.confirm_routes if routes else ()),
         )
+        for params in events:
+            if isinstance(params, UserInterruptParams) and params.session_thread_id is not None:
+                if routes is None:
+                    raise ValueError("session_thread_id: this thread has no threads of its own to interrupt")
+                routes.check_interrupt(params)
 
     def accept_batch(self, input: SendEventsInput) -> list[str]:
         return [self.accept(params) for params in parse_user_events(input)]
@@ -122,7 +149,10 @@ class UserInbox:
         event_id: str
         if isinstance(params, UserMessageParams):
             return self.accept_message(params)
-        if isinstance(params, UserInterruptParams):
+        routed = self._route(params)
+        if routed is not None:
+            event_id = routed
+        elif isinstance(params, UserInterruptParams):
             interrupt = self._log.append(UserInterrupt, processed=False, client_id=params.id)
             event_id = interrupt.id
             if self._interrupt_turn():
@@ -157,6 +187,16 @@ class UserInbox:
             self._client_ids[params.id] = event_id
         return event_id
 
+    def _route(self, params: UserEventParams) -> str | None:
+        """The event id of a user event for another thread, which the router logged and routed."""
+        if self.router is None:
+            return None
+        if isinstance(params, UserInterruptParams):
+            return self.router.interrupt(params)
+        if isinstance(params, UserCustomToolResultParams | UserToolConfirmationParams):
+            return self.router.routed(params)
+        return None
+
     def accept_message(self, params: UserMessageParams) -> str:
         if self._held is not None:
             self._held.append(params)
@@ -171,6 +211,25 @@ class UserInbox:
             self._client_ids[params.id] = message.id
         self._changed()
         return message.id
+
+    def accept_thread_message(self, from_thread_id: str, from_agent_name: str | None, content: list[Any],
+                              message_id: str) -> AgentThreadMessageReceived | None:  # fmt: skip
+        """Queue another thread's message as input (it starts a turn when idle); None when this message, by its
+        sender's event id, was taken already."""
+        key = f"thread:{message_id}"
+        if key in self._client_ids:
+            return None
+        received = self._log.append(
+            AgentThreadMessageReceived,
+            processed=False,
+            from_session_thread_id=from_thread_id,
+            from_agent_name=from_agent_name,
+            content=content,
+        )
+        self._client_ids[key] = received.id
+        self.pending.append(received)
+        self._changed()
+        return received
 
     def take_pending(self) -> None:
         """Move queued user messages into the conversation, in arrival order."""

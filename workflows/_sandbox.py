@@ -39,8 +39,14 @@ with workflow.unsafe.imports_passed_through():
     from workflows._outcomes import failure_message, not_picked_up, tool_failure
 
 
+EDITING_TOOLS = frozenset({"write", "edit"})
+"""File tools that read, change and write a file: one at a time across threads, so that no edit is lost."""
+
+
 class SessionSandbox:
-    """One session's sandbox. Calls run one at a time (they share a shell state and a workspace)."""
+    """One session's sandbox. Calls run one at a time per lane: the session's own calls in one lane, each thread's
+    (multi-agent) in its own, with its own bash shell state, so threads' commands run side by side; the editing
+    tools run one at a time across lanes."""
 
     def __init__(
         self,
@@ -60,6 +66,10 @@ class SessionSandbox:
         self.volume: str | None = None
         """The workspace volume (a warm pool member's is not named after the session): every container mounts it."""
         self._lock = asyncio.Lock()
+        """Held to provision and to stop the container."""
+        self._lanes: dict[str, asyncio.Lock] = {}
+        self._editing = asyncio.Lock()
+        self._in_flight = 0
 
     def carried(self) -> SandboxCarry:
         return SandboxCarry(handle=self.handle, stopped=self.stopped, generation=self.generation, volume=self.volume)
@@ -76,8 +86,16 @@ class SessionSandbox:
     def idle_stop_after(self) -> timedelta:
         return timedelta(seconds=self._environment.idle_stop_seconds)
 
-    async def execute(self, use: AgentToolUse) -> tuple[str, bool]:
-        """Run a built-in tool in the container, provisioning it first if needed; errors become error results."""
+    async def execute(self, use: AgentToolUse, lane: str | None = None) -> tuple[str, bool]:
+        """Run a built-in tool in the container, provisioning it first if needed, in `lane` (a thread's id; None:
+        the session's own); errors become error results."""
+        async with self._lanes.setdefault(lane or "", asyncio.Lock()):
+            if use.name not in EDITING_TOOLS:
+                return await self._execute(use, lane)
+            async with self._editing:
+                return await self._execute(use, lane)
+
+    async def _execute(self, use: AgentToolUse, lane: str | None) -> tuple[str, bool]:
         async with self._lock:
             try:
                 handle = await self._ensure()
@@ -85,11 +103,18 @@ class SessionSandbox:
                 if isinstance(err.cause, CancelledError):
                     raise
                 return f"The sandbox could not be started: {self._provision_failure(err)}", True
+        self._in_flight += 1
+        try:
             try:
                 output: str = await workflow.execute_activity(
                     ACTIVITY_EXECUTE,
                     ExecuteInput(
-                        session_id=self._session_id, tool_use_id=use.id, name=use.name, input=use.input, sandbox=handle
+                        session_id=self._session_id,
+                        tool_use_id=use.id,
+                        name=use.name,
+                        input=use.input,
+                        sandbox=handle,
+                        shell=lane,
                     ),
                     task_queue=handle.task_queue,
                     result_type=str,
@@ -105,10 +130,10 @@ class SessionSandbox:
                 if isinstance(cause, CancelledError):
                     raise
                 if isinstance(cause, ApplicationError) and cause.type == SANDBOX_GONE:
-                    self._forget()
+                    self._forget(handle)
                     return f"Tool error: {cause.message}", True
                 if not_picked_up(err):
-                    self._forget()
+                    self._forget(handle)
                     return (
                         "Tool error: no sandbox worker is attached to the engine that held this session's container. "
                         "The next tool call starts a new container (files in /workspace may not be there).",
@@ -116,6 +141,8 @@ class SessionSandbox:
                     )
                 return tool_failure(use.name, handle.task_queue, err), True
             return output, False
+        finally:
+            self._in_flight -= 1
 
     async def _ensure(self) -> SandboxHandle:
         if self.handle is not None and not self.stopped:
@@ -165,14 +192,22 @@ class SessionSandbox:
             )
         return failure_message(err)
 
-    def _forget(self) -> None:
-        """The container is gone: the next call makes a new one from the same recipe."""
+    def _forget(self, handle: SandboxHandle | None = None) -> None:
+        """The container is gone: the next call makes a new one from the same recipe. A call that ran on an older
+        container than the current one (another lane already made a new one) forgets nothing."""
+        if handle is not None and handle is not self.handle:
+            return
         self.handle, self.stopped = None, False
         self.generation += 1
 
+    @property
+    def in_use(self) -> bool:
+        """A call is running in the container (a thread's, while the session itself idles)."""
+        return self._in_flight > 0
+
     async def stop(self) -> None:
         """Zero compute while idle: stop the container, keep the workspace."""
-        if self.handle is None or self.stopped:
+        if self.handle is None or self.stopped or self.in_use:
             return
         async with self._lock:
             try:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from corral.contract.carry import Phase
+    from corral.contract.coordinator import CoordinatorTool
     from corral.contract.events import (
         AgentCustomToolUse,
         AgentMcpToolUse,
@@ -30,7 +32,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows._log import SessionLog
     from workflows._mcp import ReportError, SessionMcp
     from workflows._outcomes import ToolUseEvent
-    from workflows._sandbox import SessionSandbox
 
 DENIED_RESULT = "Not run: the user denied this tool call."
 NEW_MESSAGE_RESULT = "No result: the user sent a new message instead."
@@ -38,6 +39,16 @@ NEW_MESSAGE_RESULT = "No result: the user sent a new message instead."
 WAITING_LIST_PATCH = "still-waiting-calls"
 """From here a session that gets answers to some of the calls it waits on goes idle again, listing those left (as
 the Managed Agents API does): a client that reads only the newest idle knows what is still asked of it."""
+
+
+class Sandbox(Protocol):
+    """A session's sandbox (workflows/_sandbox.py), or a thread's, borrowed from its session (workflows/_seat.py)."""
+
+    async def execute(self, use: AgentToolUse) -> tuple[str, bool]: ...
+
+
+Coordinate = Callable[[AgentToolUse], Awaitable[tuple[str, bool]]]
+"""Runs a coordinator's own tool (workflows/_coordinator.py)."""
 
 
 class ToolCalls:
@@ -51,15 +62,17 @@ class ToolCalls:
         tools: dict[str, ResolvedTool],
         log: SessionLog,
         inbox: UserInbox,
-        sandbox: SessionSandbox,
+        sandbox: Sandbox,
         mcp: SessionMcp,
         report: ReportError,
         go_idle: Callable[[StopReason], None],
         resume_running: Callable[[], None],
         hand_over_due: Callable[[], bool],
         hand_over: Callable[[Phase], Awaitable[None]],
+        coordinate: Coordinate | None = None,
     ) -> None:
         self._agent, self._tools, self._log, self._inbox = agent, tools, log, inbox
+        self._coordinate = coordinate
         self._sandbox, self._mcp, self._report = sandbox, mcp, report
         self._go_idle, self._resume_running = go_idle, resume_running
         self._hand_over_due, self._hand_over = hand_over_due, hand_over
@@ -75,6 +88,8 @@ class ToolCalls:
             elif isinstance(use, AgentToolUse):
                 tool = self._tools.get(use.name)
                 policy = policy_type(tool.permission_policy) if isinstance(tool, HandTool | SandboxTool) else None
+                if isinstance(tool, CoordinatorTool):
+                    policy = "always_allow"  # the harness's own tools: nothing leaves the session
             else:
                 continue  # a custom tool call is the client's to run: no policy applies
             use.evaluated_permission = "deny" if policy is None else "ask" if policy == "always_ask" else "allow"
@@ -171,6 +186,8 @@ class ToolCalls:
         tool = self._tools.get(use.name)
         if isinstance(tool, SandboxTool):
             return await self._sandbox.execute(use)
+        if isinstance(tool, CoordinatorTool) and self._coordinate is not None:
+            return await self._coordinate(use)
         if not isinstance(tool, HandTool):
             return f"Unknown tool {use.name!r}. Available tools: {', '.join(sorted(self._tools))}.", True
         return await execute_on_hand(tool, use)

@@ -23,9 +23,11 @@ with workflow.unsafe.imports_passed_through():
     from corral.contract.carry import Phase, SessionCarry
     from corral.contract.context import ContextView
     from corral.contract.events import (
+        AgentThreadMessageReceived,
         BudgetReached,
         EndTurn,
         ErrorType,
+        ModelUsage,
         Refusal,
         RefusalStopDetails,
         RetryStatus,
@@ -55,9 +57,11 @@ with workflow.unsafe.imports_passed_through():
         UserInterruptParams,
         UserMessageParams,
         UserMessageSignal,
+        normalize_content,
         parse_user_events,
         web_ui_summary,
     )
+    from corral.contract.threads import ArchiveThreadInput, SpawnThreadInput, ThreadInfo, ThreadInput, ThreadReport
     from corral.names import (
         ARCHIVED,
         DELETING,
@@ -67,14 +71,21 @@ with workflow.unsafe.imports_passed_through():
         QUERY_EVENTS,
         QUERY_MODEL_CONTEXT,
         QUERY_SESSION,
+        QUERY_THREADS,
         SESSION_WORKFLOW,
         SIGNAL_INTERRUPT,
+        SIGNAL_THREAD_INPUT,
+        SIGNAL_THREAD_REPORT,
         SIGNAL_USER_MESSAGE,
+        UPDATE_ARCHIVE_THREAD,
         UPDATE_SEND_EVENTS,
         UPDATE_SESSION,
+        UPDATE_SPAWN_THREAD,
+        WORKING_STATUSES,
     )
     from workflows._admin import apply_update, validate_update
     from workflows._context import SessionContext
+    from workflows._coordinator import CoordinatorTools
     from workflows._details import web_ui_details
     from workflows._fork import start_fork
     from workflows._handover import HandOver, Parts
@@ -83,8 +94,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows._mcp import RetryState, SessionMcp
     from workflows._metrics import count
     from workflows._model_turn import ModelTurns
-    from workflows._outcomes import record_response
+    from workflows._outbox import Outbox
+    from workflows._outcomes import add_usage, record_response
     from workflows._sandbox import SessionSandbox
+    from workflows._seat import BorrowedSandbox, ThreadSide
+    from workflows._threads import SessionThreads, primary_info
     from workflows._tool_calls import ToolCalls
 
 
@@ -127,13 +141,23 @@ class SessionWorkflow:
         self._mcp = SessionMcp(
             workflow.info().workflow_id, input.agent, input.vault_ids, needs_binding=bool(input.resources)
         )
+        self._outbox = Outbox()
+        self._side = ThreadSide(input.thread, self._log, self._inbox, self._outbox) if input.thread else None
+        """Set when this workflow is a thread of a multi-agent session (workflows/_seat.py)."""
         self._sandbox = SessionSandbox(
             workflow.info().workflow_id, input.sandbox_environment(), lambda: self._mcp.clones(input.resources)
-        )
+        ) if self._side is None else BorrowedSandbox(self._side)  # fmt: skip
+        self._threads = SessionThreads(input, self._log, self._sandbox, self._outbox, self._inbox.accept_thread_message)
+        if self._side is None:
+            self._inbox.router = self._threads
+        coordinate = None
+        if input.agent.multiagent is not None:
+            coordinate = CoordinatorTools(self._threads, self._replies_queued, lambda: self._log.conversation,
+                                          input.model_task_queue, self._spend).run  # fmt: skip
         self._runs = HandOver(input)
         self._tool_calls = ToolCalls(
             input.agent, self._tools, self._log, self._inbox, self._sandbox, self._mcp, self._report,
-            self._go_idle, self._resume_running, self._hand_over_due, self._hand_over,
+            self._go_idle, self._resume_running, self._hand_over_due, self._hand_over, coordinate,
         )  # fmt: skip
         self._model = ModelTurns(
             input.agent, input.model_retry, input.model_task_queue, self._log, self._context, self._mcp, self._inbox,
@@ -148,6 +172,8 @@ class SessionWorkflow:
             self._inbox.hold()  # the copy of the source's log takes the first positions
         if input.message is not None:
             self._inbox.accept_message(UserMessageParams(type="user.message", content=input.message))
+        if self._side is not None and input.carry is None:
+            self._side.start()
 
     # ---- main loop -----------------------------------------------------------------------------------------
 
@@ -165,6 +191,8 @@ class SessionWorkflow:
                 if resume == "idle":
                     if self._hand_over_due():
                         await self._hand_over("idle")
+                    if self._side is not None and self._side.ending:
+                        return await self._end_thread()
                     if not await self._wait_for_work():
                         continue
                 self._turn_task = asyncio.create_task(self._run_turn(resume))
@@ -173,8 +201,10 @@ class SessionWorkflow:
                 self._turn_task = None
         except asyncio.CancelledError:
             # The workflow itself was cancelled (e.g. `temporal workflow cancel`): clean up, record the end, stop.
+            self._threads.end_all()
             await self._sandbox.release()
             await self._mcp.release()
+            await self._outbox.drained()
             self._set_status("terminated")
             if not self._deleting:  # a deleted session's last event is its `session.deleted`
                 self._log.append(SessionStatusTerminated)
@@ -183,11 +213,13 @@ class SessionWorkflow:
     # ---- hand-over to the next run (workflows/_handover.py) ----------------------------------------------------
 
     def _hand_over_due(self) -> bool:
-        return self._runs.due()
+        return self._runs.due() and not self._threads.busy()
 
     async def _hand_over(self, phase: Phase) -> None:
         """Continue as new from here (`phase`). Returns only when the archive could not be written: that is a
         `session.error`, and the session goes on in this run and tries again later."""
+        if not self._outbox.empty():
+            await self._outbox.drained()
         archive = await self._runs.archive_run(self._log, self._input.model_task_queue, self._report)
         if archive is None:
             return
@@ -202,6 +234,7 @@ class SessionWorkflow:
             status=self._status,
             stop_reason=self._stop_reason,
             archived_at=self._archived_at,
+            threads=self._threads.carried(),
         )
         moving = workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE if self._runs.moves_build() else None
         workflow.continue_as_new(
@@ -214,6 +247,7 @@ class SessionWorkflow:
         self._model.usage, self._model.turns, self._created_at = carry.usage, carry.turns, carry.created_at
         self._status, self._stop_reason = carry.status, carry.stop_reason
         self._archived_at = carry.archived_at
+        self._threads.resume(carry.threads)
         self._model.delta_start = len(self._log.conversation)  # the model worker reads the carried view through a query
 
     def _parts(self) -> Parts:
@@ -230,7 +264,7 @@ class SessionWorkflow:
         due = self._hand_over_due if waits else (lambda: False)
 
         def woken() -> bool:
-            return bool(self._inbox.pending) or due()
+            return bool(self._inbox.pending) or due() or (self._side is not None and self._side.ending)
 
         if not self._sandbox.running:
             await workflow.wait_condition(woken)
@@ -238,7 +272,8 @@ class SessionWorkflow:
         try:
             await workflow.wait_condition(woken, timeout=self._sandbox.idle_stop_after)
         except asyncio.TimeoutError:  # noqa: UP041 - the builtin, not temporalio.exceptions.TimeoutError
-            await self._sandbox.stop()
+            if not self._threads.working():  # the session idles, but its threads use the sandbox
+                await self._sandbox.stop()
             return False
         return bool(self._inbox.pending)
 
@@ -246,6 +281,8 @@ class SessionWorkflow:
         """Run model calls and tool calls until the model ends its turn, an error ends it, or an interrupt. A turn
         resumed after a hand-over (`resume`) picks up where the previous run left it."""
         if resume == "idle":
+            if self._side is not None:
+                self._side.turn_start = self._log.last_position
             self._set_status("running")
             self._log.append(SessionStatusRunning)
         try:
@@ -281,6 +318,8 @@ class SessionWorkflow:
                 # wait for a confirmation; the patch also keeps their events (and so their sizes) as they were.
                 if uses and workflow.patched(CONFIRMATIONS_PATCH):
                     self._tool_calls.evaluate_permissions(uses)
+                if uses and self._side is not None:
+                    self._side.cross_post(uses)
                 if uses and result.stop_reason == "max_tokens":
                     cut_off += 1
                     if not self._model.refuse_cut_off_calls(uses, cut_off):
@@ -299,7 +338,18 @@ class SessionWorkflow:
     def _list_cost(self) -> int | None:
         """What the model turns have cost so far at list price, in US cents (None: the model has no price)."""
         price = self._input.budget_price()
-        return None if price is None else list_cost(self._input.agent.model, self._model.usage, price)
+        if price is None:
+            return None
+        threads = self._threads.infos.values()  # a multi-agent session's threads spend from its budget too
+        own = list_cost(self._input.agent.model, self._model.usage, price)
+        return own + sum(list_cost(info.agent.config.model, info.usage, price) for info in threads)
+
+    def _usage(self) -> ModelUsage:
+        """The session's usage: its own model turns and its threads'."""
+        total = self._model.usage
+        for usage in self._threads.usage():
+            total = add_usage(total, usage)
+        return total
 
     def _budget_spent(self) -> bool:
         budget = self._input.budget
@@ -317,16 +367,20 @@ class SessionWorkflow:
         for use in self._log.unanswered_tool_uses():
             self._log.answer(use, "Cancelled: the user interrupted this tool call.", True)
         self._inbox.settle_interrupts()
-        self._go_idle(EndTurn())
+        self._go_idle(EndTurn(), reply=False)
 
     # ---- status -------------------------------------------------------------------------------------------
 
-    def _go_idle(self, reason: StopReason, details: RefusalStopDetails | None = None) -> None:
+    def _go_idle(self, reason: StopReason, details: RefusalStopDetails | None = None, reply: bool = True) -> None:
         if details is None:  # the events of sessions that never refused stay as they were
             self._log.append(SessionStatusIdle, stop_reason=reason)
         else:
             self._log.append(SessionStatusIdle, stop_reason=reason, stop_details=details)
         self._set_status("idle", reason.type)
+        if self._side is not None:  # a thread replies when its turn ends of itself, and reports each idle
+            if reply and isinstance(reason, EndTurn):
+                self._side.reply()
+            self._side.status("idle", reason, details, self._model.usage, self._model.turns)
 
     def _resume_running(self) -> None:
         """The turn goes on after a wait for the client."""
@@ -336,6 +390,8 @@ class SessionWorkflow:
     def _set_status(self, status: SessionStatus, stop_reason: str | None = None) -> None:
         if status != self._status:
             workflow.upsert_search_attributes([STATUS_KEY.value_set(status)])
+            if self._side is not None and status in WORKING_STATUSES:
+                self._side.status(status, None, None, self._model.usage, self._model.turns)
         self._status = status
         self._stop_reason = stop_reason
         self._describe()
@@ -393,13 +449,8 @@ class SessionWorkflow:
 
     @send_events.validator
     def _validate_send_events(self, input: SendEventsInput) -> None:
-        if self._deleting:
-            raise ApplicationError("the session is being deleted: it takes no more events", type=DELETING)
-        if self._archived_at is not None:
-            raise ApplicationError("the session is archived: it takes no more events", type=ARCHIVED)
-        if self._runs.handing_over:
-            # Nothing is written: the client sends again, and the next run takes it (corral.client.send_events).
-            raise ApplicationError("the session is continuing as new: send again", type=HANDING_OVER)
+        # Handing over: nothing is written; the client sends again, and the next run takes it (corral.client).
+        self._refuse_when_closed()
         self._inbox.validate(input)
 
     @workflow.update(name=UPDATE_SESSION)
@@ -437,6 +488,72 @@ class SessionWorkflow:
         self._turn_task.cancel()
         return True
 
+    # ---- threads (workflows/_threads.py: the session's side; workflows/_seat.py: a thread's) -------------------
+
+    @workflow.signal(name=SIGNAL_THREAD_REPORT)
+    def thread_report(self, report: ThreadReport) -> None:
+        self._runs.requests += 1
+        self._threads.on_report(report)
+
+    @workflow.signal(name=SIGNAL_THREAD_INPUT)
+    def thread_input(self, input: ThreadInput) -> None:
+        self._runs.requests += 1
+        if self._side is not None:
+            self._side.take(input)
+
+    @workflow.update(name=UPDATE_SPAWN_THREAD)
+    async def spawn_thread(self, input: SpawnThreadInput) -> ThreadInfo:
+        """Start a thread, as the coordinator's `spawn_thread` tool does (for Temporal-client users)."""
+        self._runs.requests += 1
+        return await self._threads.spawn(self._threads.check_spawn(input), normalize_content(input.message))
+
+    @spawn_thread.validator
+    def _validate_spawn_thread(self, input: SpawnThreadInput) -> None:
+        self._refuse_when_closed()
+        self._threads.check_spawn(input)
+
+    @workflow.update(name=UPDATE_ARCHIVE_THREAD)
+    def archive_thread(self, input: ArchiveThreadInput) -> ThreadInfo:
+        """Stop a thread's work and end it; it keeps its log."""
+        self._runs.requests += 1
+        return self._threads.archive(input.thread_id)
+
+    @archive_thread.validator
+    def _validate_archive_thread(self, input: ArchiveThreadInput) -> None:
+        if self._runs.handing_over:
+            raise ApplicationError("the session is continuing as new: send again", type=HANDING_OVER)
+        self._threads.check_archive(input)
+
+    def _refuse_when_closed(self) -> None:
+        if self._deleting:
+            raise ApplicationError("the session is being deleted: it takes no more events", type=DELETING)
+        if self._archived_at is not None:
+            raise ApplicationError("the session is archived: it takes no more events", type=ARCHIVED)
+        if self._runs.handing_over:
+            raise ApplicationError("the session is continuing as new: send again", type=HANDING_OVER)
+
+    def _replies_queued(self) -> list[str]:
+        return [m.from_session_thread_id for m in self._inbox.pending if isinstance(m, AgentThreadMessageReceived)]
+
+    def _spend(self, usage: ModelUsage) -> None:
+        self._model.usage = add_usage(self._model.usage, usage)
+
+    async def _end_thread(self) -> None:
+        """This thread was archived: its turn has stopped; say so, and end."""
+        assert self._side is not None
+        self._set_status("terminated")
+        self._log.append(SessionStatusTerminated)
+        self._side.status("terminated", None, None, self._model.usage, self._model.turns)
+        await self._outbox.drained()
+
+    @workflow.query(name=QUERY_THREADS)
+    def threads(self) -> list[ThreadInfo]:
+        """This session's threads, its primary thread (the session itself) first."""
+        info = self.session()
+        primary = primary_info(info.id, self._input, info.status, info.stop_reason, info.created_at,
+                               info.archived_at, self._model.usage, info.turns)  # fmt: skip
+        return self._threads.list(primary)
+
     # ---- queries ------------------------------------------------------------------------------------------
 
     @workflow.query(name=QUERY_SESSION)
@@ -450,7 +567,7 @@ class SessionWorkflow:
             last_position=self._log.last_position,
             turns=self._model.turns,
             queued_user_events=len(self._inbox.pending),
-            usage=self._model.usage,
+            usage=self._usage(),
             stop_reason=self._stop_reason,
             metadata=self._input.metadata,
             run=self._runs.run,

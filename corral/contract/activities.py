@@ -131,3 +131,7 @@ class ExecuteInput(BaseModel):
     input: dict[str, Any]
     sandbox: SandboxHandle | None = None
     """Set for the built-in tools: which container runs the call."""
+    shell: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    """The bash shell state (working directory, exported variables) a `bash` call uses and leaves: each thread of a
+    multi-agent session has its own (its thread id), so threads' commands run side by side without moving each
+    other's `cd`; None is the session's own."""

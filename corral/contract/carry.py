@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from corral.contract.events import AgentCustomToolUse, AgentMcpToolUse, AgentToolUse, ModelUsage, SessionEvent
 from corral.contract.proxy import McpToolSpec
 from corral.contract.sandbox import SandboxHandle
+from corral.contract.threads import ThreadsCarry
 from corral.names import SessionStatus
 
 
@@ -86,6 +87,8 @@ class SessionCarry(BaseModel):
     created_at: datetime
     status: SessionStatus = "idle"
     stop_reason: str | None = None
+    threads: ThreadsCarry | None = None
+    """A multi-agent session's threads (None for a session that has none)."""
 
 
 CLIENT_ID_WINDOW = 10_000

@@ -102,3 +102,26 @@ def coordinator_tools(threads: bool, advisor: bool) -> list[CoordinatorTool]:
     names = [*(THREAD_TOOLS if threads else ()), *((CONSULT_ADVISOR,) if advisor else ())]
     return [CoordinatorTool(name=name, description=TOOL_SCHEMAS[name][0], input_schema=TOOL_SCHEMAS[name][1])
             for name in names]  # fmt: skip
+
+
+ADVISOR_SYSTEM: Final = (
+    "You are an advisor to an agent that coordinates other agents. You see its question and a transcript of its "
+    "latest work. Answer the question directly, with concrete advice; you cannot run tools."
+)
+TRANSCRIPT_CHARS: Final = 40_000
+"""The most of the coordinator's latest conversation the advisor sees (its newest part)."""
+ENTRY_CHARS: Final = 2_000
+
+
+def advisor_prompt(lines: list[str], question: str) -> str:
+    """What the advisor is asked: the newest transcript lines that fit, then the question (pure)."""
+    kept: list[str] = []
+    size = 0
+    for line in reversed(lines):
+        line = line if len(line) <= ENTRY_CHARS else line[:ENTRY_CHARS] + " […]"
+        if size + len(line) > TRANSCRIPT_CHARS:
+            break
+        kept.append(line)
+        size += len(line)
+    transcript = "\n".join(reversed(kept)) or "(nothing yet)"
+    return f"<transcript>\n{transcript}\n</transcript>\n\nQuestion from the agent: {question}"

@@ -28,6 +28,7 @@ from corral.contract.limits import SendableInput
 from corral.contract.pricing import ModelPrice, NotBudgetable, price_in_force, price_of
 from corral.contract.proxy import GitRepositoryResource
 from corral.contract.sandbox import Environment
+from corral.contract.threads import ThreadSeat
 from corral.contract.user_events import (  # noqa: F401 - re-exported: callers import them from here
     MAX_MESSAGE_BYTES,
     MessageContent,
@@ -86,7 +87,7 @@ class SessionBudget(BaseModel):
 class SessionInput(SendableInput):
     """Start input of `SessionWorkflow`. Only `agent.model` is required."""
 
-    unchecked_fields = ("carry",)
+    unchecked_fields = ("carry", "thread")
 
     model_config = ConfigDict(extra="forbid")
     agent: AgentConfig
@@ -107,6 +108,8 @@ class SessionInput(SendableInput):
     when Temporal suggests it): what a harness restart replays stays small whatever the session's length."""
     budget: SessionBudget | None = None
     """Stop taking model turns once they have cost this much at list price (see `SessionBudget`)."""
+    thread: ThreadSeat | None = None
+    """Set on a thread's start input by the session that spawns it (corral.contract.threads): never by users."""
     carry: SessionCarry | None = None
     """Set by the session itself when it continues as new: the state the next run starts from (never by users)."""
 

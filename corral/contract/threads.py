@@ -9,18 +9,33 @@ Persisted schemas: add optional fields, never repurpose one.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from corral.contract.agent import AgentConfig
 from corral.contract.coordinator import InlineAgent
-from corral.contract.events import ModelUsage
-from corral.contract.user_events import MessageContent, normalize_content
+from corral.contract.events import (
+    AgentCustomToolUse,
+    AgentMcpToolUse,
+    AgentToolUse,
+    ContentBlock,
+    ModelUsage,
+    RefusalStopDetails,
+    StopReason,
+)
+from corral.contract.user_events import (
+    MessageContent,
+    UserCustomToolResultParams,
+    UserToolConfirmationParams,
+    normalize_content,
+)
 from corral.names import SESSION_ID_PREFIX, THREAD_ID_PREFIX, SessionStatus
 
 ThreadStatus = SessionStatus
 """A thread has a session's statuses."""
+CrossPosted = Annotated[AgentToolUse | AgentMcpToolUse | AgentCustomToolUse, Field(discriminator="type")]
+Answer = Annotated[UserCustomToolResultParams | UserToolConfirmationParams, Field(discriminator="type")]
 
 
 def primary_thread_id(session_id: str) -> str:
@@ -90,3 +105,82 @@ class ArchiveThreadInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     thread_id: str = Field(min_length=1)
+
+
+# ---- between a session and its threads (internal signals; persisted in history) -------------------------------
+
+
+class ThreadSeat(BaseModel):
+    """A thread's place, on its start input (`SessionInput.thread`): whose thread it is, what it runs, and the
+    message it starts on (from its parent)."""
+
+    model_config = ConfigDict(extra="forbid")
+    session_id: str
+    thread_id: str
+    parent_thread_id: str
+    agent: SpawnedAgent
+    message: list[ContentBlock] = Field(default_factory=list)
+    message_id: str | None = None
+    """The id of the parent's `agent.thread_message_sent` that carried `message`."""
+
+
+class HandResult(BaseModel):
+    """What the session's hands returned for a thread's call."""
+
+    tool_use_id: str
+    text: str
+    is_error: bool = False
+
+
+class ThreadReport(BaseModel):
+    """What a thread tells its session (signal `thread_report`); each field set is one thing to act on."""
+
+    thread_id: str
+    status: ThreadStatus | None = None
+    stop_reason: StopReason | None = None
+    stop_details: RefusalStopDetails | None = None
+    reply: list[ContentBlock] | None = None
+    """The thread's reply when its turn ended: its last message's text."""
+    reply_id: str | None = None
+    """The id of the thread's `agent.thread_message_sent` for `reply`: a reply is taken once."""
+    uses: list[CrossPosted] = Field(default_factory=list)
+    """Tool calls to cross-post to the primary thread's log (their permission already evaluated)."""
+    hand_call: AgentToolUse | None = None
+    """A sandbox call for the session's hands to run."""
+    usage: ModelUsage | None = None
+    """The thread's usage so far, with `turns` and `active_seconds`."""
+    turns: int | None = None
+    active_seconds: float | None = None
+
+
+class ThreadMessage(BaseModel):
+    """A message from another thread."""
+
+    from_thread_id: str
+    from_agent_name: str | None = None
+    content: list[ContentBlock]
+    message_id: str
+    """The sender's `agent.thread_message_sent` id: a message is taken once."""
+
+
+class ThreadInput(BaseModel):
+    """What a session tells one of its threads (signal `thread_input`); each field set is one thing to act on."""
+
+    message: ThreadMessage | None = None
+    answer: Answer | None = None
+    """A client's custom tool result or confirmation for one of the thread's calls, routed by tool-use id."""
+    interrupt: bool = False
+    archive: bool = False
+    hand_result: HandResult | None = None
+
+
+class ThreadsCarry(BaseModel):
+    """A session's threads across a hand-over: what it knows of each, and where waiting calls' answers go."""
+
+    threads: list[ThreadInfo] = Field(default_factory=list)
+    custom_routes: dict[str, str] = Field(default_factory=dict)
+    """Tool-use id of a subagent's custom tool call waiting for the client's result -> its thread id."""
+    confirm_routes: dict[str, str] = Field(default_factory=dict)
+    """Tool-use id of a subagent's call waiting for the client's confirmation -> its thread id."""
+    replies: dict[str, int] = Field(default_factory=dict)
+    """Replies received so far, by thread id."""

@@ -1,0 +1,377 @@
+"""A multi-agent session's threads, as its primary thread (the session workflow) keeps them.
+
+Each thread is a child workflow of the session (`SessionWorkflow` again, its id the thread's id), with its own
+history as its log, its own context and its own continue-as-new. The session spawns threads (the coordinator's
+`spawn_thread` tool, or the `spawn_thread` update), sends them messages, and learns from their reports (signal
+`thread_report`) what they do: each status change, each reply, each tool call (cross-posted to the primary log with
+`session_thread_id`), their usage. It routes to them what the client sends for them by tool-use id (custom tool
+results, confirmations) and interrupts. It also lends them its hands: a thread's sandbox call runs here, on the
+session's sandbox, and its result goes back by signal, so one sandbox serves every brain and the session alone
+decides its life.
+
+Workflow code: no I/O; child workflow starts and signals are commands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from corral.contract.events import (
+        AgentCustomToolUse,
+        AgentMcpToolUse,
+        AgentThreadMessageSent,
+        AgentToolUse,
+        ContentBlock,
+        ModelUsage,
+        SessionThreadCreated,
+        SessionThreadStatusIdle,
+        SessionThreadStatusRescheduled,
+        SessionThreadStatusRunning,
+        SessionThreadStatusTerminated,
+        UserCustomToolResult,
+        UserInterrupt,
+        UserToolConfirmation,
+    )
+    from corral.contract.session import (
+        SessionInput,
+        UserCustomToolResultParams,
+        UserInterruptParams,
+        UserToolConfirmationParams,
+        normalize_content,
+    )
+    from corral.contract.threads import (
+        ArchiveThreadInput,
+        HandResult,
+        SpawnedAgent,
+        SpawnThreadInput,
+        ThreadInfo,
+        ThreadInput,
+        ThreadMessage,
+        ThreadReport,
+        ThreadsCarry,
+        ThreadSeat,
+        primary_thread_id,
+    )
+    from corral.names import (
+        NOT_MULTIAGENT,
+        SESSION_WORKFLOW,
+        SIGNAL_THREAD_INPUT,
+        THREAD_ARCHIVED,
+        THREAD_ID_PREFIX,
+        THREAD_LIMIT_REACHED,
+        THREAD_NOT_FOUND,
+        WORKING_STATUSES,
+        SessionStatus,
+    )
+    from workflows._log import SessionLog
+    from workflows._outbox import Outbox
+    from workflows._sandbox import SessionSandbox
+
+Inbox = Callable[[str, str | None, list[ContentBlock], str], object]
+"""Queue another thread's message as input: (from thread, from agent name, content, sender's event id)."""
+
+
+class SessionThreads:
+    """The threads of one session run, and the session's side of every exchange with them."""
+
+    def __init__(self, input: SessionInput, log: SessionLog, sandbox: SessionSandbox, outbox: Outbox,
+                 receive: Inbox) -> None:  # fmt: skip
+        self._input, self._log, self._sandbox, self._outbox, self._receive = input, log, sandbox, outbox, receive
+        self.session_id = workflow.info().workflow_id
+        self.primary_id = primary_thread_id(self.session_id)
+        self.infos: dict[str, ThreadInfo] = {}
+        self.custom_routes: dict[str, str] = {}
+        self.confirm_routes: dict[str, str] = {}
+        self.replies: dict[str, int] = {}
+        self._serving: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ---- across hand-overs ------------------------------------------------------------------------------------
+
+    def carried(self) -> ThreadsCarry | None:
+        if not self.infos:
+            return None
+        return ThreadsCarry(threads=list(self.infos.values()), custom_routes=self.custom_routes,
+                            confirm_routes=self.confirm_routes, replies=self.replies)  # fmt: skip
+
+    def resume(self, carry: ThreadsCarry | None) -> None:
+        if carry is not None:
+            self.infos = {info.id: info for info in carry.threads}
+            self.custom_routes, self.confirm_routes = dict(carry.custom_routes), dict(carry.confirm_routes)
+            self.replies = dict(carry.replies)
+
+    def working(self) -> bool:
+        """A thread is at work, or one of its calls runs here: the sandbox is not idle, whatever the session does."""
+        return bool(self._serving) or any(info.status in WORKING_STATUSES for info in self.infos.values())
+
+    def busy(self) -> bool:
+        """A thread's hand call runs here, or a signal is on its way: not a point to hand over at."""
+        return bool(self._serving) or not self._outbox.empty()
+
+    # ---- spawning, messaging, archiving -----------------------------------------------------------------------
+
+    def check_spawn(self, input: SpawnThreadInput) -> SpawnedAgent:
+        """The agent a spawn runs, or an ApplicationError that says why it may not (nothing is written)."""
+        multiagent = self._input.agent.multiagent
+        if multiagent is None or not multiagent.spawns():
+            raise ApplicationError("this session's agent spawns no threads (it has no multiagent subagents)",
+                                   type=NOT_MULTIAGENT, non_retryable=True)  # fmt: skip
+        if len(self.infos) >= multiagent.max_threads:
+            raise ApplicationError(f"this session has made its {multiagent.max_threads} threads, its limit",
+                                   type=THREAD_LIMIT_REACHED, non_retryable=True)  # fmt: skip
+        coordinator = self._input.agent
+        if input.inline_agent is not None:
+            if not multiagent.inline_agents:
+                raise ApplicationError("this agent may not define inline agents: name a predefined one",
+                                       type=NOT_MULTIAGENT, non_retryable=True)  # fmt: skip
+            inline = input.inline_agent
+            update = {"name": inline.name, "system": inline.system, "model": inline.model or coordinator.model}
+            config = coordinator.without_multiagent().model_copy(update=update)
+            return SpawnedAgent(type="inline", name=inline.name, config=config)
+        entry = multiagent.find(coordinator, input.agent or "")
+        if entry is None:
+            names = sorted(entry.name(coordinator) for entry in multiagent.agents)
+            raise ApplicationError(f"no predefined agent {input.agent!r}: choose one of {', '.join(names) or 'none'}",
+                                   type=THREAD_NOT_FOUND, non_retryable=True)  # fmt: skip
+        config = entry.config or coordinator.without_multiagent()
+        return SpawnedAgent(type=entry.type, name=entry.name(coordinator), id=entry.id, version=entry.version,
+                            config=config)  # fmt: skip
+
+    async def spawn(self, agent: SpawnedAgent, message: list[ContentBlock]) -> ThreadInfo:
+        """Start a thread running `agent` on `message`: a child workflow, logged as `session.thread_created` and the
+        message as `agent.thread_message_sent`."""
+        thread_id = THREAD_ID_PREFIX + workflow.uuid4().hex
+        now = workflow.now()
+        info = ThreadInfo(id=thread_id, session_id=self.session_id, parent_thread_id=self.primary_id, agent=agent,
+                          status="running", created_at=now, updated_at=now)  # fmt: skip
+        self.infos[thread_id] = info
+        self._log.append(SessionThreadCreated, session_thread_id=thread_id, agent_name=agent.name)
+        sent = self._log.append(AgentThreadMessageSent, to_session_thread_id=thread_id, to_agent_name=agent.name,
+                                content=message)  # fmt: skip
+        parent = self._input
+        seat = ThreadSeat(session_id=self.session_id, thread_id=thread_id, parent_thread_id=self.primary_id,
+                          agent=agent, message=message, message_id=sent.id)  # fmt: skip
+        child = SessionInput(
+            agent=agent.config,
+            title=f"{agent.name} · thread of {parent.title or self.session_id}",
+            vault_ids=parent.vault_ids,
+            model_retry=parent.model_retry,
+            model_task_queue=parent.model_task_queue,
+            continue_as_new_after_events=parent.continue_as_new_after_events,
+            budget=parent.budget,
+            thread=seat,
+        )
+        await workflow.start_child_workflow(
+            SESSION_WORKFLOW,
+            child,
+            id=thread_id,
+            parent_close_policy=workflow.ParentClosePolicy.ABANDON,  # the session's runs end at each hand-over
+            static_summary=f"thread {agent.name} of {self.session_id}",
+        )
+        return info
+
+    def check_open(self, thread_id: str) -> ThreadInfo:
+        info = self.infos.get(thread_id)
+        if info is None:
+            known = ", ".join(self.infos) or "none"
+            raise ApplicationError(f"no thread {thread_id!r} in this session (threads: {known})",
+                                   type=THREAD_NOT_FOUND, non_retryable=True)  # fmt: skip
+        if info.archived_at is not None:
+            raise ApplicationError(f"thread {thread_id} is archived", type=THREAD_ARCHIVED, non_retryable=True)
+        return info
+
+    def message(self, thread_id: str, content: list[ContentBlock]) -> None:
+        info = self.check_open(thread_id)
+        sent = self._log.append(AgentThreadMessageSent, to_session_thread_id=thread_id, to_agent_name=info.agent.name,
+                                content=content)  # fmt: skip
+        message = ThreadMessage(from_thread_id=self.primary_id, content=content, message_id=sent.id)
+        self._tell(thread_id, ThreadInput(message=message))
+
+    def check_archive(self, input: ArchiveThreadInput) -> None:
+        if input.thread_id == self.primary_id:
+            raise ApplicationError("the primary thread is the session: archive the session instead",
+                                   type=THREAD_ARCHIVED, non_retryable=True)  # fmt: skip
+        if input.thread_id not in self.infos:
+            self.check_open(input.thread_id)
+
+    def archive(self, thread_id: str) -> ThreadInfo:
+        """Stop the thread's work and end it; archiving twice is harmless."""
+        info = self.infos[thread_id]
+        if info.archived_at is None:
+            info.archived_at = info.updated_at = workflow.now()
+            self._tell(thread_id, ThreadInput(archive=True))
+        return info
+
+    def end_all(self) -> None:
+        """The session ends: so do its threads."""
+        for thread_id, info in self.infos.items():
+            if info.archived_at is None:
+                self.archive(thread_id)
+
+    # ---- waiting for replies ----------------------------------------------------------------------------------
+
+    async def wait(self, thread_ids: list[str], timeout_seconds: float, pending: Callable[[], list[str]]) -> str:
+        """Wait until a thread of `thread_ids` (every open one when empty) replies or none of them runs; the tool's
+        result. `pending` lists the senders of the replies already queued for the coordinator."""
+        unknown = [tid for tid in thread_ids if tid not in self.infos]
+        if unknown:
+            return f"Unknown thread ids: {', '.join(unknown)}. Threads: {', '.join(self.infos) or 'none'}."
+        targets = thread_ids or [tid for tid, info in self.infos.items() if info.archived_at is None]
+        if not targets:
+            return "No thread to wait for: spawn one first."
+        seen = {tid: self.replies.get(tid, 0) for tid in targets}
+
+        def replied() -> list[str]:
+            queued = set(pending())
+            return [tid for tid in targets if tid in queued or self.replies.get(tid, 0) > seen[tid]]
+
+        def settled() -> bool:
+            return bool(replied()) or all(self.infos[tid].status != "running" for tid in targets)
+
+        try:
+            await workflow.wait_condition(settled, timeout=timeout_seconds)
+        except asyncio.TimeoutError:  # noqa: UP041 - the builtin, not temporalio.exceptions.TimeoutError
+            running = [tid for tid in targets if self.infos[tid].status == "running"]
+            return f"No reply after {timeout_seconds:g} s. Still running: {', '.join(running) or 'none'}."
+        answered = replied()
+        if answered:
+            return f"Replies from {', '.join(answered)} follow this result."
+        states = ", ".join(f"{tid} {self.infos[tid].status}" for tid in targets)
+        return f"No new reply, and no thread waited on is running ({states})."
+
+    # ---- what threads report ----------------------------------------------------------------------------------
+
+    def on_report(self, report: ThreadReport) -> None:
+        info = self.infos.get(report.thread_id)
+        if info is None:
+            workflow.logger.warning("dropped a report from %s, not a thread of this session", report.thread_id)
+            return
+        now = workflow.now()
+        info.updated_at = now
+        for use in report.uses:
+            self._cross_post(info, use)
+        if report.usage is not None:
+            info.usage = report.usage
+            info.turns = report.turns or info.turns
+            info.stats.active_seconds = report.active_seconds or info.stats.active_seconds
+        info.stats.duration_seconds = (now - info.created_at).total_seconds()
+        if report.reply is not None and report.reply_id is not None:
+            if self._receive(info.id, info.agent.name, report.reply, report.reply_id) is not None:
+                self.replies[info.id] = self.replies.get(info.id, 0) + 1
+        if report.hand_call is not None and report.hand_call.id not in self._serving:
+            self._serving.add(report.hand_call.id)
+            task = asyncio.create_task(self._serve(info.id, report.hand_call))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        if report.status is not None:
+            self._status(info, report)
+
+    def _status(self, info: ThreadInfo, report: ThreadReport) -> None:
+        fields: dict[str, Any] = {"session_thread_id": info.id, "agent_name": info.agent.name}
+        if report.status == "idle" and report.stop_reason is not None:
+            if report.stop_details is None:
+                self._log.append(SessionThreadStatusIdle, stop_reason=report.stop_reason, **fields)
+            else:
+                self._log.append(SessionThreadStatusIdle, stop_reason=report.stop_reason,
+                                 stop_details=report.stop_details, **fields)  # fmt: skip
+            info.stop_reason = report.stop_reason.type
+        elif report.status == "running":
+            self._log.append(SessionThreadStatusRunning, **fields)
+            info.stop_reason = None
+        elif report.status == "rescheduling":
+            self._log.append(SessionThreadStatusRescheduled, **fields)
+        elif report.status == "terminated":
+            self._log.append(SessionThreadStatusTerminated, **fields)
+        info.status = report.status or info.status
+
+    def _cross_post(self, info: ThreadInfo, use: AgentToolUse | AgentMcpToolUse | AgentCustomToolUse) -> None:
+        """A copy of a subagent's call on the primary log, with its id, so the client answers it by that id."""
+        fields = use.model_dump(exclude={"id", "type", "position", "created_at", "processed_at", "session_thread_id"})
+        self._log.append(type(use), id=use.id, session_thread_id=info.id, **fields)
+        if isinstance(use, AgentCustomToolUse):
+            self.custom_routes[use.id] = info.id
+        elif use.evaluated_permission == "ask":
+            self.confirm_routes[use.id] = info.id
+
+    async def _serve(self, thread_id: str, use: AgentToolUse) -> None:
+        """Run a thread's sandbox call on the session's sandbox and send the result back."""
+        try:
+            text, is_error = await self._sandbox.execute(use, lane=thread_id)
+        finally:
+            self._serving.discard(use.id)
+        self._tell(thread_id, ThreadInput(hand_result=HandResult(tool_use_id=use.id, text=text, is_error=is_error)))
+
+    # ---- what the client sends for a thread ---------------------------------------------------------------------
+
+    def routed(self, params: UserCustomToolResultParams | UserToolConfirmationParams) -> str | None:
+        """Log an answer for a subagent's call on the primary log and route it to its thread; its event id, or
+        None when the call is not a subagent's."""
+        if isinstance(params, UserCustomToolResultParams):
+            thread_id = self.custom_routes.pop(params.custom_tool_use_id, None)
+            if thread_id is None:
+                return None
+            content = normalize_content(params.content) if params.content else []
+            event: UserCustomToolResult | UserToolConfirmation = self._log.append(
+                UserCustomToolResult, custom_tool_use_id=params.custom_tool_use_id, content=content,
+                is_error=params.is_error, client_id=params.id, session_thread_id=thread_id,
+            )  # fmt: skip
+        else:
+            thread_id = self.confirm_routes.pop(params.tool_use_id, None)
+            if thread_id is None:
+                return None
+            event = self._log.append(
+                UserToolConfirmation, tool_use_id=params.tool_use_id, result=params.result,
+                deny_message=params.deny_message, client_id=params.id, session_thread_id=thread_id,
+            )  # fmt: skip
+        self._tell(thread_id, ThreadInput(answer=params))
+        return event.id
+
+    def check_interrupt(self, params: UserInterruptParams) -> None:
+        target = params.session_thread_id
+        if target is not None and target != self.primary_id and target not in self.infos:
+            raise ValueError(f"session_thread_id: no thread {target!r} in this session")
+
+    def interrupt(self, params: UserInterruptParams) -> str | None:
+        """Route an interrupt: to one thread (its event id), or to every open thread too (None: the session
+        interrupts its primary thread as well)."""
+        target = params.session_thread_id
+        if target is not None and target != self.primary_id:
+            event = self._log.append(UserInterrupt, client_id=params.id, session_thread_id=target)
+            if self.infos[target].archived_at is None:
+                self._tell(target, ThreadInput(interrupt=True))
+            return event.id
+        if target is None:
+            for thread_id, info in self.infos.items():
+                if info.archived_at is None:
+                    self._tell(thread_id, ThreadInput(interrupt=True))
+        return None
+
+    def advisor_model(self) -> str | None:
+        multiagent = self._input.agent.multiagent
+        return multiagent.advisor_model if multiagent is not None else None
+
+    def usage(self) -> list[ModelUsage]:
+        return [info.usage for info in self.infos.values()]
+
+    def list(self, primary: ThreadInfo) -> list[ThreadInfo]:
+        return [primary, *self.infos.values()]
+
+    def _tell(self, thread_id: str, input: ThreadInput) -> None:
+        self._outbox.send(thread_id, SIGNAL_THREAD_INPUT, input)
+
+
+def primary_info(session_id: str, input: SessionInput, status: SessionStatus, stop_reason: str | None,
+                 created_at: datetime, archived_at: datetime | None, usage: ModelUsage,
+                 turns: int) -> ThreadInfo:  # fmt: skip
+    """The primary thread's entry in the session's thread list: the session itself."""
+    agent = SpawnedAgent(type="primary", name=input.agent.name or "primary", config=input.agent)
+    return ThreadInfo(id=primary_thread_id(session_id), session_id=session_id, agent=agent, status=status,
+                      stop_reason=stop_reason, created_at=created_at, updated_at=workflow.now(),
+                      archived_at=archived_at, usage=usage, turns=turns)  # fmt: skip
