@@ -82,6 +82,11 @@ def test_options_override_the_input_file() -> None:
     assert [tool.type for tool in defaults] == ["corral_utility", "agent_toolset_20260401"]
     without = build_session_input(None, default_model="d", toolset=False).agent.tools
     assert [tool.type for tool in without] == ["corral_utility"]
+    # A file's tools are its own: a configured toolset is kept as configured when no option is given.
+    bash_only = {"type": "agent_toolset_20260401", "default_config": {"enabled": False},
+                 "configs": [{"name": "bash", "enabled": True}]}  # fmt: skip
+    kept = build_session_input({"agent": {"tools": [bash_only]}}, default_model="d", from_file=True).agent
+    assert [tool.name for tool in kept.resolved_tools()] == ["bash"]
 
 
 # ---- end to end, real processes -------------------------------------------------------------------------------
