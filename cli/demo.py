@@ -105,8 +105,7 @@ def _summary(settings: Settings, session_id: str, address: str, events: list[Ses
         f"temporal workflow query --address {address} --namespace {settings.namespace} "
         f"--workflow-id {session_id} --name events",
     )
-    grid.add_row("Stop the stack", "corral down")
-    return Panel(grid, title="demo finished", title_align="left", border_style="green", expand=False)
+    return Panel(grid, title="demo session finished", title_align="left", border_style="green", expand=False)
 
 
 async def run_demo(settings: Settings, options: up.UpOptions) -> None:

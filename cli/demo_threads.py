@@ -90,11 +90,12 @@ def thread_summary(settings: Settings, session_id: str, events: list[SessionEven
         grid.add_row("Thread", line)
     answers = [event for event in events if isinstance(event, AgentMessage)]
     if answers:
-        grid.add_row("Coordinator", one_line(blocks_text(answers[-1].content), 100))
+        grid.add_row("Coordinator", Text(one_line(blocks_text(answers[-1].content), 100)))
     grid.add_row("Web UI", Text(f"{settings.workflow_url(session_id)} (its threads are its child workflows)", "blue"))
     grid.add_row("Read them", f"corral threads {session_id}")
     if created:
         grid.add_row("", f"corral events {session_id} --thread {created[0].session_thread_id}")
     grid.add_row("More", "docs/threads.md")
+    grid.add_row("Stop the stack", "corral down")
     title = f"multi-agent run: {len(created)} threads"
     return Panel(grid, title=title, title_align="left", border_style="green", expand=False)
