@@ -214,7 +214,7 @@ class SandboxActivities:
         async with heartbeating():
             try:
                 if isinstance(params, BashInput):
-                    return await self._bash(input.session_id, input.tool_use_id, params, handle)
+                    return await self._bash(input.session_id, input.tool_use_id, params, handle, input.shell)
                 return await self._file_tool(input.tool_use_id, input.name, params, handle)
             except SandboxGone as exc:
                 raise _gone(exc) from exc
@@ -243,11 +243,17 @@ class SandboxActivities:
             raise tool_error(str(answer.get("output") or answer.get("error") or f"{name} failed"))
         return cut_output(str(answer.get("output", "")))
 
-    async def _bash(self, session_id: str, call_id: str, params: BashInput, handle: SandboxHandle) -> str:
+    async def _bash(
+        self, session_id: str, call_id: str, params: BashInput, handle: SandboxHandle, shell: str | None
+    ) -> str:
         notes: list[str] = []
+        # A thread's calls name its own shell state; the session's own name none, so their requests stay as they were.
+        named: dict[str, Any] = {"shell": shell} if shell is not None else {}
         if params.restart:
             if not params.command:
-                await self._ask(handle, "reset")
+                reset = await self._ask(handle, "reset", **named)
+                if not reset.get("ok", True) and reset.get("error"):
+                    raise SandboxError(f"the sandbox's runner failed: {reset['error']}")
                 return "bash session restarted: working directory and exported variables are reset"
             notes.append("[bash session restarted before this command]")
         if not params.command or not params.command.strip():
@@ -272,6 +278,7 @@ class SandboxActivities:
             "head": OUTPUT_HEAD,
             "tail": OUTPUT_TAIL,
             "restart": bool(params.restart),
+            **named,
         }
         try:
             # The runner times the command out itself; this wait only guards against a runner that hangs.

@@ -5,7 +5,8 @@ Upstream deletes "the record, its events and its container". Here the session fi
 `update_session` update refuses it while the session runs, else writes `session.deleted`, which ends every open
 stream, and takes nothing more); then it is cancelled, so the harness releases its sandbox and MCP bindings
 itself; then Temporal's execution, the log with it, is deleted, and the session is gone from every read and
-listing (404).
+listing (404). A multi-agent session's threads go with it: cancelling the session archives them, and their
+executions and logs are deleted after its own.
 """
 
 from __future__ import annotations
@@ -19,7 +20,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
-from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+)
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -27,7 +33,8 @@ from corral.archive import forget_session
 from corral.blobs import BlobStoreError, open_blob_store
 from corral.client import update_session
 from corral.contract.session import UpdateSessionInput
-from corral.names import BUDGET_CREATE_ONLY, BUDGET_NOT_RAISED, BUSY, refusal_type
+from corral.contract.threads import ThreadInfo
+from corral.names import BUDGET_CREATE_ONLY, BUDGET_NOT_RAISED, BUSY, QUERY_THREADS, refusal_type
 from gateway.errors import ApiError, invalid
 from gateway.http import Authed, body
 from gateway.owned import own_session
@@ -52,6 +59,7 @@ def session_admin_routes(gateway: Any, authed: Authed) -> list[Route]:
     async def delete(request: Request, workspace: str) -> Response:
         session_id = request.path_params["id"]
         handle, description = await own_session(gateway.client, workspace, session_id)
+        threads = await _thread_ids(handle)  # their logs go with the session's
         if description.status is not None and description.status.name == "RUNNING":
             try:  # refused while the session runs; else its log ends with session.deleted, and it takes no more
                 await update_session(handle, UpdateSessionInput(delete=True))
@@ -65,18 +73,19 @@ def session_admin_routes(gateway: Any, authed: Authed) -> list[Route]:
                 await asyncio.wait_for(handle.result(), CANCEL_SECONDS)
             except (WorkflowFailureError, TimeoutError):
                 pass  # cancelled (the expected end), or slow to release: deleted all the same
-        try:
-            await gateway.records.client.workflow_service.delete_workflow_execution(
-                _delete_request(gateway.records.client.namespace, session_id)
-            )
-        except RPCError as exc:
-            if exc.status != RPCStatusCode.NOT_FOUND:
-                raise
-        await _until_gone(handle)
-        try:  # what the blob store keeps of it (earlier runs, whole tool outputs) goes too
-            await asyncio.to_thread(forget_session, open_blob_store(), session_id)
-        except (BlobStoreError, OSError) as exc:
-            logger.warning("session %s is deleted, but its blobs could not be: %s", session_id, exc)
+        for workflow_id in [session_id, *threads]:
+            try:
+                await gateway.records.client.workflow_service.delete_workflow_execution(
+                    _delete_request(gateway.records.client.namespace, workflow_id)
+                )
+            except RPCError as exc:
+                if exc.status != RPCStatusCode.NOT_FOUND:
+                    raise
+            await _until_gone(gateway.client.get_workflow_handle(workflow_id))
+            try:  # what the blob store keeps of it (earlier runs, whole tool outputs) goes too
+                await asyncio.to_thread(forget_session, open_blob_store(), workflow_id)
+            except (BlobStoreError, OSError) as exc:
+                logger.warning("%s is deleted, but its blobs could not be: %s", workflow_id, exc)
         return JSONResponse({"id": session_id, "type": "session_deleted"})
 
     async def update(request: Request, workspace: str) -> Response:
@@ -134,6 +143,16 @@ async def _until_gone(handle: WorkflowHandle) -> None:
                 return
             raise
         await asyncio.sleep(0.05)
+
+
+async def _thread_ids(handle: WorkflowHandle) -> list[str]:
+    """The ids of a session's threads (child workflows), but its primary (the session itself)."""
+    try:
+        threads = await handle.query(QUERY_THREADS, result_type=list[ThreadInfo])
+    except (RPCError, WorkflowQueryFailedError) as exc:  # a harness older than threads, or none to replay it
+        logger.warning("the threads of %s could not be listed; only the session is deleted: %s", handle.id, exc)
+        return []
+    return [thread.id for thread in threads if thread.parent_thread_id is not None]
 
 
 def _delete_request(namespace: str, session_id: str) -> DeleteWorkflowExecutionRequest:

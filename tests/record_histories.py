@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowHistory
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from activities.sandbox import SandboxActivities
 from corral.client import read_events, send_text, start_session, update_session, wait_for_idle
+from corral.contract.events import AgentMessage
 from corral.contract.session import (
     AgentConfig,
     SendEventsInput,
@@ -35,8 +36,9 @@ from corral.contract.session import (
     SessionInput,
     UpdateSessionInput,
 )
+from corral.contract.threads import ThreadInfo
 from corral.hands import make_execute_activity
-from corral.names import SIGNAL_INTERRUPT, UPDATE_SEND_EVENTS, UPDATE_SESSION
+from corral.names import QUERY_THREADS, SIGNAL_INTERRUPT, UPDATE_SEND_EVENTS, UPDATE_SESSION
 from corral.records import Records
 from corral.temporal import cluster_id, start_local_temporal
 from modelserver import ModelServerThread
@@ -50,6 +52,8 @@ HAND_QUEUE = "record-hand"
 MODEL_QUEUE = "record-model"
 HARNESS_QUEUE = "record-harness"
 
+RECORDING: list[Client] = []
+"""The client recording (a scenario that records a workflow besides the session, a thread, reads it through it)."""
 Scenario = Callable[[WorkflowHandle], Awaitable[list[str] | None]]
 """Plays a session; returns the ids of the workflow runs to record (None: the current run)."""
 
@@ -163,6 +167,21 @@ async def idle_hand_over(handle: WorkflowHandle) -> list[str]:
     raise AssertionError("the session did not continue as new while idle")
 
 
+async def threads(handle: WorkflowHandle) -> None:
+    """A coordinator spawns a thread that runs a command on the session's sandbox and replies; the session is then
+    cancelled, which archives the thread. Records the session and, beside it, the thread (`threads_thread.json`)."""
+    events = await wait_for_idle(handle, within_seconds=120)
+    while not any(isinstance(e, AgentMessage) and e.content[0].text == "done" for e in events):
+        events = await wait_for_idle(handle, after=events[-1].position, within_seconds=120)
+    (_, thread) = await handle.query(QUERY_THREADS, result_type=list[ThreadInfo])
+    await handle.cancel()
+    with contextlib.suppress(WorkflowFailureError):
+        await handle.result()
+    thread_handle = RECORDING[0].get_workflow_handle(thread.id)
+    await thread_handle.result()  # the thread ends once the session's cancellation archived it
+    await _write(HISTORIES / "threads_thread.json", thread_handle)
+
+
 async def sandbox_tools(handle: WorkflowHandle) -> None:
     await wait_for_idle(handle, within_seconds=120)
     await handle.cancel()  # releases the sandbox: container and volume removed
@@ -184,7 +203,29 @@ SESSION_OPTIONS: dict[str, dict[str, Any]] = {
         }
     },
 }
-AGENT_OPTIONS: dict[str, dict[str, Any]] = {"context_compaction": {"context_budget_tokens": 1_500}}
+AGENT_OPTIONS: dict[str, dict[str, Any]] = {
+    "context_compaction": {"context_budget_tokens": 1_500},
+    "threads": {
+        "multiagent": {
+            "agents": [
+                {
+                    "type": "agent",
+                    "id": "agent_worker",
+                    "version": 1,
+                    "config": {
+                        "model": "script:threads_worker",
+                        "name": "worker",
+                        "tools": [{"type": "agent_toolset_20260401"}],
+                    },
+                }
+            ]
+        }
+    },
+}
+EXTRA_SCRIPTS: dict[str, list[dict[str, Any]]] = {
+    "threads_worker": [{"tool_uses": [{"name": "bash", "input": {"command": "echo from the thread"}}]}, {"text": "ok"}],
+}
+"""Scripts of models a scenario's agents use besides its own (a multi-agent session's subagents)."""
 
 SCENARIOS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], Scenario]] = {
     "conversation_with_tools": (
@@ -249,6 +290,15 @@ SCENARIOS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], Scenario]
         [],
         model_routing,
     ),
+    "threads": (
+        [
+            {"tool_uses": [{"name": "spawn_thread", "input": {"agent": "worker", "message": "say hi"}}]},
+            {"tool_uses": [{"name": "wait_for_threads", "input": {}}]},
+            {"text": "done"},
+        ],
+        [],
+        threads,
+    ),
     "renamed_and_archived": ([{"text": "hello"}], [], renamed_and_archived),
     "budget_changed_then_deleted": ([{"text": "hello"}], [], budget_changed_then_deleted),
     "idle_hand_over": ([{"text": "hello"}], [], idle_hand_over),
@@ -292,8 +342,18 @@ def _without_stack_traces(node: Any) -> Any:
     return node
 
 
+async def _write(path: Path, handle: WorkflowHandle) -> WorkflowHistory:
+    history = await handle.fetch_history()
+    recorded = _without_stack_traces(json.loads(history.to_json()))
+    path.write_text(json.dumps(recorded, indent=1) + "\n")
+    return history
+
+
 async def record(client: Client, server: ModelServerThread, names: list[str]) -> None:
     HISTORIES.mkdir(exist_ok=True)
+    RECORDING[:] = [client]
+    for script, steps in EXTRA_SCRIPTS.items():
+        server.register(script, {"steps": steps})
     for name in names:
         steps, tools, scenario = SCENARIOS[name]
         server.register(name, {"steps": steps, **SCRIPT_OPTIONS.get(name, {})})
@@ -316,9 +376,7 @@ async def record(client: Client, server: ModelServerThread, names: list[str]) ->
             }
         )
         for file, run_handle in files.items():
-            history = await run_handle.fetch_history()
-            recorded = _without_stack_traces(json.loads(history.to_json()))
-            (HISTORIES / file).write_text(json.dumps(recorded, indent=1) + "\n")
+            history = await _write(HISTORIES / file, run_handle)
         with contextlib.suppress(RPCError):  # a scenario may have ended the session itself
             await handle.terminate("recorded")
         print(f"recorded {name}: {len(history.events)} history events")

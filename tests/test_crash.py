@@ -22,7 +22,7 @@ from tests.waits import activity_running, attempts_of, polled_by, until
 ROOT = Path(__file__).resolve().parent.parent
 
 
-async def _spawn(
+async def spawn_worker(
     client: Client, model_server: ModelServerThread, queues: dict[str, str], log: Path
 ) -> subprocess.Popen[bytes]:
     """The worker process, once it polls its queues (a loaded machine may take long to start it)."""
@@ -77,7 +77,7 @@ async def test_sigkill_mid_turn_then_a_fresh_worker_finishes(
         model_task_queue=queues["model"],
     )
     log = tmp_path / "worker.log"
-    first = await _spawn(client, model_server, queues, log)
+    first = await spawn_worker(client, model_server, queues, log)
     second: subprocess.Popen[bytes] | None = None
     third: subprocess.Popen[bytes] | None = None
     try:
@@ -88,7 +88,7 @@ async def test_sigkill_mid_turn_then_a_fresh_worker_finishes(
         first.send_signal(signal.SIGKILL)
         first.wait()
         killed_at = time.monotonic()
-        second = await _spawn(client, model_server, queues, log)
+        second = await spawn_worker(client, model_server, queues, log)
         events = await wait_for_idle(handle, after=events[-1].position, within_seconds=60)
         recovery = time.monotonic() - killed_at
         print(f"\nrecovered from SIGKILL mid model turn in {recovery:.1f}s")
@@ -101,7 +101,7 @@ async def test_sigkill_mid_turn_then_a_fresh_worker_finishes(
         second.send_signal(signal.SIGKILL)
         second.wait()
         killed_at = time.monotonic()
-        third = await _spawn(client, model_server, queues, log)
+        third = await spawn_worker(client, model_server, queues, log)
         events = await wait_for_idle(handle, after=events[-1].position, within_seconds=60)
         print(f"recovered from SIGKILL mid tool call in {time.monotonic() - killed_at:.1f}s")
         assert texts(events) == ["after the tool"]

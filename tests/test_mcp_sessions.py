@@ -31,6 +31,7 @@ from tests.proxy_servers.devvault import shared_dev_vault
 from tests.proxy_servers.mcp_server import create_mcp_app
 from tests.proxy_servers.oauth_server import TOKEN_PATH, create_token_app
 from tests.proxy_servers.tokens import TokenAuthority
+from tests.waits import until
 from workers.proxy import proxy_worker, revoke_closed_sessions
 from workers.roles import model_worker
 
@@ -310,3 +311,36 @@ async def test_a_terminated_sessions_reference_is_revoked_by_the_proxy_reaper(mc
     assert ended.id in revoked and kept.id not in revoked
     bound = set(mcp_stack.store.bound_sessions())
     assert ended.id not in bound and kept.id in bound
+
+
+async def test_a_thread_calls_mcp_tools_with_the_sessions_vaults(mcp_stack: McpStack) -> None:
+    """A subagent's MCP calls go through the proxy with the credentials of its session's vaults, which never reach
+    the thread's history either; the call is cross-posted to the session's log."""
+    token = mcp_stack.authority.issue_access_token()
+    mcp_stack.store.add_credential(
+        mcp_stack.vault.id, StaticBearerParams(mcp_server_url=mcp_stack.mcp_url, token=token)
+    )
+    stack = mcp_stack.stack
+    adder = stack.script([{"tool_uses": [{"name": "mcp__tools__add", "input": {"a": 1, "b": 2}}]},
+                          {"text": "sum:", "echo_last_user": True}])  # fmt: skip
+    lead = stack.script([
+        {"tool_uses": [{"name": "spawn_thread", "input": {"agent": "adder", "message": "add"}}]},
+        {"tool_uses": [{"name": "wait_for_threads", "input": {}}]},
+        {"text": "done"},
+    ])  # fmt: skip
+    config = {"model": adder, "name": "adder", **mcp_stack.agent_tools()}
+    roster = [{"type": "agent", "id": "agent_adder", "version": 1, "config": config}]
+    agent = {"model": lead, "multiagent": {"agents": roster}}
+    handle = await stack.start(lead, message="go", vault_ids=[mcp_stack.vault.id], agent=agent)
+
+    async def done() -> bool:
+        return "done" in texts(await read_events(handle))
+
+    await until(done, "the coordinator's answer after the thread's MCP call")
+    events = await read_events(handle)
+    assert texts(events, "agent.thread_message_received") == ["sum:\n3"]
+    [use] = [e for e in events if isinstance(e, AgentMcpToolUse)]
+    assert use.session_thread_id is not None and (use.name, use.input) == ("add", {"a": 1, "b": 2})
+    assert mcp_stack.authority.tool_calls == [("add", token)], "the thread's call carried the vault's token"
+    thread = stack.client.get_workflow_handle(use.session_thread_id)
+    assert token not in await history_text(thread) and token not in await history_text(handle)

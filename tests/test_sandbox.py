@@ -15,7 +15,7 @@ from typing import Any
 import docker
 import pytest
 from pydantic import ValidationError
-from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
 from corral.client import send_text
 from corral.contract.sandbox import Environment
@@ -176,8 +176,9 @@ async def test_a_dead_container_is_a_tool_error_and_the_next_call_gets_a_new_one
     assert len({c.id for c in session_containers(docker_client, handle.id)}) == 3
 
 
-def _spawn_sandbox_worker(stack: Stack, image: str, log: Path) -> subprocess.Popen[bytes]:
-    address = stack.client.service_client.config.target_host
+def spawn_sandbox_worker(client: Client, image: str, log: Path) -> subprocess.Popen[bytes]:
+    """A sandbox worker process on the default pool's queues (polling once it has started)."""
+    address = client.service_client.config.target_host
     command = [sys.executable, "-m", "tests.sandbox_worker_process", "--address", address, "--image", image]
     return subprocess.Popen(command, cwd=ROOT, stdout=log.open("ab"), stderr=subprocess.STDOUT)
 
@@ -193,7 +194,7 @@ async def test_sandbox_worker_killed_mid_command_does_not_run_it_twice(
         ]
     )
     log = tmp_path / "sandbox-worker.log"
-    first = _spawn_sandbox_worker(stack, sandbox_image, log)
+    first = spawn_sandbox_worker(stack.client, sandbox_image, log)
     second: subprocess.Popen[bytes] | None = None
     try:
         handle = await stack.start(model, message="go", tools=TOOLSET)
@@ -201,7 +202,7 @@ async def test_sandbox_worker_killed_mid_command_does_not_run_it_twice(
         await until_running(docker_client, handle.id, "sleep 4")  # a loaded engine may take a while to provision
         first.send_signal(signal.SIGKILL)
         first.wait()
-        second = _spawn_sandbox_worker(stack, sandbox_image, log)
+        second = spawn_sandbox_worker(stack.client, sandbox_image, log)
         events = await wait_for_idle(handle, within_seconds=90)
         results = texts(events, "agent.tool_result")
         assert results[0].startswith("finished") and "[recovered: this command had already run" in results[0]

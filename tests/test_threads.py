@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 
-from corral.client import read_events, send_events
+from corral.client import fork_session, read_events, send_events, wait_for_idle
 from corral.contract.events import (
     AgentCustomToolUse,
     AgentThreadMessageReceived,
@@ -113,6 +113,9 @@ async def test_a_coordinator_spawns_two_threads_and_collects_their_replies(stack
         assert isinstance(thread_log[0], AgentThreadMessageReceived), "a thread starts on its parent's message"
         reply = [e for e in thread_log if isinstance(e, AgentThreadMessageSent)]
         assert len(reply) == 1 and reply[0].to_session_thread_id == threads[0].id and reply[0].to_agent_name is None
+        described = await stack.client.get_workflow_handle(info.id).describe()
+        assert described.parent_id == handle.id, "the Web UI shows the thread as the session's child workflow"
+        assert await described.static_summary() == f"thread {info.agent.name} of {handle.id}"
     session = await handle.query("session", result_type=SessionInfo)
     assert session.usage.output_tokens == threads[0].usage.output_tokens + sum(
         t.usage.output_tokens for t in threads[1:]
@@ -184,3 +187,147 @@ async def test_threads_from_a_temporal_client_limit_archive_and_interrupt(stack:
 
 async def _is(value: Any, wanted: str) -> bool:
     return (await value) == wanted
+
+
+async def test_the_advisor_answers_mid_turn_and_its_usage_counts(stack: Stack) -> None:
+    advisor = stack.script([{"text": "Try the smaller half first."}])
+    lead = stack.script([
+        {"tool_uses": [{"name": "consult_advisor", "input": {"question": "Which half first?"}}]},
+        {"text": "Taking the advice."},
+    ])  # fmt: skip
+    handle = await stack.start(lead, "plan", agent=coordinator(lead, [], advisor_model=advisor, subagents=False))
+    events = await wait_for_idle(handle)
+    (result,) = [e for e in events if e.type == "agent.tool_result"]
+    assert texts([result], "agent.tool_result") == ["Try the smaller half first."] and not result.is_error
+    (asked,) = stack.requests(advisor)
+    assert "Which half first?" in str(asked["body"]["messages"]) and "advisor" in str(asked["body"]["system"])
+    assert "tools" not in asked["body"], "the advisor runs no tools"
+    tools = [tool["name"] for tool in stack.requests(lead)[0]["body"]["tools"]]
+    assert tools == ["consult_advisor"], "no thread tools when subagents are disabled"
+    session = await handle.query("session", result_type=SessionInfo)
+    threads = await threads_of(handle)
+    assert threads[0].usage.output_tokens == session.usage.output_tokens
+    assert session.turns == 2 and session.usage.output_tokens > 0
+
+
+async def test_an_inline_agent_and_a_subagents_confirmation_from_the_session(stack: Stack) -> None:
+    asked_echo = {**stack.hand_tool("echo", text={"type": "string"}), "permission_policy": {"type": "always_ask"}}
+    inline = stack.script([{"tool_uses": [{"name": "echo", "input": {"text": "checked"}}]}, {"text": "inline done"}])
+    lead = stack.script([
+        {"tool_uses": [{"name": "spawn_thread", "input": {
+            "inline_agent": {"name": "checker", "system": "Check one thing.", "model": inline}, "message": "check"}}]},
+        {"tool_uses": [WAIT]},
+        {"text": "checked by the inline agent"},
+    ])  # fmt: skip
+    agent = {**coordinator(lead, [], inline_agents=True), "tools": [asked_echo]}
+    handle = await stack.start(lead, "go", agent=agent)
+
+    async def waiting_call() -> list[AgentToolUse]:
+        events = await read_events(handle)
+        idles = [
+            e for e in events if isinstance(e, SessionThreadStatusIdle) and e.stop_reason.type == "requires_action"
+        ]
+        uses = [e for e in events if isinstance(e, AgentToolUse) and e.session_thread_id is not None]
+        return uses if idles else []
+
+    await until(waiting_call, "the inline thread's call waiting for confirmation, seen on the session")
+    (use,) = await waiting_call()
+    assert use.evaluated_permission == "ask" and use.name == "echo"
+    await send_events(handle, [{"type": "user.tool_confirmation", "tool_use_id": use.id, "result": "allow"}])
+
+    async def done() -> bool:
+        return "checked by the inline agent" in texts(await read_events(handle))
+
+    await until(done, "the coordinator's answer after the inline thread replied")
+    (thread,) = (await threads_of(handle))[1:]
+    assert (thread.agent.type, thread.agent.name, thread.agent.config.system) == (
+        "inline",
+        "checker",
+        "Check one thing.",
+    )
+    request = stack.requests(inline)[0]["body"]
+    assert "Check one thing." in str(request["system"])
+    assert [tool["name"] for tool in request["tools"]] == ["echo"], "an inline agent has the coordinator's own tools"
+    assert "checked" in texts(await all_events(stack.client, thread.id), "agent.tool_result")
+
+
+async def test_threads_and_their_session_continue_as_new(stack: Stack) -> None:
+    echo = stack.hand_tool("echo", text={"type": "string"})
+    rounds = [{"tool_uses": [{"name": "echo", "input": {"text": str(n)}}]} for n in range(40)]
+    workers = [stack.script([*rounds, {"text": f"{name} did 40"}]) for name in ("one", "two")]
+    lead = stack.script([{"tool_uses": [spawn("one", "go"), spawn("two", "go")]}, {"tool_uses": [WAIT]},
+                         {"tool_uses": [WAIT]}, {"tool_uses": [WAIT]}, {"text": "both did 40"}])  # fmt: skip
+    roster = [roster_agent("one", workers[0], [echo]), roster_agent("two", workers[1], [echo])]
+    handle = await stack.start(lead, "go", agent=coordinator(lead, roster), continue_as_new_after_events=200)
+
+    async def done() -> bool:
+        return "both did 40" in texts(await read_events(handle))
+
+    await until(done, "the coordinator's summary", 240)
+    events = await read_events(handle)
+    assert_log_is_whole(events)
+    assert sorted(texts(events, "agent.thread_message_received")) == ["one did 40", "two did 40"]
+    threads = (await threads_of(handle))[1:]
+    assert len(threads) == 2 and all(t.turns == 41 for t in threads), "the thread list crossed the hand-overs"
+    for info in threads:
+        thread = stack.client.get_workflow_handle(info.id)
+        assert (await thread.query("session", result_type=SessionInfo)).run > 1, "the thread continued as new"
+        thread_log = await read_events(thread)
+        assert_log_is_whole(thread_log)
+        assert texts(thread_log, "agent.tool_result") == [str(n) for n in range(40)]
+    assert (await handle.query("session", result_type=SessionInfo)).run > 1, "the session continued as new"
+
+
+async def test_an_interrupt_without_a_thread_stops_every_thread_and_a_fork_keeps_the_primary_only(
+    stack: Stack,
+) -> None:
+    sleep = stack.hand_tool("sleep")
+    sleepers = [stack.script([{"tool_uses": [{"name": "sleep", "input": {"seconds": 120}}]}, {"text": "up"}])
+                for _ in range(2)]  # fmt: skip
+    lead = stack.script([{"tool_uses": [spawn("a", "nap"), spawn("b", "nap")]}, {"text": "spawned"},
+                         {"text": "forked and going on"}])  # fmt: skip
+    roster = [roster_agent("a", sleepers[0], [sleep]), roster_agent("b", sleepers[1], [sleep])]
+    handle = await stack.start(lead, "go", agent=coordinator(lead, roster))
+    await wait_for_idle(handle)
+
+    async def both_sleeping() -> bool:
+        threads = (await threads_of(handle))[1:]
+        logs = [await all_events(stack.client, t.id) for t in threads]
+        return len(threads) == 2 and all(any(e.type == "agent.tool_use" for e in log) for log in logs)
+
+    await until(both_sleeping, "both threads' calls running")
+    await send_events(handle, [{"type": "user.interrupt"}])
+    threads = await until_threads_idle(handle, 2)
+    for info in threads[1:]:
+        thread_log = await all_events(stack.client, info.id)
+        assert any(e.type == "user.interrupt" for e in thread_log), "the interrupt reached every thread"
+
+    events = await read_events(handle)
+    fork = await fork_session(stack.client, handle.id, events[-1].position)
+    stack.started.append(fork)
+    assert [t.id for t in await threads_of(fork)] == [primary_thread_id(fork.id)], "a fork starts with no thread"
+    await send_events(fork, [{"type": "user.message", "content": "and now?"}])
+    forked = await wait_for_idle(fork, after=events[-1].position)
+    assert texts(forked) == ["forked and going on"]
+    messages = stack.requests(lead)[-1]["body"]["messages"]
+    calls = [b for m in messages for b in (m["content"] if isinstance(m["content"], list) else [])
+             if b["type"] == "tool_use"]  # fmt: skip
+    assert [c["name"] for c in calls] == ["spawn_thread", "spawn_thread"], "no subagent's call in the fork's context"
+
+
+async def test_a_users_message_ends_the_coordinators_wait(stack: Stack) -> None:
+    sleeper = stack.script([{"tool_uses": [{"name": "sleep", "input": {"seconds": 120}}]}, {"text": "up"}])
+    lead = stack.script([{"tool_uses": [spawn("sleeper", "nap")]}, {"tool_uses": [WAIT]}, {"text": "heard you"}])
+    roster = [roster_agent("sleeper", sleeper, [stack.hand_tool("sleep")])]
+    handle = await stack.start(lead, "go", agent=coordinator(lead, roster))
+
+    async def waiting() -> bool:
+        return any(e.type == "agent.tool_use" and "wait" in str(e) for e in await read_events(handle))
+
+    await until(waiting, "the coordinator waiting for its thread")
+    await send_events(handle, [{"type": "user.message", "content": "status?"}])
+    events = await wait_for_idle(handle)
+    assert texts(events) == ["heard you"]
+    assert "The user sent a message" in texts(events, "agent.tool_result")[-1]
+    (thread,) = (await threads_of(handle))[1:]
+    assert thread.status == "running", "the thread works on"

@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         AgentMcpToolUse,
         AgentMessage,
         AgentThreadContextCompacted,
+        AgentThreadMessageReceived,
         AgentToolResult,
         AgentToolUse,
         ErrorType,
@@ -48,7 +49,10 @@ _IN_CONVERSATION = (
     AgentMcpToolResult,
     AgentCustomToolUse,
     AgentThreadContextCompacted,
+    AgentThreadMessageReceived,
 )
+"""What the source's conversation held: its own events of these types (a multi-agent session's log also holds its
+threads' calls and the answers routed to them, which carry `session_thread_id` and were never its own)."""
 
 
 async def copy_log(log: SessionLog, inbox: UserInbox, source: ForkSource, task_queue: str) -> None:
@@ -66,7 +70,9 @@ async def copy_log(log: SessionLog, inbox: UserInbox, source: ForkSource, task_q
         )
         for event in page.events:
             log.adopt(event)
-            if isinstance(event, UserMessage) and event.processed_at is None:
+            if getattr(event, "session_thread_id", None) is not None:
+                continue
+            if isinstance(event, UserMessage | AgentThreadMessageReceived) and event.processed_at is None:
                 inbox.pending.append(event)
             elif isinstance(event, _IN_CONVERSATION):
                 log.add_to_conversation(event)

@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         UserInterrupt,
         UserToolConfirmation,
     )
+    from corral.contract.pricing import list_cost
     from corral.contract.session import (
         SessionInput,
         UserCustomToolResultParams,
@@ -51,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
         HandResult,
         SpawnedAgent,
         SpawnThreadInput,
+        ThreadHandCall,
         ThreadInfo,
         ThreadInput,
         ThreadMessage,
@@ -72,8 +74,11 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows._log import SessionLog
     from workflows._outbox import Outbox
+    from workflows._outcomes import add_usage
     from workflows._sandbox import SessionSandbox
 
+USER_SENDER = "user"
+"""How `wait`'s `pending` names a user's message queued for the coordinator: it ends the wait too."""
 Inbox = Callable[[str, str | None, list[ContentBlock], str], object]
 """Queue another thread's message as input: (from thread, from agent name, content, sender's event id)."""
 
@@ -90,7 +95,8 @@ class SessionThreads:
         self.custom_routes: dict[str, str] = {}
         self.confirm_routes: dict[str, str] = {}
         self.replies: dict[str, int] = {}
-        self._serving: set[str] = set()
+        self._serving: dict[str, tuple[str, AgentToolUse]] = {}
+        """Threads' sandbox calls running here, by tool-use id: (thread id, call)."""
         self._tasks: set[asyncio.Task[None]] = set()
 
     # ---- across hand-overs ------------------------------------------------------------------------------------
@@ -98,14 +104,21 @@ class SessionThreads:
     def carried(self) -> ThreadsCarry | None:
         if not self.infos:
             return None
+        calls = [ThreadHandCall(thread_id=thread_id, use=use) for thread_id, use in self._serving.values()]
         return ThreadsCarry(threads=list(self.infos.values()), custom_routes=self.custom_routes,
-                            confirm_routes=self.confirm_routes, replies=self.replies)  # fmt: skip
+                            confirm_routes=self.confirm_routes, replies=self.replies, hand_calls=calls)  # fmt: skip
 
     def resume(self, carry: ThreadsCarry | None) -> None:
         if carry is not None:
             self.infos = {info.id: info for info in carry.threads}
             self.custom_routes, self.confirm_routes = dict(carry.custom_routes), dict(carry.confirm_routes)
             self.replies = dict(carry.replies)
+            self._serving = {call.use.id: (call.thread_id, call.use) for call in carry.hand_calls}
+
+    def restart(self) -> None:
+        """Run again the threads' calls that were running when the previous run handed over."""
+        for thread_id, use in self._serving.values():
+            self._start(thread_id, use)
 
     def working(self) -> bool:
         """A thread is at work, or one of its calls runs here: the sandbox is not idle, whatever the session does."""
@@ -233,7 +246,8 @@ class SessionThreads:
             return [tid for tid in targets if tid in queued or self.replies.get(tid, 0) > seen[tid]]
 
         def settled() -> bool:
-            return bool(replied()) or all(self.infos[tid].status != "running" for tid in targets)
+            stopped = all(self.infos[tid].status not in WORKING_STATUSES for tid in targets)
+            return bool(replied()) or stopped or USER_SENDER in pending()
 
         try:
             await workflow.wait_condition(settled, timeout=timeout_seconds)
@@ -243,6 +257,8 @@ class SessionThreads:
         answered = replied()
         if answered:
             return f"Replies from {', '.join(answered)} follow this result."
+        if USER_SENDER in pending():
+            return "The user sent a message, which follows this result; the threads are still working."
         states = ", ".join(f"{tid} {self.infos[tid].status}" for tid in targets)
         return f"No new reply, and no thread waited on is running ({states})."
 
@@ -266,10 +282,8 @@ class SessionThreads:
             if self._receive(info.id, info.agent.name, report.reply, report.reply_id) is not None:
                 self.replies[info.id] = self.replies.get(info.id, 0) + 1
         if report.hand_call is not None and report.hand_call.id not in self._serving:
-            self._serving.add(report.hand_call.id)
-            task = asyncio.create_task(self._serve(info.id, report.hand_call))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._serving[report.hand_call.id] = (info.id, report.hand_call)
+            self._start(info.id, report.hand_call)
         if report.status is not None:
             self._status(info, report)
 
@@ -300,12 +314,17 @@ class SessionThreads:
         elif use.evaluated_permission == "ask":
             self.confirm_routes[use.id] = info.id
 
+    def _start(self, thread_id: str, use: AgentToolUse) -> None:
+        task = asyncio.create_task(self._serve(thread_id, use))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     async def _serve(self, thread_id: str, use: AgentToolUse) -> None:
         """Run a thread's sandbox call on the session's sandbox and send the result back."""
         try:
             text, is_error = await self._sandbox.execute(use, lane=thread_id)
         finally:
-            self._serving.discard(use.id)
+            self._serving.pop(use.id, None)
         self._tell(thread_id, ThreadInput(hand_result=HandResult(tool_use_id=use.id, text=text, is_error=is_error)))
 
     # ---- what the client sends for a thread ---------------------------------------------------------------------
@@ -357,8 +376,20 @@ class SessionThreads:
         multiagent = self._input.agent.multiagent
         return multiagent.advisor_model if multiagent is not None else None
 
-    def usage(self) -> list[ModelUsage]:
-        return [info.usage for info in self.infos.values()]
+    def total_usage(self, own: ModelUsage) -> ModelUsage:
+        """The session's usage: its own model turns' (`own`) and its threads'."""
+        for info in self.infos.values():
+            own = add_usage(own, info.usage)
+        return own
+
+    def list_cost(self, own: ModelUsage) -> int | None:
+        """What the session's model turns and its threads' have cost at list price, in US cents (None: no price):
+        a multi-agent session's threads spend from its budget too."""
+        price = self._input.budget_price()
+        if price is None:
+            return None
+        cost = list_cost(self._input.agent.model, own, price)
+        return cost + sum(list_cost(info.agent.config.model, info.usage, price) for info in self.infos.values())
 
     def list(self, primary: ThreadInfo) -> list[ThreadInfo]:
         return [primary, *self.infos.values()]

@@ -39,7 +39,6 @@ with workflow.unsafe.imports_passed_through():
         SessionStatusTerminated,
         StopReason,
     )
-    from corral.contract.pricing import list_cost
     from corral.contract.search_attributes import MODEL_KEY, STATUS_KEY
     from corral.contract.session import (
         CustomTool,
@@ -47,7 +46,6 @@ with workflow.unsafe.imports_passed_through():
         EventsQuery,
         InterruptSignal,
         ResolvedTool,
-        SandboxTool,
         SendEventsInput,
         SendEventsResult,
         SessionInfo,
@@ -98,7 +96,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows._outcomes import add_usage, record_response
     from workflows._sandbox import SessionSandbox
     from workflows._seat import BorrowedSandbox, ThreadSide
-    from workflows._threads import SessionThreads, primary_info
+    from workflows._threads import USER_SENDER, SessionThreads, primary_info
     from workflows._tool_calls import ToolCalls
 
 
@@ -181,9 +179,9 @@ class SessionWorkflow:
     async def run(self, input: SessionInput) -> None:
         workflow.upsert_search_attributes([STATUS_KEY.value_set(self._status), MODEL_KEY.value_set(input.agent.model)])
         self._describe()
+        self._threads.restart()
         if input.fork is not None and input.carry is None:
-            sandboxed = any(isinstance(tool, SandboxTool) for tool in self._tools.values())
-            await start_fork(self._log, self._inbox, input, sandboxed, self._report)
+            await start_fork(self._log, self._inbox, input, input.agent.uses_sandbox(), self._report)
             self._model.delta_start = len(self._log.conversation)  # the model worker reads the copy through a query
         resume = input.carry.phase if input.carry is not None else "idle"
         try:
@@ -223,6 +221,8 @@ class SessionWorkflow:
         archive = await self._runs.archive_run(self._log, self._input.model_task_queue, self._report)
         if archive is None:
             return
+        if not self._outbox.empty():  # what handlers queued meanwhile (an interrupt for threads) goes before
+            await self._outbox.drained()
         carry = SessionCarry(
             run=self._runs.run + 1,
             phase=phase,
@@ -336,20 +336,7 @@ class SessionWorkflow:
             self._finish_interrupt()
 
     def _list_cost(self) -> int | None:
-        """What the model turns have cost so far at list price, in US cents (None: the model has no price)."""
-        price = self._input.budget_price()
-        if price is None:
-            return None
-        threads = self._threads.infos.values()  # a multi-agent session's threads spend from its budget too
-        own = list_cost(self._input.agent.model, self._model.usage, price)
-        return own + sum(list_cost(info.agent.config.model, info.usage, price) for info in threads)
-
-    def _usage(self) -> ModelUsage:
-        """The session's usage: its own model turns and its threads'."""
-        total = self._model.usage
-        for usage in self._threads.usage():
-            total = add_usage(total, usage)
-        return total
+        return self._threads.list_cost(self._model.usage)
 
     def _budget_spent(self) -> bool:
         budget = self._input.budget
@@ -533,7 +520,9 @@ class SessionWorkflow:
             raise ApplicationError("the session is continuing as new: send again", type=HANDING_OVER)
 
     def _replies_queued(self) -> list[str]:
-        return [m.from_session_thread_id for m in self._inbox.pending if isinstance(m, AgentThreadMessageReceived)]
+        """Who the input queued for the coordinator is from: a thread's id, or `user`."""
+        return [m.from_session_thread_id if isinstance(m, AgentThreadMessageReceived) else USER_SENDER
+                for m in self._inbox.pending]  # fmt: skip
 
     def _spend(self, usage: ModelUsage) -> None:
         self._model.usage = add_usage(self._model.usage, usage)
@@ -544,11 +533,14 @@ class SessionWorkflow:
         self._set_status("terminated")
         self._log.append(SessionStatusTerminated)
         self._side.status("terminated", None, None, self._model.usage, self._model.turns)
+        await self._mcp.release()
         await self._outbox.drained()
 
     @workflow.query(name=QUERY_THREADS)
     def threads(self) -> list[ThreadInfo]:
-        """This session's threads, its primary thread (the session itself) first."""
+        """This session's threads, its primary thread (the session itself) first; none for a thread."""
+        if self._side is not None:
+            return []
         info = self.session()
         primary = primary_info(info.id, self._input, info.status, info.stop_reason, info.created_at,
                                info.archived_at, self._model.usage, info.turns)  # fmt: skip
@@ -567,7 +559,7 @@ class SessionWorkflow:
             last_position=self._log.last_position,
             turns=self._model.turns,
             queued_user_events=len(self._inbox.pending),
-            usage=self._usage(),
+            usage=self._threads.total_usage(self._model.usage),
             stop_reason=self._stop_reason,
             metadata=self._input.metadata,
             run=self._runs.run,

@@ -169,6 +169,11 @@ class AgentConfig(SendableInput):
             tools.extend(self.multiagent.tools())
         return tools
 
+    def uses_sandbox(self) -> bool:
+        """Whether this agent, or one it may spawn as a thread, has the sandbox's built-in tools."""
+        roster = [entry.config for entry in self.multiagent.agents if entry.config] if self.multiagent else []
+        return any(isinstance(tool, SandboxTool) for agent in [self, *roster] for tool in agent.resolved_tools())
+
     def without_multiagent(self) -> AgentConfig:
         """This agent as a thread runs it: depth is limited to 1, so a thread coordinates nothing."""
         return self.model_copy(update={"multiagent": None})

@@ -174,6 +174,14 @@ class ThreadInput(BaseModel):
     hand_result: HandResult | None = None
 
 
+class ThreadHandCall(BaseModel):
+    """A thread's sandbox call the session was running when it handed over: the next run runs it again (the sandbox
+    answers a call id it has seen with its recorded result)."""
+
+    thread_id: str
+    use: AgentToolUse
+
+
 class ThreadsCarry(BaseModel):
     """A session's threads across a hand-over: what it knows of each, and where waiting calls' answers go."""
 
@@ -184,3 +192,4 @@ class ThreadsCarry(BaseModel):
     """Tool-use id of a subagent's call waiting for the client's confirmation -> its thread id."""
     replies: dict[str, int] = Field(default_factory=dict)
     """Replies received so far, by thread id."""
+    hand_calls: list[ThreadHandCall] = Field(default_factory=list)
