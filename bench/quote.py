@@ -260,6 +260,18 @@ def turn_latency() -> str:
     )
 
 
+def threads() -> str:
+    if not measured("threads"):
+        return ""
+    f = summary("threads")["figures"]
+    return (
+        f"Latest result ({source('threads')}): {f['threads']} threads each making {f['calls']} `bash sleep "
+        f"{f['seconds']:g}` calls on the session's one sandbox took {f['parallel_p50']:.2f} s at p50; one agent "
+        f"making the same {f['threads'] * f['calls']} calls took {f['serial_p50']:.2f} s: **{f['ratio']:.2f}x** "
+        f"({f['runs']} runs per arm)."
+    )
+
+
 def runs() -> str:
     """Every results file: its command, how long it ran, and the load it ran under."""
     rows = []
@@ -296,6 +308,7 @@ RENDER: dict[str, Callable[[], str]] = {
     "reliability": reliability,
     "cli-startup": cli_startup,
     "turn-latency": turn_latency,
+    "threads": threads,
     "runs": runs,
     **OPERATIONS,
 }

@@ -16,14 +16,20 @@ from pydantic import SecretStr
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
-from temporalio.client import WorkflowHandle
+from temporalio.client import Client, WorkflowHandle
 
-from cli import demo_services, session_ops, up
+from cli import demo_services, demo_threads, session_ops, up
 from cli.context import CliError, Settings, step
 from cli.render import EventRenderer, blocks_text, compact_json, one_line
 from cli.vault import vault_store
 from corral.client import new_session_id, read_events, send_text, start_session
-from corral.contract.events import AgentMcpToolResult, AgentToolResult, AgentToolUse, SessionEvent
+from corral.contract.events import (
+    AgentMcpToolResult,
+    AgentThreadMessageReceived,
+    AgentToolResult,
+    AgentToolUse,
+    SessionEvent,
+)
 from corral.temporal import connect
 from proxy import StaticBearerParams
 
@@ -99,8 +105,7 @@ def _summary(settings: Settings, session_id: str, address: str, events: list[Ses
         f"temporal workflow query --address {address} --namespace {settings.namespace} "
         f"--workflow-id {session_id} --name events",
     )
-    grid.add_row("Stop the stack", "corral down")
-    return Panel(grid, title="demo finished", title_align="left", border_style="green", expand=False)
+    return Panel(grid, title="demo session finished", title_align="left", border_style="green", expand=False)
 
 
 async def run_demo(settings: Settings, options: up.UpOptions) -> None:
@@ -133,6 +138,31 @@ async def _run_demo(settings: Settings, options: up.UpOptions) -> None:
             handle = await start_session(client, session_input, session_id=session_id)
         with step(f"running the demo session {session_id}", log=logs, address=config.temporal_address):
             await _converse(settings, handle, session_input.agent.model, config.temporal_address, bare)
+    await _run_threads(settings, client, config.model_url, config.temporal_address)
+
+
+async def _run_threads(settings: Settings, client: Client, model_url: str | None, address: str) -> None:
+    """The multi-agent run: a coordinator spawns two threads that work at once on the shared hands, and sums up."""
+    logs = settings.paths.logs
+    if model_url is not None:
+        with step(
+            "putting the multi-agent scripts on the offline model server", log=settings.paths.log_file("model-server")
+        ):
+            demo_threads.register_scripts(model_url)
+    session_input = demo_threads.thread_demo_input(model_url is not None, settings.default_model())
+    with step("starting the multi-agent demo session", log=logs, address=address):
+        handle = await start_session(client, session_input)
+    with step(f"running the multi-agent demo session {handle.id}", log=logs, address=address):
+        settings.out.print()
+        settings.out.rule(Text(f"session {handle.id} · a coordinator and two threads"))
+        settings.out.print(Text(settings.workflow_url(handle.id), style="blue"))
+        await _until_idle(settings, handle, EventRenderer(settings.out), after=0)
+        events = await read_events(handle)
+        settings.out.print()
+        settings.out.print(demo_threads.thread_summary(settings, handle.id, events))
+        replies = [e for e in events if isinstance(e, AgentThreadMessageReceived)]
+        if len(replies) < 2:
+            raise CliError(f"the multi-agent session {handle.id} got {len(replies)} of its 2 threads' replies")
 
 
 def _credentialed_services(

@@ -23,12 +23,19 @@ from corral.contract.events import (
     AgentMcpToolUse,
     AgentMessage,
     AgentThreadContextCompacted,
+    AgentThreadMessageReceived,
+    AgentThreadMessageSent,
     AgentToolResult,
     AgentToolUse,
     RequiresAction,
     SessionError,
     SessionEvent,
     SessionStatusIdle,
+    SessionThreadCreated,
+    SessionThreadStatusIdle,
+    SessionThreadStatusRescheduled,
+    SessionThreadStatusRunning,
+    SessionThreadStatusTerminated,
     SpanModelRequestEnd,
     UserCustomToolResult,
     UserMessage,
@@ -114,7 +121,8 @@ class EventRenderer:
             case AgentToolUse() | AgentCustomToolUse():
                 self.tool_names[event.id] = event.name
                 waiting = " (waits for user.custom_tool_result)" if isinstance(event, AgentCustomToolUse) else ""
-                return Text(one_line(f"{event.name} {compact_json(event.input)}{waiting}", width), style="bold")
+                where = f"[{event.session_thread_id}] " if event.session_thread_id else ""  # a thread's, cross-posted
+                return Text(one_line(f"{where}{event.name} {compact_json(event.input)}{waiting}", width), style="bold")
             case AgentMcpToolUse():
                 self.tool_names[event.id] = f"{event.mcp_server_name}/{event.name}"
                 return Text(one_line(f"{event.mcp_server_name}/{event.name} {compact_json(event.input)}", width))
@@ -142,6 +150,17 @@ class EventRenderer:
             case AgentThreadContextCompacted():
                 covered = f"positions {event.start_position}-{event.end_position} summarised for the model: "
                 return Text(one_line(covered + event.summary, width), style="dim")
+            case SessionThreadCreated() | SessionThreadStatusRunning() | SessionThreadStatusRescheduled():
+                return Text(one_line(f"{event.session_thread_id} ({event.agent_name})", width))
+            case SessionThreadStatusIdle() | SessionThreadStatusTerminated():
+                why = f": {event.stop_reason.type}" if isinstance(event, SessionThreadStatusIdle) else ""
+                return Text(one_line(f"{event.session_thread_id} ({event.agent_name}){why}", width))
+            case AgentThreadMessageSent():
+                to = f"{event.to_session_thread_id} ({event.to_agent_name or 'the coordinator'})"
+                return Text(one_line(f"to {to}: {blocks_text(event.content)}", width))
+            case AgentThreadMessageReceived():
+                sender = f"{event.from_session_thread_id} ({event.from_agent_name or 'the coordinator'})"
+                return Text(one_line(f"from {sender}: {blocks_text(event.content)}", width))
             case SpanModelRequestEnd():
                 usage = event.model_usage
                 text = f"{usage.input_tokens} in / {usage.output_tokens} out tokens"

@@ -106,7 +106,8 @@ def build_session_input(
         tools = agent.get("tools") or []
         if isinstance(tools, list):
             for entry, on in ((UTILITY_TOOLSET, tool_utility), (SANDBOX_TOOLSET, toolset)):
-                tools = _toggle(tools, entry, not from_file if on is None else on)
+                if on is not None or not from_file:  # a file's own tools stay unless an option is given
+                    tools = _toggle(tools, entry, True if on is None else on)
             agent["tools"] = tools
     data["agent"] = agent
     if message is not None:

@@ -10,11 +10,15 @@ import re
 import shlex
 from typing import Any
 
+from modelserver.gates import RepeatUntil
 from modelserver.scripts import (
     Plan,
     PlannedBlock,
+    Script,
+    ScriptStep,
     TextBlock,
     ToolUseBlock,
+    ToolUseSpec,
     block_text,
     estimate_input_tokens,
     estimate_output_tokens,
@@ -213,3 +217,39 @@ def plan_demo(body: dict[str, Any]) -> Plan:
         input_tokens=estimate_input_tokens(body),
         output_tokens=estimate_output_tokens(blocks),
     )
+
+
+# ---- the multi-agent part of `corral demo`: scripts of a coordinator and its two subagents ----------------------
+
+THREAD_DEMO_REPLY = r"Message from thread sthr_\w+ \(([\w-]+)\):\n([^\n]*)"
+"""A thread's reply as corral's context shows it to the coordinator; the groups are the agent's name and the first
+line of its reply."""
+THREAD_DEMO_SCRIPTS: dict[str, Script] = {
+    "demo-coordinator": Script(
+        steps=[
+            ScriptStep(
+                text=f"{MARKER}Asking two threads at once.",
+                tool_uses=[
+                    ToolUseSpec(name="spawn_thread", input={"agent": "shell", "message": "Which kernel runs here?"}),
+                    ToolUseSpec(name="spawn_thread", input={"agent": "clock", "message": "What time is it?"}),
+                ],
+            ),
+            # A wait returns at the first reply: wait again until both have replied.
+            ScriptStep(
+                tool_uses=[ToolUseSpec(name="wait_for_threads")],
+                repeat_until=RepeatUntil(pattern=THREAD_DEMO_REPLY, count=2),
+            ),
+            ScriptStep(text=f"{MARKER}Both threads replied:", echo_matches=THREAD_DEMO_REPLY),
+        ]
+    ),
+    "demo-shell": Script(
+        steps=[
+            ScriptStep(tool_uses=[ToolUseSpec(name="bash", input={"command": "uname -sr"})]),
+            ScriptStep(echo_last_user=True),
+        ]
+    ),
+    "demo-clock": Script(steps=[ScriptStep(tool_uses=[ToolUseSpec(name="get_time")]), ScriptStep(echo_last_user=True)]),
+}
+"""What the coordinator (`script:demo-coordinator`) and its subagents `shell` (`script:demo-shell`, bash in the
+shared sandbox) and `clock` (`script:demo-clock`, the utility hand) answer, turn by turn, each on its own
+conversation."""

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from corral.contract.context import SUMMARIZER_SYSTEM, SUMMARY_REQUEST
+from modelserver.gates import RepeatUntil, echoed_matches, step_position
 
 StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal"]
 
@@ -80,6 +81,9 @@ class ScriptStep(BaseModel):
     pace_hits: int | None = Field(default=None, ge=0)
     """Apply this step's pacing only to its first `pace_hits` uses (e.g. slow once, to interrupt it)."""
     echo_last_user: bool = False
+    echo_matches: str | None = None  # a regex: its matches in the user messages are added, one a line (gates.py)
+    repeat_until: RepeatUntil | None = None
+    """Play this step on every request until the user messages match enough (a coordinator's waits, gates.py)."""
 
     @model_validator(mode="after")
     def _one_break_per_use(self) -> ScriptStep:
@@ -223,9 +227,10 @@ def last_user_message(body: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def count_assistant_messages(body: dict[str, Any]) -> int:
-    """How many assistant turns precede this request: the script step index."""
-    return sum(1 for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "assistant")
+def user_text(messages: list[dict[str, Any]]) -> str:
+    """The text of every user message (text blocks and tool results), one block a line."""
+    users = (m for m in messages if isinstance(m, dict) and m.get("role") == "user")
+    return "\n".join(filter(None, (block_text(m.get("content")) for m in users)))
 
 
 def default_tool_use_id(script_name: str, step_index: int, position: int) -> str:
@@ -242,8 +247,8 @@ def script_name_of(model: str) -> str | None:
 
 
 def step_index_for(body: dict[str, Any], name: str, script: Script) -> int | ApiError:
-    """Pick the step from the assistant-message count, wrapping for looping scripts."""
-    index = count_assistant_messages(body)
+    """Pick the step from the assistant messages (a repeated step takes several), wrapping for looping scripts."""
+    index = step_position(body.get("messages") or [], [s.repeat_until for s in script.steps], script.loop, user_text)
     if script.loop:
         return index % len(script.steps)
     if index >= len(script.steps):
@@ -291,11 +296,13 @@ def plan_step(body: dict[str, Any], name: str, step_index: int, step: ScriptStep
         )
         return ApiError(failure.status, failure.type, message, failure.retry_after)
 
-    text = step.text or ""
+    said = [step.text or ""]
     if step.echo_last_user:
         last = last_user_message(body)
-        echoed = block_text(last.get("content")) if last else ""
-        text = f"{text}\n{echoed}" if text and echoed else text + echoed
+        said.append(block_text(last.get("content")) if last else "")
+    if step.echo_matches is not None:
+        said.append(echoed_matches(step.echo_matches, user_text(body.get("messages") or [])))
+    text = "\n".join(part for part in said if part)
 
     blocks: list[PlannedBlock] = []
     if text:

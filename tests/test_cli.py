@@ -82,6 +82,11 @@ def test_options_override_the_input_file() -> None:
     assert [tool.type for tool in defaults] == ["corral_utility", "agent_toolset_20260401"]
     without = build_session_input(None, default_model="d", toolset=False).agent.tools
     assert [tool.type for tool in without] == ["corral_utility"]
+    # A file's tools are its own: a configured toolset is kept as configured when no option is given.
+    bash_only = {"type": "agent_toolset_20260401", "default_config": {"enabled": False},
+                 "configs": [{"name": "bash", "enabled": True}]}  # fmt: skip
+    kept = build_session_input({"agent": {"tools": [bash_only]}}, default_model="d", from_file=True).agent
+    assert [tool.name for tool in kept.resolved_tools()] == ["bash"]
 
 
 # ---- end to end, real processes -------------------------------------------------------------------------------
@@ -278,8 +283,8 @@ def test_up_start_tail_events_ls_down(tmp_path: Path) -> None:
 @pytest.mark.timeout(300)
 def test_demo_runs_end_to_end_with_mcp_and_a_git_push(tmp_path: Path) -> None:
     """The README's main command, as a newcomer runs it: the default state dir (`.corral`, relative) in a fresh
-    directory; tools, the sandbox, an MCP call through the proxy and a git push, offline. Then `corral down
-    --sandboxes` removes the sandboxes of this stack (and only those: other runs may share the engine)."""
+    directory; tools, the sandbox, an MCP call through the proxy, a git push and a multi-agent run, offline. Then
+    `corral down --sandboxes` removes the sandboxes of this stack (and only those: other runs may share the engine)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(("ANTHROPIC_", "CORRAL_", "VAULT_"))}
     ports = ["--temporal-port", str(free_port()), "--ui-port", str(free_port()), "--model-port", str(free_port())]
     ports += ["--stream-port", str(free_port()), "--git-proxy-port", str(free_port()), "--api-port", str(free_port())]
@@ -293,6 +298,11 @@ def test_demo_runs_end_to_end_with_mcp_and_a_git_push(tmp_path: Path) -> None:
         assert "8 words" in demo.stdout, "the MCP call through the proxy"
         assert "replaced 1 occurrence(s) in /workspace/demo/README.md" in demo.stdout, "the edit in the sandbox"
         assert "branch demo-change arrived at the demo git server" in demo.stdout
+        # The multi-agent run: two threads on the shared hands (bash in the sandbox, the utility hand), summed up.
+        assert "multi-agent run: 2 threads" in demo.stdout
+        assert re.search(r"replied: Linux \S+", demo.stdout), "shell's bash in the shared sandbox"
+        assert re.search(r"replied: \d{4}-\d\d-\d\dT", demo.stdout), "clock's get_time on the utility hand"
+        assert "Both threads replied:" in demo.stdout, "the coordinator's answer"
     finally:
         scope = json.loads(stack_file.read_text()).get("cluster_id") if stack_file.exists() else None
         down = corral(env, "down", "--sandboxes", cwd=tmp_path)

@@ -178,3 +178,65 @@ def test_a_summary_shows_what_it_stands_for() -> None:
     EventRenderer(console).print(compacted)
     assert "agent.thread_context_compacted" in buffer.getvalue()
     assert "positions 1-7 summarised for the model: the user asked for notes" in buffer.getvalue()
+
+
+def test_thread_events_say_which_thread_and_what_passed_between_threads() -> None:
+    """A multi-agent session's primary log, as `corral tail` and the demo print it: each thread event names its
+    thread and agent, a thread's cross-posted tool call names the thread, and messages show who sent what."""
+    from corral.contract.events import (
+        AgentThreadMessageReceived,
+        AgentThreadMessageSent,
+        EndTurn,
+        SessionThreadCreated,
+        SessionThreadStatusIdle,
+    )
+
+    console, buffer = _console()
+    renderer = EventRenderer(console)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    text = [TextBlock(text="Which kernel runs here?")]
+    for event in (
+        SessionThreadCreated(id="sevt_1", position=1, created_at=now, session_thread_id="sthr_a", agent_name="shell"),
+        AgentThreadMessageSent(id="sevt_2", position=2, created_at=now, to_session_thread_id="sthr_a",
+                               to_agent_name="shell", content=text),
+        AgentToolUse(id="sevt_3", position=3, created_at=now, name="bash", input={"command": "uname -sr"},
+                     session_thread_id="sthr_a"),
+        SessionThreadStatusIdle(id="sevt_4", position=4, created_at=now, session_thread_id="sthr_a",
+                                agent_name="shell", stop_reason=EndTurn()),
+        AgentThreadMessageReceived(id="sevt_5", position=5, created_at=now, from_session_thread_id="sthr_a",
+                                   from_agent_name="shell", content=[TextBlock(text="Linux 6.1")]),
+    ):  # fmt: skip
+        renderer.print(event)
+    lines = buffer.getvalue().splitlines()
+    assert "session.thread_created" in lines[0] and lines[0].endswith("sthr_a (shell)")
+    assert lines[1].endswith("to sthr_a (shell): Which kernel runs here?")
+    assert lines[2].endswith('[sthr_a] bash {"command": "uname -sr"}')
+    assert lines[3].endswith("sthr_a (shell): end_turn")
+    assert lines[4].endswith("from sthr_a (shell): Linux 6.1")
+
+
+def test_the_demos_multi_agent_session_gives_its_coordinator_a_roster_of_two() -> None:
+    """Started from a Temporal client, so the roster holds full snapshots; offline, each role runs its own script
+    (the scripts `corral demo` registers), and with a key every role runs the default model."""
+    from cli.demo_threads import thread_demo_input
+    from corral.contract.agent import AgentToolset20260401, UtilityToolset
+    from modelserver.demo import THREAD_DEMO_SCRIPTS
+
+    offline = thread_demo_input(offline=True, default_model="corral-offline-stand-in")
+    multiagent = offline.agent.multiagent
+    assert multiagent is not None and multiagent.spawns()
+    roster = {entry.name(offline.agent): entry.config for entry in multiagent.agents}
+    assert set(roster) == {"shell", "clock"} and all(config is not None for config in roster.values())
+    models = {offline.agent.model, *(config.model for config in roster.values() if config is not None)}
+    assert models == {f"script:{name}" for name in THREAD_DEMO_SCRIPTS}
+    assert [tool.name for tool in offline.agent.resolved_tools()] == [
+        "spawn_thread",
+        "message_thread",
+        "wait_for_threads",
+    ]
+    shell, clock = roster["shell"], roster["clock"]
+    assert shell is not None and [t.name for t in shell.resolved_tools()] == ["bash"]
+    assert isinstance(shell.tools[0], AgentToolset20260401)
+    assert clock is not None and isinstance(clock.tools[0], UtilityToolset)
+    online = thread_demo_input(offline=False, default_model="claude-sonnet-4-5")
+    assert online.agent.model == "claude-sonnet-4-5"

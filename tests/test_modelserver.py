@@ -674,3 +674,147 @@ async def test_a_prompt_over_the_window_is_the_real_400(
         body = refused.value.body
         assert isinstance(body, dict) and body["error"]["type"] == "invalid_request_error"
         assert "prompt is too long:" in body["error"]["message"] and "maximum" in body["error"]["message"]
+
+
+# --- multi-agent scripts: a coordinator that waits for its threads, subagents that reply ---------------------------
+
+REPLY = r"Message from thread sthr_\w+ \((\w+)\):\n"
+COORDINATOR = {
+    "steps": [
+        {"tool_uses": [
+            {"name": "spawn_thread", "input": {"agent": "counter", "message": "count"}},
+            {"name": "spawn_thread", "input": {"agent": "clock", "message": "time"}},
+        ]},
+        {"tool_uses": [{"name": "wait_for_threads"}], "repeat_until": {"pattern": REPLY, "count": 2}},
+        {"text": "Both threads replied:", "echo_matches": REPLY + r"([^\n]*)"},
+    ]
+}  # fmt: skip
+
+
+def coordinator_conversation(replies_per_wait: list[list[tuple[str, str]]]) -> list[dict[str, Any]]:
+    """A coordinator's conversation as corral's context renders it: spawns, then one wait per entry, each wait's
+    result followed by the replies (name, text) that came with it."""
+
+    def used(name: str, n: int) -> dict[str, Any]:
+        return {"role": "assistant", "content": [
+            {"type": "tool_use", "id": f"toolu_{name}{i}", "name": name, "input": {}} for i in range(n)
+        ]}  # fmt: skip
+
+    def result(name: str, n: int, replies: list[tuple[str, str]] = []) -> dict[str, Any]:  # noqa: B006 - read only
+        content: list[dict[str, Any]] = [
+            {"type": "tool_result", "tool_use_id": f"toolu_{name}{i}", "content": "ok"} for i in range(n)
+        ]
+        for agent, text in replies:
+            content += [{"type": "text", "text": f"Message from thread sthr_{agent} ({agent}):"},
+                        {"type": "text", "text": text}]  # fmt: skip
+        return {"role": "user", "content": content}
+
+    messages = [{"role": "user", "content": "ask the counter and the clock"}, used("spawn", 2), result("spawn", 2)]
+    for replies in replies_per_wait:
+        messages += [used("wait", 1), result("wait", 1, replies)]
+    return messages
+
+
+@pytest.mark.parametrize(
+    ("replies_per_wait", "step"),
+    [
+        ([], 1),  # spawned: wait
+        ([[]], 1),  # a wait that timed out with no reply: wait again
+        ([[("counter", "3 words")]], 1),  # one reply: wait for the other
+        ([[("counter", "3 words")], [("clock", "noon")]], 2),  # both, one a wait: sum up
+        ([[("counter", "3 words"), ("clock", "noon")]], 2),  # both after one wait: sum up
+    ],
+)
+def test_a_repeated_step_is_played_until_the_conversation_matches(
+    replies_per_wait: list[list[tuple[str, str]]], step: int
+) -> None:
+    """The wait step answers as many requests as it takes the replies to arrive; then the next step does."""
+    script = Script.model_validate(COORDINATOR)
+    assert step_index_for({"messages": coordinator_conversation(replies_per_wait)}, "coord", script) == step
+
+
+def test_without_repeats_the_step_is_the_count_of_assistant_messages() -> None:
+    script = Script.model_validate({"steps": [{"text": str(i)} for i in range(4)]})
+    for turns in range(4):
+        assert step_index_for({"messages": conversation(turns)}, "s", script) == turns
+    looping = Script.model_validate({"steps": [{"text": "a"}, {"text": "w", "repeat_until": {"pattern": r"u\d"}}],
+                                     "loop": True})  # fmt: skip
+    assert [step_index_for({"messages": conversation(turns, "x")}, "s", looping) for turns in range(4)] == [0, 1, 0, 1]
+
+
+async def test_a_coordinator_script_spawns_waits_and_sums_up_the_replies(
+    client: anthropic.AsyncAnthropic, http: httpx.AsyncClient, script_name: str
+) -> None:
+    """Over the SDK: the spawns, a wait for each reply, and an answer that quotes every reply."""
+    await register(http, script_name, COORDINATOR)
+    model = f"script:{script_name}"
+
+    first = await client.messages.create(model=model, max_tokens=100, messages=[{"role": "user", "content": "go"}])
+    assert [(b.name, b.input) for b in first.content if b.type == "tool_use"] == [
+        ("spawn_thread", {"agent": "counter", "message": "count"}),
+        ("spawn_thread", {"agent": "clock", "message": "time"}),
+    ]
+    full = coordinator_conversation([[("counter", "3 words")], [("clock", "noon")]])
+    waiting = await client.messages.create(model=model, max_tokens=100, messages=full[:5])  # type: ignore[arg-type]
+    assert [b.name for b in waiting.content if b.type == "tool_use"] == ["wait_for_threads"]
+    done = await client.messages.create(model=model, max_tokens=100, messages=full)  # type: ignore[arg-type]
+    assert done.stop_reason == "end_turn"
+    assert done.content[0].text == "Both threads replied:\ncounter: 3 words\nclock: noon"  # type: ignore[union-attr]
+    log = (await http.get(f"/_corral/scripts/{script_name}/requests")).json()
+    assert [entry["step"] for entry in log] == [0, 1, 2]
+
+
+def test_echo_matches_quotes_every_match_or_its_groups() -> None:
+    messages = coordinator_conversation([[("counter", "3 words"), ("clock", "noon")]])
+    whole = plan_step({"messages": messages}, "s", 0, ScriptStep(echo_matches=r"sthr_\w+"), 0)
+    assert isinstance(whole, Plan) and whole.blocks == [TextBlock("sthr_counter\nsthr_clock")]
+    grouped = plan_step({"messages": messages}, "s", 0, ScriptStep(text="Replies:", echo_matches=REPLY + "(.*)"), 0)
+    assert isinstance(grouped, Plan) and grouped.blocks == [TextBlock("Replies:\ncounter: 3 words\nclock: noon")]
+    none = plan_step({"messages": USER_HI}, "s", 0, ScriptStep(text="Replies:", echo_matches="sthr_"), 0)
+    assert isinstance(none, Plan) and none.blocks == [TextBlock("Replies:")]
+
+
+def test_a_bad_repeat_pattern_is_400(base_url: str) -> None:
+    response = httpx.put(f"{base_url}/_corral/scripts/bad", json={"steps": [{"repeat_until": {"pattern": "("}}]})
+    assert response.status_code == 400
+    assert "repeat_until.pattern" in response.json()["error"]["message"]
+    assert "not a regular expression" in response.json()["error"]["message"]
+
+
+def test_the_demos_multi_agent_scripts_spawn_wait_reply_and_sum_up() -> None:
+    """`corral demo`'s coordinator spawns `shell` and `clock`, waits until both replied, and quotes both replies;
+    each subagent runs its tool and replies with what it returned."""
+    from modelserver.demo import THREAD_DEMO_SCRIPTS
+
+    book = ScriptBook()
+    for name, script in THREAD_DEMO_SCRIPTS.items():
+        book.register(name, script)
+
+    def played(name: str, messages: list[dict[str, Any]]) -> Plan:
+        plan = book.play(name, {"messages": messages}, "x-api-key")
+        assert isinstance(plan, Plan), plan
+        return plan
+
+    spawned = played("demo-coordinator", [{"role": "user", "content": "ask both"}]).blocks
+    assert [(b.name, b.input["agent"]) for b in spawned if isinstance(b, ToolUseBlock)] == [
+        ("spawn_thread", "shell"), ("spawn_thread", "clock"),
+    ]  # fmt: skip
+    halfway = coordinator_conversation([[("clock", "2026-12-03T16:00:00+00:00")]])
+    assert [b.name for b in played("demo-coordinator", halfway).blocks if isinstance(b, ToolUseBlock)] == [
+        "wait_for_threads"
+    ]
+    both = coordinator_conversation([[("clock", "2026-12-03T16:00:00+00:00")], [("shell", "Linux 6.1.0")]])
+    (answer,) = played("demo-coordinator", both).blocks
+    assert isinstance(answer, TextBlock) and answer.text.endswith(
+        "Both threads replied:\nclock: 2026-12-03T16:00:00+00:00\nshell: Linux 6.1.0"
+    )
+
+    asked = [{"role": "user", "content": "Message from thread sthr_p (the coordinator):\nWhich kernel runs here?"}]
+    (bash,) = played("demo-shell", asked).blocks
+    assert isinstance(bash, ToolUseBlock) and (bash.name, bash.input) == ("bash", {"command": "uname -sr"})
+    use = {"type": "tool_use", "id": bash.id, "name": "bash", "input": {}}
+    result = {"type": "tool_result", "tool_use_id": bash.id, "content": "Linux 6.1.0"}
+    ran: list[dict[str, Any]] = [*asked, {"role": "assistant", "content": [use]}, {"role": "user", "content": [result]}]
+    assert played("demo-shell", ran).blocks == [TextBlock("Linux 6.1.0")]
+    (get_time,) = played("demo-clock", asked).blocks
+    assert isinstance(get_time, ToolUseBlock) and get_time.name == "get_time"
