@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -17,6 +17,7 @@ from starlette.requests import Request
 from temporalio.client import WorkflowHandle
 
 from corral.client import SessionClosed, follow_events, read_events, session_info
+from corral.contract.events import SessionEvent
 from gateway.errors import invalid
 from gateway.previews import Previews
 from gateway.shapes import event_view
@@ -29,9 +30,12 @@ RECENT_SPANS = 2000
 logger = logging.getLogger("gateway")
 
 
-async def stream_events(handle: WorkflowHandle, request: Request) -> EventSourceResponse:
+async def stream_events(
+    handle: WorkflowHandle, request: Request, view: Callable[[SessionEvent], dict[str, Any]] = event_view
+) -> EventSourceResponse:
     """The session's events written from now on, as SSE frames (`event: <type>`), with the relay's previews when
-    `event_deltas[]` asks for them; pings keep the connection open; a failure is an `error` frame."""
+    `event_deltas[]` asks for them; pings keep the connection open; a failure is an `error` frame. `view` shows an
+    event as the API does (a thread's own stream names its statuses as the thread's)."""
     deltas = request.query_params.getlist("event_deltas[]")
     bad = sorted(set(deltas) - {"agent.message", "agent.thinking"})
     if bad:
@@ -69,7 +73,7 @@ async def stream_events(handle: WorkflowHandle, request: Request) -> EventSource
                     continue
                 if previews is not None:
                     previews.log(item)
-                data = event_view(item)
+                data = view(item)
                 yield ServerSentEvent(event=data["type"], data=json.dumps(data))
                 if data["type"] == "session.deleted":
                     return  # the session's last event: the stream ends with it, as upstream

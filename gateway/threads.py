@@ -9,7 +9,7 @@ another thread's is its workflow's, whose id is the thread id, and its live text
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ from temporalio.exceptions import ApplicationError
 
 from corral.client import read_events
 from corral.contract.agent import AgentConfig
+from corral.contract.events import SessionEvent
 from corral.contract.threads import ThreadInfo
 from corral.names import SESSION_STATUSES, THREAD_NOT_FOUND, refusal_type
 from corral.threads import archive_thread, session_thread, session_threads, thread_log
@@ -109,13 +110,37 @@ class Threads:
         more = len(events) > limit
         events = events[:limit]
         next_page = position_cursor(events[-1].position) if more and events else None
-        return {"data": [event_view(event) for event in events], "next_page": next_page}
+        view = own_event_view(owned.info)
+        return {"data": [view(event) for event in events], "next_page": next_page}
 
     async def stream(self, request: Request, workspace: str) -> Response:
         params = request.path_params
         owned = await self.own_thread(workspace, params["id"], params["thread_id"])
         log = thread_log(self.gateway.client, owned.session, owned.info.id)
-        return await self.gateway.streams.open(request.state.key_id, lambda: stream_events(log, request))
+        view = own_event_view(owned.info)
+        return await self.gateway.streams.open(request.state.key_id, lambda: stream_events(log, request, view))
+
+
+THREAD_STATUS_TYPES = {
+    "session.status_running": "session.thread_status_running",
+    "session.status_idle": "session.thread_status_idle",
+    "session.status_rescheduled": "session.thread_status_rescheduled",
+    "session.status_terminated": "session.thread_status_terminated",
+}
+"""A child thread's own log holds a session's status events; its own stream names them as the thread's, as
+upstream's does (with the thread's id and agent name)."""
+
+
+def own_event_view(info: ThreadInfo) -> Callable[[SessionEvent], dict[str, Any]]:
+    """How a thread's own events are shown: as a session's, but a child's statuses as the thread's."""
+
+    def view(event: SessionEvent) -> dict[str, Any]:
+        data = event_view(event)
+        if info.parent_thread_id is not None and data["type"] in THREAD_STATUS_TYPES:
+            data.update(type=THREAD_STATUS_TYPES[data["type"]], session_thread_id=info.id, agent_name=info.agent.name)
+        return data
+
+    return view
 
 
 def thread_view(info: ThreadInfo, memo: Mapping[str, Any], closed: datetime | None) -> dict[str, Any]:

@@ -343,7 +343,7 @@ async def test_a_thread_streams_its_own_events_with_live_text(stack: Stack, gate
         async def read() -> None:
             async for event in stream:
                 seen.append(event)
-                if event.type == "agent.message":
+                if event.type == "session.thread_status_idle":  # after its message: a thread's own idle
                     return
 
         reading = asyncio.create_task(read())
@@ -356,7 +356,9 @@ async def test_a_thread_streams_its_own_events_with_live_text(stack: Stack, gate
     assert starts and deltas, f"no live text of {message.id} before it was written: {[e.type for e in seen]}"
     assert "".join(delta.delta.content.text for delta in deltas) == LONG_TEXT
     assert seen.index(deltas[-1]) < seen.index(message)
-    assert not any(e.type.startswith("session.thread_") for e in seen), "the thread's stream, not the session's"
+    own = [e for e in seen if e.type.startswith("session.thread_")]
+    assert own and all(e.session_thread_id == spawned.id for e in own), "the thread's stream, not the session's"
+    assert not any(e.type.startswith("session.status_") for e in seen), "a thread's statuses are named as its own"
 
     # The primary thread's stream is the session's: a message sent to the session, then its reply, on it.
     on_primary: list[Any] = []
