@@ -6,6 +6,7 @@ level, another workspace's agents not found, and a session that resolves the con
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import subprocess
@@ -375,3 +376,83 @@ def test_the_gateway_refuses_a_bad_thread_limit_at_start() -> None:
         ran = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=environ)
         assert ran.returncode == 2, ran.stderr
         assert ENV_MAX_THREADS_PER_SESSION in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
+
+
+async def test_a_multiagent_session_from_the_sdk_from_spawn_to_summary(
+    stack: Stack,
+    gateway: Gateway,  # noqa: F811
+) -> None:
+    """Wholly through the SDK: a coordinator with a predefined researcher (a custom tool) and writer (a call that
+    asks for confirmation) spawns both, messages the writer again, and sums up their replies. The client answers
+    both subagents' calls from the primary stream, by tool-use id, never naming a thread; then lists the threads."""
+    client = await gateway.client("ma-e2e")
+    await gateway.allow_hand(stack.hand_queue, "ma-e2e")
+    environment = await client.beta.environments.create(name="plain")
+    echo = {"type": "hand", "name": "echo", "description": "echo", "task_queue": stack.hand_queue,
+            "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}},
+            "permission_policy": {"type": "always_ask"}}  # fmt: skip
+    researcher = await client.beta.agents.create(
+        name="researcher", tools=[LOOKUP],  # type: ignore[list-item]
+        model=stack.script([{"tool_uses": [{"name": "lookup", "input": {"word": "x"}}]},
+                            {"text": "x means", "echo_last_user": True}]),
+    )  # fmt: skip
+    writer = await client.beta.agents.create(
+        name="writer", tools=[echo],  # type: ignore[list-item]
+        model=stack.script([{"tool_uses": [{"name": "echo", "input": {"text": "draft"}}]}, {"text": "drafted"},
+                            {"text": "polished"}]),
+    )  # fmt: skip
+    replies = r"Message from thread sthr_\w+ \((\w+)\):"
+    lead_model = stack.script([
+        {"tool_uses": [{"name": "spawn_thread", "input": {"agent": "researcher", "message": "look x up"}},
+                       {"name": "spawn_thread", "input": {"agent": "writer", "message": "draft it"}}]},
+        {"tool_uses": [{"name": "wait_for_threads", "input": {}}], "repeat_until": {"pattern": replies, "count": 2}},
+        {"tool_uses": [{"name": "message_thread", "input": {"thread_id": "writer", "message": "polish it"}}]},
+        {"tool_uses": [{"name": "wait_for_threads", "input": {}}], "repeat_until": {"pattern": replies, "count": 3}},
+        {"text": "summary:", "echo_matches": r"\((\w+)\):\n(.+)"},
+    ])  # fmt: skip
+    multiagent: Any = {"type": "multiagent_20261001",
+                       "subagents": {"type": "enabled", "predefined_agents": [researcher.id, writer.id]}}  # fmt: skip
+    lead = await client.beta.agents.create(name="lead", model=lead_model, multiagent=multiagent)
+    session = await client.beta.sessions.create(agent=lead.id, environment_id=environment.id)
+    stack.started.append(stack.client.get_workflow_handle(session.id))
+
+    seen: list[Any] = []
+    async with await client.beta.sessions.events.stream(session.id) as stream:
+
+        async def follow() -> None:
+            async for event in stream:
+                seen.append(event)
+                if event.type == "agent.custom_tool_use":
+                    assert event.session_thread_id is not None
+                    await client.beta.sessions.events.send(session.id, events=[{
+                        "type": "user.custom_tool_result", "custom_tool_use_id": event.id,
+                        "content": [{"type": "text", "text": "42"}]}])  # fmt: skip
+                elif event.type == "agent.tool_use" and event.evaluated_permission == "ask":
+                    assert event.session_thread_id is not None
+                    await client.beta.sessions.events.send(session.id, events=[{
+                        "type": "user.tool_confirmation", "tool_use_id": event.id, "result": "allow"}])  # fmt: skip
+                elif event.type == "agent.message" and any(
+                    getattr(b, "text", "").startswith("summary:") for b in event.content
+                ):
+                    return
+
+        reading = asyncio.create_task(follow())
+        await client.beta.sessions.events.send(session.id, events=[
+            {"type": "user.message", "content": [{"type": "text", "text": "go"}]}])  # fmt: skip
+        await asyncio.wait_for(reading, 180)
+
+    summary = seen[-1].content[0].text
+    assert "researcher: x means" in summary and "writer: drafted" in summary and "writer: polished" in summary
+    received = [b.text for e in seen if e.type == "agent.thread_message_received" for b in e.content]
+    assert "x means\n42" in received, "the custom tool's result, answered on the session, reached the researcher"
+    types = [e.type for e in seen]
+    assert types.count("session.thread_created") == 2 and types.count("agent.thread_message_sent") == 3
+    assert types.count("agent.thread_message_received") == 3
+    idle = [e for e in seen if e.type == "session.thread_status_idle" and e.stop_reason.type == "requires_action"]
+    assert idle, "a subagent waiting on the client shows on the primary stream"
+    threads = [t async for t in client.beta.sessions.threads.list(session.id)]
+    assert [getattr(t.agent, "name", None) for t in threads] == ["lead", "researcher", "writer"]
+    assert all(t.status == "idle" for t in threads[1:]) and threads[2].usage is not None
+    listed = [e async for e in client.beta.sessions.threads.events.list(threads[2].id, session_id=session.id)]
+    assert [e.type for e in listed].count("agent.thread_message_received") == 2, "the writer got two messages"
+    assert any(e.type == "user.tool_confirmation" for e in listed), "the confirmation reached the writer"

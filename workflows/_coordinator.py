@@ -69,10 +69,10 @@ class CoordinatorTools:
             if thread_id is None or message is None:
                 return "message_thread: give `thread_id` and a non-empty `message`.", True
             try:
-                self._threads.message(thread_id, normalize_content(message))
+                sent_to = self._threads.message(thread_id, normalize_content(message))
             except ApplicationError as exc:
                 return f"message_thread: {exc.message}", True
-            return f"Sent to {thread_id}.", False
+            return f"Sent to {sent_to}.", False
         if use.name == WAIT_FOR_THREADS:
             ids = args.get("thread_ids") or []
             if not isinstance(ids, list) or not all(isinstance(tid, str) for tid in ids):
@@ -95,6 +95,7 @@ class CoordinatorTools:
         """Wait until a thread of `thread_ids` (every open one when empty) replies or none of them runs; the tool's
         result. `self._pending` names the senders of the input already queued for the coordinator."""
         threads = self._threads
+        thread_ids = [threads.named(wanted) for wanted in thread_ids]
         unknown = [tid for tid in thread_ids if tid not in threads.infos]
         if unknown:
             return f"Unknown thread ids: {', '.join(unknown)}. Threads: {', '.join(threads.infos) or 'none'}."

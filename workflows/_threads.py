@@ -191,6 +191,14 @@ class SessionThreads:
         )
         return info
 
+    def named(self, wanted: str) -> str:
+        """The id of the thread `wanted` names: its id, or the name of the agent of the one open thread running it
+        (a model remembers names better than ids); `wanted` itself when it names none or several."""
+        if wanted in self.infos:
+            return wanted
+        running = [tid for tid, info in self.infos.items() if info.agent.name == wanted and info.archived_at is None]
+        return running[0] if len(running) == 1 else wanted
+
     def check_open(self, thread_id: str) -> ThreadInfo:
         info = self.infos.get(thread_id)
         if info is None:
@@ -201,12 +209,15 @@ class SessionThreads:
             raise ApplicationError(f"thread {thread_id} is archived", type=THREAD_ARCHIVED, non_retryable=True)
         return info
 
-    def message(self, thread_id: str, content: list[ContentBlock]) -> None:
+    def message(self, wanted: str, content: list[ContentBlock]) -> str:
+        """Send a thread (by id, or by its agent's name) a message; the thread's id."""
+        thread_id = self.named(wanted)
         info = self.check_open(thread_id)
         sent = self._log.append(AgentThreadMessageSent, to_session_thread_id=thread_id, to_agent_name=info.agent.name,
                                 content=content)  # fmt: skip
         message = ThreadMessage(from_thread_id=self.primary_id, content=content, message_id=sent.id)
         self._tell(thread_id, ThreadInput(message=message))
+        return thread_id
 
     def check_archive(self, input: ArchiveThreadInput) -> None:
         if input.thread_id == self.primary_id:

@@ -38,6 +38,8 @@ def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
 
 
 _MESSAGE = {"type": "string", "description": "What to tell the thread."}
+_THREAD = {"type": "string", "description": "The thread's id (sthr_…), or the name of the agent it runs when one open "
+           "thread runs it."}  # fmt: skip
 TOOL_SCHEMAS: Final[dict[str, tuple[str, dict[str, Any]]]] = {
     SPAWN_THREAD: (
         "Start a new thread: another agent, with its own context window, that works in parallel with you on the "
@@ -65,7 +67,7 @@ TOOL_SCHEMAS: Final[dict[str, tuple[str, dict[str, Any]]]] = {
     MESSAGE_THREAD: (
         "Send a message to a thread you spawned. An idle thread starts a new turn; a busy one reads it next.",
         _schema(
-            {"thread_id": {"type": "string", "description": "The thread's id (sthr_…)."}, "message": _MESSAGE},
+            {"thread_id": _THREAD, "message": _MESSAGE},
             ["thread_id", "message"],
         ),
     ),
@@ -74,7 +76,7 @@ TOOL_SCHEMAS: Final[dict[str, tuple[str, dict[str, Any]]]] = {
         "tool's result as messages from their threads. Waits on every running thread unless `thread_ids` names some.",
         _schema(
             {
-                "thread_ids": {"type": "array", "items": {"type": "string"}},
+                "thread_ids": {"type": "array", "items": _THREAD},
                 "timeout_seconds": {"type": "integer", "minimum": 1, "maximum": MAX_WAIT_SECONDS},
             },
             [],
