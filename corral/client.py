@@ -140,7 +140,7 @@ async def send_events(handle: WorkflowHandle, events: list[dict[str, Any]]) -> l
     WorkflowNotReady. None of these was applied, so sending again adds no event twice (a client id makes any
     resend harmless)."""
     batch = SendEventsInput(events=events)
-    result = await _until_taken(
+    result = await until_taken(
         handle, lambda: handle.execute_update(UPDATE_SEND_EVENTS, batch, result_type=SendEventsResult)
     )
     return result.event_ids
@@ -149,7 +149,7 @@ async def send_events(handle: WorkflowHandle, events: list[dict[str, Any]]) -> l
 async def send_batch(handle: WorkflowHandle, events: list[dict[str, Any]]) -> SendEventsResult:
     """`send_events`, answered in full: the ids and the events the update wrote, so no query reads them back."""
     batch = SendEventsInput(events=events, answer_events=True)
-    return await _until_taken(
+    return await until_taken(
         handle, lambda: handle.execute_update(UPDATE_SEND_EVENTS, batch, result_type=SendEventsResult)
     )
 
@@ -157,10 +157,10 @@ async def send_batch(handle: WorkflowHandle, events: list[dict[str, Any]]) -> Se
 async def update_session(handle: WorkflowHandle, change: UpdateSessionInput) -> SessionInfo:
     """The `update_session` update (title, metadata, budget, archive, the start of a deletion), sent again as
     `send_events` is when Temporal or the session did not take it."""
-    return await _until_taken(handle, lambda: handle.execute_update(UPDATE_SESSION, change, result_type=SessionInfo))
+    return await until_taken(handle, lambda: handle.execute_update(UPDATE_SESSION, change, result_type=SessionInfo))
 
 
-async def _until_taken(handle: WorkflowHandle, update: Callable[[], Awaitable[T]]) -> T:
+async def until_taken(handle: WorkflowHandle, update: Callable[[], Awaitable[T]]) -> T:
     """`update()`, sent again with backoff for up to `BUSY_SECONDS` while it was not taken (see `send_events`)."""
     delay = RETRY_SECONDS
     deadline = time.monotonic() + BUSY_SECONDS

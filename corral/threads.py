@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from temporalio.client import Client, WorkflowHandle
 
-from corral.client import _until_taken
+from corral.client import until_taken
 from corral.contract.threads import ArchiveThreadInput, SpawnThreadInput, ThreadInfo, primary_thread_id
 from corral.names import QUERY_THREADS, THREAD_ID_PREFIX, UPDATE_ARCHIVE_THREAD, UPDATE_SPAWN_THREAD
 from corral.reading import query_session
@@ -57,7 +57,7 @@ async def archive_thread(session: WorkflowHandle, thread_id: str) -> ThreadInfo:
     again answers with its info). Refusals are the update's (`ThreadNotFound`, `ThreadArchived` for the primary
     thread, `NotMultiagent`): nothing is written."""
     change = ArchiveThreadInput(thread_id=thread_id)
-    return await _until_taken(
+    return await until_taken(
         session, lambda: session.execute_update(UPDATE_ARCHIVE_THREAD, change, result_type=ThreadInfo)
     )
 
@@ -65,6 +65,6 @@ async def archive_thread(session: WorkflowHandle, thread_id: str) -> ThreadInfo:
 async def spawn_thread(session: WorkflowHandle, spawn: SpawnThreadInput) -> ThreadInfo:
     """The session's `spawn_thread` update, as a Temporal client starts a thread: the thread's info once it is
     started (refused by the update, nothing written, when the session may not spawn it)."""
-    return await _until_taken(
+    return await until_taken(
         session, lambda: session.execute_update(UPDATE_SPAWN_THREAD, spawn, result_type=ThreadInfo)
     )
