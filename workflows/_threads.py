@@ -148,15 +148,39 @@ class SessionThreads:
             inline = input.inline_agent
             update = {"name": inline.name, "system": inline.system, "model": inline.model or coordinator.model}
             config = coordinator.without_multiagent().model_copy(update=update)
-            return SpawnedAgent(type="inline", name=inline.name, config=config)
-        entry = multiagent.find(coordinator, input.agent or "")
-        if entry is None:
-            names = sorted(entry.name(coordinator) for entry in multiagent.agents)
-            raise ApplicationError(f"no predefined agent {input.agent!r}: choose one of {', '.join(names) or 'none'}",
-                                   type=THREAD_NOT_FOUND, non_retryable=True)  # fmt: skip
-        config = entry.config or coordinator.without_multiagent()
-        return SpawnedAgent(type=entry.type, name=entry.name(coordinator), id=entry.id, version=entry.version,
-                            config=config)  # fmt: skip
+            agent = SpawnedAgent(type="inline", name=inline.name, config=config)
+        else:
+            entry = multiagent.find(coordinator, input.agent or "")
+            if entry is None:
+                names = ", ".join(sorted(entry.name(coordinator) for entry in multiagent.agents)) or "none"
+                raise ApplicationError(f"no predefined agent {input.agent!r}: choose one of {names}",
+                                       type=THREAD_NOT_FOUND, non_retryable=True)  # fmt: skip
+            agent = SpawnedAgent(type=entry.type, name=entry.name(coordinator), id=entry.id, version=entry.version,
+                                 config=entry.config or coordinator.without_multiagent())  # fmt: skip
+        seat = ThreadSeat(session_id=self.session_id, thread_id=THREAD_ID_PREFIX, parent_thread_id=self.primary_id,
+                          agent=agent)  # fmt: skip
+        self._child_input(agent, seat)  # refused now, rather than when the thread starts
+        return agent
+
+    def _child_input(self, agent: SpawnedAgent, seat: ThreadSeat) -> SessionInput:
+        """A thread's start input: its agent, the session's vaults, model settings, hand-over size and budget (at
+        the session's price). An ApplicationError says why there can be none (nothing is started)."""
+        parent = self._input
+        budget = parent.budget.model_copy(update={"price": parent.budget_price()}) if parent.budget else None
+        try:
+            return SessionInput(
+                agent=agent.config,
+                title=f"{agent.name} · thread of {parent.title or self.session_id}",
+                vault_ids=parent.vault_ids,
+                model_retry=parent.model_retry,
+                model_task_queue=parent.model_task_queue,
+                continue_as_new_after_events=parent.continue_as_new_after_events,
+                budget=budget,
+                thread=seat,
+            )
+        except ValueError as exc:  # pydantic's ValidationError is one
+            raise ApplicationError(f"agent {agent.name!r} cannot run as a thread: {exc}", type=NOT_MULTIAGENT,
+                                   non_retryable=True) from None  # fmt: skip
 
     async def spawn(self, agent: SpawnedAgent, message: list[ContentBlock]) -> ThreadInfo:
         """Start a thread running `agent` on `message`: a child workflow, logged as `session.thread_created` and the
@@ -169,19 +193,9 @@ class SessionThreads:
         self._log.append(SessionThreadCreated, session_thread_id=thread_id, agent_name=agent.name)
         sent = self._log.append(AgentThreadMessageSent, to_session_thread_id=thread_id, to_agent_name=agent.name,
                                 content=message)  # fmt: skip
-        parent = self._input
         seat = ThreadSeat(session_id=self.session_id, thread_id=thread_id, parent_thread_id=self.primary_id,
                           agent=agent, message=message, message_id=sent.id)  # fmt: skip
-        child = SessionInput(
-            agent=agent.config,
-            title=f"{agent.name} · thread of {parent.title or self.session_id}",
-            vault_ids=parent.vault_ids,
-            model_retry=parent.model_retry,
-            model_task_queue=parent.model_task_queue,
-            continue_as_new_after_events=parent.continue_as_new_after_events,
-            budget=parent.budget,
-            thread=seat,
-        )
+        child = self._child_input(agent, seat)
         await workflow.start_child_workflow(
             SESSION_WORKFLOW,
             child,
@@ -369,9 +383,6 @@ class SessionThreads:
             return None
         cost = list_cost(self._input.agent.model, own, price)
         return cost + sum(list_cost(info.agent.config.model, info.usage, price) for info in self.infos.values())
-
-    def list(self, primary: ThreadInfo) -> list[ThreadInfo]:
-        return [primary, *self.infos.values()]
 
     def _tell(self, thread_id: str, input: ThreadInput) -> None:
         self._outbox.send(thread_id, SIGNAL_THREAD_INPUT, input)

@@ -548,7 +548,7 @@ class SessionWorkflow:
         info = self.session()
         primary = primary_info(info.id, self._input, info.status, info.stop_reason, info.created_at,
                                info.archived_at, self._model.usage, info.turns)  # fmt: skip
-        return self._threads.list(primary)
+        return [primary, *self._threads.infos.values()]
 
     # ---- queries ------------------------------------------------------------------------------------------
 
