@@ -211,11 +211,7 @@ def events_command(
     settings = settings_of(ctx)
 
     async def go() -> None:
-        if thread is not None:
-            session_ops.refuse_thread_as_session(session)  # before Temporal is asked anything
-        client = await client_of(settings)
-        handle = client.get_workflow_handle(session)
-        log = await session_ops.thread_log_of(client, session, thread)
+        handle, log = await session_ops.log_to_read(settings, session, thread)
         async with session_ops.explained(log):
             events = await read_events(log, after=after, types=types, limit=limit)
         if not events:
@@ -251,11 +247,7 @@ def tail_command(
     settings = settings_of(ctx)
 
     async def go() -> None:
-        if thread is not None:
-            session_ops.refuse_thread_as_session(session)  # before Temporal is asked anything
-        client = await client_of(settings)
-        handle = client.get_workflow_handle(session)
-        log = await session_ops.thread_log_of(client, session, thread)
+        handle, log = await session_ops.log_to_read(settings, session, thread)
         async with session_ops.explained(log):
             await session_ops.tail(
                 log, EventRenderer(settings.out), after=after, forever=forever, stream_url=settings.stream_url()

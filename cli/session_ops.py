@@ -18,7 +18,7 @@ from rich.text import Text
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from cli.context import CliError
+from cli.context import CliError, Settings
 from cli.render import EventRenderer
 from corral.client import SessionClosed, follow_events, read_events, session_end
 from corral.contract.events import SessionEvent
@@ -170,6 +170,17 @@ async def report_end(handle: WorkflowHandle) -> None:
             hint=f"its workflow history is still in Temporal: `temporal workflow show --workflow-id {handle.id}`",
             exit_code=ENDED_EXIT_CODE,
         )
+
+
+async def log_to_read(settings: Settings, session: str, thread: str | None) -> tuple[WorkflowHandle, WorkflowHandle]:
+    """The session's handle, and the handle of the log to read: the session's, or its thread's (`thread_log_of`). A
+    thread id given as the session is refused before Temporal is asked anything."""
+    from cli.app import client_of
+
+    if thread is not None:
+        refuse_thread_as_session(session)
+    client = await client_of(settings)
+    return client.get_workflow_handle(session), await thread_log_of(client, session, thread)
 
 
 async def thread_log_of(client: Client, session: str, thread: str | None) -> WorkflowHandle:
