@@ -34,9 +34,7 @@ from corral.contract.events import (
 )
 from corral.contract.proxy import McpToolSpec
 from corral.contract.session import AgentConfig
-from workflows._context import SessionContext
-from workflows._log import SessionLog
-from workflows._outcomes import record_response
+from workflows import SessionContext, SessionLog, record_response
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 MCP = McpToolSpec(server="docs", name="search")

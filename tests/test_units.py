@@ -34,7 +34,7 @@ from corral.contract.events import (
 from corral.contract.session import AgentConfig, EventsQuery, SendEventsInput, SessionInput, parse_user_events
 from corral.hands.output import cut_output
 from corral.hands.utility import calculate
-from workflows._log import SessionLog
+from workflows import SessionLog
 
 
 def _log() -> SessionLog:

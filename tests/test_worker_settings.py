@@ -24,7 +24,7 @@ from corral.temporal import cluster_id
 from sandbox.sessions import SCOPE_LABEL, SESSION_LABEL
 from tests.conftest import unique
 from tests.waits import until
-from workers._reaper import closed_sessions, reaping
+from workers import closed_sessions, reaping
 from workers.settings import (
     ModelSettings,
     ProxySettings,

@@ -22,15 +22,19 @@ from temporalio import workflow
 from workflows.session import SessionWorkflow
 
 with workflow.unsafe.imports_passed_through():  # as workflows/session.py imports them: one copy of each class
+    from workflows._context import SessionContext
     from workflows._hands import MODEL_ROUTING_PATCH
     from workflows._log import SessionLog, check_answers
+    from workflows._outcomes import record_response
     from workflows._tool_calls import DENIED_RESULT, NEW_MESSAGE_RESULT
 
 __all__ = [
     "DENIED_RESULT",
     "MODEL_ROUTING_PATCH",
     "NEW_MESSAGE_RESULT",
+    "SessionContext",
     "SessionLog",
     "SessionWorkflow",
     "check_answers",
+    "record_response",
 ]
