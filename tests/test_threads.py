@@ -137,10 +137,12 @@ async def test_a_subagents_custom_tool_call_is_answered_on_the_session_by_its_id
     await send_events(handle, [{"type": "user.custom_tool_result", "custom_tool_use_id": use.id,
                                 "content": [{"type": "text", "text": "yes"}]}])  # fmt: skip
 
-    async def coordinator_done() -> bool:
-        return "done" in texts(await read_events(handle))
+    async def thread_replied() -> bool:
+        return "the human said yes" in texts(await read_events(handle), "agent.thread_message_received")
 
-    await until(coordinator_done, "the coordinator's answer after the thread's reply")
+    # The coordinator's wait may settle while the thread waits on the client, so what shows the answer arrived
+    # is the thread's reply, which it writes only after the result.
+    await until(thread_replied, "the thread's reply, made after the client's answer reached it")
     thread_log = await all_events(stack.client, use.session_thread_id)
     assert any(e.type == "user.custom_tool_result" for e in thread_log), "the result reached the thread"
     routed = [e for e in await read_events(handle) if e.type == "user.custom_tool_result"]
