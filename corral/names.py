@@ -77,6 +77,14 @@ SIGNAL_THREAD_REPORT: Final = "thread_report"
 """Internal: what a thread tells its session (status, replies, cross-posted tool calls, hand requests, usage)."""
 SIGNAL_THREAD_INPUT: Final = "thread_input"
 """Internal: what a session tells one of its threads (messages, routed answers, interrupts, hand results)."""
+WORKFLOW_RUN_WORKFLOW: Final = "WorkflowRun"
+"""A workflow run: a plan the coordinator wrote, run durably as a child workflow of its session (workflows/runs.py)."""
+UPDATE_START_WORKFLOW_RUN: Final = "start_workflow_run"
+"""Start a workflow run from a Temporal client, as the coordinator's `start_workflow_run` tool does."""
+SIGNAL_RUN_REPORT: Final = "workflow_run_report"
+"""Internal: what a workflow run tells its session (events to log, threads to spawn, its end)."""
+SIGNAL_RUN_INPUT: Final = "workflow_run_input"
+"""Internal: what a session tells one of its workflow runs (its threads' replies and ends, stop)."""
 # The error types (ApplicationError.type) of a refused update: CamelCase names, as Temporal's convention and the
 # activities' types (corral/contract/errors.py). A refusal is raised by a validator, so it is never in history.
 ARCHIVED: Final = "SessionArchived"
@@ -97,6 +105,10 @@ NOT_MULTIAGENT: Final = "NotMultiagent"
 """The error type of a thread update on a session whose agent coordinates no threads."""
 THREAD_ARCHIVED: Final = "ThreadArchived"
 """The error type of a message or an archive refused because the thread is archived (or is the primary)."""
+OUTCOME_IN_PROGRESS: Final = "OutcomeInProgress"
+"""The error type of a `user.define_outcome` refused because another outcome is still pursued (interrupt it)."""
+NO_WORKFLOW_RUNS: Final = "NoWorkflowRuns"
+"""The error type of a workflow run refused because the session's agent may not start runs."""
 FORMER_ERROR_TYPES: Final = {
     "archived": ARCHIVED,
     "deleting": DELETING,
@@ -119,6 +131,8 @@ QUERY_MODEL_CONTEXT: Final = "model_context"
 QUERY_CONTEXT_VIEW: Final = "context_view"
 QUERY_THREADS: Final = "threads"
 """A session's threads, its primary thread first (`list[ThreadInfo]`); asked of the session's workflow."""
+QUERY_WORKFLOW_RUNS: Final = "workflow_runs"
+"""A session's workflow runs, oldest first, with their phases' progress (`list[WorkflowRunInfo]`)."""
 
 # Activities. Every hand serves the same activity name on its own task queue.
 ACTIVITY_MODEL_TURN: Final = "model_turn"
@@ -147,6 +161,8 @@ SessionStatus = Literal["idle", "running", "rescheduling", "terminated"]
 """A session's status: the one spelling of the vocabulary that the workflow sets, `CorralStatus` holds, the API shows
 and the CLI filters by. Here, with the names, so that the CLI lists sessions without loading the contract."""
 SESSION_STATUSES: Final = frozenset(get_args(SessionStatus))
+WorkflowRunStatus = Literal["running", "idle", "ended"]
+"""Where a workflow run is: working, waiting on nothing of its own, or ended (its events' `status_*`)."""
 """Every status, derived from the `Literal` so that the values are written once."""
 WORKING_STATUSES: Final[frozenset[SessionStatus]] = frozenset({"running", "rescheduling"})
 """The statuses of a session at work (a turn in progress, or waiting to retry one): it is not deleted then."""
@@ -172,6 +188,10 @@ HAND_ID_PREFIX: Final = "hand_"
 """A hand queue's registration (corral.hand_registry): derived from the queue's name."""
 SESSION_RESOURCE_ID_PREFIX: Final = "repo"
 THREAD_ID_PREFIX: Final = "sthr_"
+OUTCOME_ID_PREFIX: Final = "outc_"
+WORKFLOW_RUN_ID_PREFIX: Final = "wrun_"
+"""Not documented upstream (its events carry the id only); corral's, like its phases' `wrph_`."""
+WORKFLOW_RUN_PHASE_ID_PREFIX: Final = "wrph_"
 """A session thread: a child workflow's id (`sthr_<hex>`); the primary thread's is made from its session's id."""
 """A session's repository resource: `repo1`, `repo2`… in the order the session was given them."""
 ID_KINDS: Final = {
@@ -185,6 +205,8 @@ ID_KINDS: Final = {
     HAND_ID_PREFIX: "hand registration",
     SESSION_RESOURCE_ID_PREFIX: "session resource",
     THREAD_ID_PREFIX: "session thread",
+    OUTCOME_ID_PREFIX: "outcome",
+    WORKFLOW_RUN_ID_PREFIX: "workflow run",
 }
 """What each prefix names, for errors that say which kind of id was given where another was expected."""
 
@@ -216,6 +238,10 @@ ENV_GATEWAY_STREAMS_PER_KEY: Final = "CORRAL_GATEWAY_MAX_STREAMS_PER_KEY"
 """Event streams one API key may hold open at once on one gateway (default `gateway.http.DEFAULT_STREAMS_PER_KEY`)."""
 ENV_MAX_THREADS_PER_SESSION: Final = "CORRAL_MAX_THREADS_PER_SESSION"
 """Threads a multi-agent session made through the gateway may spawn in all (default 16, `Multiagent.max_threads`)."""
+ENV_MAX_WORKFLOW_RUNS_PER_SESSION: Final = "CORRAL_MAX_WORKFLOW_RUNS_PER_SESSION"
+"""Workflow runs a session made through the gateway may start in all (default 8, `Multiagent.max_runs`)."""
+ENV_MAX_THREADS_PER_RUN: Final = "CORRAL_MAX_THREADS_PER_WORKFLOW_RUN"
+"""Threads one workflow run may spawn in all (default 10, `Multiagent.max_threads_per_run`)."""
 ENV_MODEL_STALL_TIMEOUT: Final = "CORRAL_MODEL_STALL_TIMEOUT_SECONDS"
 DEFAULT_MODEL_STALL_TIMEOUT_SECONDS: Final = 120.0
 """A model response stream that sends no byte for this long (pings count) has stalled: the model worker ends the

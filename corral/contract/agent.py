@@ -219,14 +219,24 @@ class Multiagent(BaseModel):
     max_threads: int = Field(default=16, ge=1, le=256)
     """Threads a session may spawn in all; one more is refused with a clear tool error."""
     workflows: dict[str, Any] | None = None
-    """Stored as given; workflow runs are not run by this version."""
+    """The API's `workflows` member as resolved (`view` shows it); `runs` and `run_agents` are what the harness
+    runs of it."""
+    runs: bool = False
+    """Whether the coordinator may start workflow runs (`start_workflow_run`; corral/contract/plans.py)."""
+    run_agents: list[ThreadAgent] = Field(default_factory=list, max_length=20)
+    """The predefined agents a run's tasks may name."""
+    run_inline_agents: bool = False
+    max_runs: int = Field(default=8, ge=1, le=256)
+    """Workflow runs a session may start in all; one more is a `max_workflow_runs_error`."""
+    max_threads_per_run: int = Field(default=10, ge=1, le=256)
+    """Threads one run may spawn in all; a plan that needs more is a `thread_limit_error`."""
     view: dict[str, Any] | None = None
 
     def spawns(self) -> bool:
         return self.subagents and (bool(self.agents) or self.inline_agents)
 
     def tools(self) -> list[CoordinatorTool]:
-        return coordinator_tools(threads=self.spawns(), advisor=self.advisor_model is not None)
+        return coordinator_tools(threads=self.spawns(), advisor=self.advisor_model is not None, runs=self.runs)
 
     def find(self, coordinator: AgentConfig, wanted: str) -> ThreadAgent | None:
         """The roster entry `wanted` names: `self`, an agent's id, or its name."""

@@ -14,6 +14,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field
 
 from corral.contract.events import AgentCustomToolUse, AgentMcpToolUse, AgentToolUse, ModelUsage, SessionEvent
+from corral.contract.outcomes import OutcomesCarry
+from corral.contract.plans import RunsCarry
 from corral.contract.proxy import McpToolSpec
 from corral.contract.sandbox import SandboxHandle
 from corral.contract.threads import ThreadsCarry
@@ -89,6 +91,10 @@ class SessionCarry(BaseModel):
     stop_reason: str | None = None
     threads: ThreadsCarry | None = None
     """A multi-agent session's threads (None for a session that has none)."""
+    outcomes: OutcomesCarry | None = None
+    """The outcomes defined (None: none was)."""
+    runs: RunsCarry | None = None
+    """A multi-agent session's workflow runs (None: none was started)."""
 
 
 CLIENT_ID_WINDOW = 10_000

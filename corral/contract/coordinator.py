@@ -15,6 +15,7 @@ SPAWN_THREAD: Final = "spawn_thread"
 MESSAGE_THREAD: Final = "message_thread"
 WAIT_FOR_THREADS: Final = "wait_for_threads"
 CONSULT_ADVISOR: Final = "consult_advisor"
+START_WORKFLOW_RUN: Final = "start_workflow_run"
 THREAD_TOOLS: Final = (SPAWN_THREAD, MESSAGE_THREAD, WAIT_FOR_THREADS)
 """The tools of a coordinator that may spawn threads."""
 ADVISOR_ROSTER_NAME: Final = "anthropic.advisor"
@@ -40,6 +41,9 @@ def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
 _MESSAGE = {"type": "string", "description": "What to tell the thread."}
 _THREAD = {"type": "string", "description": "The thread's id (sthr_…), or the name of the agent it runs when one open "
            "thread runs it."}  # fmt: skip
+_TIMEOUT = {"type": "integer", "minimum": 1, "maximum": 86400, "description": "The whole run's wall-clock limit "
+            "(default 1800)."}  # fmt: skip
+_INLINE = {"name": {"type": "string"}, "system": {"type": "string"}, "model": {"type": "string"}}
 TOOL_SCHEMAS: Final[dict[str, tuple[str, dict[str, Any]]]] = {
     SPAWN_THREAD: (
         "Start a new thread: another agent, with its own context window, that works in parallel with you on the "
@@ -82,6 +86,52 @@ TOOL_SCHEMAS: Final[dict[str, tuple[str, dict[str, Any]]]] = {
             [],
         ),
     ),
+    START_WORKFLOW_RUN: (
+        "Start a workflow run: a plan of named phases that runs durably in the background. Phases run in order; "
+        "the tasks of a phase run at once, each as a thread (a predefined agent by `agent`, or `inline_agent`) on "
+        "the session's shared tools and workspace. A phase ends when all its tasks have replied. In a task's "
+        "message, {{phase}} stands for every reply of an earlier phase and {{phase.task}} for one. The run's "
+        "report (its last phase's replies) reaches you as a message when it ends; wait for it with "
+        "wait_for_threads, naming the run's id. Returns the run's id, or what is wrong with the plan.",
+        _schema(
+            {
+                "name": {"type": "string"},
+                "description": {"type": "string"},
+                "timeout_seconds": _TIMEOUT,
+                "phases": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "name": {"type": "string", "description": "Letters, digits, _ and -; unique."},
+                            "description": {"type": "string"},
+                            "tasks": {
+                                "type": "array",
+                                "minItems": 1,
+                                "items": {
+                                    "type": "object",
+                                    "properties": {
+                                        "name": {"type": "string", "description": "Unique in its phase."},
+                                        "agent": {"type": "string", "description": "A predefined agent or `self`."},
+                                        "inline_agent": {
+                                            "type": "object",
+                                            "properties": _INLINE,
+                                            "required": ["name"],
+                                        },
+                                        "message": {"type": "string"},
+                                    },
+                                    "required": ["message"],
+                                },
+                            },
+                        },
+                        "required": ["name", "tasks"],
+                    },
+                },
+            },
+            ["name", "phases"],
+        ),
+    ),
     CONSULT_ADVISOR: (
         "Ask the advisor, a stronger model, for advice on the task so far. It sees your question and the "
         "conversation's latest messages, and answers in text; it runs no tools.",
@@ -99,9 +149,12 @@ class CoordinatorTool(BaseModel):
     input_schema: dict[str, Any]
 
 
-def coordinator_tools(threads: bool, advisor: bool) -> list[CoordinatorTool]:
-    """The tools a coordinator gets: the thread tools when it may spawn threads, the advisor's when it has one."""
+def coordinator_tools(threads: bool, advisor: bool, runs: bool = False) -> list[CoordinatorTool]:
+    """The tools a coordinator gets: the thread tools when it may spawn threads, the advisor's when it has one,
+    `start_workflow_run` (and the wait) when it may start workflow runs."""
     names = [*(THREAD_TOOLS if threads else ()), *((CONSULT_ADVISOR,) if advisor else ())]
+    if runs:
+        names += [*((WAIT_FOR_THREADS,) if not threads else ()), START_WORKFLOW_RUN]
     return [CoordinatorTool(name=name, description=TOOL_SCHEMAS[name][0], input_schema=TOOL_SCHEMAS[name][1])
             for name in names]  # fmt: skip
 

@@ -9,7 +9,7 @@ earlier work. These models are persisted in workflow history: add optional field
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -394,6 +394,125 @@ class AgentThreadMessageReceived(_Event):
     content: list[ContentBlock]
 
 
+# ---- outcomes and workflow runs -------------------------------------------------------------------------------
+
+
+class TextRubric(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text"] = "text"
+    content: str
+
+
+class UserDefineOutcome(_Event):
+    """An outcome the agent works toward until a grader finds it met (`outcome_id` names it in its spans); input, as
+    a user message is: the agent starts on it. A file rubric is stored resolved to its text."""
+
+    type: Literal["user.define_outcome"] = "user.define_outcome"
+    outcome_id: str
+    description: str
+    rubric: TextRubric
+    max_iterations: int = 3
+    client_id: str | None = None
+
+
+class _OutcomeSpan(_Event):
+    outcome_id: str
+    iteration: int
+    """0-based revision cycle."""
+
+
+class SpanOutcomeEvaluationStart(_OutcomeSpan):
+    type: Literal["span.outcome_evaluation_start"] = "span.outcome_evaluation_start"
+
+
+class SpanOutcomeEvaluationOngoing(_OutcomeSpan):
+    """A heartbeat while the grader works."""
+
+    type: Literal["span.outcome_evaluation_ongoing"] = "span.outcome_evaluation_ongoing"
+
+
+OutcomeVerdict = Literal["satisfied", "needs_revision", "max_iterations_reached", "failed", "interrupted"]
+
+
+class SpanOutcomeEvaluationEnd(_OutcomeSpan):
+    """The grader's verdict on one cycle; `needs_revision` (the agent revises, with `explanation`) and
+    `max_iterations_reached` (one acknowledgment turn) are also input to the agent."""
+
+    type: Literal["span.outcome_evaluation_end"] = "span.outcome_evaluation_end"
+    outcome_evaluation_start_id: str
+    result: OutcomeVerdict
+    explanation: str
+    usage: ModelUsage
+
+
+class _RunEvent(_Event):
+    workflow_run_id: str
+
+
+class WorkflowRunPhase(BaseModel):
+    id: str
+    name: str
+    description: str | None = None
+
+
+class WorkflowRunCreated(_RunEvent):
+    type: Literal["workflow_run.created"] = "workflow_run.created"
+    name: str
+    description: str | None = None
+    phases: list[WorkflowRunPhase]
+
+
+class WorkflowRunStatusRunning(_RunEvent):
+    type: Literal["workflow_run.status_running"] = "workflow_run.status_running"
+
+
+class WorkflowRunStatusIdle(_RunEvent):
+    type: Literal["workflow_run.status_idle"] = "workflow_run.status_idle"
+
+
+class WorkflowRunPhaseStarted(_RunEvent):
+    type: Literal["workflow_run.phase_started"] = "workflow_run.phase_started"
+    workflow_run_phase_id: str
+
+
+class WorkflowRunPhaseEnded(_RunEvent):
+    type: Literal["workflow_run.phase_ended"] = "workflow_run.phase_ended"
+    workflow_run_phase_id: str
+    phase_started_id: str
+
+
+RunErrorType = Literal[
+    "timeout_error", "program_error", "thread_limit_error", "max_workflow_runs_error", "unknown_error"
+]
+
+
+class WorkflowRunErrorObject(BaseModel):
+    type: RunErrorType
+    message: str
+
+
+class WorkflowRunError(_Event):
+    """A run met an error, or an error kept one from being created (`workflow_run_id` null)."""
+
+    type: Literal["workflow_run.error"] = "workflow_run.error"
+    workflow_run_id: str | None = None
+    error: WorkflowRunErrorObject
+
+
+class WorkflowRunResult(BaseModel):
+    type: Literal["completed", "stopped", "error"]
+    error: WorkflowRunErrorObject | None = None
+
+
+class WorkflowRunStatusEnded(_RunEvent):
+    """A run ended, last of its events. It is input to the coordinator, which reads `report` (corral's: what the
+    run's last phase produced, or why it stopped); the API shows `result` only."""
+
+    type: Literal["workflow_run.status_ended"] = "workflow_run.status_ended"
+    result: WorkflowRunResult
+    report: str | None = None
+
+
 SessionEvent = Annotated[
     UserMessage
     | UserInterrupt
@@ -421,38 +540,21 @@ SessionEvent = Annotated[
     | SessionThreadStatusRescheduled
     | SessionThreadStatusTerminated
     | AgentThreadMessageSent
-    | AgentThreadMessageReceived,
+    | AgentThreadMessageReceived
+    | UserDefineOutcome
+    | SpanOutcomeEvaluationStart
+    | SpanOutcomeEvaluationOngoing
+    | SpanOutcomeEvaluationEnd
+    | WorkflowRunCreated
+    | WorkflowRunStatusRunning
+    | WorkflowRunStatusIdle
+    | WorkflowRunPhaseStarted
+    | WorkflowRunPhaseEnded
+    | WorkflowRunError
+    | WorkflowRunStatusEnded,
     Field(discriminator="type"),
 ]
 
 EVENT_TYPES: frozenset[str] = frozenset(
-    {
-        "user.message",
-        "user.interrupt",
-        "user.tool_confirmation",
-        "user.custom_tool_result",
-        "agent.message",
-        "agent.thinking",
-        "agent.tool_use",
-        "agent.tool_result",
-        "agent.mcp_tool_use",
-        "agent.mcp_tool_result",
-        "agent.custom_tool_use",
-        "agent.thread_context_compacted",
-        "session.status_running",
-        "session.status_idle",
-        "session.status_rescheduled",
-        "session.status_terminated",
-        "session.deleted",
-        "session.error",
-        "span.model_request_start",
-        "span.model_request_end",
-        "session.thread_created",
-        "session.thread_status_running",
-        "session.thread_status_idle",
-        "session.thread_status_rescheduled",
-        "session.thread_status_terminated",
-        "agent.thread_message_sent",
-        "agent.thread_message_received",
-    }
+    member.model_fields["type"].default for member in get_args(get_args(SessionEvent)[0])
 )

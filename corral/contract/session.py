@@ -25,6 +25,7 @@ from corral.contract.agent import (  # noqa: F401 - re-exported: callers import 
 from corral.contract.carry import ArchiveIndex, SessionCarry
 from corral.contract.events import ModelUsage, SessionEvent
 from corral.contract.limits import SendableInput
+from corral.contract.outcomes import OutcomeEvaluation
 from corral.contract.pricing import ModelPrice, NotBudgetable, price_in_force, price_of
 from corral.contract.proxy import GitRepositoryResource
 from corral.contract.sandbox import Environment
@@ -258,3 +259,5 @@ class SessionInfo(BaseModel):
     list_cost: int | None = None
     """What the session's model turns have cost at list price, in US cents (None: its model has no price)."""
     budget: SessionBudget | None = None
+    outcome_evaluations: list[OutcomeEvaluation] = Field(default_factory=list)
+    """Every outcome defined (`user.define_outcome`), oldest first, and where each stands."""

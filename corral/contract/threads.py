@@ -70,6 +70,8 @@ class ThreadInfo(BaseModel):
     session_id: str
     parent_thread_id: str | None = None
     """None for the primary thread."""
+    workflow_run_id: str | None = None
+    """The workflow run that spawned it (None: the coordinator, or a client, did)."""
     agent: SpawnedAgent
     status: ThreadStatus = "running"
     stop_reason: str | None = None

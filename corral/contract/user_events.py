@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-from corral.contract.events import ContentBlock, TextBlock
+from corral.contract.events import ContentBlock, TextBlock, TextRubric
 from corral.contract.limits import SendableInput
 
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
@@ -16,6 +16,10 @@ MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 is kept in the blob store with only a reference in history (corral.blobs), so no history payload nears Temporal's
 2 MB limit; the model is shown a block too large for its context as a note (corral.contract.context.fit_blocks)."""
 MAX_EVENTS_PER_BATCH = 50
+MAX_RUBRIC_CHARS = 262_144
+"""A text rubric's most characters (upstream's 256 KB)."""
+DEFAULT_OUTCOME_ITERATIONS = 3
+MAX_OUTCOME_ITERATIONS = 20
 
 MessageContent = str | list[ContentBlock]
 
@@ -78,8 +82,46 @@ class UserCustomToolResultParams(BaseModel):
     id: str | None = Field(default=None, min_length=1, max_length=128)
 
 
+class TextRubricParams(TextRubric):
+    content: str = Field(min_length=1, max_length=MAX_RUBRIC_CHARS)
+
+
+class FileRubricParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["file"]
+    file_id: str = Field(min_length=1, max_length=128)
+
+    @field_validator("file_id")
+    @classmethod
+    def _no_files_yet(cls, value: str) -> str:
+        raise ValueError(f"no file {value!r}: this corral stores no files yet, so send the rubric as text")
+
+
+class UserDefineOutcomeParams(BaseModel):
+    """An outcome to work toward: `description` is the task, `rubric` how a grader judges it, `max_iterations` the
+    evaluate-then-revise cycles before giving up."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["user.define_outcome"]
+    description: str = Field(min_length=1, max_length=MAX_RUBRIC_CHARS)
+    rubric: Annotated[TextRubricParams | FileRubricParams, Field(discriminator="type")]
+    max_iterations: int | None = Field(default=None, ge=1, le=MAX_OUTCOME_ITERATIONS)
+    id: str | None = Field(default=None, min_length=1, max_length=128)
+
+    @field_validator("description")
+    @classmethod
+    def _description_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("description must not be blank")
+        return value
+
+
 UserEventParams = Annotated[
-    UserMessageParams | UserInterruptParams | UserToolConfirmationParams | UserCustomToolResultParams,
+    UserMessageParams
+    | UserInterruptParams
+    | UserToolConfirmationParams
+    | UserCustomToolResultParams
+    | UserDefineOutcomeParams,
     Field(discriminator="type"),
 ]
 
@@ -101,7 +143,6 @@ _USER_EVENTS: TypeAdapter[list[UserEventParams]] = TypeAdapter(list[UserEventPar
 UNSERVED_EVENTS = {
     "user.tool_result": "user.tool_result answers a call that a self-hosted environment runs; corral runs the "
     "built-in tools in its own sandbox, so no call waits for one (a custom tool's call takes user.custom_tool_result)",
-    "user.define_outcome": "user.define_outcome: outcomes are not supported by corral yet",
     "system.message": "system.message is not supported yet: the agent's system prompt is the session's system "
     "context (update the agent, or say it in a user.message)",
 }
