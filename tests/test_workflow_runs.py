@@ -22,7 +22,13 @@ from corral.contract.events import (
 )
 from corral.contract.plans import Plan, WorkflowRunInfo
 from corral.contract.threads import ThreadInfo
-from corral.names import NO_WORKFLOW_RUNS, QUERY_THREADS, QUERY_WORKFLOW_RUNS, UPDATE_START_WORKFLOW_RUN
+from corral.names import (
+    NO_WORKFLOW_RUNS,
+    QUERY_THREADS,
+    QUERY_WORKFLOW_RUNS,
+    SIGNAL_RUN_REPORT,
+    UPDATE_START_WORKFLOW_RUN,
+)
 from tests.conftest import Stack, assert_log_is_whole, texts
 from tests.test_threads import coordinator, roster_agent
 from tests.waits import until
@@ -242,3 +248,30 @@ async def test_a_temporal_client_starts_a_run_by_update_and_waits_for_it(stack: 
     with pytest.raises(WorkflowUpdateFailedError) as no_runs:
         await plain.execute_update(UPDATE_START_WORKFLOW_RUN, plan)
     assert getattr(no_runs.value.cause, "type", None) == NO_WORKFLOW_RUNS
+
+
+async def test_a_run_and_its_session_continue_as_new(stack: Stack) -> None:
+    echo = stack.hand_tool("echo", text={"type": "string"})
+    rounds = [{"tool_uses": [{"name": "echo", "input": {"text": str(n)}}]} for n in range(40)]
+    workers = [stack.script([*rounds, {"text": f"{name} did 40"}]) for name in ("one", "two")]
+    plan = {"name": "long", "phases": [{"name": "work", "tasks": [task("one", "go"), task("two", "go")]},
+                                       {"name": "sum", "tasks": [task("one", "{{work}}")]}]}  # fmt: skip
+    lead = stack.script([{"tool_uses": [start_run(plan)]}, {"text": "Started."}, {"text": "Read it."}])
+    roster = [roster_agent("one", workers[0], [echo]), roster_agent("two", workers[1], [echo])]
+    handle = await stack.start(lead, "go", agent=runs_agent(lead, roster), continue_as_new_after_events=200)
+
+    events = await until_ended(handle)
+    await until(lambda: _said(handle, "Read it."), "the coordinator's turn on the run's report", 120)
+    events = await read_events(handle)
+    assert_log_is_whole(events)
+    (ended,) = [e for e in events if isinstance(e, WorkflowRunStatusEnded)]
+    assert ended.result.type == "completed" and ended.report is not None and "one did 40" in ended.report
+    assert run_trail(events).count("session.thread_created") == 3, "no thread spawned twice across hand-overs"
+    (info,) = await runs_of(handle)
+    assert info.status == "ended" and info.progress() == "2/2 phases", "the run's state crossed the hand-overs"
+    reports = []  # the run's reports reached more than one run of the session: it handed over mid-run
+    async for execution in stack.client.list_workflows(f"WorkflowId = '{handle.id}'"):
+        history = await stack.client.get_workflow_handle(handle.id, run_id=execution.run_id).fetch_history()
+        signals = [e.workflow_execution_signaled_event_attributes.signal_name for e in history.events]
+        reports.append(signals.count(SIGNAL_RUN_REPORT))
+    assert len([count for count in reports if count]) > 1, reports
