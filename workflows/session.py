@@ -86,6 +86,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows._coordinator import CoordinatorTools
     from workflows._details import web_ui_details
     from workflows._fork import start_fork
+    from workflows._grading import SessionOutcomes
     from workflows._handover import HandOver, Parts
     from workflows._inbox import UserInbox
     from workflows._log import SessionLog
@@ -134,8 +135,9 @@ class SessionWorkflow:
             workflow.info().workflow_id, input.sandbox_environment(), lambda: self._mcp.clones(input.resources)
         ) if self._side is None else BorrowedSandbox(self._side)  # fmt: skip
         self._threads = SessionThreads(input, self._log, self._sandbox, self._outbox, self._inbox.accept_thread_message)
+        self._outcomes = SessionOutcomes(self._log, input.agent, input.model_task_queue, self._sandbox, self._spend)
         if self._side is None:
-            self._inbox.router = self._threads
+            self._inbox.router, self._inbox.goals = self._threads, self._outcomes
         coordinate = None
         if input.agent.multiagent is not None:
             coordinate = CoordinatorTools(self._threads, self._replies_queued, lambda: self._log.conversation,
@@ -223,6 +225,7 @@ class SessionWorkflow:
             stop_reason=self._stop_reason,
             archived_at=self._archived_at,
             threads=self._threads.carried(),
+            outcomes=self._outcomes.carried(),
         )
         moving = workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE if self._runs.moves_build() else None
         workflow.continue_as_new(
@@ -236,6 +239,7 @@ class SessionWorkflow:
         self._status, self._stop_reason = carry.status, carry.stop_reason
         self._archived_at = carry.archived_at
         self._threads.resume(carry.threads)
+        self._outcomes.resume(carry.outcomes)
         self._model.delta_start = len(self._log.conversation)  # the model worker reads the carried view through a query
 
     def _parts(self) -> Parts:
@@ -273,6 +277,7 @@ class SessionWorkflow:
                 self._side.turn_start = self._log.last_position
             self._set_status("running")
             self._log.append(SessionStatusRunning)
+            self._outcomes.started()
         try:
             if resume in ("awaiting_custom", "awaiting_confirmation"):
                 custom_uses, asked = self._inbox.awaiting_custom.values(), self._inbox.awaiting_confirmation.values()
@@ -315,8 +320,8 @@ class SessionWorkflow:
                 elif uses:
                     cut_off = 0
                     await self._tool_calls.run(uses)
-                elif not self._inbox.pending:
-                    self._go_idle(EndTurn())
+                elif not self._inbox.pending and not await self._outcomes.after_turn():
+                    self._go_idle(EndTurn())  # (an outcome pursued is graded first: its verdict may ask for more)
                     return
         except (asyncio.CancelledError, ActivityError):
             if not self._inbox.interrupts:
@@ -559,6 +564,7 @@ class SessionWorkflow:
             list_cost=self._list_cost(),
             budget=self._input.budget,
             archived_at=self._archived_at,
+            outcome_evaluations=self._outcomes.evaluations,
         )
 
     @workflow.query(name=QUERY_EVENTS)
