@@ -149,8 +149,11 @@ async def test_one_outcome_at_a_time_and_a_file_rubric_is_refused_at_the_edge(st
     with pytest.raises(WorkflowUpdateFailedError) as refused:
         await send_events(handle, [outcome(description="another")])
     assert isinstance(refused.value.cause, ApplicationError) and refused.value.cause.type == OUTCOME_IN_PROGRESS
-    refusals: list[tuple[dict[str, Any], str]] = [({"rubric": {"type": "file", "file_id": "file_123"}}, "send the rubric as text"),
-                     ({"max_iterations": 21}, "max_iterations"), ({"description": " "}, "description")]  # fmt: skip
+    refusals: list[tuple[dict[str, Any], str]] = [
+        ({"rubric": {"type": "file", "file_id": "file_123"}}, "send the rubric as text"),
+        ({"max_iterations": 21}, "max_iterations"),
+        ({"description": " "}, "description"),
+    ]
     for bad, why in refusals:
         with pytest.raises(WorkflowUpdateFailedError) as refused:
             await send_events(handle, [{**outcome(), **bad}])
