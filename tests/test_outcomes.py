@@ -51,10 +51,10 @@ def shape(events: list[SessionEvent]) -> list[str]:
     return out
 
 
-def graded(stack: Stack, steps: list[dict[str, Any]], grader: list[dict[str, Any]]) -> str:
+def graded(stack: Stack, steps: list[dict[str, Any]], grader: list[dict[str, Any]], loop: bool = False) -> str:
     """A scripted model whose turns play `steps` and whose grader's requests play `grader`, by cycle."""
     model = stack.script(steps)
-    stack.model_server.register(model.removeprefix("script:"), {"steps": steps, "grader": grader})
+    stack.model_server.register(model.removeprefix("script:"), {"steps": steps, "grader": grader, "loop": loop})
     return model
 
 
@@ -174,3 +174,20 @@ async def test_the_grader_reads_the_files_its_rubric_names_through_the_hand(sand
     (grader_ask,) = [r["body"] for r in stack.requests(model) if r["body"].get("tools", [{}])[0]["name"] == GRADER_TOOL]
     shown = grader_ask["messages"][0]["content"][0]["text"]
     assert '<file path="/workspace/poem.txt">' in shown and "water / stone / sea" in shown, shown
+
+
+async def test_an_outcome_is_pursued_across_a_hand_over(stack: Stack) -> None:
+    """Twenty cycles outgrow a run's history: the session continues as new mid-outcome and the next run carries on
+    grading it, with its cycle count, to the end."""
+    model = graded(stack, [{"text": "another try"}], [verdict("needs_revision", "Not yet.")], loop=True)
+    handle = await stack.start(model, continue_as_new_after_events=200)
+    first_run = (await handle.describe()).run_id
+    await send_events(handle, [outcome(max_iterations=20)])
+
+    async def ended() -> bool:
+        return (await evaluations(handle))[0].result == "max_iterations_reached"
+
+    await until(ended, "the outcome's twentieth cycle", within=120)
+    assert (await handle.describe()).run_id != first_run, "the session continued as new while pursuing it"
+    ends = [e for e in await read_events(handle) if isinstance(e, SpanOutcomeEvaluationEnd)]
+    assert [e.iteration for e in ends] == list(range(20)) and ends[-1].result == "max_iterations_reached"

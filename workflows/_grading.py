@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from typing import cast
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -76,7 +77,7 @@ class SessionOutcomes:
             return None
         return OutcomesCarry(
             evaluations=self.evaluations,
-            active_position=self._active.position if self._active is not None else None,
+            active=self._active,
             acknowledging=self._acknowledging,
             since_position=self._since,
         )
@@ -85,9 +86,9 @@ class SessionOutcomes:
         if carry is None:
             return
         self.evaluations = list(carry.evaluations)
-        if carry.active_position is not None:
-            event = self._log.at(carry.active_position) if carry.active_position > self._log.base else None
-            self._active = event if isinstance(event, UserDefineOutcome) else None
+        self._active = carry.active
+        if self._active is not None and self._active.position > self._log.base:
+            self._active = cast(UserDefineOutcome, self._log.at(self._active.position))  # the log's own object
         self._acknowledging, self._since = carry.acknowledging, carry.since_position
 
     # ---- input ------------------------------------------------------------------------------------------------

@@ -43,8 +43,9 @@ class OutcomesCarry(BaseModel):
     """A session's outcomes across a hand-over: every one defined, and where the pursued one is."""
 
     evaluations: list[OutcomeEvaluation] = Field(default_factory=list)
-    active_position: int | None = None
-    """The log position of the pursued outcome's `user.define_outcome` (None: none is pursued)."""
+    active: UserDefineOutcome | None = None
+    """The pursued outcome's `user.define_outcome` (None: none is pursued); carried whole, as the archive may hold
+    its position."""
     acknowledging: bool = False
     """The pursued outcome reached its last iteration: the turn under way is its acknowledgment, not graded."""
     since_position: int = 0
