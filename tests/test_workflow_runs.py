@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 
 from corral.client import read_events, send_events, wait_for_idle
@@ -137,6 +138,8 @@ async def test_a_run_of_two_phases_fans_out_then_in_and_reports_to_the_coordinat
     assert described.parent_id == handle.id, "the Web UI shows the run as the session's child workflow"
     assert await described.static_summary() == f"workflow run survey of {handle.id}"
     assert described.status is not None and described.status.name == "COMPLETED"
+    metadata = await run.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    assert metadata.current_details.splitlines() == ["1. gather: ended (3/3 replied)", "2. write: ended (1/1 replied)"]
 
 
 async def _said(handle: WorkflowHandle, text: str) -> bool:
