@@ -339,3 +339,17 @@ async def test_the_sessions_end_stops_its_runs(stack: Stack) -> None:
     run = stack.client.get_workflow_handle(info.id, result_type=WorkflowRunResult)
     result = await run.result()
     assert result == WorkflowRunResult(type="stopped"), "the session's end stopped its run"
+
+
+async def test_a_run_stopped_by_the_sessions_thread_limit_is_a_thread_limit_error(stack: Stack) -> None:
+    worker = stack.script([{"text": "ok"}])
+    plan = {"name": "many", "phases": [{"name": "all", "tasks": [task("worker", f"part {n}") for n in range(3)]}]}
+    lead = stack.script([{"tool_uses": [start_run(plan)]}, {"text": "Started."}, {"text": "Read."}])
+    agent = runs_agent(lead, [roster_agent("worker", worker, [])], max_threads=2)
+    handle = await stack.start(lead, "go", agent=agent)
+    events = await until_ended(handle)
+    (error,) = [e for e in events if isinstance(e, WorkflowRunError)]
+    assert error.error.type == "thread_limit_error" and "2 threads, its limit" in error.error.message
+    assert len([e for e in events if isinstance(e, SessionThreadCreated)]) == 2, "the session's limit held"
+    (ended,) = [e for e in events if isinstance(e, WorkflowRunStatusEnded)]
+    assert ended.result.type == "error" and ended.result.error == error.error
