@@ -13,6 +13,7 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 
 from corral.client import read_events, send_events, wait_for_idle
 from corral.contract.events import (
+    AgentCustomToolUse,
     SessionEvent,
     SessionThreadCreated,
     WorkflowRunCreated,
@@ -353,3 +354,31 @@ async def test_a_run_stopped_by_the_sessions_thread_limit_is_a_thread_limit_erro
     assert len([e for e in events if isinstance(e, SessionThreadCreated)]) == 2, "the session's limit held"
     (ended,) = [e for e in events if isinstance(e, WorkflowRunStatusEnded)]
     assert ended.result.type == "error" and ended.result.error == error.error
+
+
+async def test_the_coordinator_waits_for_a_run_by_its_id(stack: Stack) -> None:
+    ask = {"type": "custom", "name": "ask_human", "input_schema": {"type": "object", "properties": {}}}
+    worker = stack.script([{"tool_uses": [{"name": "ask_human", "input": {}}]}, {"text": "the human said yes"}])
+    lead = stack.script([{"text": "unused"}])  # scripted below, once the run's id is known
+    handle = await stack.start(lead, agent=runs_agent(lead, [roster_agent("worker", worker, [ask])]))
+    plan = Plan.model_validate({"name": "ask", "phases": [{"name": "one", "tasks": [task("worker", "ask")]}]})
+    info = await handle.execute_update(UPDATE_START_WORKFLOW_RUN, plan, result_type=WorkflowRunInfo)
+    wait = {"name": "wait_for_threads", "input": {"thread_ids": [info.id]}}
+    stack.model_server.register(lead.removeprefix("script:"), {"steps": [{"tool_uses": [wait]}, {"text": "Saw it."}]})
+
+    async def asked() -> list[AgentCustomToolUse]:  # the run's thread waits for the client
+        return [e for e in await read_events(handle) if isinstance(e, AgentCustomToolUse)]
+
+    await until(asked, "the run's thread's custom tool call on the session's log")
+    await send_events(handle, [{"type": "user.message", "content": "wait for the run"}])
+
+    async def waiting() -> bool:
+        return any(e.type == "agent.tool_use" and e.name == "wait_for_threads" for e in await read_events(handle))
+
+    await until(waiting, "the coordinator waiting for the run")
+    (use,) = await asked()
+    await send_events(handle, [{"type": "user.custom_tool_result", "custom_tool_use_id": use.id, "content": "yes"}])
+    await until(lambda: _said(handle, "Saw it."), "the coordinator's answer after the run ended")
+    events = await read_events(handle)
+    assert texts(events, "agent.tool_result") == [f"Replies from {info.id} follow this result."]
+    assert "the human said yes" in str(stack.requests(lead)[-1]["body"]["messages"]), "the report follows the result"
