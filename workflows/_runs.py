@@ -93,12 +93,17 @@ class SessionRuns:
         self._in_flight = 0
         """Run starts and thread spawns under way: no hand-over meanwhile (their tasks would not be carried)."""
         self._spawning: set[asyncio.Task[None]] = set()
+        self._unspawned: dict[str, RunSpawn] = {}
+        """Spawns asked for and not made yet (carried across a hand-over, and made by the next run)."""
         if input.thread is not None:
             return  # a thread runs no workflow runs
         threads.runs = self
         if input.carry is not None and input.carry.runs is not None:
             self.infos = {info.id: info for info in input.carry.runs.runs}
             self.thread_runs = dict(input.carry.runs.thread_runs)
+            for spawn in input.carry.runs.spawns:  # runs asked for them as the previous run handed over
+                if spawn.thread_id in self.thread_runs:
+                    self._start_spawn(self.thread_runs[spawn.thread_id], spawn)
         workflow.set_signal_handler(SIGNAL_RUN_REPORT, self._on_reports)
         workflow.set_update_handler(UPDATE_START_WORKFLOW_RUN, self._start_update, validator=self._validate)
         workflow.set_query_handler(QUERY_WORKFLOW_RUNS, self._list)
@@ -108,7 +113,8 @@ class SessionRuns:
     def carried(self) -> RunsCarry | None:
         if not self.infos:
             return None
-        return RunsCarry(runs=list(self.infos.values()), thread_runs=self.thread_runs)
+        return RunsCarry(runs=list(self.infos.values()), thread_runs=self.thread_runs,
+                         spawns=list(self._unspawned.values()))  # fmt: skip
 
     def busy(self) -> bool:
         return self._in_flight > 0
@@ -226,10 +232,7 @@ class SessionRuns:
             if spawn.thread_id not in phases[spawn.phase_id].thread_ids:
                 phases[spawn.phase_id].thread_ids.append(spawn.thread_id)
                 self.thread_runs[spawn.thread_id] = run_id
-                self._in_flight += 1
-                task = asyncio.create_task(self._spawn(run_id, spawn))  # tasks run in the order they are made
-                self._spawning.add(task)
-                task.add_done_callback(self._spawning.discard)
+                self._start_spawn(run_id, spawn)
         for thread_id in report.interrupt:
             self.thread_runs.pop(thread_id, None)
             if thread_id in self._threads.infos and self._threads.infos[thread_id].archived_at is None:
@@ -246,9 +249,20 @@ class SessionRuns:
             self.thread_runs = {tid: rid for tid, rid in self.thread_runs.items() if rid != run_id}
             self._inbox.queue(ended)
 
+    def _start_spawn(self, run_id: str, spawn: RunSpawn) -> None:
+        self._unspawned[spawn.thread_id] = spawn
+        self._in_flight += 1
+        task = asyncio.create_task(self._spawn(run_id, spawn))  # tasks run in the order they are made
+        self._spawning.add(task)
+        task.add_done_callback(self._spawning.discard)
+
     async def _spawn(self, run_id: str, spawn: RunSpawn) -> None:
-        """Spawn one of a run's threads (once by its id), or tell the run why it cannot be."""
+        """Spawn one of a run's threads (once by its id), or tell the run why it cannot be. Not while the session
+        hands over: a child started as it continues as new might never start; the next run spawns it instead."""
         try:
+            if self._hand_over.handing_over:
+                await workflow.wait_condition(lambda: not self._hand_over.handing_over)
+            del self._unspawned[spawn.thread_id]  # what follows, up to the child's start, is one step
             threads = self._threads
             multiagent = self._input.agent.multiagent
             if spawn.thread_id in threads.infos or spawn.thread_id not in self.thread_runs or multiagent is None:

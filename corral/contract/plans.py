@@ -233,6 +233,8 @@ class RunsCarry(BaseModel):
     runs: list[WorkflowRunInfo] = Field(default_factory=list)
     thread_runs: dict[str, str] = Field(default_factory=dict)
     """A run's thread id -> the run's id (where its reply goes)."""
+    spawns: list[RunSpawn] = Field(default_factory=list)
+    """Threads runs asked for while the session was handing over, not spawned yet: the next run spawns them."""
 
 
 def allowed_agents(agents: list[ThreadAgent], coordinator: AgentConfig) -> set[str]:
