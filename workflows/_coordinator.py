@@ -1,7 +1,6 @@
 """The coordinator's tools, run by the harness itself (corral/contract/coordinator.py has their names and schemas):
 spawn a thread, message one, wait for replies (and for workflow runs), consult the advisor, start a workflow run
-(workflows/_runs.py). A bad call is an error result the model reads,
-never a failed workflow.
+(workflows/_runs.py). A bad call is an error result the model reads, never a failed workflow.
 
 Workflow code: no I/O; spawning is a child workflow start, the advisor a model activity.
 """
