@@ -13,7 +13,7 @@ from typing import Any
 
 from corral.contract.outcomes import GRADER_TOOL
 from modelserver.gates import RepeatUntil
-from modelserver.grader import is_grader_request
+from modelserver.grading import is_grader_request
 from modelserver.scripts import (
     Plan,
     PlannedBlock,

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from corral.contract.context import SUMMARIZER_SYSTEM, SUMMARY_REQUEST
 from modelserver.gates import RepeatUntil, echoed_matches
-from modelserver.grader import ScriptOrder, is_grader_request
+from modelserver.grading import ScriptOrder, grader_cycle, is_grader_request
 
 StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal"]
 
@@ -102,6 +102,8 @@ class Script(BaseModel):
     loop: bool = False
     max_input_tokens: int = Field(default=200_000, ge=1)
     """The model's input window: a longer prompt gets the real API's 400 "prompt is too long"."""
+    grader: list[ScriptStep] = Field(default_factory=list)
+    """What an outcome's grader is answered, by evaluation cycle (the last repeats); unset, it plays `steps`."""
 
 
 @dataclass(frozen=True)
@@ -248,7 +250,7 @@ def script_name_of(model: str) -> str | None:
 
 
 def step_index_for(body: dict[str, Any], name: str, script: Script, order: ScriptOrder | None = None) -> int | ApiError:
-    """Pick the step of a request, an agent's or the grader's (modelserver/grader.py), or refuse one past the end."""
+    """Pick the step of a request, an agent's or the grader's (modelserver/grading.py), or refuse one past the end."""
     index = (order or ScriptOrder()).step(body, script, user_text)
     if index < len(script.steps):
         return index
@@ -374,15 +376,12 @@ class ScriptBook:
         with self._lock:
             script = self.scripts.get(name)
             if script is None:
-                return ApiError(
-                    404,
-                    "not_found_error",
-                    f"no script named {name!r} is registered with the corral offline model server; "
-                    f"register it with PUT /_corral/scripts/{name}",
-                )
+                return ApiError(404, "not_found_error", f"no script named {name!r} is registered with the corral "
+                                f"offline model server; register it with PUT /_corral/scripts/{name}")  # fmt: skip
             summary = is_summary_request(body)
             order = self.orders.setdefault(name, ScriptOrder())
-            index = None if summary else step_index_for(body, name, script, order)
+            grading = bool(script.grader) and is_grader_request(body)
+            index = None if summary else grader_cycle(body) if grading else step_index_for(body, name, script, order)
             self.requests.setdefault(name, []).append(
                 {"auth": auth, "step": index if isinstance(index, int) else None, "body": body}
             )
@@ -393,7 +392,8 @@ class ScriptBook:
                 return plan_summary(body)
             if isinstance(index, ApiError):
                 return index
-            hit = order.plays.get(index, 0)
-            order.played(index)
-            step = script.steps[index]
+            if grading:
+                index = min(index, len(script.grader) - 1)
+            hit = order.played(-1 - index if grading else index)
+            step = script.grader[index] if grading else script.steps[index]
         return plan_step(body, name, index, step, hit)

@@ -18,9 +18,9 @@ from modelserver.scripts import ApiError, Plan, ScriptBook, TextBlock, ToolUseBl
 GRADER_TOOLS = [{"name": GRADER_TOOL, "description": "your verdict", "input_schema": GRADER_SCHEMA}]
 
 
-def grader_request(transcript: list[str], model: str = "claude-sonnet-4-6") -> dict[str, Any]:
+def grader_request(transcript: list[str], model: str = "claude-sonnet-4-6", cycle: int = 0) -> dict[str, Any]:
     """A request as corral's grader makes it (its system, its one prompt, its one tool)."""
-    prompt = grader_prompt("a haiku about rain", "three lines; mentions rain", transcript, {})
+    prompt = grader_prompt("a haiku about rain", "three lines; mentions rain", transcript, {}, cycle, 3)
     return {"model": model, "max_tokens": 4096, "system": GRADER_SYSTEM, "tools": GRADER_TOOLS,
             "messages": [{"role": "user", "content": prompt}]}  # fmt: skip
 
@@ -70,7 +70,7 @@ def test_a_script_answers_the_grader_in_script_order_between_the_agents_turns() 
     revision = agent_request("write", "draft", "[The grader evaluated your work (cycle 1): it needs revision.]")
     assert said(book.play("s", revision, "x-api-key")) == "revised", "the agent's turns skip the grader's steps"
     assert said(book.play("s", agent_request("write"), "x-api-key")) == "draft", "an agent's retry keeps its step"
-    second = grader_request(["agent: revised"])
+    second = grader_request(["agent: revised"], cycle=1)
     assert verdict_of(book.play("s", second, "x-api-key")).result == "satisfied"
     later = agent_request("write", "draft", "revise", "revised", "thanks")
     assert said(book.play("s", later, "x-api-key")) == "anything else?"
@@ -90,7 +90,7 @@ def test_a_graders_call_that_failed_is_retried_on_its_step_and_one_without_a_ver
     assert isinstance(failed, ApiError) and failed.status == 529
     assert verdict_of(book.play("s", first, "x-api-key")).result == "needs_revision", "the retry plays the same step"
     assert said(book.play("s", agent_request("write", "draft", "revise"), "x-api-key")) == "revised"
-    second = grader_request(["agent: revised"])
+    second = grader_request(["agent: revised"], cycle=1)
     assert said(book.play("s", second, "x-api-key")) == "no verdict here"
     assert verdict_of(book.play("s", second, "x-api-key")).result == "satisfied", "asked again: the next step"
 

@@ -1,30 +1,45 @@
-"""The grader of corral's outcomes, as the stand-in sees it: which requests are the grader's, and which step of a
-script answers them (what the default model answers them is `modelserver.demo.plan_verdict`).
+"""Outcome graders on the offline model server: a request is a grader's when it offers the `outcome_verdict` tool
+(corral/contract/outcomes.py); a script plays its `grader` steps for such requests, by the evaluation cycle the
+prompt names, so that retrying a grader's request plays the same step, as a turn's retry does.
 
-A grader request is a request whose tools include `outcome_verdict` (corral.contract.outcomes): one user message,
-the grader's prompt, and none of the agent's conversation. So its step cannot be counted from its assistant
-messages as an agent's is: a script is played in order instead, the grader's turn taking the step after the last
-one the script played, and the agent's turns skipping the steps the grader took. A test scripts an outcome as it
-happens: the agent's work, the grader's verdict, the agent's revision, the next verdict. Pure logic.
+A script with no `grader` steps answers the grader from its `steps`, in script order (`ScriptOrder`): a grader's
+request has one user message, the grader's prompt, and none of the agent's conversation, so its step cannot be
+counted from its assistant messages as an agent's is. The grader's turn takes the step after the furthest one the
+script played, and the agent's turns skip the steps the grader took: a test writes an outcome down as it happens,
+the work, the verdict, the revision, the next verdict. Pure logic.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from corral.contract.outcomes import GRADER_TOOL
+from corral.contract.outcomes import GRADER_CYCLE_LINE, GRADER_TOOL
 from modelserver.gates import UserText, step_position
 
 if TYPE_CHECKING:
     from modelserver.scripts import Script
 
+_CYCLE = re.compile(re.escape(GRADER_CYCLE_LINE).replace(r"\{cycle\}", r"(\d+)").replace(r"\{of\}", r"\d+"))
+
 
 def is_grader_request(body: dict[str, Any]) -> bool:
-    """Whether a request is the grader's: it offers the `outcome_verdict` tool."""
     return any(isinstance(tool, dict) and tool.get("name") == GRADER_TOOL for tool in body.get("tools") or [])
+
+
+def grader_cycle(body: dict[str, Any]) -> int:
+    """The 0-based evaluation cycle a grader's request names (0 when it names none)."""
+    for message in body.get("messages") or []:
+        content = message.get("content")
+        texts = [content] if isinstance(content, str) else [b.get("text", "") for b in content or [] if b]
+        for text in texts:
+            match = _CYCLE.search(str(text))
+            if match:
+                return int(match.group(1)) - 1
+    return 0
 
 
 @dataclass
@@ -67,7 +82,7 @@ class ScriptOrder:
         earlier = self.by_request.get(fingerprint)
         if earlier is not None and earlier < len(script.steps):
             step = script.steps[earlier]
-            failed_last = self.plays.get(earlier, 0) <= len(step.fail)
+            failed_last = self.plays.get(earlier, -1) < len(step.fail)
             if failed_last or any(tool.name == GRADER_TOOL for tool in step.tool_uses):
                 return earlier
         index = (self.last + 1) % len(script.steps) if script.loop else self.furthest + 1
@@ -75,6 +90,9 @@ class ScriptOrder:
         self.grader_steps.add(index)
         return index
 
-    def played(self, index: int) -> None:
-        self.last, self.furthest = index, max(self.furthest, index)
-        self.plays[index] = self.plays.get(index, 0) + 1
+    def played(self, key: int) -> int:
+        """Count a play of step `key` (a `grader` list's step `i` is `-1 - i`); the plays before it."""
+        if key >= 0:
+            self.last, self.furthest = key, max(self.furthest, key)
+        self.plays[key] = self.plays.get(key, -1) + 1
+        return self.plays[key]
