@@ -28,9 +28,7 @@ from modelserver.scripts import (
 )
 
 MARKER = "[offline stand-in model] "
-NOTHING_DONE = "(the agent produced nothing)"
-"""What the grader's prompt says when the transcript is empty (corral.contract.outcomes.grader_prompt)."""
-_TAGGED = re.compile(r"<(transcript|rubric)>\n(.*?)\n</\1>", flags=re.DOTALL)
+_TRANSCRIPT = re.compile(r"<transcript>\n(.*?)\n</transcript>", flags=re.DOTALL)
 VERDICT_PREVIEW_CHARS = 200
 RESULT_PREVIEW_CHARS = 300
 ECHO_CHARS = 200
@@ -239,22 +237,25 @@ def _first_user_text(body: dict[str, Any]) -> str:
     return ""
 
 
-def prompt_parts(body: dict[str, Any]) -> dict[str, str]:
-    """The grader prompt's tagged parts (`transcript`, `rubric`), as `grader_prompt` wrote them."""
-    return {match.group(1): match.group(2) for match in _TAGGED.finditer(_first_user_text(body))}
+def transcript_of(body: dict[str, Any]) -> str:
+    """The transcript of the agent's work in a grader's prompt (corral.contract.outcomes.grader_prompt)."""
+    match = _TRANSCRIPT.search(_first_user_text(body))
+    return match.group(1) if match else ""
 
 
 def plan_verdict(body: dict[str, Any]) -> Plan:
-    """The default model's verdict: `satisfied` when the transcript shows work (the stand-in cannot judge it against
-    the rubric, and says so), `needs_revision` when it shows none; always through an `outcome_verdict` call."""
-    work = [line for line in prompt_parts(body).get("transcript", "").splitlines() if line.strip()]
-    if work and work != [NOTHING_DONE]:
+    """The default model's verdict: `satisfied` when the transcript shows the agent's work, its messages or calls
+    (the stand-in cannot judge it against the rubric, and says so), `needs_revision` when it shows none; always
+    through an `outcome_verdict` call."""
+    work = [
+        line for line in transcript_of(body).splitlines() if line.startswith("agent")
+    ]  # its messages and calls (transcript_lines)
+    if work:
         last = " ".join(work[-1].split())[:VERDICT_PREVIEW_CHARS]
         verdict = {
             "result": "satisfied",
-            "explanation": f"{MARKER}The transcript shows the agent's work ({len(work)} lines, the "
-            f'last: "{last}"). The stand-in is not a real model and cannot judge the work against the rubric, so it '
-            "accepts it.",
+            "explanation": f'{MARKER}The transcript shows the agent\'s work ({len(work)} lines, the last: "{last}"). '
+            "The stand-in is not a real model and cannot judge the work against the rubric, so it accepts it.",
         }
     else:
         verdict = {
