@@ -23,6 +23,9 @@ from anthropic.types.beta.sessions.beta_managed_agents_span_outcome_evaluation_s
 from anthropic.types.beta.sessions.beta_managed_agents_user_define_outcome_event import (
     BetaManagedAgentsUserDefineOutcomeEvent,
 )
+from anthropic.types.beta.sessions.beta_managed_agents_user_define_outcome_event_params import (
+    BetaManagedAgentsUserDefineOutcomeEventParams as OutcomeParams,
+)
 
 from corral.contract.outcomes import GRADER_TOOL
 from corral.contract.user_events import MAX_RUBRIC_CHARS
@@ -39,9 +42,12 @@ STORY = {"user.define_outcome", "span.outcome_evaluation_start", "span.outcome_e
 
 
 def outcome(description: str = "Write a haiku about rivers.", rubric: str = "Three lines; mentions water.",
-            **extra: Any) -> dict[str, Any]:  # fmt: skip
-    return {"type": "user.define_outcome", "description": description, "rubric": {"type": "text", "content": rubric},
-            **extra}  # fmt: skip
+            max_iterations: int | None = None) -> OutcomeParams:  # fmt: skip
+    event: OutcomeParams = {"type": "user.define_outcome", "description": description,
+                            "rubric": {"type": "text", "content": rubric}}  # fmt: skip
+    if max_iterations is not None:
+        event["max_iterations"] = max_iterations
+    return event
 
 
 def verdict(result: str, explanation: str, **step: Any) -> dict[str, Any]:
@@ -87,7 +93,7 @@ async def test_a_text_rubric_needs_revision_once_then_is_satisfied(stack: Stack,
     ])  # fmt: skip
     session_id = await new_session(client, model)
     sent = await client.beta.sessions.events.send(session_id, events=[outcome()])
-    [defined] = sent.data
+    [defined] = sent.data or []
     assert isinstance(defined, BetaManagedAgentsUserDefineOutcomeEvent) and defined.outcome_id.startswith("outc_")
     assert (defined.description, defined.rubric.type, defined.max_iterations) == (
         "Write a haiku about rivers.", "text", 3)  # fmt: skip
@@ -195,8 +201,8 @@ async def test_an_outcome_in_initial_events_is_pursued_and_the_default_model_gra
     assert (state.description, state.result, state.iteration) == ("Write a haiku about rivers.", "satisfied", 0)
 
 
-BAD_OUTCOMES: list[tuple[dict[str, Any], str]] = [
-    (outcome(rubric="x") | {"rubric": {"type": "file", "file_id": "file_123"}}, r"rubric\.file\.file_id: .*as text"),
+BAD_OUTCOMES: list[tuple[Any, str]] = [
+    ({**outcome(), "rubric": {"type": "file", "file_id": "file_123"}}, r"rubric\.file\.file_id: .*as text"),
     (outcome(rubric="x" * (MAX_RUBRIC_CHARS + 1)), r"rubric\.text\.content: String should have at most 262144"),
     (outcome(max_iterations=0), r"max_iterations: Input should be greater than or equal to 1"),
     (outcome(max_iterations=21), r"max_iterations: Input should be less than or equal to 20"),
@@ -224,14 +230,15 @@ async def test_each_bad_outcome_is_a_400_naming_its_field_and_nothing_is_written
     session = await client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
     for bad, why in BAD_OUTCOMES:
         with pytest.raises(anthropic.BadRequestError, match=rf"events\[0\]\.user\.define_outcome\.{why}"):
-            await client.beta.sessions.events.send(session.id, events=[bad])  # type: ignore[list-item]
+            await client.beta.sessions.events.send(session.id, events=[bad])
     with pytest.raises(anthropic.BadRequestError, match=r"one user.define_outcome at a time"):
-        await client.beta.sessions.events.send(session.id, events=[outcome(), outcome()])  # type: ignore[list-item]
+        await client.beta.sessions.events.send(session.id, events=[outcome(), outcome()])
     assert [e async for e in client.beta.sessions.events.list(session.id)] == [], "nothing was written"
 
-    [pursued] = (await client.beta.sessions.events.send(session.id, events=[outcome()])).data  # type: ignore[list-item]
+    [pursued] = (await client.beta.sessions.events.send(session.id, events=[outcome()])).data or []
+    assert isinstance(pursued, BetaManagedAgentsUserDefineOutcomeEvent)
     with pytest.raises(anthropic.BadRequestError, match="is still being pursued") as refused:
-        await client.beta.sessions.events.send(session.id, events=[outcome(description="another")])  # type: ignore[list-item]
+        await client.beta.sessions.events.send(session.id, events=[outcome(description="another")])
     assert refused.value.body["error"]["details"] == {"error_code": "outcome_in_progress"}  # type: ignore[index]
     await client.beta.sessions.events.send(session.id, events=[{"type": "user.interrupt"}])
     retrieved, events = await settled(client, session.id)
