@@ -247,15 +247,14 @@ def plan_verdict(body: dict[str, Any]) -> Plan:
     """The default model's verdict: `satisfied` when the transcript shows the agent's work, its messages or calls
     (the stand-in cannot judge it against the rubric, and says so), `needs_revision` when it shows none; always
     through an `outcome_verdict` call."""
-    work = [
-        line for line in transcript_of(body).splitlines() if line.startswith("agent")
-    ]  # its messages and calls (transcript_lines)
+    work = [line for line in transcript_of(body).splitlines() if line.startswith("agent")]  # messages and calls
     if work:
         last = " ".join(work[-1].split())[:VERDICT_PREVIEW_CHARS]
+        shown = f'{len(work)} line{"s" if len(work) > 1 else ""}, the last: "{last}"'
         verdict = {
             "result": "satisfied",
-            "explanation": f'{MARKER}The transcript shows the agent\'s work ({len(work)} lines, the last: "{last}"). '
-            "The stand-in is not a real model and cannot judge the work against the rubric, so it accepts it.",
+            "explanation": f"{MARKER}The transcript shows the agent's work ({shown}). The stand-in is not a real "
+            "model and cannot judge the work against the rubric, so it accepts it.",
         }
     else:
         verdict = {
