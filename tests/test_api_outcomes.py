@@ -7,6 +7,12 @@ tool) in script order, between the agent's turns: the work, the verdict, the rev
 
 from __future__ import annotations
 
+import asyncio
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -27,14 +33,17 @@ from anthropic.types.beta.sessions.beta_managed_agents_user_define_outcome_event
     BetaManagedAgentsUserDefineOutcomeEventParams as OutcomeParams,
 )
 
-from corral.contract.outcomes import GRADER_TOOL
+from corral.contract.outcomes import GRADER_TOOL, OutcomeEvaluation
 from corral.contract.user_events import MAX_RUBRIC_CHARS
 from modelserver.demo import MARKER
 from tests.conftest import Stack
 from tests.test_gateway import Gateway, gateway  # noqa: F401 - the fixture
+from tests.test_threads_api import corral
 from tests.waits import until
 
 pytestmark = pytest.mark.timeout(300)
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "outcomes.py"
 
 Client = anthropic.AsyncAnthropic
 TERMINAL = {"satisfied", "max_iterations_reached", "failed", "interrupted"}
@@ -200,6 +209,15 @@ async def test_an_outcome_in_initial_events_is_pursued_and_the_default_model_gra
     [state] = session.outcome_evaluations
     assert (state.description, state.result, state.iteration) == ("Write a haiku about rivers.", "satisfied", 0)
 
+    # `corral outcomes` shows the same, from the session's query.
+    listed = await corral(stack, "outcomes", session_id, "--json")
+    assert listed.returncode == 0, listed.stderr
+    [row] = [OutcomeEvaluation.model_validate_json(line) for line in listed.stdout.splitlines()]
+    assert row.model_dump(mode="json") == state.model_dump(mode="json")
+    table = await corral(stack, "outcomes", session_id)
+    assert table.returncode == 0, table.stderr
+    assert all(shown in table.stdout for shown in (state.outcome_id, "Write a haiku about rivers.", "satisfied"))
+
 
 BAD_OUTCOMES: list[tuple[Any, str]] = [
     ({**outcome(), "rubric": {"type": "file", "file_id": "file_123"}}, r"rubric\.file\.file_id: .*as text"),
@@ -234,6 +252,8 @@ async def test_each_bad_outcome_is_a_400_naming_its_field_and_nothing_is_written
     with pytest.raises(anthropic.BadRequestError, match=r"one user.define_outcome at a time"):
         await client.beta.sessions.events.send(session.id, events=[outcome(), outcome()])
     assert [e async for e in client.beta.sessions.events.list(session.id)] == [], "nothing was written"
+    none = await corral(stack, "outcomes", session.id)
+    assert none.returncode == 0 and "no outcomes" in none.stdout, none.stderr
 
     [pursued] = (await client.beta.sessions.events.send(session.id, events=[outcome()])).data or []
     assert isinstance(pursued, BetaManagedAgentsUserDefineOutcomeEvent)
@@ -244,3 +264,19 @@ async def test_each_bad_outcome_is_a_400_naming_its_field_and_nothing_is_written
     retrieved, events = await settled(client, session.id)
     assert [e.type for e in events].count("user.define_outcome") == 1, "the refused outcome was not written"
     assert [(e.outcome_id, e.result) for e in retrieved.outcome_evaluations] == [(pursued.outcome_id, "interrupted")]
+
+
+async def test_the_outcomes_example_runs_and_the_page_shows_it_whole(stack: Stack, gateway: Gateway) -> None:  # noqa: F811
+    client = await gateway.client("outcomes-example")
+    env = {**os.environ, "CORRAL_API_KEY": str(client.api_key), "CORRAL_API_URL": gateway.url}
+    env.pop("CORRAL_MODEL", None)
+    ran = await asyncio.to_thread(subprocess.run, [sys.executable, str(EXAMPLE)], cwd=ROOT, capture_output=True,
+                                  text=True, timeout=120, env=env)  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert ran.stdout.startswith(f"agent: {MARKER}") and "Write a haiku about rivers." in ran.stdout, ran.stdout
+    lines = ran.stdout.splitlines()
+    graded = lines.index("grading (cycle 1)")
+    assert lines[graded + 1].startswith(f"grader: satisfied: {MARKER}") and graded + 3 == len(lines), ran.stdout
+    assert re.fullmatch(r"outc_[0-9a-f]{32}: satisfied after 1 cycle\(s\)", lines[-1]), ran.stdout
+    code = EXAMPLE.read_text().split('"""\n', 1)[1].strip()  # the script without its docstring
+    assert code in (ROOT / "docs" / "outcomes.md").read_text(), "docs/outcomes.md must show examples/outcomes.py whole"
