@@ -23,6 +23,9 @@ from anthropic.types.beta.beta_managed_agents_outcome_evaluation_resource import
 from anthropic.types.beta.sessions.beta_managed_agents_span_outcome_evaluation_end_event import (
     BetaManagedAgentsSpanOutcomeEvaluationEndEvent,
 )
+from anthropic.types.beta.sessions.beta_managed_agents_span_outcome_evaluation_ongoing_event import (
+    BetaManagedAgentsSpanOutcomeEvaluationOngoingEvent,
+)
 from anthropic.types.beta.sessions.beta_managed_agents_span_outcome_evaluation_start_event import (
     BetaManagedAgentsSpanOutcomeEvaluationStartEvent,
 )
@@ -125,7 +128,8 @@ async def test_a_text_rubric_needs_revision_once_then_is_satisfied(stack: Stack,
     assert [e.outcome_evaluation_start_id for e in ends] == [e.id for e in starts]
     assert {e.outcome_id for e in [*starts, *ends]} == {defined.outcome_id}
     assert ends[0].explanation == "Only one line; write three." and ends[0].usage.output_tokens > 0
-    assert [e.id for e in events if e.type == "user.define_outcome"] == [defined.id]
+    [listed] = [e for e in events if e.type == "user.define_outcome"]
+    assert listed.id == defined.id and listed.processed_at is not None, "taken by the agent's first turn"
     revision = [e for e in events if e.type == "agent.message"][1]
     assert revision.content[0].text == "Water runs / rivers carry it / the sea waits."
     assert "Only one line; write three." in str(stack.requests(model)[2]["body"]["messages"]), "the agent read why"
@@ -179,11 +183,20 @@ async def test_an_interrupt_while_the_grader_works_ends_the_evaluation_interrupt
         return bool(graded) and session.outcome_evaluations[0].result == "evaluating"
 
     await until(evaluating, "the grader asked, the outcome evaluating")
+
+    async def heartbeat() -> list[Any]:
+        events = [e async for e in client.beta.sessions.events.list(session_id, limit=500)]
+        return [e for e in events if e.type == "span.outcome_evaluation_ongoing"]
+
+    await until(heartbeat, "a span.outcome_evaluation_ongoing while the grader works")
+    [ongoing, *_] = await heartbeat()
+    assert isinstance(ongoing, BetaManagedAgentsSpanOutcomeEvaluationOngoingEvent) and ongoing.iteration == 0
     await client.beta.sessions.events.send(session_id, events=[{"type": "user.interrupt"}])
     session, events = await settled(client, session_id)
     [start] = [e for e in events if e.type == "span.outcome_evaluation_start"]
     [end] = [e for e in events if e.type == "span.outcome_evaluation_end"]
     assert (end.result, end.outcome_evaluation_start_id, end.iteration) == ("interrupted", start.id, 0)
+    assert ongoing.outcome_id == start.outcome_id == end.outcome_id
     assert [e.type for e in events].index("user.interrupt") < [e.type for e in events].index(end.type)
     [state] = session.outcome_evaluations
     assert state.result == "interrupted" and state.completed_at is not None
