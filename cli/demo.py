@@ -22,7 +22,7 @@ from cli import demo_services, demo_threads, session_ops, up
 from cli.context import CliError, Settings, step
 from cli.render import EventRenderer, blocks_text, compact_json, one_line
 from cli.vault import vault_store
-from corral.client import new_session_id, read_events, send_text, start_session
+from corral.client import new_session_id, read_events, send_events, send_text, start_session
 from corral.contract.events import (
     AgentMcpToolResult,
     AgentThreadMessageReceived,
@@ -30,6 +30,9 @@ from corral.contract.events import (
     AgentToolUse,
     SessionEvent,
 )
+from corral.contract.outcomes import TERMINAL_RESULTS, OutcomeEvaluation
+from corral.contract.session import SessionInfo
+from corral.names import QUERY_SESSION
 from corral.temporal import connect
 from proxy import StaticBearerParams
 
@@ -49,6 +52,14 @@ FOLLOW_UP_MESSAGES = (
     "git -c user.name=corral -c user.email=demo@corral.invalid commit -qm demo && git push -q origin demo-change "
     "&& git log --oneline -1",
 )
+DEMO_OUTCOME = {
+    "type": "user.define_outcome",
+    "description": "Sum up in one sentence what this session has done so far.",
+    "rubric": {"type": "text", "content": "One sentence. It says what the session did, and nothing it did not do."},
+    "max_iterations": 2,
+}
+"""Last, an outcome: a grader (the same model, with its own prompt) judges the agent's answer against the rubric. It
+names no tool, so the offline stand-in, which calls a tool the user names, only answers."""
 DEMO_BRANCH = "demo-change"
 IDLE_TIMEOUT = 60.0
 
@@ -75,7 +86,8 @@ def _tool_calls(events: list[SessionEvent]) -> list[tuple[AgentToolUse, AgentToo
     return [(event, results.get(event.id)) for event in events if isinstance(event, AgentToolUse)]
 
 
-def _summary(settings: Settings, session_id: str, address: str, events: list[SessionEvent], pushed: bool) -> Panel:
+def _summary(settings: Settings, session_id: str, address: str, events: list[SessionEvent], pushed: bool,
+             graded: OutcomeEvaluation) -> Panel:  # fmt: skip
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
@@ -96,6 +108,8 @@ def _summary(settings: Settings, session_id: str, address: str, events: list[Ses
         grid.add_row("MCP via the proxy", Text(one_line(blocks_text(event.content), 80), style="green"))
     git_state = f"branch {DEMO_BRANCH} arrived at the demo git server" if pushed else "the push did not arrive"
     grid.add_row("git push", Text(git_state, style="green" if pushed else "red"))
+    verdict = f"{graded.result} after {graded.iteration + 1} grading cycle(s): {graded.explanation or ''}"
+    grid.add_row("Outcome", Text(one_line(verdict, 100), style="green" if graded.result == "satisfied" else "yellow"))
     grid.add_row("Credentials", "MCP and git tokens: in Vault and the proxy worker only, never in the session")
     grid.add_row("Web UI", Text(settings.workflow_url(session_id), style="blue"))
     grid.add_row("Read it", f"corral events {session_id}")
@@ -212,9 +226,15 @@ async def _converse(settings: Settings, handle: WorkflowHandle, model: str, addr
         await send_text(handle, message)
         last = (await _until_idle(settings, handle, renderer, after=last))[-1].position
 
+    settings.out.print()
+    await send_events(handle, [DEMO_OUTCOME])
+    await _until_idle(settings, handle, renderer, after=last)
+    (graded,) = (await handle.query(QUERY_SESSION, result_type=SessionInfo)).outcome_evaluations
     events = await read_events(handle)
     settings.out.print()
     pushed = DEMO_BRANCH in demo_services.branches(bare)
-    settings.out.print(_summary(settings, handle.id, address, events, pushed))
+    settings.out.print(_summary(settings, handle.id, address, events, pushed, graded))
     if not pushed:
         raise CliError(f"the demo's git push did not arrive (branch {DEMO_BRANCH} is missing)")
+    if graded.result not in TERMINAL_RESULTS:
+        raise CliError(f"the demo's outcome {graded.outcome_id} did not end ({graded.result})")

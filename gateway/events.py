@@ -17,7 +17,8 @@ from temporalio.exceptions import ApplicationError
 
 from corral.client import read_events, send_batch, session_info
 from corral.contract.events import SessionEvent
-from gateway.errors import invalid
+from corral.names import OUTCOME_IN_PROGRESS, refusal_type
+from gateway.errors import ApiError, invalid
 from gateway.hands import check_session_hands
 from gateway.http import Authed, body
 from gateway.owned import id_of, own_session
@@ -29,6 +30,8 @@ from gateway.stream import stream_events
 if TYPE_CHECKING:
     from gateway.app import Gateway
 
+REFUSAL_CODES = {OUTCOME_IN_PROGRESS: "outcome_in_progress"}
+"""The `error_code` of a send the session refused for a reason a client may act on (a 400 all the same)."""
 READ_BACK = 1000
 """How far back from a log's end a send looks for the events it wrote, when the worker does not say them."""
 
@@ -95,8 +98,9 @@ async def write_events(handle: WorkflowHandle, events: list[Any]) -> list[dict[s
         result = await send_batch(handle, [_corral_event(event, index) for index, event in enumerate(events)])
     except WorkflowUpdateFailedError as exc:
         cause = exc.cause
-        message = cause.message if isinstance(cause, ApplicationError) else str(cause or exc)
-        raise invalid(message) from exc
+        if not isinstance(cause, ApplicationError):
+            raise invalid(str(cause or exc)) from exc
+        raise ApiError(400, cause.message, error_code=REFUSAL_CODES.get(refusal_type(cause.type) or "")) from exc
     written = result.events
     if written is None:  # a worker older than `SendEventsResult.events`: read them back from the log's end
         written = await newest_events(handle, None, None, READ_BACK)

@@ -106,7 +106,9 @@ def session_view(session_id: str, memo: Mapping[str, Any], started: datetime | N
         "resources": memo.get("resources") or [],
         "budget": memo.get("budget"),
         "deployment_id": None,
-        "outcome_evaluations": [],
+        "outcome_evaluations": [evaluation.model_dump(mode="json") for evaluation in info.outcome_evaluations]
+        if info is not None
+        else [],
         "created_at": when(started),
         "updated_at": when(closed or started),
         "archived_at": memo.get("archived_at"),

@@ -52,6 +52,8 @@ if TYPE_CHECKING:
     from gateway.app import Gateway
 
 
+INITIAL_EVENT_TYPES = frozenset({"user.message", "user.define_outcome"})
+"""What a session may be created with (upstream's `initial_events`)."""
 OVERRIDABLE = frozenset({"model", "system", "tools", "mcp_servers", "skills"})
 """What an `agent_with_overrides` may replace (skills are refused, as they are on agents)."""
 
@@ -233,17 +235,22 @@ def _session_budget(raw: Any, agent: Mapping[str, Any]) -> SessionBudget | None:
 
 
 def _check_initial_events(events: list[Any]) -> None:
-    """A session's `initial_events`: user messages (and outcomes upstream, which corral does not take yet), checked
-    as a sent batch would be."""
+    """A session's `initial_events`: user messages and at most one outcome, checked as a sent batch would be, so
+    that the session's own validator, which takes one outcome at a time, cannot refuse them once it exists."""
     if not events:
         return
     try:
         parse_user_events(SendEventsInput(events=events))
     except (ValueError, ValidationError) as exc:
         raise invalid(f"initial_{exc}" if str(exc).startswith("events") else f"initial_events: {exc}") from None
+    outcomes = 0
     for index, event in enumerate(events):
-        if event.get("type") != "user.message":
-            raise invalid(f"initial_events[{index}]: a session starts with user.message events only")
+        if event.get("type") not in INITIAL_EVENT_TYPES:
+            raise invalid(f"initial_events[{index}]: a session starts with user.message and user.define_outcome "
+                          "events only")  # fmt: skip
+        outcomes += event["type"] == "user.define_outcome"
+        if outcomes > 1:
+            raise invalid(f"initial_events[{index}]: one outcome at a time (a session pursues one until it ends)")
 
 
 def session_routes(gateway: Gateway, authed: Authed) -> list[Route]:

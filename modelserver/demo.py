@@ -6,11 +6,14 @@ Pure logic so it is reproducible and testable; it never pretends to be a real mo
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import shlex
 from typing import Any
 
+from corral.contract.outcomes import GRADER_TOOL
 from modelserver.gates import RepeatUntil
+from modelserver.grading import is_grader_request
 from modelserver.scripts import (
     Plan,
     PlannedBlock,
@@ -25,6 +28,8 @@ from modelserver.scripts import (
 )
 
 MARKER = "[offline stand-in model] "
+_TRANSCRIPT = re.compile(r"<transcript>\n(.*?)\n</transcript>", flags=re.DOTALL)
+VERDICT_PREVIEW_CHARS = 200
 RESULT_PREVIEW_CHARS = 300
 ECHO_CHARS = 200
 _EDGE_PUNCTUATION = " \t\r\n.,;:!?\"'`"
@@ -176,6 +181,8 @@ def _demo_tool_use_id(body: dict[str, Any], name: str) -> str:
 
 def plan_demo(body: dict[str, Any]) -> Plan:
     """Decide the demo reply for a request whose model is not a `script:` name."""
+    if is_grader_request(body):
+        return plan_verdict(body)
     messages = _messages(body)
     tools = _tools(body)
     last_index = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "user"), None)
@@ -217,6 +224,47 @@ def plan_demo(body: dict[str, Any]) -> Plan:
         input_tokens=estimate_input_tokens(body),
         output_tokens=estimate_output_tokens(blocks),
     )
+
+
+def _first_user_text(body: dict[str, Any]) -> str:
+    for message in body.get("messages") or []:
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):
+                return "\n".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
+    return ""
+
+
+def transcript_of(body: dict[str, Any]) -> str:
+    """The transcript of the agent's work in a grader's prompt (corral.contract.outcomes.grader_prompt)."""
+    match = _TRANSCRIPT.search(_first_user_text(body))
+    return match.group(1) if match else ""
+
+
+def plan_verdict(body: dict[str, Any]) -> Plan:
+    """The default model's verdict: `satisfied` when the transcript shows the agent's work, its messages or calls
+    (the stand-in cannot judge it against the rubric, and says so), `needs_revision` when it shows none; always
+    through an `outcome_verdict` call."""
+    work = [line for line in transcript_of(body).splitlines() if line.startswith("agent")]  # messages and calls
+    if work:
+        last = " ".join(work[-1].split())[:VERDICT_PREVIEW_CHARS]
+        shown = f'{len(work)} line{"s" if len(work) > 1 else ""}, the last: "{last}"'
+        verdict = {
+            "result": "satisfied",
+            "explanation": f"{MARKER}The transcript shows the agent's work ({shown}). The stand-in is not a real "
+            "model and cannot judge the work against the rubric, so it accepts it.",
+        }
+    else:
+        verdict = {
+            "result": "needs_revision",
+            "explanation": f"{MARKER}The transcript shows no work yet: produce what the outcome asks for, then end "
+            "your turn.",
+        }
+    digest = hashlib.sha256(json.dumps(body.get("messages"), sort_keys=True).encode()).hexdigest()
+    blocks: list[PlannedBlock] = [ToolUseBlock(f"toolu_{digest[:24]}", GRADER_TOOL, verdict)]
+    return Plan(blocks, "tool_use", estimate_input_tokens(body), estimate_output_tokens(blocks))
 
 
 # ---- the multi-agent part of `corral demo`: scripts of a coordinator and its two subagents ----------------------

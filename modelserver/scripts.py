@@ -15,8 +15,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from corral.contract.context import SUMMARIZER_SYSTEM, SUMMARY_REQUEST
-from modelserver.gates import RepeatUntil, echoed_matches, step_position
-from modelserver.grading import grader_cycle, is_grader_request
+from modelserver.gates import RepeatUntil, echoed_matches
+from modelserver.grading import ScriptOrder, grader_cycle, is_grader_request
 
 StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal"]
 
@@ -249,15 +249,15 @@ def script_name_of(model: str) -> str | None:
     return None
 
 
-def step_index_for(body: dict[str, Any], name: str, script: Script) -> int | ApiError:
-    """Pick the step from the assistant messages (a repeated step takes several), wrapping for looping scripts."""
-    index = step_position(body.get("messages") or [], [s.repeat_until for s in script.steps], script.loop, user_text)
-    if script.loop:
-        return index % len(script.steps)
-    if index >= len(script.steps):
-        steps = len(script.steps)
-        return ApiError(400, "invalid_request_error", f"script {name} has {steps} steps; this request is step {index}")
-    return index
+def step_index_for(body: dict[str, Any], name: str, script: Script, order: ScriptOrder | None = None) -> int | ApiError:
+    """Pick the step of a request, an agent's or the grader's (modelserver/grading.py), or refuse one past the end."""
+    index = (order or ScriptOrder()).step(body, script, user_text)
+    if index < len(script.steps):
+        return index
+    asked = "the grader's request" if is_grader_request(body) else "this request"
+    return ApiError(
+        400, "invalid_request_error", f"script {name} has {len(script.steps)} steps; {asked} is step {index}"
+    )
 
 
 def is_summary_request(body: dict[str, Any]) -> bool:
@@ -333,25 +333,25 @@ def plan_step(body: dict[str, Any], name: str, step_index: int, step: ScriptStep
 
 @dataclass
 class ScriptBook:
-    """Registered scripts, per-(script, step) hit counters and a log of received requests; thread-safe."""
+    """Registered scripts, how far each was played (`ScriptOrder`) and a log of received requests; thread-safe."""
 
     scripts: dict[str, Script] = field(default_factory=dict)
-    hits: dict[tuple[str, int], int] = field(default_factory=dict)
     requests: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    orders: dict[str, ScriptOrder] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def register(self, name: str, script: Script) -> None:
         """Add or replace a script, resetting its counters and request log."""
         with self._lock:
             self.scripts[name] = script
-            self.hits = {k: v for k, v in self.hits.items() if k[0] != name}
             self.requests[name] = []
+            self.orders[name] = ScriptOrder()
 
     def delete(self, name: str) -> bool:
         """Forget a script; returns whether it existed."""
         with self._lock:
-            self.hits = {k: v for k, v in self.hits.items() if k[0] != name}
             self.requests.pop(name, None)
+            self.orders.pop(name, None)
             return self.scripts.pop(name, None) is not None
 
     def get(self, name: str) -> Script | None:
@@ -379,8 +379,9 @@ class ScriptBook:
                 return ApiError(404, "not_found_error", f"no script named {name!r} is registered with the corral "
                                 f"offline model server; register it with PUT /_corral/scripts/{name}")  # fmt: skip
             summary = is_summary_request(body)
+            order = self.orders.setdefault(name, ScriptOrder())
             grading = bool(script.grader) and is_grader_request(body)
-            index = None if summary else grader_cycle(body) if grading else step_index_for(body, name, script)
+            index = None if summary else grader_cycle(body) if grading else step_index_for(body, name, script, order)
             self.requests.setdefault(name, []).append(
                 {"auth": auth, "step": index if isinstance(index, int) else None, "body": body}
             )
@@ -393,7 +394,6 @@ class ScriptBook:
                 return index
             if grading:
                 index = min(index, len(script.grader) - 1)
-            key = (name, -1 - index if grading else index)
-            hit = self.hits[key] = self.hits.get(key, -1) + 1
+            hit = order.played(-1 - index if grading else index)
             step = script.grader[index] if grading else script.steps[index]
         return plan_step(body, name, index, step, hit)

@@ -283,7 +283,8 @@ def test_up_start_tail_events_ls_down(tmp_path: Path) -> None:
 @pytest.mark.timeout(300)
 def test_demo_runs_end_to_end_with_mcp_and_a_git_push(tmp_path: Path) -> None:
     """The README's main command, as a newcomer runs it: the default state dir (`.corral`, relative) in a fresh
-    directory; tools, the sandbox, an MCP call through the proxy, a git push and a multi-agent run, offline. Then
+    directory; tools, the sandbox, an MCP call through the proxy, a git push, a graded outcome and a multi-agent run,
+    offline. Then
     `corral down --sandboxes` removes the sandboxes of this stack (and only those: other runs may share the engine)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(("ANTHROPIC_", "CORRAL_", "VAULT_"))}
     ports = ["--temporal-port", str(free_port()), "--ui-port", str(free_port()), "--model-port", str(free_port())]
@@ -298,6 +299,8 @@ def test_demo_runs_end_to_end_with_mcp_and_a_git_push(tmp_path: Path) -> None:
         assert "8 words" in demo.stdout, "the MCP call through the proxy"
         assert "replaced 1 occurrence(s) in /workspace/demo/README.md" in demo.stdout, "the edit in the sandbox"
         assert "branch demo-change arrived at the demo git server" in demo.stdout
+        # The outcome: the stand-in grader finds the agent's sum-up meets the rubric, on the first cycle.
+        assert "span.outcome_evaluation_end" in demo.stdout and "satisfied after 1 grading cycle(s)" in demo.stdout
         # The multi-agent run: two threads on the shared hands (bash in the sandbox, the utility hand), summed up.
         assert "multi-agent run: 2 threads" in demo.stdout
         assert re.search(r"replied: Linux \S+", demo.stdout), "shell's bash in the shared sandbox"
