@@ -382,3 +382,24 @@ async def test_the_coordinator_waits_for_a_run_by_its_id(stack: Stack) -> None:
     events = await read_events(handle)
     assert texts(events, "agent.tool_result") == [f"Replies from {info.id} follow this result."]
     assert "the human said yes" in str(stack.requests(lead)[-1]["body"]["messages"]), "the report follows the result"
+
+
+async def test_a_task_may_define_its_agent_inline_where_runs_allow_it(stack: Stack) -> None:
+    inline = stack.script([{"text": "checked inline"}])
+    step = {"inline_agent": {"name": "checker", "system": "Check one thing.", "model": inline}, "message": "check"}
+    plan = {"name": "inline", "phases": [{"name": "check", "tasks": [step]}]}
+    lead = stack.script([{"tool_uses": [start_run(plan)]}, {"text": "Started."}, {"text": "Read."}])
+    handle = await stack.start(lead, "go", agent=runs_agent(lead, [], run_inline_agents=True))
+    events = await until_ended(handle)
+    (ended,) = [e for e in events if isinstance(e, WorkflowRunStatusEnded)]
+    assert ended.result.type == "completed" and ended.report == "[task1]\nchecked inline"
+    (thread,) = (await handle.query(QUERY_THREADS, result_type=list[ThreadInfo]))[1:]
+    agent = thread.agent
+    assert (agent.type, agent.name, agent.config.system) == ("inline", "checker", "Check one thing.")
+    assert "Check one thing." in str(stack.requests(inline)[0]["body"]["system"])
+
+    refusing = stack.script([{"tool_uses": [start_run(plan)]}, {"text": "No inline agents, then."}])
+    handle = await stack.start(refusing, "go", agent=runs_agent(refusing, []))
+    events = await wait_for_idle(handle)
+    (error,) = [e for e in events if isinstance(e, WorkflowRunError)]
+    assert error.error.type == "program_error" and "may not define agents inline" in error.error.message
