@@ -4,9 +4,12 @@ operator's limits, and runs whose events the SDK reads in its own types, in orde
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from anthropic._models import construct_type
+from anthropic.types.beta import sessions as sdk
 from anthropic.types.beta.beta_managed_agents_session_multiagent20261001 import (
     BetaManagedAgentsSessionMultiagent20261001,
 )
@@ -14,14 +17,97 @@ from anthropic.types.beta.beta_managed_agents_session_multiagent_workflows_enabl
     BetaManagedAgentsSessionMultiagentWorkflowsEnabled,
 )
 
+from corral.contract import events
+from corral.contract.events import ModelUsage, SessionEvent, WorkflowRunErrorObject, WorkflowRunResult
+from corral.contract.threads import primary_thread_id
 from corral.names import ENV_MAX_THREADS_PER_RUN, ENV_MAX_WORKFLOW_RUNS_PER_SESSION
+from gateway.shapes import event_view
+from gateway.threads import thread_view
 from tests.conftest import Stack
 from tests.test_api_multiagent import start_input
 from tests.test_gateway import running_gateway
+from tests.test_threads_api import coordinator_snapshot, info
 
 pytestmark = pytest.mark.timeout(300)
 
 MODEL = "claude-sonnet-4-6"
+RUN_ID = "wrun_" + "a" * 32
+PHASE_ID = "wrph_" + "b" * 32
+
+
+# ---- on the wire, as the SDK reads it (pure) ----------------------------------------------------------------------
+
+NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+BASE = {"id": "sevt_" + "c" * 26, "position": 7, "created_at": NOW, "processed_at": NOW}
+ERROR = WorkflowRunErrorObject(type="thread_limit_error", message="the plan needs 12 threads; a run may spawn 10")
+USAGE = ModelUsage(input_tokens=10, output_tokens=2)
+NEW_EVENTS: list[tuple[SessionEvent, type[Any]]] = [
+    (events.WorkflowRunCreated(**BASE, workflow_run_id=RUN_ID, name="review", description=None,
+                               phases=[events.WorkflowRunPhase(id=PHASE_ID, name="read", description="read it")]),
+     sdk.BetaManagedAgentsWorkflowRunCreatedEvent),
+    (events.WorkflowRunStatusRunning(**BASE, workflow_run_id=RUN_ID),
+     sdk.BetaManagedAgentsWorkflowRunStatusRunningEvent),
+    (events.WorkflowRunPhaseStarted(**BASE, workflow_run_id=RUN_ID, workflow_run_phase_id=PHASE_ID),
+     sdk.BetaManagedAgentsWorkflowRunPhaseStartedEvent),
+    (events.WorkflowRunPhaseEnded(**BASE, workflow_run_id=RUN_ID, workflow_run_phase_id=PHASE_ID,
+                                  phase_started_id="sevt_" + "d" * 26),
+     sdk.BetaManagedAgentsWorkflowRunPhaseEndedEvent),
+    (events.WorkflowRunStatusIdle(**BASE, workflow_run_id=RUN_ID), sdk.BetaManagedAgentsWorkflowRunStatusIdleEvent),
+    (events.WorkflowRunError(**BASE, workflow_run_id=RUN_ID, error=ERROR), sdk.BetaManagedAgentsWorkflowRunErrorEvent),
+    (events.WorkflowRunError(**BASE, workflow_run_id=None,
+                             error=WorkflowRunErrorObject(type="program_error", message="plan.phases: required")),
+     sdk.BetaManagedAgentsWorkflowRunErrorEvent),
+    (events.WorkflowRunStatusEnded(**BASE, workflow_run_id=RUN_ID, result=WorkflowRunResult(type="completed"),
+                                   report="[task1]\nthe coordinator's reading"),
+     sdk.BetaManagedAgentsWorkflowRunStatusEndedEvent),
+    (events.WorkflowRunStatusEnded(**BASE, workflow_run_id=RUN_ID, result=WorkflowRunResult(type="error", error=ERROR),
+                                   report=None),
+     sdk.BetaManagedAgentsWorkflowRunStatusEndedEvent),
+    (events.WorkflowRunStatusEnded(**BASE, workflow_run_id=RUN_ID, result=WorkflowRunResult(type="stopped")),
+     sdk.BetaManagedAgentsWorkflowRunStatusEndedEvent),
+    (events.UserDefineOutcome(**BASE, outcome_id="outc_" + "e" * 32, description="a haiku",
+                              rubric=events.TextRubric(content="5-7-5"), max_iterations=3, client_id="mine"),
+     sdk.BetaManagedAgentsUserDefineOutcomeEvent),
+    (events.SpanOutcomeEvaluationStart(**BASE, outcome_id="outc_" + "e" * 32, iteration=0),
+     sdk.BetaManagedAgentsSpanOutcomeEvaluationStartEvent),
+    (events.SpanOutcomeEvaluationOngoing(**BASE, outcome_id="outc_" + "e" * 32, iteration=0),
+     sdk.BetaManagedAgentsSpanOutcomeEvaluationOngoingEvent),
+    (events.SpanOutcomeEvaluationEnd(**BASE, outcome_id="outc_" + "e" * 32, iteration=0, result="needs_revision",
+                                     outcome_evaluation_start_id="sevt_" + "f" * 26, explanation="line 2 is long",
+                                     usage=USAGE),
+     sdk.BetaManagedAgentsSpanOutcomeEvaluationEndEvent),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("event", "sdk_type"), NEW_EVENTS, ids=lambda value: getattr(value, "type", ""))
+def test_each_new_event_is_the_sdks_own_type_in_a_list_and_in_the_stream(event: SessionEvent, sdk_type: Any) -> None:
+    """What `events.list` and `events.stream` make of the event as the gateway shows it: the SDK picks its class by
+    `type` (`construct_type`, as the client does), and the view also validates strictly, every field it needs set."""
+    view = event_view(event)
+    for union in (sdk.BetaManagedAgentsSessionEvent, sdk.BetaManagedAgentsStreamSessionEvents):
+        parsed = construct_type(type_=union, value=view)
+        assert type(parsed) is sdk_type, (event.type, type(parsed))
+    strict = sdk_type.model_validate(view)
+    assert strict.id == event.id and strict.type == event.type and strict.processed_at == NOW
+    assert "report" not in view and "client_id" not in view, "corral's own fields stay off the wire"
+    assert all(name in view for name, field in sdk_type.model_fields.items() if field.is_required())
+
+
+def test_the_wire_shows_a_runs_result_not_its_report() -> None:
+    ended = event_view(NEW_EVENTS[8][0])
+    assert ended["result"] == {"type": "error", "error": ERROR.model_dump()}
+    parsed = sdk.BetaManagedAgentsWorkflowRunStatusEndedEvent.model_validate(ended)
+    assert parsed.result.type == "error" and parsed.result.error.type == "thread_limit_error"
+
+
+def test_a_run_thread_shows_its_workflow_run_id() -> None:
+    memo: dict[str, Any] = {"agent": coordinator_snapshot("m")}
+    primary = primary_thread_id("sesn_" + "a" * 26)
+    ran = info("inline", "sthr_" + "b" * 32, primary, workflow_run_id=RUN_ID)
+    spawned = info("inline", "sthr_" + "c" * 32, primary)
+    parsed = sdk.BetaManagedAgentsSessionThread.model_validate(thread_view(ran, memo, None))
+    assert parsed.workflow_run_id == RUN_ID
+    assert sdk.BetaManagedAgentsSessionThread.model_validate(thread_view(spawned, memo, None)).workflow_run_id is None
 
 
 async def test_a_session_resolves_workflows_into_runs_with_the_operators_limits(stack: Stack, tmp_path: Any) -> None:
