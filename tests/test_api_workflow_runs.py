@@ -4,7 +4,13 @@ operator's limits, and runs whose events the SDK reads in its own types, in orde
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import asyncio
+import io
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,9 +22,14 @@ from anthropic.types.beta.beta_managed_agents_session_multiagent20261001 import 
 from anthropic.types.beta.beta_managed_agents_session_multiagent_workflows_enabled import (
     BetaManagedAgentsSessionMultiagentWorkflowsEnabled,
 )
+from rich.console import Console
+from typer.testing import CliRunner
 
+from cli.main import app
+from cli.run_commands import runs_table
 from corral.contract import events
 from corral.contract.events import ModelUsage, SessionEvent, WorkflowRunErrorObject, WorkflowRunResult
+from corral.contract.plans import RunPhaseInfo, WorkflowRunInfo
 from corral.contract.threads import primary_thread_id
 from corral.names import ENV_MAX_THREADS_PER_RUN, ENV_MAX_WORKFLOW_RUNS_PER_SESSION
 from gateway.shapes import event_view
@@ -160,3 +171,52 @@ async def test_a_session_resolves_workflows_into_runs_with_the_operators_limits(
         assert started is not None
         assert (started.runs, started.run_agents) == (False, []), "the coordinator form starts no workflow runs"
         assert "start_workflow_run" not in [tool.name for tool in started.tools()]
+
+
+# ---- corral runs --------------------------------------------------------------------------------------------------
+
+
+def test_the_runs_table_shows_each_runs_status_progress_and_result() -> None:
+    phases = [RunPhaseInfo(id=PHASE_ID, name="read", status="ended"), RunPhaseInfo(id="wrph_" + "9" * 32, name="sum")]
+    ended = [phase.model_copy(update={"status": "ended"}) for phase in phases]
+    runs = [
+        WorkflowRunInfo(id=RUN_ID, name="review", phases=phases, created_at=NOW),
+        WorkflowRunInfo(id="wrun_" + "1" * 32, name="summary", status="ended", phases=ended, created_at=NOW,
+                        result=WorkflowRunResult(type="completed"), ended_at=NOW + timedelta(minutes=2)),
+        WorkflowRunInfo(id="wrun_" + "2" * 32, name="too big\x1b[31m", status="ended", phases=phases[1:],
+                        created_at=NOW, result=WorkflowRunResult(type="error", error=ERROR)),
+    ]  # fmt: skip
+    console = Console(file=io.StringIO(), width=400, record=True, color_system=None)
+    console.print(runs_table(runs))
+    lines = console.export_text().splitlines()
+    rows = {line.split("│")[1].strip(): [cell.strip() for cell in line.split("│")[2:-1]] for line in lines[3:-1]}
+    assert rows[RUN_ID][:4] == ["review", "running", "1/2 phases", ""]
+    assert rows["wrun_" + "1" * 32][:4] == ["summary", "ended", "2/2 phases", "completed"]
+    assert rows["wrun_" + "2" * 32][:4] == [
+        "too big\\x1b[31m",
+        "ended",
+        "0/1 phases",
+        f"error: thread_limit_error: {ERROR.message}",
+    ]
+
+
+def test_corral_runs_refuses_a_thread_or_a_run_where_the_session_belongs(tmp_path: Path) -> None:
+    runner = CliRunner()
+    for given, kind in (("sthr_" + "0" * 32, "thread"), (RUN_ID, "workflow run")):
+        result = runner.invoke(app, ["--state-dir", str(tmp_path), "--address", "127.0.0.1:1", "runs", given])
+        assert result.exit_code == 2, result.output
+        assert f"{given} is a {kind} id, not a session id" in result.output and "Traceback" not in result.output
+
+
+async def corral(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
+    """`corral ARGS` against the test's Temporal, as a terminal 200 columns wide would show it."""
+    address = stack.client.service_client.config.target_host
+    command = [sys.executable, "-m", "cli.main", "--address", address, *args]
+    env = {**os.environ, "COLUMNS": "200"}
+    return await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True, timeout=120, env=env)
+
+
+async def test_corral_runs_says_there_is_no_such_session(stack: Stack) -> None:
+    missing = "sesn_" + "0" * 26
+    ran = await corral(stack, "runs", missing)
+    assert ran.returncode == 1 and f"no session {missing}" in ran.stderr and "Traceback" not in ran.stderr, ran
