@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import pytest
 from anthropic._models import construct_type
 from anthropic.types.beta import sessions as sdk
@@ -36,7 +37,7 @@ from gateway.shapes import event_view
 from gateway.threads import thread_view
 from tests.conftest import Stack
 from tests.test_api_multiagent import start_input
-from tests.test_gateway import running_gateway
+from tests.test_gateway import Gateway, gateway, running_gateway  # noqa: F401 - the fixture
 from tests.test_threads_api import coordinator_snapshot, info
 
 pytestmark = pytest.mark.timeout(300)
@@ -127,6 +128,10 @@ async def test_a_session_resolves_workflows_into_runs_with_the_operators_limits(
         client = await served.client("runs-resolve")
         environment = await client.beta.environments.create(name="plain")
         checker = await client.beta.agents.create(name="checker", model=MODEL, system="check twice")
+        clash: Any = [{"type": "custom", "name": "start_workflow_run", "input_schema": {"type": "object"}}]
+        with pytest.raises(anthropic.BadRequestError, match=r"tools\[0\]\.name: 'start_workflow_run' is reserved"):
+            await client.beta.agents.create(name="bad", model=MODEL, tools=clash,
+                                            multiagent={"type": "multiagent_20261001"})  # fmt: skip
         lead = await client.beta.agents.create(
             name="lead", model=MODEL,
             multiagent={"type": "multiagent_20261001", "subagents": {"type": "disabled"},
