@@ -29,6 +29,7 @@ from typer.testing import CliRunner
 from cli.main import app
 from cli.run_commands import runs_table
 from corral.contract import events
+from corral.contract.agent import AgentConfig, Multiagent, ThreadAgent
 from corral.contract.events import ModelUsage, SessionEvent, WorkflowRunErrorObject, WorkflowRunResult
 from corral.contract.plans import RunPhaseInfo, WorkflowRunInfo
 from corral.contract.threads import primary_thread_id
@@ -176,6 +177,14 @@ async def test_a_session_resolves_workflows_into_runs_with_the_operators_limits(
         assert started is not None
         assert (started.runs, started.run_agents) == (False, []), "the coordinator form starts no workflow runs"
         assert "start_workflow_run" not in [tool.name for tool in started.tools()]
+
+
+def test_a_session_needs_the_sandbox_when_only_a_run_agent_has_its_tools() -> None:
+    toolset = AgentConfig.model_validate({"model": MODEL, "tools": [{"type": "agent_toolset_20260401"}]})
+    coder = ThreadAgent(type="agent", id="agent_" + "1" * 26, version=1, config=toolset)
+    lead = AgentConfig(model=MODEL, multiagent=Multiagent(subagents=False, runs=True, run_agents=[coder]))
+    assert lead.uses_sandbox(), "a run's task may run the coder, whose tools run in the session's sandbox"
+    assert not lead.model_copy(update={"multiagent": Multiagent(runs=True)}).uses_sandbox()
 
 
 # ---- corral runs --------------------------------------------------------------------------------------------------
