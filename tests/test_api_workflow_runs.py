@@ -1,6 +1,9 @@
 """Workflow runs over the API, driven by the official `anthropic` SDK against a real gateway process on the real
-Temporal dev server: an agent's `multiagent.workflows` resolved into the harness's `Multiagent.runs…` with the
-operator's limits, and runs whose events the SDK reads in its own types, in order."""
+Temporal dev server, a real harness and model worker, and the offline model server scripting the coordinator and
+its tasks: an agent's `multiagent.workflows` resolved into the harness's `Multiagent.runs…` with the operator's
+limits; each new event as the SDK reads it; a run of two phases (three threads at once, then one) whose events come
+in order on `events.list` and the stream, whose threads carry its id, and that `corral runs` lists; a malformed plan
+(`program_error`, no run) and a run over its thread limit (`thread_limit_error`)."""
 
 from __future__ import annotations
 
@@ -32,14 +35,15 @@ from corral.contract import events
 from corral.contract.agent import AgentConfig, Multiagent, ThreadAgent
 from corral.contract.events import ModelUsage, SessionEvent, WorkflowRunErrorObject, WorkflowRunResult
 from corral.contract.plans import RunPhaseInfo, WorkflowRunInfo
-from corral.contract.threads import primary_thread_id
+from corral.contract.threads import ThreadInfo, primary_thread_id
 from corral.names import ENV_MAX_THREADS_PER_RUN, ENV_MAX_WORKFLOW_RUNS_PER_SESSION
 from gateway.shapes import event_view
 from gateway.threads import thread_view
-from tests.conftest import Stack
+from tests.conftest import Stack, texts
 from tests.test_api_multiagent import start_input
 from tests.test_gateway import Gateway, gateway, running_gateway  # noqa: F401 - the fixture
 from tests.test_threads_api import coordinator_snapshot, info
+from tests.waits import until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -234,3 +238,194 @@ async def test_corral_runs_says_there_is_no_such_session(stack: Stack) -> None:
     missing = "sesn_" + "0" * 26
     ran = await corral(stack, "runs", missing)
     assert ran.returncode == 1 and f"no session {missing}" in ran.stderr and "Traceback" not in ran.stderr, ran
+
+
+# ---- runs, end to end ---------------------------------------------------------------------------------------------
+
+RUN_EVENT_TYPES = {
+    "workflow_run.created": sdk.BetaManagedAgentsWorkflowRunCreatedEvent,
+    "workflow_run.status_running": sdk.BetaManagedAgentsWorkflowRunStatusRunningEvent,
+    "workflow_run.phase_started": sdk.BetaManagedAgentsWorkflowRunPhaseStartedEvent,
+    "workflow_run.phase_ended": sdk.BetaManagedAgentsWorkflowRunPhaseEndedEvent,
+    "workflow_run.status_idle": sdk.BetaManagedAgentsWorkflowRunStatusIdleEvent,
+    "workflow_run.error": sdk.BetaManagedAgentsWorkflowRunErrorEvent,
+    "workflow_run.status_ended": sdk.BetaManagedAgentsWorkflowRunStatusEndedEvent,
+}
+HELLO = {"type": "user.message", "content": [{"type": "text", "text": "review the three parts"}]}
+
+
+def plan(*phases: tuple[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    return {"name": "review", "phases": [{"name": name, "tasks": tasks} for name, tasks in phases]}
+
+
+async def session_of(stack: Stack, client: Any, lead_steps: list[dict[str, Any]], **multiagent: Any) -> Any:
+    """A session of a coordinator scripted by `lead_steps` whose workflows may run `reader` (a saved agent that
+    answers each message with the message), started on `HELLO`."""
+    environment = await client.beta.environments.create(name="plain")
+    reader = await client.beta.agents.create(name="reader", model=stack.script([{"text": "read:", "echo_last_user":
+                                                                                 True}], loop=True))  # fmt: skip
+    config: Any = {"type": "multiagent_20261001", "subagents": {"type": "disabled"},
+                   "workflows": {"type": "enabled", "predefined_agents": [reader.id], **multiagent}}  # fmt: skip
+    lead = await client.beta.agents.create(name="lead", model=stack.script(lead_steps), multiagent=config)
+    session = await client.beta.sessions.create(agent=lead.id, environment_id=environment.id)
+    stack.started.append(stack.client.get_workflow_handle(session.id))
+    await client.beta.sessions.events.send(session.id, events=[HELLO])
+    return session
+
+
+async def listed(client: Any, session_id: str) -> list[Any]:
+    return [event async for event in client.beta.sessions.events.list(session_id)]
+
+
+async def until_listed(client: Any, session_id: str, wanted: str, what: str) -> list[Any]:
+    """The session's events once one of type `wanted` is among them."""
+    seen: list[Any] = []
+
+    async def there() -> bool:
+        seen[:] = await listed(client, session_id)
+        return any(event.type == wanted for event in seen)
+
+    await until(there, what, within=180)
+    return seen
+
+
+def run_events(events: list[Any]) -> list[Any]:
+    found = [event for event in events if event.type.startswith("workflow_run.")]
+    for event in found:
+        assert type(event) is RUN_EVENT_TYPES[event.type], "the SDK reads each in its own class"
+    return found
+
+
+async def test_a_run_of_two_phases_fans_out_three_threads_then_one_and_reports_to_the_coordinator(
+    stack: Stack,
+    gateway: Gateway,  # noqa: F811
+) -> None:
+    client = await gateway.client("runs-e2e")
+    reads = [{"name": part, "agent": "reader", "message": f"read part {part}"} for part in ("a", "b", "c")]
+    summing = [{"name": "all", "agent": "reader", "message": "sum up:\n{{read}}"}]
+    start = {"name": "start_workflow_run", "input": plan(("read", reads), ("sum", summing))}
+    lead_steps: list[dict[str, Any]] = [
+        {"tool_uses": [start]},
+        {"text": "the run is on"},
+        {"text": "the run reports:", "echo_last_user": True},
+    ]
+    session = await session_of(stack, client, lead_steps)
+
+    stream = await client.beta.sessions.events.stream(session.id)
+    events = await until_listed(client, session.id, "workflow_run.status_ended", "the run's end")
+    runs = run_events(events)
+    assert [event.type for event in runs] == [
+        "workflow_run.created", "workflow_run.status_running",
+        "workflow_run.phase_started", "workflow_run.phase_ended",
+        "workflow_run.phase_started", "workflow_run.phase_ended",
+        "workflow_run.status_idle", "workflow_run.status_ended",
+    ]  # fmt: skip
+    created, _, read_started, read_ended, sum_started, sum_ended, _, ended = runs
+    run_id = created.workflow_run_id
+    assert run_id.startswith("wrun_") and all(event.workflow_run_id == run_id for event in runs)
+    assert (created.name, [phase.name for phase in created.phases]) == ("review", ["read", "sum"])
+    read_id, sum_id = (phase.id for phase in created.phases)
+    assert (read_started.workflow_run_phase_id, read_ended.workflow_run_phase_id) == (read_id, read_id)
+    assert (sum_started.workflow_run_phase_id, sum_ended.workflow_run_phase_id) == (sum_id, sum_id)
+    assert (read_ended.phase_started_id, sum_ended.phase_started_id) == (read_started.id, sum_started.id)
+    assert ended.result.type == "completed"
+    raw = await client.beta.sessions.events.with_raw_response.list(session.id, limit=1000)
+    [wire] = [event for event in raw.http_response.json()["data"] if event["type"] == "workflow_run.status_ended"]
+    assert set(wire) == {"type", "id", "processed_at", "created_at", "position", "workflow_run_id", "result"}, wire
+
+    def spawned_between(first: Any, last: Any) -> list[Any]:
+        at = [event.id for event in events]
+        return [event for event in events[at.index(first.id) : at.index(last.id)]
+                if event.type == "session.thread_created"]  # fmt: skip
+
+    read_threads, sum_threads = spawned_between(read_started, read_ended), spawned_between(sum_started, sum_ended)
+    assert (len(read_threads), len(sum_threads)) == (3, 1), "three threads at once, then one"
+    assert all(event.workflow_run_id == run_id for event in [*read_threads, *sum_threads])
+
+    threads = [thread async for thread in client.beta.sessions.threads.list(session.id)]
+    by_run = {thread.id: thread.workflow_run_id for thread in threads}
+    assert by_run == {
+        threads[0].id: None,
+        **{event.session_thread_id: run_id for event in [*read_threads, *sum_threads]},
+    }, "the primary thread, then the run's four, each with its run's id"
+    [summer] = sum_threads
+    summed: list[Any] = [e async for e in client.beta.sessions.threads.events.list(summer.session_thread_id,
+                                                                          session_id=session.id)]  # fmt: skip
+    said = " ".join(texts(summed))
+    assert all(f"read part {part}" in said for part in ("a", "b", "c")), "phase 2 took phase 1's replies: " + said
+
+    async def reported() -> bool:
+        return any("the run reports:" in text for text in texts(await listed(client, session.id)))
+
+    await until(reported, "the coordinator's turn on the run's report", within=120)
+
+    streamed: list[Any] = []
+    async for event in stream:
+        streamed.append(event)
+        if event.type == "workflow_run.status_ended":
+            break
+    await stream.close()
+    assert [event.id for event in run_events(streamed)] == [event.id for event in runs], "the stream, in order"
+
+    shown = await corral(stack, "runs", session.id, "--json")
+    assert shown.returncode == 0, shown.stderr
+    [info] = [WorkflowRunInfo.model_validate_json(line) for line in shown.stdout.splitlines()]
+    assert (info.id, info.name, info.status, info.progress()) == (run_id, "review", "ended", "2/2 phases")
+    assert info.result is not None and info.result.type == "completed"
+    table = await corral(stack, "runs", session.id)
+    assert table.returncode == 0 and run_id in table.stdout and "2/2 phases" in table.stdout, table.stdout
+    listed_threads = await corral(stack, "threads", session.id, "--json")
+    infos = [ThreadInfo.model_validate_json(line) for line in listed_threads.stdout.splitlines()]
+    assert sorted(thread.workflow_run_id or "" for thread in infos) == ["", *[run_id] * 4]
+
+
+async def test_a_malformed_plan_is_a_program_error_the_model_reads_and_no_run(
+    stack: Stack,
+    gateway: Gateway,  # noqa: F811
+) -> None:
+    client = await gateway.client("runs-malformed")
+    later = [{"agent": "reader", "message": "use {{sum}}"}]
+    start = {"name": "start_workflow_run", "input": plan(("read", later), ("sum", [{"agent": "nobody",
+                                                                                    "message": "m"}]))}  # fmt: skip
+    session = await session_of(stack, client, [{"tool_uses": [start]}, {"text": "I see:", "echo_last_user": True}])
+    events = await until_listed(client, session.id, "workflow_run.error", "the plan's error")
+    [error] = run_events(events)
+    assert (error.workflow_run_id, error.error.type) == (None, "program_error")
+    assert "{{sum}} names no earlier phase" in error.error.message and "'nobody'" in error.error.message
+
+    async def answered() -> bool:
+        return any("I see:" in text for text in texts(await listed(client, session.id)))
+
+    await until(answered, "the coordinator's turn on the tool's error")
+    results = [e for e in await listed(client, session.id) if e.type == "agent.tool_result"]
+    assert results and results[-1].is_error, "the tool's result is an error the model reads"
+    threads = [thread async for thread in client.beta.sessions.threads.list(session.id)]
+    assert [thread.parent_thread_id for thread in threads] == [None], "no run, so no thread: the primary alone"
+    none = await corral(stack, "runs", session.id)
+    assert none.returncode == 1 and f"session {session.id} has started no workflow runs" in none.stderr, none
+
+
+async def test_a_run_over_its_thread_limit_is_created_and_ends_with_a_thread_limit_error(
+    stack: Stack, tmp_path: Path
+) -> None:
+    async with running_gateway(stack, tmp_path, **{ENV_MAX_THREADS_PER_RUN: "2"}) as served:
+        client = await served.client("runs-limit")
+        reads = [{"agent": "reader", "message": f"read part {part}"} for part in ("a", "b", "c")]
+        start = {"name": "start_workflow_run", "input": plan(("read", reads))}
+        session = await session_of(
+            stack,
+            client,
+            [{"tool_uses": [start]}, {"text": "noted"}],
+        )
+        events = await until_listed(client, session.id, "workflow_run.status_ended", "the run's end")
+        runs = run_events(events)
+        assert [event.type for event in runs] == [
+            "workflow_run.created",
+            "workflow_run.status_running",
+            "workflow_run.error",
+            "workflow_run.status_ended",
+        ]
+        created, _, error, ended = runs
+        assert error.workflow_run_id == created.workflow_run_id and error.error.type == "thread_limit_error"
+        assert ended.result.type == "error" and ended.result.error.type == "thread_limit_error"
+        assert not [event for event in events if event.type == "session.thread_created"], "no thread spawned"
