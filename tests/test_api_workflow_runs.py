@@ -258,19 +258,22 @@ def plan(*phases: tuple[str, list[dict[str, Any]]]) -> dict[str, Any]:
     return {"name": "review", "phases": [{"name": name, "tasks": tasks} for name, tasks in phases]}
 
 
-async def session_of(stack: Stack, client: Any, lead_steps: list[dict[str, Any]], **multiagent: Any) -> Any:
+async def session_of(stack: Stack, client: Any, lead_steps: list[dict[str, Any]]) -> Any:
     """A session of a coordinator scripted by `lead_steps` whose workflows may run `reader` (a saved agent that
-    answers each message with the message), started on `HELLO`."""
+    answers each message with the message); `HELLO` starts it."""
     environment = await client.beta.environments.create(name="plain")
     reader = await client.beta.agents.create(name="reader", model=stack.script([{"text": "read:", "echo_last_user":
                                                                                  True}], loop=True))  # fmt: skip
     config: Any = {"type": "multiagent_20261001", "subagents": {"type": "disabled"},
-                   "workflows": {"type": "enabled", "predefined_agents": [reader.id], **multiagent}}  # fmt: skip
+                   "workflows": {"type": "enabled", "predefined_agents": [reader.id]}}  # fmt: skip
     lead = await client.beta.agents.create(name="lead", model=stack.script(lead_steps), multiagent=config)
     session = await client.beta.sessions.create(agent=lead.id, environment_id=environment.id)
     stack.started.append(stack.client.get_workflow_handle(session.id))
-    await client.beta.sessions.events.send(session.id, events=[HELLO])
     return session
+
+
+async def hello(client: Any, session: Any) -> None:
+    await client.beta.sessions.events.send(session.id, events=[HELLO])
 
 
 async def listed(client: Any, session_id: str) -> list[Any]:
@@ -310,8 +313,8 @@ async def test_a_run_of_two_phases_fans_out_three_threads_then_one_and_reports_t
         {"text": "the run reports:", "echo_last_user": True},
     ]
     session = await session_of(stack, client, lead_steps)
-
-    stream = await client.beta.sessions.events.stream(session.id)
+    stream = await client.beta.sessions.events.stream(session.id)  # open before anything of the run is written
+    await hello(client, session)
     events = await until_listed(client, session.id, "workflow_run.status_ended", "the run's end")
     runs = run_events(events)
     assert [event.type for event in runs] == [
@@ -388,6 +391,7 @@ async def test_a_malformed_plan_is_a_program_error_the_model_reads_and_no_run(
     start = {"name": "start_workflow_run", "input": plan(("read", later), ("sum", [{"agent": "nobody",
                                                                                     "message": "m"}]))}  # fmt: skip
     session = await session_of(stack, client, [{"tool_uses": [start]}, {"text": "I see:", "echo_last_user": True}])
+    await hello(client, session)
     events = await until_listed(client, session.id, "workflow_run.error", "the plan's error")
     [error] = run_events(events)
     assert (error.workflow_run_id, error.error.type) == (None, "program_error")
@@ -412,11 +416,8 @@ async def test_a_run_over_its_thread_limit_is_created_and_ends_with_a_thread_lim
         client = await served.client("runs-limit")
         reads = [{"agent": "reader", "message": f"read part {part}"} for part in ("a", "b", "c")]
         start = {"name": "start_workflow_run", "input": plan(("read", reads))}
-        session = await session_of(
-            stack,
-            client,
-            [{"tool_uses": [start]}, {"text": "noted"}],
-        )
+        session = await session_of(stack, client, [{"tool_uses": [start]}, {"text": "noted"}])
+        await hello(client, session)
         events = await until_listed(client, session.id, "workflow_run.status_ended", "the run's end")
         runs = run_events(events)
         assert [event.type for event in runs] == [
