@@ -416,7 +416,9 @@ async def test_a_run_over_its_thread_limit_is_created_and_ends_with_a_thread_lim
         client = await served.client("runs-limit")
         reads = [{"agent": "reader", "message": f"read part {part}"} for part in ("a", "b", "c")]
         start = {"name": "start_workflow_run", "input": plan(("read", reads))}
-        session = await session_of(stack, client, [{"tool_uses": [start]}, {"text": "noted"}])
+        session = await session_of(
+            stack, client, [{"tool_uses": [start]}, {"text": "noted"}, {"text": "the run ended"}]
+        )
         await hello(client, session)
         events = await until_listed(client, session.id, "workflow_run.status_ended", "the run's end")
         runs = run_events(events)
@@ -430,3 +432,27 @@ async def test_a_run_over_its_thread_limit_is_created_and_ends_with_a_thread_lim
         assert error.workflow_run_id == created.workflow_run_id and error.error.type == "thread_limit_error"
         assert ended.result.type == "error" and ended.result.error.type == "thread_limit_error"
         assert not [event for event in events if event.type == "session.thread_created"], "no thread spawned"
+
+
+async def test_the_operators_run_limit_refuses_a_sessions_second_run(stack: Stack, tmp_path: Path) -> None:
+    async with running_gateway(stack, tmp_path, **{ENV_MAX_WORKFLOW_RUNS_PER_SESSION: "1"}) as served:
+        client = await served.client("runs-max")
+        reads = [{"agent": "reader", "message": "read part a"}]
+        start = {"name": "start_workflow_run", "input": plan(("read", reads))}
+        session = await session_of(
+            stack, client, [{"tool_uses": [start, start]}, {"text": "noted"}, {"text": "the run ended"}]
+        )
+        await hello(client, session)
+
+        async def both() -> bool:
+            kinds = [event.type for event in await listed(client, session.id)]
+            return "workflow_run.status_ended" in kinds and "workflow_run.error" in kinds
+
+        await until(both, "the first run's end and the second's refusal", within=180)
+        runs = run_events(await listed(client, session.id))
+        created = [event for event in runs if event.type == "workflow_run.created"]
+        [refused] = [event for event in runs if event.type == "workflow_run.error"]
+        assert len(created) == 1, "one run, the session's limit"
+        assert (refused.workflow_run_id, refused.error.type) == (None, "max_workflow_runs_error")
+        ended = [event for event in runs if event.type == "workflow_run.status_ended"]
+        assert [event.result.type for event in ended] == ["completed"]
