@@ -26,7 +26,7 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from activities.sandbox import SandboxActivities
-from corral.client import read_events, send_text, start_session, update_session, wait_for_idle
+from corral.client import read_events, send_events, send_text, start_session, update_session, wait_for_idle
 from corral.contract.events import AgentMessage
 from corral.contract.plans import WorkflowRunInfo
 from corral.contract.session import (
@@ -195,6 +195,14 @@ async def runs(handle: WorkflowHandle) -> None:
     await _write(HISTORIES / "runs_run.json", run_handle)
 
 
+async def outcomes(handle: WorkflowHandle) -> None:
+    """A turn, then an outcome the grader sends back for revision once, then finds met."""
+    events = await wait_for_idle(handle)
+    rubric = {"type": "text", "content": "Says 'final'."}
+    await send_events(handle, [{"type": "user.define_outcome", "description": "Say final.", "rubric": rubric}])
+    await wait_for_idle(handle, after=events[-1].position)
+
+
 async def sandbox_tools(handle: WorkflowHandle) -> None:
     await wait_for_idle(handle, within_seconds=120)
     await handle.cancel()  # releases the sandbox: container and volume removed
@@ -202,7 +210,14 @@ async def sandbox_tools(handle: WorkflowHandle) -> None:
         await handle.result()
 
 
+_VERDICT = {"name": "outcome_verdict", "input": {"result": "needs_revision", "explanation": "Say 'final'."}}
 SCRIPT_OPTIONS: dict[str, dict[str, Any]] = {
+    "outcomes": {
+        "grader": [
+            {"tool_uses": [_VERDICT]},
+            {"tool_uses": [{**_VERDICT, "input": {"result": "satisfied", "explanation": "It does."}}]},
+        ],
+    },
     "context_compaction": {"loop": True, "max_input_tokens": 2_500},
     "continue_as_new": {"loop": True},
 }
@@ -343,6 +358,7 @@ SCENARIOS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], Scenario]
         [],
         runs,
     ),
+    "outcomes": ([{"text": "hello"}, {"text": "draft"}, {"text": "final"}], [], outcomes),
     "renamed_and_archived": ([{"text": "hello"}], [], renamed_and_archived),
     "budget_changed_then_deleted": ([{"text": "hello"}], [], budget_changed_then_deleted),
     "idle_hand_over": ([{"text": "hello"}], [], idle_hand_over),

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 
 from corral.client import read_events, send_events, wait_for_idle
@@ -18,6 +19,7 @@ from corral.contract.events import (
     WorkflowRunError,
     WorkflowRunPhaseEnded,
     WorkflowRunPhaseStarted,
+    WorkflowRunResult,
     WorkflowRunStatusEnded,
 )
 from corral.contract.plans import Plan, WorkflowRunInfo
@@ -136,6 +138,8 @@ async def test_a_run_of_two_phases_fans_out_then_in_and_reports_to_the_coordinat
     assert described.parent_id == handle.id, "the Web UI shows the run as the session's child workflow"
     assert await described.static_summary() == f"workflow run survey of {handle.id}"
     assert described.status is not None and described.status.name == "COMPLETED"
+    metadata = await run.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    assert metadata.current_details.splitlines() == ["1. gather: ended (3/3 replied)", "2. write: ended (1/1 replied)"]
 
 
 async def _said(handle: WorkflowHandle, text: str) -> bool:
@@ -317,3 +321,21 @@ async def test_a_run_past_its_deadline_and_a_thread_with_no_reply_fail_with_thei
 async def _thread_idle(handle: WorkflowHandle, thread_id: str) -> bool:
     threads = await handle.query(QUERY_THREADS, result_type=list[ThreadInfo])
     return any(t.id == thread_id and t.status == "idle" for t in threads)
+
+
+async def test_the_sessions_end_stops_its_runs(stack: Stack) -> None:
+    sleeper = stack.script([{"tool_uses": [{"name": "sleep", "input": {"seconds": 120}}]}, {"text": "up"}])
+    plan = {"name": "nap", "phases": [{"name": "sleep", "tasks": [task("sleeper", "nap")]}]}
+    lead = stack.script([{"tool_uses": [start_run(plan)]}, {"text": "Started."}])
+    roster = [roster_agent("sleeper", sleeper, [stack.hand_tool("sleep")])]
+    handle = await stack.start(lead, "go", agent=runs_agent(lead, roster))
+
+    async def sleeping() -> bool:
+        return any(e.type == "agent.tool_use" and e.session_thread_id for e in await read_events(handle))
+
+    await until(sleeping, "the run's thread at work")
+    (info,) = await runs_of(handle)
+    await handle.cancel()
+    run = stack.client.get_workflow_handle(info.id, result_type=WorkflowRunResult)
+    result = await run.result()
+    assert result == WorkflowRunResult(type="stopped"), "the session's end stopped its run"
