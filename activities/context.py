@@ -23,6 +23,7 @@ from corral.contract.events import (
     TextBlock,
     UserCustomToolResult,
     UserMessage,
+    WorkflowRunStatusEnded,
 )
 from corral.contract.proxy import McpToolSpec, mcp_tool_name
 from corral.contract.session import AgentConfig
@@ -58,6 +59,10 @@ def _entry_blocks(entry: SessionEvent) -> tuple[str, list[dict[str, Any]]] | Non
             sender = entry.from_agent_name or "the coordinator"
             header = {"type": "text", "text": f"Message from thread {entry.from_session_thread_id} ({sender}):"}
             return "user", [header, *_blocks(entry.content)]
+        case WorkflowRunStatusEnded():
+            result = entry.result.type + (f": {entry.result.error.message}" if entry.result.error else "")
+            note = f"Workflow run {entry.workflow_run_id} ended ({result}). Its report:\n{entry.report or '(none)'}"
+            return "user", [{"type": "text", "text": note}]
         case UserCustomToolResult():
             return "user", [_tool_result(entry.custom_tool_use_id, entry.content, entry.is_error)]
         case AgentToolResult():

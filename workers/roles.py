@@ -32,7 +32,7 @@ from workers._slots import SharedSlots
 from workers.deployment import worker_config
 from workers.run import GRACEFUL_SHUTDOWN, STICKY_TIMEOUT
 from workers.settings import HarnessDeployment
-from workflows import SessionWorkflow
+from workflows import SessionWorkflow, WorkflowRun
 from workflows.records import RecordWorkflow, VersionedRecordWorkflow
 from workflows.signals import SignalArgumentsInterceptor
 from workflows.validation import CredentialValidationWorkflow
@@ -52,7 +52,7 @@ MODEL_HEARTBEAT_THROTTLE = timedelta(seconds=1)
 would leave a heartbeat only 0.4 s to reach a busy server before the 2 s model heartbeat timeout)."""
 
 
-HARNESS_WORKFLOWS: tuple[type, ...] = (SessionWorkflow, RecordWorkflow, CredentialValidationWorkflow)
+HARNESS_WORKFLOWS: tuple[type, ...] = (SessionWorkflow, WorkflowRun, RecordWorkflow, CredentialValidationWorkflow)
 """The workflow classes the harness worker runs (and `corral harness check` replays with)."""
 
 

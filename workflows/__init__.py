@@ -1,4 +1,4 @@
-"""Workflows: the harness. `SessionWorkflow` (session.py), `RecordWorkflow` (records.py) and
+"""Workflows: the harness. `SessionWorkflow` (session.py), `WorkflowRun` (runs.py), `RecordWorkflow` (records.py) and
 `CredentialValidationWorkflow` (validation.py).
 
 No workflow sets `failure_exception_types`, and no worker sets `workflow_failure_exception_types`, on purpose: a
@@ -19,6 +19,7 @@ bounded by the execution timeout its starter gives it (gateway/vault_access.py).
 
 from temporalio import workflow
 
+from workflows.runs import WorkflowRun
 from workflows.session import SessionWorkflow
 
 with workflow.unsafe.imports_passed_through():  # as workflows/session.py imports them: one copy of each class
@@ -35,6 +36,7 @@ __all__ = [
     "SessionContext",
     "SessionLog",
     "SessionWorkflow",
+    "WorkflowRun",
     "check_answers",
     "record_response",
 ]

@@ -24,6 +24,7 @@ from corral.contract.events import (
     UserInterrupt,
     UserMessage,
     UserToolConfirmation,
+    WorkflowRunStatusEnded,
 )
 from corral.contract.session import (
     SendEventsInput,
@@ -69,8 +70,9 @@ class UserInbox:
         self._interrupt_turn = interrupt_turn
         self._changed = changed
         self._client_ids: dict[str, str] = {}
-        self.pending: list[UserMessage | AgentThreadMessageReceived] = []
-        """Input waiting for the next model call: the user's messages, and other threads' (multi-agent)."""
+        self.pending: list[UserMessage | AgentThreadMessageReceived | WorkflowRunStatusEnded] = []
+        """Input waiting for the next model call: the user's messages, other threads' (multi-agent), the ends of
+        workflow runs."""
         self.interrupts: list[UserInterrupt] = []
         self.awaiting_custom: dict[str, AgentCustomToolUse] = {}
         self.custom_results: dict[str, UserCustomToolResult] = {}
@@ -95,7 +97,8 @@ class UserInbox:
     def resume(self, carry: SessionCarry) -> None:
         """Take over the inbox of the run that handed over (its events are in the log's tail)."""
         self.pending = [
-            cast(UserMessage | AgentThreadMessageReceived, self._log.at(position)) for position in carry.pending
+            cast(UserMessage | AgentThreadMessageReceived | WorkflowRunStatusEnded, self._log.at(position))
+            for position in carry.pending
         ]
         self.interrupts = [cast(UserInterrupt, self._log.at(position)) for position in carry.interrupts]
         self.awaiting_custom = {use.id: use for use in carry.awaiting_custom}
@@ -230,6 +233,11 @@ class UserInbox:
         self.pending.append(received)
         self._changed()
         return received
+
+    def queue(self, event: WorkflowRunStatusEnded) -> None:
+        """Queue a logged event (not yet processed) as input: it starts a turn when idle."""
+        self.pending.append(event)
+        self._changed()
 
     def take_pending(self) -> None:
         """Move queued user messages into the conversation, in arrival order."""

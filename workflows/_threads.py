@@ -1,3 +1,4 @@
+# Over 400 lines because the session's side of every exchange with its threads (workflow runs' too) is one class.
 """A multi-agent session's threads, as its primary thread (the session workflow) keeps them.
 
 Each thread is a child workflow of the session (`SessionWorkflow` again, its id the thread's id), with its own
@@ -17,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
@@ -76,6 +77,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows._outbox import Outbox
     from workflows._outcomes import add_usage
     from workflows._sandbox import SessionSandbox
+if TYPE_CHECKING:
+    from workflows._runs import SessionRuns
 
 USER_SENDER = "user"
 """How `wait`'s `pending` names a user's message queued for the coordinator: it ends the wait too."""
@@ -99,6 +102,8 @@ class SessionThreads:
         """Threads' sandbox calls running here, by tool-use id: (thread id, call)."""
         self._tasks: dict[str, asyncio.Task[None]] = {}
         """The task serving each call in `_serving`, to stop it when its thread is interrupted."""
+        self.runs: SessionRuns | None = None
+        """The session's workflow runs: a run's thread answers its run, not the coordinator."""
 
     # ---- across hand-overs ------------------------------------------------------------------------------------
 
@@ -182,15 +187,17 @@ class SessionThreads:
             raise ApplicationError(f"agent {agent.name!r} cannot run as a thread: {exc}", type=NOT_MULTIAGENT,
                                    non_retryable=True) from None  # fmt: skip
 
-    async def spawn(self, agent: SpawnedAgent, message: list[ContentBlock]) -> ThreadInfo:
+    async def spawn(self, agent: SpawnedAgent, message: list[ContentBlock], thread_id: str | None = None,
+                    run_id: str | None = None) -> ThreadInfo:  # fmt: skip
         """Start a thread running `agent` on `message`: a child workflow, logged as `session.thread_created` and the
-        message as `agent.thread_message_sent`."""
-        thread_id = THREAD_ID_PREFIX + workflow.uuid4().hex
+        message as `agent.thread_message_sent`. A workflow run (`run_id`) chose the thread's id."""
+        thread_id = thread_id or THREAD_ID_PREFIX + workflow.uuid4().hex
         now = workflow.now()
         info = ThreadInfo(id=thread_id, session_id=self.session_id, parent_thread_id=self.primary_id, agent=agent,
-                          status="running", created_at=now, updated_at=now)  # fmt: skip
+                          status="running", created_at=now, updated_at=now, workflow_run_id=run_id)  # fmt: skip
         self.infos[thread_id] = info
-        self._log.append(SessionThreadCreated, session_thread_id=thread_id, agent_name=agent.name)
+        self._log.append(SessionThreadCreated, session_thread_id=thread_id, agent_name=agent.name,
+                         workflow_run_id=run_id)  # fmt: skip
         sent = self._log.append(AgentThreadMessageSent, to_session_thread_id=thread_id, to_agent_name=agent.name,
                                 content=message)  # fmt: skip
         seat = ThreadSeat(session_id=self.session_id, thread_id=thread_id, parent_thread_id=self.primary_id,
@@ -249,7 +256,9 @@ class SessionThreads:
         return info
 
     def end_all(self) -> None:
-        """The session ends: so do its threads."""
+        """The session ends: so do its workflow runs and its threads."""
+        if self.runs is not None:
+            self.runs.stop_all()
         for thread_id, info in self.infos.items():
             if info.archived_at is None:
                 self.archive(thread_id)
@@ -270,7 +279,8 @@ class SessionThreads:
             info.turns = report.turns or info.turns
             info.stats.active_seconds = report.active_seconds or info.stats.active_seconds
         info.stats.duration_seconds = (now - info.created_at).total_seconds()
-        if report.reply is not None and report.reply_id is not None:
+        claimed = self.runs is not None and self.runs.claim(info, report)  # a run's thread answers its run
+        if report.reply is not None and report.reply_id is not None and not claimed:
             if self._receive(info.id, info.agent.name, report.reply, report.reply_id) is not None:
                 self.replies[info.id] = self.replies.get(info.id, 0) + 1
         if report.cancel_call is not None and report.cancel_call in self._tasks:
@@ -360,6 +370,8 @@ class SessionThreads:
                 self._tell(target, ThreadInput(interrupt=True))
             return event.id
         if target is None:
+            if self.runs is not None:
+                self.runs.stop_all()
             for thread_id, info in self.infos.items():
                 if info.archived_at is None:
                     self._tell(thread_id, ThreadInput(interrupt=True))

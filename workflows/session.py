@@ -23,7 +23,6 @@ with workflow.unsafe.imports_passed_through():
     from corral.contract.carry import Phase, SessionCarry
     from corral.contract.context import ContextView
     from corral.contract.events import (
-        AgentThreadMessageReceived,
         BudgetReached,
         EndTurn,
         ErrorType,
@@ -94,9 +93,10 @@ with workflow.unsafe.imports_passed_through():
     from workflows._model_turn import ModelTurns
     from workflows._outbox import Outbox
     from workflows._outcomes import add_usage, record_response
+    from workflows._runs import SessionRuns
     from workflows._sandbox import SessionSandbox
     from workflows._seat import BorrowedSandbox, ThreadSide
-    from workflows._threads import USER_SENDER, SessionThreads, primary_info
+    from workflows._threads import SessionThreads, primary_info
     from workflows._tool_calls import ToolCalls
 
 
@@ -148,11 +148,14 @@ class SessionWorkflow:
         self._threads = SessionThreads(input, self._log, self._sandbox, self._outbox, self._inbox.accept_thread_message)
         if self._side is None:
             self._inbox.router = self._threads
+        self._runs = HandOver(input)
+        self._flows = SessionRuns(
+            input, self._log, self._threads, self._outbox, self._inbox, self._runs, self._refuse_when_closed
+        )  # workflow runs, with their handlers (_runs.py)
         coordinate = None
         if input.agent.multiagent is not None:
-            coordinate = CoordinatorTools(self._threads, self._replies_queued, lambda: self._log.conversation,
+            coordinate = CoordinatorTools(self._threads, self._flows, self._inbox, lambda: self._log.conversation,
                                           input.model_task_queue, self._spend).run  # fmt: skip
-        self._runs = HandOver(input)
         self._tool_calls = ToolCalls(
             input.agent, self._tools, self._log, self._inbox, self._sandbox, self._mcp, self._report,
             self._go_idle, self._resume_running, self._hand_over_due, self._hand_over, coordinate,
@@ -211,7 +214,7 @@ class SessionWorkflow:
     # ---- hand-over to the next run (workflows/_handover.py) ----------------------------------------------------
 
     def _hand_over_due(self) -> bool:
-        return self._runs.due() and not self._threads.busy()
+        return self._runs.due() and not self._threads.busy() and not self._flows.busy()
 
     async def _hand_over(self, phase: Phase) -> None:
         """Continue as new from here (`phase`). Returns only when the archive could not be written: that is a
@@ -235,6 +238,7 @@ class SessionWorkflow:
             stop_reason=self._stop_reason,
             archived_at=self._archived_at,
             threads=self._threads.carried(),
+            runs=self._flows.carried(),
         )
         moving = workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE if self._runs.moves_build() else None
         workflow.continue_as_new(
@@ -522,11 +526,6 @@ class SessionWorkflow:
             raise ApplicationError("the session is archived: it takes no more events", type=ARCHIVED)
         if self._runs.handing_over:
             raise ApplicationError("the session is continuing as new: send again", type=HANDING_OVER)
-
-    def _replies_queued(self) -> list[str]:
-        """Who the input queued for the coordinator is from: a thread's id, or `user`."""
-        return [m.from_session_thread_id if isinstance(m, AgentThreadMessageReceived) else USER_SENDER
-                for m in self._inbox.pending]  # fmt: skip
 
     def _spend(self, usage: ModelUsage) -> None:
         self._model.usage = add_usage(self._model.usage, usage)
