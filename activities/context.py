@@ -20,11 +20,14 @@ from corral.contract.events import (
     AgentToolUse,
     ContentBlock,
     SessionEvent,
+    SpanOutcomeEvaluationEnd,
     TextBlock,
     UserCustomToolResult,
+    UserDefineOutcome,
     UserMessage,
     WorkflowRunStatusEnded,
 )
+from corral.contract.outcomes import outcome_text
 from corral.contract.proxy import McpToolSpec, mcp_tool_name
 from corral.contract.session import AgentConfig
 
@@ -69,6 +72,8 @@ def _entry_blocks(entry: SessionEvent) -> tuple[str, list[dict[str, Any]]] | Non
             return "user", [_tool_result(entry.tool_use_id, entry.content, entry.is_error)]
         case AgentMcpToolResult():
             return "user", [_tool_result(entry.mcp_tool_use_id, entry.content, entry.is_error)]
+        case UserDefineOutcome() | SpanOutcomeEvaluationEnd():
+            return "user", [{"type": "text", "text": outcome_text(entry) or ""}]
         case AgentThreadContextCompacted():
             note = (
                 f"[A summary of the conversation from its start to log position {entry.end_position}, written when "

@@ -37,15 +37,26 @@ from corral.contract.events import (
     SessionThreadStatusRunning,
     SessionThreadStatusTerminated,
     SpanModelRequestEnd,
+    SpanOutcomeEvaluationEnd,
+    SpanOutcomeEvaluationOngoing,
+    SpanOutcomeEvaluationStart,
     UserCustomToolResult,
+    UserDefineOutcome,
     UserMessage,
     UserToolConfirmation,
+    WorkflowRunCreated,
+    WorkflowRunError,
+    WorkflowRunPhaseEnded,
+    WorkflowRunPhaseStarted,
+    WorkflowRunStatusEnded,
+    WorkflowRunStatusIdle,
+    WorkflowRunStatusRunning,
 )
 
 if TYPE_CHECKING:
     from cli.processes import ProcessState
 
-FAMILY_STYLES = {"user": "cyan", "agent": "green", "session": "yellow", "span": "magenta"}
+FAMILY_STYLES = {"user": "cyan", "agent": "green", "session": "yellow", "span": "magenta", "workflow_run": "blue"}
 ERROR_STYLE = "bold red"
 PREFIX_WIDTH = 4 + 2 + 8 + 2 + 26 + 2
 """Position, time and type columns; the summary gets the rest of the line."""
@@ -105,6 +116,7 @@ class EventRenderer:
     def __init__(self, console: Console) -> None:
         self.console = console
         self.tool_names: dict[str, str] = {}
+        self.phase_names: dict[str, str] = {}
 
     @property
     def summary_width(self) -> int:
@@ -161,6 +173,28 @@ class EventRenderer:
             case AgentThreadMessageReceived():
                 sender = f"{event.from_session_thread_id} ({event.from_agent_name or 'the coordinator'})"
                 return Text(one_line(f"from {sender}: {blocks_text(event.content)}", width))
+            case UserDefineOutcome():
+                line = f"{event.outcome_id}: {event.description} (up to {event.max_iterations} cycles)"
+                return Text(one_line(line, width), style="bold")
+            case SpanOutcomeEvaluationStart() | SpanOutcomeEvaluationOngoing():
+                return Text(f"{event.outcome_id}, cycle {event.iteration + 1}", style="dim")
+            case SpanOutcomeEvaluationEnd():
+                line = f"{event.outcome_id}, cycle {event.iteration + 1}: {event.result}: {event.explanation}"
+                return Text(one_line(line, width), style=ERROR_STYLE if event.result == "failed" else "bold")
+            case WorkflowRunCreated():
+                self.phase_names.update({phase.id: phase.name for phase in event.phases})
+                phases = ", ".join(phase.name for phase in event.phases)
+                return Text(one_line(f"{event.workflow_run_id} {event.name}: phases {phases}", width), style="bold")
+            case WorkflowRunPhaseStarted() | WorkflowRunPhaseEnded():
+                phase = self.phase_names.get(event.workflow_run_phase_id, event.workflow_run_phase_id)
+                return Text(one_line(f"{event.workflow_run_id} phase {phase}", width))
+            case WorkflowRunStatusRunning() | WorkflowRunStatusIdle():
+                return Text(event.workflow_run_id)
+            case WorkflowRunError():
+                line = f"{event.workflow_run_id or '(no run made)'}: {event.error.type}: {event.error.message}"
+                return Text(one_line(line, width), style=ERROR_STYLE)
+            case WorkflowRunStatusEnded():
+                return Text(f"{event.workflow_run_id}: {event.result.type}", style="bold")
             case SpanModelRequestEnd():
                 usage = event.model_usage
                 text = f"{usage.input_tokens} in / {usage.output_tokens} out tokens"

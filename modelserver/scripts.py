@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from corral.contract.context import SUMMARIZER_SYSTEM, SUMMARY_REQUEST
 from modelserver.gates import RepeatUntil, echoed_matches, step_position
+from modelserver.grading import grader_cycle, is_grader_request
 
 StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal"]
 
@@ -101,6 +102,8 @@ class Script(BaseModel):
     loop: bool = False
     max_input_tokens: int = Field(default=200_000, ge=1)
     """The model's input window: a longer prompt gets the real API's 400 "prompt is too long"."""
+    grader: list[ScriptStep] = Field(default_factory=list)
+    """What an outcome's grader is answered, by evaluation cycle (the last repeats); unset, it plays `steps`."""
 
 
 @dataclass(frozen=True)
@@ -252,11 +255,8 @@ def step_index_for(body: dict[str, Any], name: str, script: Script) -> int | Api
     if script.loop:
         return index % len(script.steps)
     if index >= len(script.steps):
-        return ApiError(
-            400,
-            "invalid_request_error",
-            f"script {name} has {len(script.steps)} steps; this request is step {index}",
-        )
+        steps = len(script.steps)
+        return ApiError(400, "invalid_request_error", f"script {name} has {steps} steps; this request is step {index}")
     return index
 
 
@@ -376,14 +376,11 @@ class ScriptBook:
         with self._lock:
             script = self.scripts.get(name)
             if script is None:
-                return ApiError(
-                    404,
-                    "not_found_error",
-                    f"no script named {name!r} is registered with the corral offline model server; "
-                    f"register it with PUT /_corral/scripts/{name}",
-                )
+                return ApiError(404, "not_found_error", f"no script named {name!r} is registered with the corral "
+                                f"offline model server; register it with PUT /_corral/scripts/{name}")  # fmt: skip
             summary = is_summary_request(body)
-            index = None if summary else step_index_for(body, name, script)
+            grading = bool(script.grader) and is_grader_request(body)
+            index = None if summary else grader_cycle(body) if grading else step_index_for(body, name, script)
             self.requests.setdefault(name, []).append(
                 {"auth": auth, "step": index if isinstance(index, int) else None, "body": body}
             )
@@ -394,7 +391,9 @@ class ScriptBook:
                 return plan_summary(body)
             if isinstance(index, ApiError):
                 return index
-            hit = self.hits.get((name, index), 0)
-            self.hits[(name, index)] = hit + 1
-            step = script.steps[index]
+            if grading:
+                index = min(index, len(script.grader) - 1)
+            key = (name, -1 - index if grading else index)
+            hit = self.hits[key] = self.hits.get(key, -1) + 1
+            step = script.grader[index] if grading else script.steps[index]
         return plan_step(body, name, index, step, hit)

@@ -26,8 +26,9 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from activities.sandbox import SandboxActivities
-from corral.client import read_events, send_text, start_session, update_session, wait_for_idle
+from corral.client import read_events, send_events, send_text, start_session, update_session, wait_for_idle
 from corral.contract.events import AgentMessage
+from corral.contract.plans import WorkflowRunInfo
 from corral.contract.session import (
     AgentConfig,
     SendEventsInput,
@@ -38,7 +39,7 @@ from corral.contract.session import (
 )
 from corral.contract.threads import ThreadInfo
 from corral.hands import make_execute_activity
-from corral.names import QUERY_THREADS, SIGNAL_INTERRUPT, UPDATE_SEND_EVENTS, UPDATE_SESSION
+from corral.names import QUERY_THREADS, QUERY_WORKFLOW_RUNS, SIGNAL_INTERRUPT, UPDATE_SEND_EVENTS, UPDATE_SESSION
 from corral.records import Records
 from corral.temporal import cluster_id, start_local_temporal
 from modelserver import ModelServerThread
@@ -182,6 +183,26 @@ async def threads(handle: WorkflowHandle) -> None:
     await _write(HISTORIES / "threads_thread.json", thread_handle)
 
 
+async def runs(handle: WorkflowHandle) -> None:
+    """A coordinator starts a workflow run of two phases (two tasks, then one that takes their replies), waits for
+    it and reads its report. Records the session and, beside it, the run (`runs_run.json`)."""
+    events = await wait_for_idle(handle, within_seconds=120)
+    while not any(isinstance(e, AgentMessage) and e.content[0].text == "done" for e in events):
+        events = await wait_for_idle(handle, after=events[-1].position, within_seconds=120)
+    (run,) = await handle.query(QUERY_WORKFLOW_RUNS, result_type=list[WorkflowRunInfo])
+    run_handle = RECORDING[0].get_workflow_handle(run.id)
+    await run_handle.result()
+    await _write(HISTORIES / "runs_run.json", run_handle)
+
+
+async def outcomes(handle: WorkflowHandle) -> None:
+    """A turn, then an outcome the grader sends back for revision once, then finds met."""
+    events = await wait_for_idle(handle)
+    rubric = {"type": "text", "content": "Says 'final'."}
+    await send_events(handle, [{"type": "user.define_outcome", "description": "Say final.", "rubric": rubric}])
+    await wait_for_idle(handle, after=events[-1].position)
+
+
 async def sandbox_tools(handle: WorkflowHandle) -> None:
     await wait_for_idle(handle, within_seconds=120)
     await handle.cancel()  # releases the sandbox: container and volume removed
@@ -189,7 +210,14 @@ async def sandbox_tools(handle: WorkflowHandle) -> None:
         await handle.result()
 
 
+_VERDICT = {"name": "outcome_verdict", "input": {"result": "needs_revision", "explanation": "Say 'final'."}}
 SCRIPT_OPTIONS: dict[str, dict[str, Any]] = {
+    "outcomes": {
+        "grader": [
+            {"tool_uses": [_VERDICT]},
+            {"tool_uses": [{**_VERDICT, "input": {"result": "satisfied", "explanation": "It does."}}]},
+        ],
+    },
     "context_compaction": {"loop": True, "max_input_tokens": 2_500},
     "continue_as_new": {"loop": True},
 }
@@ -221,9 +249,31 @@ AGENT_OPTIONS: dict[str, dict[str, Any]] = {
             ]
         }
     },
+    "runs": {
+        "multiagent": {
+            "subagents": False,
+            "runs": True,
+            "run_agents": [
+                {
+                    "type": "agent",
+                    "id": "agent_runner",
+                    "version": 1,
+                    "config": {"model": "script:runs_worker", "name": "runner"},
+                },
+            ],
+        }
+    },
+}
+RUNS_PLAN = {
+    "name": "recorded",
+    "phases": [
+        {"name": "first", "tasks": [{"agent": "runner", "message": "one"}, {"agent": "runner", "message": "two"}]},
+        {"name": "second", "tasks": [{"agent": "runner", "message": "both: {{first}}"}]},
+    ],
 }
 EXTRA_SCRIPTS: dict[str, list[dict[str, Any]]] = {
     "threads_worker": [{"tool_uses": [{"name": "bash", "input": {"command": "echo from the thread"}}]}, {"text": "ok"}],
+    "runs_worker": [{"echo_last_user": True}],
 }
 """Scripts of models a scenario's agents use besides its own (a multi-agent session's subagents)."""
 
@@ -299,6 +349,16 @@ SCENARIOS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], Scenario]
         [],
         threads,
     ),
+    "runs": (
+        [
+            {"tool_uses": [{"name": "start_workflow_run", "input": RUNS_PLAN}]},
+            {"tool_uses": [{"name": "wait_for_threads", "input": {}}]},
+            {"text": "done"},
+        ],
+        [],
+        runs,
+    ),
+    "outcomes": ([{"text": "hello"}, {"text": "draft"}, {"text": "final"}], [], outcomes),
     "renamed_and_archived": ([{"text": "hello"}], [], renamed_and_archived),
     "budget_changed_then_deleted": ([{"text": "hello"}], [], budget_changed_then_deleted),
     "idle_hand_over": ([{"text": "hello"}], [], idle_hand_over),

@@ -240,3 +240,43 @@ def test_the_demos_multi_agent_session_gives_its_coordinator_a_roster_of_two() -
     assert clock is not None and isinstance(clock.tools[0], UtilityToolset)
     online = thread_demo_input(offline=False, default_model="claude-sonnet-4-5")
     assert online.agent.model == "claude-sonnet-4-5"
+
+
+def test_outcome_and_workflow_run_events_say_what_they_are_about() -> None:
+    """`corral tail` names the outcome and its cycle, the grader's verdict and why, and a run's phases by name."""
+    from corral.contract.events import (
+        ModelUsage,
+        SessionEvent,
+        SpanOutcomeEvaluationEnd,
+        TextRubric,
+        UserDefineOutcome,
+        WorkflowRunCreated,
+        WorkflowRunError,
+        WorkflowRunErrorObject,
+        WorkflowRunPhase,
+        WorkflowRunPhaseStarted,
+        WorkflowRunResult,
+        WorkflowRunStatusEnded,
+    )
+
+    console, buffer = _console()
+    renderer = EventRenderer(console)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    at: dict[str, object] = {"id": "sevt_x", "position": 0, "created_at": now}
+    run: dict[str, object] = {**at, "workflow_run_id": "wrun_1"}
+    events: list[SessionEvent] = [
+        UserDefineOutcome(outcome_id="outc_1", description="A haiku.", rubric=TextRubric(content="3 lines"), **at),
+        SpanOutcomeEvaluationEnd(outcome_id="outc_1", iteration=0, outcome_evaluation_start_id="s",
+                                 result="needs_revision", explanation="Two lines only.", usage=ModelUsage(), **at),
+        WorkflowRunCreated(name="survey", phases=[WorkflowRunPhase(id="wrph_1", name="gather")], **run),
+        WorkflowRunPhaseStarted(workflow_run_phase_id="wrph_1", **run),
+        WorkflowRunError(error=WorkflowRunErrorObject(type="program_error", message="bad plan"), **at),
+        WorkflowRunStatusEnded(result=WorkflowRunResult(type="completed"), **run),
+    ]  # fmt: skip
+    for n, event in enumerate(events, 1):
+        renderer.print(event.model_copy(update={"position": n}))
+    printed = buffer.getvalue()
+    for shown in ["outc_1: A haiku. (up to 3 cycles)", "outc_1, cycle 1: needs_revision: Two lines only.",
+                  "wrun_1 survey: phases gather", "wrun_1 phase gather", "(no run made): program_error: bad plan",
+                  "wrun_1: completed"]:  # fmt: skip
+        assert shown in printed, printed

@@ -9,13 +9,17 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
 from corral.contract.records import RECORD_WORKFLOW
-from corral.names import SESSION_WORKFLOW
+from corral.names import SESSION_WORKFLOW, WORKFLOW_RUN_WORKFLOW
 from corral.temporal import data_converter
-from workflows import SessionWorkflow
+from workflows import SessionWorkflow, WorkflowRun
 from workflows.records import RecordWorkflow
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
-WORKFLOWS: dict[str, type] = {SESSION_WORKFLOW: SessionWorkflow, RECORD_WORKFLOW: RecordWorkflow}
+WORKFLOWS: dict[str, type] = {
+    SESSION_WORKFLOW: SessionWorkflow,
+    WORKFLOW_RUN_WORKFLOW: WorkflowRun,
+    RECORD_WORKFLOW: RecordWorkflow,
+}
 """The class that replays a history, by the workflow type its first event names."""
 
 
@@ -29,6 +33,8 @@ def test_histories_are_recorded() -> None:
     assert "tool_confirmation" in {path.stem for path in HISTORIES}
     # A record created, updated twice and archived (tests/record_histories.py, RECORD_SCENARIOS).
     assert "record_agent_versions" in {path.stem for path in HISTORIES}
+    # A coordinator's workflow run, and the run itself (tests/record_histories.py, scenario `runs`).
+    assert {"runs", "runs_run"} <= {path.stem for path in HISTORIES}
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[path.stem for path in HISTORIES])

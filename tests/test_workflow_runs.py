@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 
 from corral.client import read_events, send_events, wait_for_idle
@@ -18,11 +19,18 @@ from corral.contract.events import (
     WorkflowRunError,
     WorkflowRunPhaseEnded,
     WorkflowRunPhaseStarted,
+    WorkflowRunResult,
     WorkflowRunStatusEnded,
 )
 from corral.contract.plans import Plan, WorkflowRunInfo
 from corral.contract.threads import ThreadInfo
-from corral.names import NO_WORKFLOW_RUNS, QUERY_THREADS, QUERY_WORKFLOW_RUNS, UPDATE_START_WORKFLOW_RUN
+from corral.names import (
+    NO_WORKFLOW_RUNS,
+    QUERY_THREADS,
+    QUERY_WORKFLOW_RUNS,
+    SIGNAL_RUN_REPORT,
+    UPDATE_START_WORKFLOW_RUN,
+)
 from tests.conftest import Stack, assert_log_is_whole, texts
 from tests.test_threads import coordinator, roster_agent
 from tests.waits import until
@@ -130,6 +138,8 @@ async def test_a_run_of_two_phases_fans_out_then_in_and_reports_to_the_coordinat
     assert described.parent_id == handle.id, "the Web UI shows the run as the session's child workflow"
     assert await described.static_summary() == f"workflow run survey of {handle.id}"
     assert described.status is not None and described.status.name == "COMPLETED"
+    metadata = await run.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    assert metadata.current_details.splitlines() == ["1. gather: ended (3/3 replied)", "2. write: ended (1/1 replied)"]
 
 
 async def _said(handle: WorkflowHandle, text: str) -> bool:
@@ -242,3 +252,90 @@ async def test_a_temporal_client_starts_a_run_by_update_and_waits_for_it(stack: 
     with pytest.raises(WorkflowUpdateFailedError) as no_runs:
         await plain.execute_update(UPDATE_START_WORKFLOW_RUN, plan)
     assert getattr(no_runs.value.cause, "type", None) == NO_WORKFLOW_RUNS
+
+
+async def test_a_run_and_its_session_continue_as_new(stack: Stack) -> None:
+    echo = stack.hand_tool("echo", text={"type": "string"})
+    rounds = [{"tool_uses": [{"name": "echo", "input": {"text": str(n)}}]} for n in range(40)]
+    workers = [stack.script([*rounds, {"text": f"{name} did 40"}]) for name in ("one", "two")]
+    plan = {"name": "long", "phases": [{"name": "work", "tasks": [task("one", "go"), task("two", "go")]},
+                                       {"name": "sum", "tasks": [task("one", "{{work}}")]}]}  # fmt: skip
+    lead = stack.script([{"tool_uses": [start_run(plan)]}, {"text": "Started."}, {"text": "Read it."}])
+    roster = [roster_agent("one", workers[0], [echo]), roster_agent("two", workers[1], [echo])]
+    handle = await stack.start(lead, "go", agent=runs_agent(lead, roster), continue_as_new_after_events=200)
+
+    events = await until_ended(handle)
+    await until(lambda: _said(handle, "Read it."), "the coordinator's turn on the run's report", 120)
+    events = await read_events(handle)
+    assert_log_is_whole(events)
+    (ended,) = [e for e in events if isinstance(e, WorkflowRunStatusEnded)]
+    assert ended.result.type == "completed" and ended.report is not None and "one did 40" in ended.report
+    assert run_trail(events).count("session.thread_created") == 3, "no thread spawned twice across hand-overs"
+    (info,) = await runs_of(handle)
+    assert info.status == "ended" and info.progress() == "2/2 phases", "the run's state crossed the hand-overs"
+    reports = []  # the run's reports reached more than one run of the session: it handed over mid-run
+    async for execution in stack.client.list_workflows(f"WorkflowId = '{handle.id}'"):
+        history = await stack.client.get_workflow_handle(handle.id, run_id=execution.run_id).fetch_history()
+        signals = [e.workflow_execution_signaled_event_attributes.signal_name for e in history.events]
+        reports.append(signals.count(SIGNAL_RUN_REPORT))
+    assert len([count for count in reports if count]) > 1, reports
+
+
+async def test_a_run_past_its_deadline_and_a_thread_with_no_reply_fail_with_their_types(stack: Stack) -> None:
+    sleeper = stack.script([{"tool_uses": [{"name": "sleep", "input": {"seconds": 120}}]}, {"text": "up"}])
+    broken = stack.script([{"fail": [{"status": 401, "type": "authentication_error"}]}])
+    slow = {"name": "slow", "timeout_seconds": 1, "phases": [{"name": "nap", "tasks": [task("sleeper", "nap")]}]}
+    failing = {"name": "failing", "phases": [{"name": "try", "tasks": [task("broken", "try")]}]}
+    lead = stack.script([
+        {"tool_uses": [start_run(slow), start_run(failing)]}, {"text": "Started."}, {"text": "Read."}, {"text": "Read."}
+    ])  # fmt: skip
+    roster = [roster_agent("sleeper", sleeper, [stack.hand_tool("sleep")]), roster_agent("broken", broken, [])]
+    handle = await stack.start(lead, "go", agent=runs_agent(lead, roster))
+
+    async def both_ended() -> list[WorkflowRunStatusEnded]:
+        ended = [e for e in await read_events(handle) if isinstance(e, WorkflowRunStatusEnded)]
+        return ended if len(ended) == 2 else []
+
+    await until(both_ended, "both runs' workflow_run.status_ended", 180)
+    events = await read_events(handle)
+    runs = {info.name: info for info in await runs_of(handle)}
+    for name, error_type in (("slow", "timeout_error"), ("failing", "unknown_error")):
+        run_id = runs[name].id
+        mine = [e for e in events if getattr(e, "workflow_run_id", None) == run_id]
+        assert run_trail(mine)[-3:] == ["workflow_run.phase_ended", "workflow_run.error", "workflow_run.status_ended"]
+        (error,) = [e for e in mine if isinstance(e, WorkflowRunError)]
+        (ended,) = [e for e in mine if isinstance(e, WorkflowRunStatusEnded)]
+        assert error.error.type == error_type and ended.result.error == error.error, (name, error)
+        assert ended.result.type == "error" and runs[name].progress() == "1/1 phases"
+    # The run past its deadline interrupted its thread, still at work.
+    (slow_thread,) = [e for e in events if isinstance(e, SessionThreadCreated) and e.agent_name == "sleeper"]
+    await until(lambda: _thread_idle(handle, slow_thread.session_thread_id), "the late run's thread interrupted")
+    thread_log = await read_events(stack.client.get_workflow_handle(slow_thread.session_thread_id))
+    assert [e.type for e in thread_log if e.type in ("agent.tool_use", "agent.tool_result")] == [
+        "agent.tool_use",
+        "agent.tool_result",
+    ]
+    assert "interrupted" in texts(thread_log, "agent.tool_result")[0]
+
+
+async def _thread_idle(handle: WorkflowHandle, thread_id: str) -> bool:
+    threads = await handle.query(QUERY_THREADS, result_type=list[ThreadInfo])
+    return any(t.id == thread_id and t.status == "idle" for t in threads)
+
+
+async def test_the_sessions_end_stops_its_runs(stack: Stack) -> None:
+    sleeper = stack.script([{"tool_uses": [{"name": "sleep", "input": {"seconds": 120}}]}, {"text": "up"}])
+    plan = {"name": "nap", "phases": [{"name": "sleep", "tasks": [task("sleeper", "nap")]}]}
+    lead = stack.script([{"tool_uses": [start_run(plan)]}, {"text": "Started."}])
+    roster = [roster_agent("sleeper", sleeper, [stack.hand_tool("sleep")])]
+    handle = await stack.start(lead, "go", agent=runs_agent(lead, roster))
+
+    async def sleeping() -> bool:
+        return any(e.type == "agent.tool_use" and e.session_thread_id for e in await read_events(handle))
+
+    await until(sleeping, "the run's thread at work")
+    (info,) = await runs_of(handle)
+    await handle.cancel()
+    run = stack.client.get_workflow_handle(info.id, result_type=WorkflowRunResult)
+    result = await run.result()
+    assert result == WorkflowRunResult(type="stopped"), "the session's end stopped its run"

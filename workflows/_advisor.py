@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
         SessionEvent,
         TextBlock,
         UserMessage,
+        WorkflowRunStatusEnded,
     )
     from workflows._hands import ModelRoute
     from workflows._outcomes import failure_message
@@ -41,6 +42,8 @@ def transcript_lines(conversation: list[SessionEvent]) -> list[str]:
             lines.append(f"thread {entry.from_session_thread_id}: {text}")
         elif isinstance(entry, AgentMessage):
             lines.append(f"agent: {text}")
+        elif isinstance(entry, WorkflowRunStatusEnded):
+            lines.append(f"workflow run {entry.workflow_run_id} ended ({entry.result.type}): {entry.report or ''}")
         elif isinstance(entry, AgentToolUse | AgentMcpToolUse | AgentCustomToolUse):
             lines.append(f"agent calls {entry.name}: {entry.input}")
         elif text:

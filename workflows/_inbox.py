@@ -21,6 +21,7 @@ from corral.contract.events import (
     AgentThreadMessageReceived,
     AgentToolUse,
     UserCustomToolResult,
+    UserDefineOutcome,
     UserInterrupt,
     UserMessage,
     UserToolConfirmation,
@@ -29,6 +30,7 @@ from corral.contract.events import (
 from corral.contract.session import (
     SendEventsInput,
     UserCustomToolResultParams,
+    UserDefineOutcomeParams,
     UserEventParams,
     UserInterruptParams,
     UserMessageParams,
@@ -52,6 +54,16 @@ class Router(Protocol):
     def interrupt(self, params: UserInterruptParams) -> str | None: ...
 
 
+class Goals(Protocol):
+    """Where a session's outcomes are pursued (workflows/_grading.py)."""
+
+    def check(self, params: UserDefineOutcomeParams) -> None: ...
+
+    def accept(self, params: UserDefineOutcomeParams, client_id: str | None) -> UserDefineOutcome: ...
+
+    def interrupted(self) -> None: ...
+
+
 class UserInbox:
     """The user's events on their way in: queued messages, interrupts in flight, answers to custom tool calls and
     confirmations of the calls whose permission policy asks for one."""
@@ -70,9 +82,9 @@ class UserInbox:
         self._interrupt_turn = interrupt_turn
         self._changed = changed
         self._client_ids: dict[str, str] = {}
-        self.pending: list[UserMessage | AgentThreadMessageReceived | WorkflowRunStatusEnded] = []
-        """Input waiting for the next model call: the user's messages, other threads' (multi-agent), the ends of
-        workflow runs."""
+        self.pending: list[UserMessage | AgentThreadMessageReceived | UserDefineOutcome | WorkflowRunStatusEnded] = []
+        """Input waiting for the next model call: the user's messages and outcomes, other threads' messages, the
+        ends of workflow runs."""
         self.interrupts: list[UserInterrupt] = []
         self.awaiting_custom: dict[str, AgentCustomToolUse] = {}
         self.custom_results: dict[str, UserCustomToolResult] = {}
@@ -81,6 +93,8 @@ class UserInbox:
         self._held: list[UserEventParams] | None = None
         self.router: Router | None = None
         """Set by a session that has threads to route to; a thread routes nothing."""
+        self.goals: Goals | None = None
+        """Set by a session (a thread takes no outcomes)."""
 
     def carried(self, window: int) -> dict[str, Any]:
         """This inbox's part of a hand-over (SessionCarry fields): events by position, the newest client ids."""
@@ -97,7 +111,10 @@ class UserInbox:
     def resume(self, carry: SessionCarry) -> None:
         """Take over the inbox of the run that handed over (its events are in the log's tail)."""
         self.pending = [
-            cast(UserMessage | AgentThreadMessageReceived | WorkflowRunStatusEnded, self._log.at(position))
+            cast(
+                UserMessage | AgentThreadMessageReceived | UserDefineOutcome | WorkflowRunStatusEnded,
+                self._log.at(position),
+            )
             for position in carry.pending
         ]
         self.interrupts = [cast(UserInterrupt, self._log.at(position)) for position in carry.interrupts]
@@ -133,6 +150,13 @@ class UserInbox:
             confirming=set(self.awaiting_confirmation) - set(self.confirmations)
             | set(routes.confirm_routes if routes else ()),
         )
+        outcomes = [params for params in events if isinstance(params, UserDefineOutcomeParams)]
+        if outcomes:
+            if self.goals is None:
+                raise ValueError("user.define_outcome: a session thread takes no outcomes; send it to the session")
+            if len(outcomes) > 1:
+                raise ValueError("events: one user.define_outcome at a time (a session pursues one outcome at once)")
+            self.goals.check(outcomes[0])
         for params in events:
             if isinstance(params, UserInterruptParams) and params.session_thread_id is not None:
                 if routes is None:
@@ -162,6 +186,8 @@ class UserInbox:
                 self.interrupts.append(interrupt)
             else:
                 interrupt.processed_at = self._now()
+            if self.goals is not None:
+                self.goals.interrupted()
         elif isinstance(params, UserCustomToolResultParams):
             result = self._log.append(
                 UserCustomToolResult,
@@ -173,6 +199,11 @@ class UserInbox:
             )
             self.custom_results[params.custom_tool_use_id] = result
             event_id = result.id
+        elif isinstance(params, UserDefineOutcomeParams) and self.goals is not None:
+            outcome = self.goals.accept(params, params.id)
+            self.pending.append(outcome)
+            self._changed()
+            event_id = outcome.id
         elif isinstance(params, UserToolConfirmationParams):
             confirmation = self._log.append(
                 UserToolConfirmation,

@@ -157,7 +157,11 @@ class SessionRuns:
     async def _start_update(self, plan: Plan) -> WorkflowRunInfo:
         """Start a run, as the coordinator's tool does (for Temporal-client users)."""
         self._hand_over.requests += 1
-        return await self._start(self._check(plan))
+        try:
+            plan = self._check(plan)
+        except PlanRefused as refused:  # the validator refused it already, unless a run started meanwhile
+            raise ApplicationError(refused.message, non_retryable=True) from None
+        return await self._start(plan)
 
     async def _start(self, plan: Plan) -> WorkflowRunInfo:
         """Log the run's creation and start it: a child workflow that outlives this run of the session."""
@@ -247,8 +251,8 @@ class SessionRuns:
         try:
             threads = self._threads
             multiagent = self._input.agent.multiagent
-            if spawn.thread_id in threads.infos or multiagent is None:
-                return
+            if spawn.thread_id in threads.infos or spawn.thread_id not in self.thread_runs or multiagent is None:
+                return  # spawned already, or its run stopped before it could be
             if len(threads.infos) >= multiagent.max_threads:
                 failure = f"this session has made its {multiagent.max_threads} threads, its limit"
                 self._done(run_id, RunThreadDone(thread_id=spawn.thread_id, failure=failure, limit=True))

@@ -85,6 +85,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows._coordinator import CoordinatorTools
     from workflows._details import web_ui_details
     from workflows._fork import start_fork
+    from workflows._grading import SessionOutcomes
     from workflows._handover import HandOver, Parts
     from workflows._inbox import UserInbox
     from workflows._log import SessionLog
@@ -93,32 +94,20 @@ with workflow.unsafe.imports_passed_through():
     from workflows._model_turn import ModelTurns
     from workflows._outbox import Outbox
     from workflows._outcomes import add_usage, record_response
+    from workflows._patches import (
+        BUDGET_PATCH,
+        BUDGET_SPENT_RESULT,
+        CONFIRMATIONS_PATCH,
+        IDLE_HAND_OVER_PATCH,
+        MESSAGE_IDS_PATCH,
+        REFUSAL_PATCH,
+        REFUSED_RESULT,
+    )
     from workflows._runs import SessionRuns
     from workflows._sandbox import SessionSandbox
     from workflows._seat import BorrowedSandbox, ThreadSide
     from workflows._threads import SessionThreads, primary_info
     from workflows._tool_calls import ToolCalls
-
-
-CONFIRMATIONS_PATCH = "tool-confirmations"
-"""From here a session evaluates each call's permission policy, and waits for confirmation where it asks."""
-MESSAGE_IDS_PATCH = "message-ids-from-request"
-"""From here a response's `agent.message` and `agent.thinking` take ids made from their request's span id
-(`message_id_of`), the ids their live previews carry, instead of new ones."""
-
-REFUSAL_PATCH = "refusal-stop-reason"
-"""From here a response the model refused ends the turn with stop reason `refusal` and the response's details."""
-REFUSED_RESULT = "Not run: the model's response was refused."
-
-IDLE_HAND_OVER_PATCH = "idle-hand-over"
-"""From here an idle session also wakes to continue as new when updates and signals (renames, dropped messages)
-have grown its run's history enough: before, only a turn's end handed over, so an idle session could grow without
-bound."""
-
-BUDGET_PATCH = "session-budget"
-"""From here a session with a budget stops taking model turns once they have cost it (only sessions with a budget
-ask for this patch, and none was recorded before it)."""
-BUDGET_SPENT_RESULT = "Not run: the session's budget is spent."
 
 
 @workflow.defn(name=SESSION_WORKFLOW)
@@ -146,8 +135,9 @@ class SessionWorkflow:
             workflow.info().workflow_id, input.sandbox_environment(), lambda: self._mcp.clones(input.resources)
         ) if self._side is None else BorrowedSandbox(self._side)  # fmt: skip
         self._threads = SessionThreads(input, self._log, self._sandbox, self._outbox, self._inbox.accept_thread_message)
+        self._outcomes = SessionOutcomes(self._log, input.agent, input.model_task_queue, self._sandbox, self._spend)
         if self._side is None:
-            self._inbox.router = self._threads
+            self._inbox.router, self._inbox.goals = self._threads, self._outcomes
         self._runs = HandOver(input)
         self._flows = SessionRuns(
             input, self._log, self._threads, self._outbox, self._inbox, self._runs, self._refuse_when_closed
@@ -238,6 +228,7 @@ class SessionWorkflow:
             stop_reason=self._stop_reason,
             archived_at=self._archived_at,
             threads=self._threads.carried(),
+            outcomes=self._outcomes.carried(),
             runs=self._flows.carried(),
         )
         moving = workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE if self._runs.moves_build() else None
@@ -252,6 +243,7 @@ class SessionWorkflow:
         self._status, self._stop_reason = carry.status, carry.stop_reason
         self._archived_at = carry.archived_at
         self._threads.resume(carry.threads)
+        self._outcomes.resume(carry.outcomes)
         self._model.delta_start = len(self._log.conversation)  # the model worker reads the carried view through a query
 
     def _parts(self) -> Parts:
@@ -289,6 +281,7 @@ class SessionWorkflow:
                 self._side.turn_start = self._log.last_position
             self._set_status("running")
             self._log.append(SessionStatusRunning)
+            self._outcomes.started()
         try:
             if resume in ("awaiting_custom", "awaiting_confirmation"):
                 custom_uses, asked = self._inbox.awaiting_custom.values(), self._inbox.awaiting_confirmation.values()
@@ -331,8 +324,8 @@ class SessionWorkflow:
                 elif uses:
                     cut_off = 0
                     await self._tool_calls.run(uses)
-                elif not self._inbox.pending:
-                    self._go_idle(EndTurn())
+                elif not self._inbox.pending and not await self._outcomes.after_turn():
+                    self._go_idle(EndTurn())  # (an outcome pursued is graded first: its verdict may ask for more)
                     return
         except (asyncio.CancelledError, ActivityError):
             if not self._inbox.interrupts:
@@ -570,6 +563,7 @@ class SessionWorkflow:
             list_cost=self._list_cost(),
             budget=self._input.budget,
             archived_at=self._archived_at,
+            outcome_evaluations=self._outcomes.evaluations,
         )
 
     @workflow.query(name=QUERY_EVENTS)

@@ -77,7 +77,8 @@ TOOL_SCHEMAS: Final[dict[str, tuple[str, dict[str, Any]]]] = {
     ),
     WAIT_FOR_THREADS: (
         "Wait until a thread replies (or every thread waited on is idle), then read the replies, which follow this "
-        "tool's result as messages from their threads. Waits on every running thread unless `thread_ids` names some.",
+        "tool's result as messages from their threads. Waits on every running thread (and workflow run: until it "
+        "ends, when its report follows) unless `thread_ids` names some (thread or run ids).",
         _schema(
             {
                 "thread_ids": {"type": "array", "items": _THREAD},

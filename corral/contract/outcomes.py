@@ -16,7 +16,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from corral.contract.events import ModelUsage
+from corral.contract.events import ModelUsage, SessionEvent, SpanOutcomeEvaluationEnd, UserDefineOutcome
 
 OutcomeResult = Literal[
     "pending", "running", "evaluating", "satisfied", "max_iterations_reached", "failed", "interrupted"
@@ -43,8 +43,9 @@ class OutcomesCarry(BaseModel):
     """A session's outcomes across a hand-over: every one defined, and where the pursued one is."""
 
     evaluations: list[OutcomeEvaluation] = Field(default_factory=list)
-    active_position: int | None = None
-    """The log position of the pursued outcome's `user.define_outcome` (None: none is pursued)."""
+    active: UserDefineOutcome | None = None
+    """The pursued outcome's `user.define_outcome` (None: none is pursued); carried whole, as the archive may hold
+    its position."""
     acknowledging: bool = False
     """The pursued outcome reached its last iteration: the turn under way is its acknowledgment, not graded."""
     since_position: int = 0
@@ -98,8 +99,14 @@ def files_named(rubric: str) -> list[str]:
     return list(seen)[:MAX_FILES]
 
 
-def grader_prompt(description: str, rubric: str, transcript: list[str], files: dict[str, str]) -> str:
-    """What the grader is asked: the outcome, the rubric, the newest transcript lines that fit, the files (pure)."""
+GRADER_CYCLE_LINE: Final = "Evaluation cycle {cycle} of {of}."
+"""The grader prompt's first line (1-based): the offline model server plays a script's `grader` steps by it."""
+
+
+def grader_prompt(description: str, rubric: str, transcript: list[str], files: dict[str, str], iteration: int,
+                  max_iterations: int) -> str:  # fmt: skip
+    """What the grader is asked: the cycle, the outcome, the rubric, the newest transcript lines that fit, the files
+    (pure)."""
     kept: list[str] = []
     size = 0
     for line in reversed(transcript):
@@ -113,6 +120,7 @@ def grader_prompt(description: str, rubric: str, transcript: list[str], files: d
         for path, text in files.items()
     )
     return (
+        GRADER_CYCLE_LINE.format(cycle=iteration + 1, of=max_iterations) + "\n\n"
         f"<outcome>\n{description}\n</outcome>\n\n<rubric>\n{rubric}\n</rubric>\n\n"
         f"<transcript>\n{work}\n</transcript>\n\n{shown}"
         f"Grade the work against the rubric with the {GRADER_TOOL} tool."
@@ -148,3 +156,14 @@ def acknowledgment_prompt(max_iterations: int, explanation: str) -> str:
         f"[The grader evaluated your work {max_iterations} times and the outcome is still not met; no more "
         f"evaluation follows.]\n{explanation}\nSay briefly where the work stands and what is left, then end your turn."
     )
+
+
+def outcome_text(event: SessionEvent) -> str | None:
+    """What the model reads of an outcome's events in the conversation (as the user's), or None for any other."""
+    if isinstance(event, UserDefineOutcome):
+        return f"[Outcome to achieve]\n{event.description}\n\n[Rubric it is graded by]\n{event.rubric.content}"
+    if isinstance(event, SpanOutcomeEvaluationEnd):
+        if event.result == "max_iterations_reached":
+            return acknowledgment_prompt(event.iteration + 1, event.explanation)
+        return revision_prompt(event.iteration, event.explanation)
+    return None

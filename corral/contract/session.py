@@ -35,6 +35,7 @@ from corral.contract.user_events import (  # noqa: F401 - re-exported: callers i
     MessageContent,
     SendEventsInput,
     UserCustomToolResultParams,
+    UserDefineOutcomeParams,
     UserEventParams,
     UserInterruptParams,
     UserMessageParams,
