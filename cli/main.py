@@ -15,6 +15,7 @@ import cli.api_keys
 import cli.hands
 import cli.harness
 import cli.log_commands
+import cli.run_commands
 import cli.session_commands
 import cli.stack_commands
 import cli.thread_commands  # noqa: F401 (the name `cli` is bound by the lines above too)

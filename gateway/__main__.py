@@ -12,13 +12,16 @@ import argparse
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 
 import uvicorn
 
 from corral import telemetry
 from corral.names import (
     ENV_GATEWAY_STREAMS_PER_KEY,
+    ENV_MAX_THREADS_PER_RUN,
     ENV_MAX_THREADS_PER_SESSION,
+    ENV_MAX_WORKFLOW_RUNS_PER_SESSION,
     ENV_STREAM_TOKEN,
     ENV_STREAM_URL,
     HARNESS_TASK_QUEUE,
@@ -27,7 +30,7 @@ from corral.names import (
 from corral.temporal import connect, ensure_search_attributes, temporal_address
 from gateway.app import DEFAULT_PORT, create_app
 from gateway.http import DEFAULT_STREAMS_PER_KEY
-from gateway.multiagent_session import DEFAULT_MAX_THREADS, max_threads_problem
+from gateway.multiagent_session import DEFAULT_LIMITS, SessionLimits, limit_problem
 from gateway.vault_access import configured_login
 from relay.partition import relay_urls
 
@@ -61,27 +64,43 @@ def build_parser() -> argparse.ArgumentParser:
                         help="event streams one API key may hold open at once on this gateway; past it, 429 with "
                              f"retry-after (default: ${ENV_GATEWAY_STREAMS_PER_KEY}, "
                              f"else {DEFAULT_STREAMS_PER_KEY})")  # fmt: skip
-    parser.add_argument("--max-threads-per-session", type=_thread_limit, metavar="N",
-                        default=os.environ.get(ENV_MAX_THREADS_PER_SESSION) or str(DEFAULT_MAX_THREADS),
-                        help="threads a multi-agent session may spawn in all; one more is refused with a tool error "
-                             f"(default: ${ENV_MAX_THREADS_PER_SESSION}, else {DEFAULT_MAX_THREADS})")  # fmt: skip
+    for option, field, variable, what, help in LIMITS:
+        default = getattr(DEFAULT_LIMITS, field)
+        parser.add_argument(option, dest=field, type=_limit(option, field, variable, what), metavar="N",
+                            default=os.environ.get(variable) or str(default),
+                            help=f"{help} (default: ${variable}, else {default})")  # fmt: skip
     return parser
 
 
-def _thread_limit(value: str) -> int:
-    """`--max-threads-per-session` (or its variable): a whole number within the contract's bounds."""
-    try:
-        number = int(value)
-    except ValueError:
-        problem: str | None = "not a whole number"
-    else:
-        problem = max_threads_problem(number)
-    if problem is not None:
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not a number of threads per session: {problem} (--max-threads-per-session or "
-            f"${ENV_MAX_THREADS_PER_SESSION})"
-        )
-    return number
+LIMITS = (
+    ("--max-threads-per-session", "max_threads", ENV_MAX_THREADS_PER_SESSION, "threads per session",
+     "threads a multi-agent session may spawn in all; one more is refused with a tool error"),
+    ("--max-workflow-runs-per-session", "max_runs", ENV_MAX_WORKFLOW_RUNS_PER_SESSION, "workflow runs per session",
+     "workflow runs a multi-agent session may start in all; one more is a max_workflow_runs_error"),
+    ("--max-threads-per-workflow-run", "max_threads_per_run", ENV_MAX_THREADS_PER_RUN, "threads per workflow run",
+     "threads one workflow run may spawn in all; a plan that needs more is a thread_limit_error"),
+)  # fmt: skip
+"""Each limit of a multi-agent session: its option, its `SessionLimits` field, its variable, what it counts."""
+
+
+def _limit(option: str, field: str, variable: str, what: str) -> Callable[[str], int]:
+    """The argparse type of one limit (or its variable): a whole number within the contract's bounds."""
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            problem: str | None = "not a whole number"
+        else:
+            problem = limit_problem(field, number)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(
+                f"{value!r} is not a number of {what}: {problem} ({option} or ${variable})"
+            )
+        return number
+
+    parse.__name__ = option  # argparse names the type in its error when the type raises something else
+    return parse
 
 
 def _positive(value: str) -> int:
@@ -100,8 +119,8 @@ def _positive(value: str) -> int:
 async def serve(args: argparse.Namespace) -> None:
     client = await connect(args.temporal or temporal_address())
     await ensure_search_attributes(client)
-    app = create_app(client, args.harness_queue, args.model_queue, args.max_streams_per_key,
-                     args.max_threads_per_session)  # fmt: skip
+    limits = SessionLimits(args.max_threads, args.max_runs, args.max_threads_per_run)
+    app = create_app(client, args.harness_queue, args.model_queue, args.max_streams_per_key, limits)
     app.state.stream_url = args.stream_url  # read by the events stream (gateway/stream.py)
     app.state.stream_token = os.environ.get(ENV_STREAM_TOKEN) or None
     # With JSON logs, uvicorn's loggers go through the root's JSON handler, not the handlers of its own log_config.

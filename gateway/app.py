@@ -30,7 +30,7 @@ from gateway.environments import environment_routes
 from gateway.errors import ApiError, api_error_handler, error_response
 from gateway.events import event_routes
 from gateway.http import DEFAULT_STREAMS_PER_KEY, Authed, StreamSlots
-from gateway.multiagent_session import DEFAULT_MAX_THREADS
+from gateway.multiagent_session import DEFAULT_LIMITS, SessionLimits
 from gateway.observed import ObservedRequests
 from gateway.repositories import repository_routes
 from gateway.session_admin import session_admin_routes
@@ -51,14 +51,14 @@ class Gateway:
         harness_queue: str = HARNESS_TASK_QUEUE,
         model_queue: str = MODEL_TASK_QUEUE,
         streams_per_key: int = DEFAULT_STREAMS_PER_KEY,
-        max_threads: int = DEFAULT_MAX_THREADS,
+        limits: SessionLimits = DEFAULT_LIMITS,
     ) -> None:
         self.client = client
         self.harness_queue = harness_queue
         self.model_queue = model_queue
         self.records = Records(client, task_queue=harness_queue)
         self.keys = ApiKeys(self.records)
-        self.sessions = Sessions(client, self.records, harness_queue, model_queue, max_threads)
+        self.sessions = Sessions(client, self.records, harness_queue, model_queue, limits)
         self.streams = StreamSlots(streams_per_key)
 
     def own_queues(self) -> tuple[str, str]:
@@ -84,9 +84,9 @@ def create_app(
     harness_queue: str = HARNESS_TASK_QUEUE,
     model_queue: str = MODEL_TASK_QUEUE,
     streams_per_key: int = DEFAULT_STREAMS_PER_KEY,
-    max_threads: int = DEFAULT_MAX_THREADS,
+    limits: SessionLimits = DEFAULT_LIMITS,
 ) -> Starlette:
-    gateway = Gateway(client, harness_queue, model_queue, streams_per_key, max_threads)
+    gateway = Gateway(client, harness_queue, model_queue, streams_per_key, limits)
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})

@@ -4,8 +4,8 @@ types describe them (`BetaManagedAgentsMultiagentParams` and the types it names)
 - `{type: coordinator, agents}`: a roster of 1-20 entries: an agent id, `{type: agent, id, version}`, `{type:
   self}` (at most one) or `{type: advisor, model}` (at most one).
 - `{type: multiagent_20261001, advisor?, subagents?, workflows?}`: the advisor (default disabled), the threads it
-  may spawn (default enabled: inline agents enabled, no predefined agents) and workflow runs (the same shape,
-  stored only: corral runs no workflow runs yet). On an update over a stored config of the same type, it merges
+  may spawn (default enabled: inline agents enabled, no predefined agents) and the workflow runs it may start (the
+  same shape: the agents a run's tasks may run). On an update over a stored config of the same type, it merges
   level by level: an omitted key keeps its stored value, `null` takes its default, an object of another `type`
   replaces the stored one, a sent list replaces the stored list. Another type replaces the whole config.
 
@@ -22,7 +22,13 @@ import copy
 from collections.abc import Iterator
 from typing import Any
 
-from corral.contract.coordinator import CONSULT_ADVISOR, MESSAGE_THREAD, SPAWN_THREAD, WAIT_FOR_THREADS
+from corral.contract.coordinator import (
+    CONSULT_ADVISOR,
+    MESSAGE_THREAD,
+    SPAWN_THREAD,
+    START_WORKFLOW_RUN,
+    WAIT_FOR_THREADS,
+)
 from corral.records import Records
 from gateway.errors import ApiError, invalid
 from gateway.owned import id_of, own_record
@@ -30,7 +36,7 @@ from gateway.owned import id_of, own_record
 COORDINATOR = "coordinator"
 MULTIAGENT_20261001 = "multiagent_20261001"
 MAX_AGENTS = 20
-RESERVED_TOOL_NAMES = (SPAWN_THREAD, MESSAGE_THREAD, WAIT_FOR_THREADS, CONSULT_ADVISOR)
+RESERVED_TOOL_NAMES = (SPAWN_THREAD, MESSAGE_THREAD, WAIT_FOR_THREADS, CONSULT_ADVISOR, START_WORKFLOW_RUN)
 """The coordinator's own tools (`corral/contract/coordinator.py`): no tool of a multi-agent agent may take them."""
 
 DISABLED: dict[str, Any] = {"type": "disabled"}

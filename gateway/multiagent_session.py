@@ -10,6 +10,7 @@ it takes the coordinator's own version. Its hands are checked for the workspace,
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -27,10 +28,25 @@ DEFAULT_MAX_THREADS: int = Multiagent.model_fields["max_threads"].default
 """Threads a session may spawn in all, unless the gateway is told otherwise (`CORRAL_MAX_THREADS_PER_SESSION`)."""
 
 
-def max_threads_problem(value: int) -> str | None:
-    """Why `value` cannot be a session's thread limit (the contract's bounds), or None."""
+@dataclass(frozen=True)
+class SessionLimits:
+    """The limits the gateway gives every multi-agent session it makes (its operator's, from the environment)."""
+
+    max_threads: int = DEFAULT_MAX_THREADS
+    """Threads a session may spawn in all (`CORRAL_MAX_THREADS_PER_SESSION`)."""
+    max_runs: int = Multiagent.model_fields["max_runs"].default
+    """Workflow runs a session may start in all (`CORRAL_MAX_WORKFLOW_RUNS_PER_SESSION`)."""
+    max_threads_per_run: int = Multiagent.model_fields["max_threads_per_run"].default
+    """Threads one workflow run may spawn in all (`CORRAL_MAX_THREADS_PER_WORKFLOW_RUN`)."""
+
+
+DEFAULT_LIMITS = SessionLimits()
+
+
+def limit_problem(field: str, value: int) -> str | None:
+    """Why `value` cannot be the `Multiagent` limit `field` (the contract's bounds), or None."""
     try:
-        Multiagent(max_threads=value)
+        Multiagent.model_validate({field: value})
     except ValidationError as exc:
         return exc.errors()[0]["msg"]
     return None
@@ -43,11 +59,12 @@ def snapshot_view(view: dict[str, Any]) -> dict[str, Any]:
 
 
 async def resolve_multiagent(
-    records: Records, workspace: str, stored: dict[str, Any] | None, coordinator: dict[str, Any], max_threads: int,
-    own_queues: Iterable[str] = (),
+    records: Records, workspace: str, stored: dict[str, Any] | None, coordinator: dict[str, Any],
+    limits: SessionLimits, own_queues: Iterable[str] = (),
 ) -> Multiagent | None:  # fmt: skip
     """The harness's form of `stored` (None for a single-thread agent). `coordinator` is the session's snapshot of
-    its own agent, which `self` stands for."""
+    its own agent, which `self` stands for. Workflow runs come of `multiagent_20261001`'s `workflows` (their
+    predefined agents pinned as subagents are); the coordinator form runs none."""
     if not stored:
         return None
     view: dict[str, Any] = {**stored}
@@ -78,10 +95,10 @@ async def resolve_multiagent(
         if stored["type"] == COORDINATOR:
             advisor = next((e["model"] for e in stored["agents"] if e["type"] == "advisor"), None)
             return Multiagent(type=COORDINATOR, agents=agents["multiagent.agents"], subagents=True,
-                              inline_agents=False, advisor_model=advisor, max_threads=max_threads,
-                              view=view)  # fmt: skip
-        subagents = stored["subagents"]
-        enabled = subagents["type"] == "enabled"
+                              inline_agents=False, advisor_model=advisor, max_threads=limits.max_threads,
+                              runs=False, view=view)  # fmt: skip
+        subagents, workflows = stored["subagents"], stored["workflows"]
+        enabled, runs = subagents["type"] == "enabled", workflows["type"] == "enabled"
         advisor = stored["advisor"]["model"] if stored["advisor"]["type"] == "enabled" else None
         return Multiagent(
             type=stored["type"],
@@ -89,8 +106,13 @@ async def resolve_multiagent(
             subagents=enabled,
             inline_agents=enabled and subagents["inline_agents"]["type"] == "enabled",
             advisor_model=advisor,
-            max_threads=max_threads,
-            workflows=stored["workflows"],
+            max_threads=limits.max_threads,
+            workflows=workflows,
+            runs=runs,
+            run_agents=agents.get("multiagent.workflows.predefined_agents", []),
+            run_inline_agents=runs and workflows["inline_agents"]["type"] == "enabled",
+            max_runs=limits.max_runs,
+            max_threads_per_run=limits.max_threads_per_run,
             view=view,
         )
     except ValidationError as exc:

@@ -28,7 +28,7 @@ from gateway.errors import ApiError, invalid
 from gateway.events import write_events
 from gateway.hands import check_hands
 from gateway.http import Authed, body
-from gateway.multiagent_session import DEFAULT_MAX_THREADS, resolve_multiagent
+from gateway.multiagent_session import DEFAULT_LIMITS, SessionLimits, resolve_multiagent
 from gateway.owned import WORKSPACE_KEY, own_record, own_session, sessions_made_by
 from gateway.pages import page_limit, session_after, session_cursor, timestamp
 from gateway.repositories import (
@@ -60,13 +60,13 @@ class Sessions:
     """The session endpoints, over one Temporal client."""
 
     def __init__(self, client: Client, records: Records, harness_queue: str, model_queue: str,
-                 max_threads: int = DEFAULT_MAX_THREADS) -> None:  # fmt: skip
+                 limits: SessionLimits = DEFAULT_LIMITS) -> None:  # fmt: skip
         self.client = client
         self.records = records
         self.harness_queue = harness_queue
         self.model_queue = model_queue
-        self.max_threads = max_threads
-        """Threads a multi-agent session may spawn in all (`CORRAL_MAX_THREADS_PER_SESSION`)."""
+        self.limits = limits
+        """What a multi-agent session may spawn and start in all (threads, workflow runs, threads per run)."""
 
     # ---- endpoints ------------------------------------------------------------------------------------------
 
@@ -98,7 +98,7 @@ class Sessions:
         budget = _session_budget(request.get("budget"), agent.body)
         snapshot = agent_view(agent.id, agent.version, agent.body, agent.created_at, agent.updated_at, None)
         multiagent = await resolve_multiagent(self.records, workspace, agent.body.get("multiagent"), snapshot,
-                                              self.max_threads, self.own_queues())  # fmt: skip
+                                              self.limits, self.own_queues())  # fmt: skip
         snapshot["multiagent"] = multiagent.view if multiagent is not None else None
         try:
             input = SessionInput(

@@ -354,9 +354,12 @@ def environment_view(record_id: str, body: dict[str, Any], created: datetime, up
 
 def event_view(event: SessionEvent) -> dict[str, Any]:
     """A log event as the API shows it: corral's events already carry upstream's types and fields; `processed_at`
-    is set on every event the session has taken."""
+    is set on every event the session has taken. A run's end keeps its `report` (what the coordinator reads) off
+    the wire, where upstream shows the `result` only."""
     data = event.model_dump(mode="json", exclude_none=False)
     data.pop("client_id", None)
+    if data["type"] == "workflow_run.status_ended":
+        data.pop("report", None)
     if data.get("session_thread_id", "") is None:  # set only where a thread's event is cross-posted or routed
         del data["session_thread_id"]
     if data.get("processed_at") is None and not data["type"].startswith("user."):

@@ -157,7 +157,7 @@ def thread_view(info: ThreadInfo, memo: Mapping[str, Any], closed: datetime | No
         "id": info.id,
         "session_id": info.session_id,
         "parent_thread_id": info.parent_thread_id,
-        "workflow_run_id": None,
+        "workflow_run_id": info.workflow_run_id,
         "status": status,
         "agent": thread_agent_view(info, memo),
         "created_at": when(info.created_at),

@@ -30,7 +30,7 @@ from corral.client import read_events
 from corral.contract.events import AgentThreadMessageReceived, SessionEvent, SessionThreadCreated
 from corral.contract.session import SessionInput
 from corral.hand_registry import revoke_hand
-from corral.names import ENV_MAX_THREADS_PER_SESSION
+from corral.names import ENV_MAX_THREADS_PER_RUN, ENV_MAX_THREADS_PER_SESSION, ENV_MAX_WORKFLOW_RUNS_PER_SESSION
 from tests.conftest import Stack, texts
 from tests.test_gateway import Gateway, gateway, running_gateway  # noqa: F401 - the fixture
 from tests.waits import until
@@ -285,7 +285,7 @@ async def test_a_session_resolves_the_config_into_snapshots(stack: Stack, tmp_pa
         assert agent.config is not None and agent.config.system == "dig deep"
         assert [tool.name for tool in agent.config.tools] == ["lookup"]  # type: ignore[union-attr]
         assert (started.subagents, started.inline_agents, started.advisor_model) == (True, True, "claude-opus-4-6")
-        assert (started.workflows, started.max_threads) == ({"type": "disabled"}, 5)
+        assert (started.workflows, started.max_threads, started.runs) == ({"type": "disabled"}, 5, False)
 
         roster = await client.beta.agents.create(
             name="roster", model=MODEL,
@@ -370,12 +370,13 @@ async def test_a_roster_agents_revoked_hand_refuses_new_sessions_and_new_input(
 
 
 def test_the_gateway_refuses_a_bad_thread_limit_at_start() -> None:
-    for value in ("0", "many", "100000"):
-        argv = [sys.executable, "-m", "gateway", "--temporal", "127.0.0.1:1"]
-        environ = {**os.environ, ENV_MAX_THREADS_PER_SESSION: value}
-        ran = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=environ)
-        assert ran.returncode == 2, ran.stderr
-        assert ENV_MAX_THREADS_PER_SESSION in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
+    for variable in (ENV_MAX_THREADS_PER_SESSION, ENV_MAX_WORKFLOW_RUNS_PER_SESSION, ENV_MAX_THREADS_PER_RUN):
+        for value in ("0", "many", "100000"):
+            argv = [sys.executable, "-m", "gateway", "--temporal", "127.0.0.1:1"]
+            environ = {**os.environ, variable: value}
+            ran = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=environ)
+            assert ran.returncode == 2, ran.stderr
+            assert variable in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
 
 
 async def test_a_multiagent_session_from_the_sdk_from_spawn_to_summary(

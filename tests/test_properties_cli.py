@@ -140,6 +140,7 @@ def commands(real: list[str], folder: Path, *, follow: bool) -> st.SearchStrateg
             option("--thread", threads),
         ),
         join(st.just(["threads"]), one(st.one_of(ids, threads)), flag.map(lambda on: ["--json"] if on else [])),
+        join(st.just(["runs"]), one(st.one_of(ids, threads)), flag.map(lambda on: ["--json"] if on else [])),
         join(st.just(["ls"]), option("--limit", numbers), option("--status", TEXT)),
         join(st.just(["context"]), one(ids), option("--last", numbers)),
         join(st.just(["fork"]), one(ids), option("--at", numbers), option("--agent", paths)),

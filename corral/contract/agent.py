@@ -170,8 +170,10 @@ class AgentConfig(SendableInput):
         return tools
 
     def uses_sandbox(self) -> bool:
-        """Whether this agent, or one it may spawn as a thread, has the sandbox's built-in tools."""
-        roster = [entry.config for entry in self.multiagent.agents if entry.config] if self.multiagent else []
+        """Whether this agent, or one it may spawn as a thread (itself, or as a workflow run's task), has the
+        sandbox's built-in tools."""
+        entries = [*self.multiagent.agents, *self.multiagent.run_agents] if self.multiagent else []
+        roster = [entry.config for entry in entries if entry.config]
         return any(isinstance(tool, SandboxTool) for agent in [self, *roster] for tool in agent.resolved_tools())
 
     def without_multiagent(self) -> AgentConfig:
