@@ -22,6 +22,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from corral.client import read_events
 from corral.contract.events import UserMessage
+from corral.contract.plans import WorkflowRunInfo
 from modelserver import ModelServerThread
 from tests.conftest import texts
 from workers.roles import harness_worker, model_worker, utility_hand_worker
@@ -117,6 +118,12 @@ async def test_the_workflow_run_example_runs_its_plan_to_a_report(public_queues:
         assert run.count("workflow_run.phase_started") == 2 and run[-1] == "workflow_run.status_ended", run
         added = [e for e in events if e.type == "session.thread_created"]
         assert len(added) == 3, "two tasks in the first phase, one in the second, each a thread"
+        # What the README shows next: `corral runs SESSION_ID` lists the run.
+        cli = ["-m", "cli.main", "--address", _address(public_queues), "--namespace", "default"]
+        code, listed, stderr = await _run(*cli, "runs", session_ids[0], "--json")
+        assert code == 0, stderr
+        (run_info,) = [WorkflowRunInfo.model_validate_json(line) for line in listed.splitlines()]
+        assert (run_info.name, run_info.status, run_info.progress()) == ("sums", "ended", "2/2 phases"), listed
     finally:
         await _terminate(public_queues, session_ids)
 
