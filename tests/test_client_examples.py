@@ -114,8 +114,9 @@ async def test_the_workflow_run_example_runs_its_plan_to_a_report(public_queues:
         assert lines[-4:-2] == ["ended: 2/2 phases", "result: completed"], stdout
         assert lines[-2:] == ["[task1]", "[offline stand-in model] Tool result for calculate: 42+1024 = 1066"], stdout
         events = await read_events(public_queues.get_workflow_handle(session_ids[0]))
-        run = [e.type for e in events if e.type.startswith("workflow_run.")]
-        assert run.count("workflow_run.phase_started") == 2 and run[-1] == "workflow_run.status_ended", run
+        run = [e.type.removeprefix("workflow_run.") for e in events if e.type.startswith("workflow_run.")]
+        phases = ["phase_started", "phase_ended"] * 2
+        assert run == ["created", "status_running", *phases, "status_idle", "status_ended"], "docs/workflow_runs.md"
         added = [e for e in events if e.type == "session.thread_created"]
         assert len(added) == 3, "two tasks in the first phase, one in the second, each a thread"
         # What the README shows next: `corral runs SESSION_ID` lists the run.
