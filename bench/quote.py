@@ -272,6 +272,18 @@ def threads() -> str:
     )
 
 
+def workflow_runs() -> str:
+    if not measured("runs"):
+        return ""
+    f = summary("runs")["figures"]
+    return (
+        f"Latest result ({source('runs')}): a workflow run of one phase of {f['tasks']} tasks, each a `bash sleep "
+        f"{f['seconds']:g}` call on the session's one sandbox, took {f['parallel_p50']:.2f} s at p50; one agent "
+        f"making the same {f['tasks']} calls in turn took {f['serial_p50']:.2f} s: **{f['ratio']:.2f}x** "
+        f"({f['runs']} runs per arm)."
+    )
+
+
 def runs() -> str:
     """Every results file: its command, how long it ran, and the load it ran under."""
     rows = []
@@ -309,6 +321,7 @@ RENDER: dict[str, Callable[[], str]] = {
     "cli-startup": cli_startup,
     "turn-latency": turn_latency,
     "threads": threads,
+    "workflow-runs": workflow_runs,
     "runs": runs,
     **OPERATIONS,
 }

@@ -22,6 +22,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from corral.client import read_events
 from corral.contract.events import UserMessage
+from corral.contract.plans import WorkflowRunInfo
 from modelserver import ModelServerThread
 from tests.conftest import texts
 from workers.roles import harness_worker, model_worker, utility_hand_worker
@@ -101,3 +102,45 @@ async def test_the_client_example_says_when_temporal_is_unreachable(script: str)
 def test_the_plain_client_example_imports_nothing_from_corral() -> None:
     source = (ROOT / EXAMPLES[0]).read_text()
     assert not re.search(r"^\s*(import|from)\s+corral\b", source, flags=re.MULTILINE)
+
+
+async def test_the_workflow_run_example_runs_its_plan_to_a_report(public_queues: Client) -> None:
+    code, stdout, stderr = await _run("examples/workflow_run.py", "--address", _address(public_queues))
+    session_ids = _session_ids(stdout)
+    try:
+        assert code == 0, stdout + stderr
+        lines = stdout.splitlines()
+        assert len(session_ids) == 1 and re.fullmatch(r"run wrun_[0-9a-f]{32}", lines[1]), stdout
+        assert lines[-4:-2] == ["ended: 2/2 phases", "result: completed"], stdout
+        assert lines[-2:] == ["[task1]", "[offline stand-in model] Tool result for calculate: 42+1024 = 1066"], stdout
+        events = await read_events(public_queues.get_workflow_handle(session_ids[0]))
+        run = [e.type.removeprefix("workflow_run.") for e in events if e.type.startswith("workflow_run.")]
+        phases = ["phase_started", "phase_ended"] * 2
+        assert run == ["created", "status_running", *phases, "status_idle", "status_ended"], "docs/workflow_runs.md"
+        added = [e for e in events if e.type == "session.thread_created"]
+        assert len(added) == 3, "two tasks in the first phase, one in the second, each a thread"
+        # What the README shows next: `corral runs SESSION_ID` lists the run.
+        cli = ["-m", "cli.main", "--address", _address(public_queues), "--namespace", "default"]
+        code, listed, stderr = await _run(*cli, "runs", session_ids[0], "--json")
+        assert code == 0, stderr
+        (run_info,) = [WorkflowRunInfo.model_validate_json(line) for line in listed.splitlines()]
+        assert (run_info.name, run_info.status, run_info.progress()) == ("sums", "ended", "2/2 phases"), listed
+    finally:
+        await _terminate(public_queues, session_ids)
+
+
+async def test_the_workflow_run_example_refuses_a_malformed_plan_before_connecting(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"name": "empty", "phases": []}')
+    code, stdout, stderr = await _run("examples/workflow_run.py", "--address", "127.0.0.1:1", "--plan", str(plan))
+    assert (code, stdout) == (2, "")
+    assert stderr.strip() == f"{plan}: plan.phases: List should have at least 1 item after validation, not 0"
+
+
+def test_the_readme_shows_the_workflow_run_examples_plan_verbatim() -> None:
+    plan = (ROOT / "examples" / "workflow_run_plan.json").read_text()
+    assert f"```json\n{plan}```" in (ROOT / "README.md").read_text(), "README.md must show the plan file as is"
+
+
+def _address(client: Client) -> str:
+    return client.service_client.config.target_host
