@@ -3,13 +3,10 @@
 (CORRAL_MODEL=claude-sonnet-4-6 when `corral up` had ANTHROPIC_API_KEY; CORRAL_API_URL for another gateway).
 """
 
-import os
+from connect import MODEL, connect  # examples/connect.py: CORRAL_API_URL, CORRAL_API_KEY, CORRAL_MODEL
 
-import anthropic
-
-api_url = os.environ.get("CORRAL_API_URL", "http://127.0.0.1:8780")
-client = anthropic.Anthropic(base_url=api_url, api_key=os.environ["CORRAL_API_KEY"])
-agent = client.beta.agents.create(name="helper", model=os.environ.get("CORRAL_MODEL", "corral-offline-stand-in"))
+client = connect()
+agent = client.beta.agents.create(name="helper", model=MODEL)
 environment = client.beta.environments.create(name="plain")
 session = client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
 with client.beta.sessions.events.stream(session.id, event_deltas=["agent.message"]) as stream:
