@@ -32,9 +32,10 @@ from temporalio.service import RPCError, RPCStatusCode
 from corral.archive import forget_session
 from corral.blobs import BlobStoreError, open_blob_store
 from corral.client import update_session
+from corral.contract.plans import WorkflowRunInfo
 from corral.contract.session import UpdateSessionInput
 from corral.contract.threads import ThreadInfo
-from corral.names import BUDGET_CREATE_ONLY, BUDGET_NOT_RAISED, BUSY, QUERY_THREADS, refusal_type
+from corral.names import BUDGET_CREATE_ONLY, BUDGET_NOT_RAISED, BUSY, QUERY_THREADS, QUERY_WORKFLOW_RUNS, refusal_type
 from gateway.errors import ApiError, invalid
 from gateway.http import Authed, body
 from gateway.owned import own_session
@@ -59,7 +60,7 @@ def session_admin_routes(gateway: Any, authed: Authed) -> list[Route]:
     async def delete(request: Request, workspace: str) -> Response:
         session_id = request.path_params["id"]
         handle, description = await own_session(gateway.client, workspace, session_id)
-        threads = await _thread_ids(handle)  # their logs go with the session's
+        threads = await _child_ids(handle)  # its threads' logs and its workflow runs go with the session's
         if description.status is not None and description.status.name == "RUNNING":
             try:  # refused while the session runs; else its log ends with session.deleted, and it takes no more
                 await update_session(handle, UpdateSessionInput(delete=True))
@@ -145,14 +146,20 @@ async def _until_gone(handle: WorkflowHandle) -> None:
         await asyncio.sleep(0.05)
 
 
-async def _thread_ids(handle: WorkflowHandle) -> list[str]:
-    """The ids of a session's threads (child workflows), but its primary (the session itself)."""
+async def _child_ids(handle: WorkflowHandle) -> list[str]:
+    """The ids of a session's child workflows: its threads (but its primary, the session itself) and its runs."""
+    threads = await _listed(handle, QUERY_THREADS, list[ThreadInfo])
+    runs = await _listed(handle, QUERY_WORKFLOW_RUNS, list[WorkflowRunInfo])
+    return [thread.id for thread in threads if thread.parent_thread_id is not None] + [run.id for run in runs]
+
+
+async def _listed(handle: WorkflowHandle, query: str, kind: Any) -> list[Any]:
     try:
-        threads = await handle.query(QUERY_THREADS, result_type=list[ThreadInfo])
-    except (RPCError, WorkflowQueryFailedError) as exc:  # a harness older than threads, or none to replay it
-        logger.warning("the threads of %s could not be listed; only the session is deleted: %s", handle.id, exc)
+        listed: list[Any] = await handle.query(query, result_type=kind)
+    except (RPCError, WorkflowQueryFailedError) as exc:  # a harness older than the query, or none to replay it
+        logger.warning("the %s of %s could not be listed, so they stay when it is deleted: %s", query, handle.id, exc)
         return []
-    return [thread.id for thread in threads if thread.parent_thread_id is not None]
+    return listed
 
 
 def _delete_request(namespace: str, session_id: str) -> DeleteWorkflowExecutionRequest:

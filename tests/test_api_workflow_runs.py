@@ -27,6 +27,7 @@ from anthropic.types.beta.beta_managed_agents_session_multiagent_workflows_enabl
     BetaManagedAgentsSessionMultiagentWorkflowsEnabled,
 )
 from rich.console import Console
+from temporalio.service import RPCError, RPCStatusCode
 from typer.testing import CliRunner
 
 from cli.main import app
@@ -380,6 +381,13 @@ async def test_a_run_of_two_phases_fans_out_three_threads_then_one_and_reports_t
     listed_threads = await corral(stack, "threads", session.id, "--json")
     infos = [ThreadInfo.model_validate_json(line) for line in listed_threads.stdout.splitlines()]
     assert sorted(thread.workflow_run_id or "" for thread in infos) == ["", *[run_id] * 4]
+
+    # Deleting the session deletes its children too: the run's workflow and its threads' logs.
+    await client.beta.sessions.delete(session.id)
+    for child in [run_id, *(thread.id for thread in infos)]:
+        with pytest.raises(RPCError) as gone:
+            await stack.client.get_workflow_handle(child).describe()
+        assert gone.value.status == RPCStatusCode.NOT_FOUND, child
 
 
 async def test_a_malformed_plan_is_a_program_error_the_model_reads_and_no_run(
