@@ -19,15 +19,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from bench import _stack
+from bench._arms import time_arms
 from bench._report import add_run_options, begin_run, markdown_table, median, write_results
 from cli.stack import StatePaths, read_stack
 from corral.client import read_events
@@ -87,13 +84,6 @@ def session_inputs(tasks: int) -> dict[str, SessionInput]:
     }
 
 
-def wall_seconds(events: list[dict[str, Any]]) -> float:
-    """From the session's first `user.message` to its last `session.status_idle`, as its log stores them."""
-    start = next(e["created_at"] for e in events if e["type"] == "user.message")
-    end = [e["created_at"] for e in events if e["type"] == "session.status_idle"][-1]
-    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
-
-
 def check(arm: str, events: list[dict[str, Any]], tasks: int) -> None:
     """A run that did not do all its work measures nothing: every bash call made (the serial arm's without error; a
     thread's result stays on its own log), the run completed."""
@@ -135,28 +125,8 @@ def run_arm(stack: _stack.Stack, input_file: Path, arm: str) -> tuple[str, list[
 
 
 def measure(runs: int, tasks: int, seconds: float) -> dict[str, list[float]]:
-    stack = _stack.up()
-    walls: dict[str, list[float]] = {"parallel": [], "serial": []}
-    try:
-        for name, script in scripts(tasks, seconds).items():
-            url = f"{stack.model_url}/_corral/scripts/{name}"
-            httpx.put(url, json=script.model_dump(mode="json"), timeout=30).raise_for_status()
-        with tempfile.TemporaryDirectory(prefix="bench-runs-") as scratch:
-            files = {}
-            for arm, session_input in session_inputs(tasks).items():
-                files[arm] = Path(scratch) / f"{arm}.json"
-                files[arm].write_text(session_input.model_dump_json())
-            for run in range(runs + 1):  # the first run of each arm warms up and is not counted
-                for arm in ("parallel", "serial") if run % 2 == 0 else ("serial", "parallel"):
-                    session_id, events = run_arm(stack, files[arm], arm)
-                    check(arm, events, tasks)
-                    took = wall_seconds(events)
-                    if run:
-                        walls[arm].append(took)
-                    print(f"run {run}/{runs} {arm}: {took:.2f} s ({session_id})", flush=True)
-    finally:
-        _stack.down(stack)
-    return walls
+    return time_arms(scripts(tasks, seconds), session_inputs(tasks), runs, run_arm,
+                     lambda arm, events: check(arm, events, tasks), "bench-runs-")  # fmt: skip
 
 
 def main() -> None:

@@ -18,14 +18,11 @@ Usage: `python -m bench.threads [--runs N] [--calls K] [--seconds S]`.
 from __future__ import annotations
 
 import argparse
-import tempfile
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from bench import _stack
+from bench._arms import time_arms
 from bench._report import add_run_options, begin_run, markdown_table, median, write_results
 from corral.contract.agent import AgentConfig, Multiagent, ThreadAgent
 from corral.contract.sandbox import AgentToolset20260401, ToolConfig, ToolsetDefaultConfig
@@ -77,13 +74,6 @@ def session_inputs(calls: int) -> dict[str, SessionInput]:
     }
 
 
-def wall_seconds(events: list[dict[str, Any]]) -> float:
-    """From the session's first `user.message` to its last `session.status_idle`, as its log stores them."""
-    start = next(e["created_at"] for e in events if e["type"] == "user.message")
-    end = [e["created_at"] for e in events if e["type"] == "session.status_idle"][-1]
-    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
-
-
 def check(arm: str, events: list[dict[str, Any]], calls: int) -> None:
     """A run that did not do all its work measures nothing: every bash call made, every thread replied."""
     if arm == "parallel":
@@ -99,35 +89,15 @@ def check(arm: str, events: list[dict[str, Any]], calls: int) -> None:
             raise RuntimeError(f"serial: {len(results)} bash results, not {THREADS * calls}, or errors: {errors}")
 
 
-def run_arm(stack: _stack.Stack, input_file: Path) -> tuple[str, list[dict[str, Any]]]:
+def run_arm(stack: _stack.Stack, input_file: Path, _arm: str) -> tuple[str, list[dict[str, Any]]]:
     session_id = stack.corral("start", "--input", str(input_file)).stdout.split()[0]
     stack.corral("tail", session_id)
     return session_id, stack.events(session_id)
 
 
 def measure(runs: int, calls: int, seconds: float) -> dict[str, list[float]]:
-    stack = _stack.up()
-    walls: dict[str, list[float]] = {"parallel": [], "serial": []}
-    try:
-        for name, script in scripts(calls, seconds).items():
-            url = f"{stack.model_url}/_corral/scripts/{name}"
-            httpx.put(url, json=script.model_dump(mode="json"), timeout=30).raise_for_status()
-        with tempfile.TemporaryDirectory(prefix="bench-threads-") as scratch:
-            files = {}
-            for arm, session_input in session_inputs(calls).items():
-                files[arm] = Path(scratch) / f"{arm}.json"
-                files[arm].write_text(session_input.model_dump_json())
-            for run in range(runs + 1):  # the first run of each arm warms up and is not counted
-                for arm in ("parallel", "serial") if run % 2 == 0 else ("serial", "parallel"):
-                    session_id, events = run_arm(stack, files[arm])
-                    check(arm, events, calls)
-                    took = wall_seconds(events)
-                    if run:
-                        walls[arm].append(took)
-                    print(f"run {run}/{runs} {arm}: {took:.2f} s ({session_id})", flush=True)
-    finally:
-        _stack.down(stack)
-    return walls
+    return time_arms(scripts(calls, seconds), session_inputs(calls), runs, run_arm,
+                     lambda arm, events: check(arm, events, calls), "bench-threads-")  # fmt: skip
 
 
 def main() -> None:
