@@ -25,6 +25,7 @@ from corral.contract.events import (
     UserCustomToolResult,
     UserDefineOutcome,
     UserMessage,
+    UserToolResult,
     WorkflowRunStatusEnded,
 )
 from corral.contract.outcomes import outcome_text
@@ -68,7 +69,7 @@ def _entry_blocks(entry: SessionEvent) -> tuple[str, list[dict[str, Any]]] | Non
             return "user", [{"type": "text", "text": note}]
         case UserCustomToolResult():
             return "user", [_tool_result(entry.custom_tool_use_id, entry.content, entry.is_error)]
-        case AgentToolResult():
+        case AgentToolResult() | UserToolResult():
             return "user", [_tool_result(entry.tool_use_id, entry.content, entry.is_error)]
         case AgentMcpToolResult():
             return "user", [_tool_result(entry.mcp_tool_use_id, entry.content, entry.is_error)]

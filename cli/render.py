@@ -44,6 +44,7 @@ from corral.contract.events import (
     UserDefineOutcome,
     UserMessage,
     UserToolConfirmation,
+    UserToolResult,
     WorkflowRunCreated,
     WorkflowRunError,
     WorkflowRunPhaseEnded,
@@ -138,7 +139,7 @@ class EventRenderer:
             case AgentMcpToolUse():
                 self.tool_names[event.id] = f"{event.mcp_server_name}/{event.name}"
                 return Text(one_line(f"{event.mcp_server_name}/{event.name} {compact_json(event.input)}", width))
-            case AgentToolResult():
+            case AgentToolResult() | UserToolResult():
                 name = self.tool_names.get(event.tool_use_id, event.tool_use_id)
                 return self._result(name, blocks_text(event.content), event.is_error)
             case AgentMcpToolResult():

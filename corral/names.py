@@ -187,13 +187,17 @@ API_KEY_ID_PREFIX: Final = "apikey_"
 HAND_ID_PREFIX: Final = "hand_"
 """A hand queue's registration (corral.hand_registry): derived from the queue's name."""
 SESSION_RESOURCE_ID_PREFIX: Final = "repo"
+"""A session's repository resource: `repo1`, `repo2`… in the order the session was given them."""
 THREAD_ID_PREFIX: Final = "sthr_"
+"""A session thread: a child workflow's id (`sthr_<hex>`); the primary thread's is made from its session's id."""
 OUTCOME_ID_PREFIX: Final = "outc_"
 WORKFLOW_RUN_ID_PREFIX: Final = "wrun_"
 """Not documented upstream (its events carry the id only); corral's, like its phases' `wrph_`."""
 WORKFLOW_RUN_PHASE_ID_PREFIX: Final = "wrph_"
-"""A session thread: a child workflow's id (`sthr_<hex>`); the primary thread's is made from its session's id."""
-"""A session's repository resource: `repo1`, `repo2`… in the order the session was given them."""
+WORK_ID_PREFIX: Final = "work_"
+"""A self-hosted environment's work item (corral.contract.work), made by its queue: `work_<hex>`."""
+ENVIRONMENT_KEY_ID_PREFIX: Final = "envkey_"
+"""An environment key's record: a key opens its environment's work queue only (gateway/work_auth.py)."""
 ID_KINDS: Final = {
     SESSION_ID_PREFIX: "session",
     EVENT_ID_PREFIX: "event",
@@ -207,6 +211,8 @@ ID_KINDS: Final = {
     THREAD_ID_PREFIX: "session thread",
     OUTCOME_ID_PREFIX: "outcome",
     WORKFLOW_RUN_ID_PREFIX: "workflow run",
+    WORK_ID_PREFIX: "work item",
+    ENVIRONMENT_KEY_ID_PREFIX: "environment key",
 }
 """What each prefix names, for errors that say which kind of id was given where another was expected."""
 

@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         ErrorType,
         UserCustomToolResult,
         UserMessage,
+        UserToolResult,
     )
     from corral.contract.sandbox import ForkWorkspaceInput
     from corral.contract.session import EventPage, ForkSource, SessionInput
@@ -42,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
 _IN_CONVERSATION = (
     UserMessage,
     UserCustomToolResult,
+    UserToolResult,
     AgentMessage,
     AgentToolUse,
     AgentToolResult,

@@ -25,6 +25,7 @@ from corral.contract.events import (
     TextBlock,
     UserCustomToolResult,
     UserMessage,
+    UserToolResult,
 )
 
 ELIDE_MIN_BYTES = 1_024
@@ -38,7 +39,7 @@ DEFAULT_INPUT_WINDOW = 200_000
 BUDGET_MARGIN = 0.05
 """Kept free below the window: the estimate is approximate."""
 
-ToolResult = AgentToolResult | AgentMcpToolResult | UserCustomToolResult
+ToolResult = AgentToolResult | AgentMcpToolResult | UserCustomToolResult | UserToolResult
 _EVENT: TypeAdapter[SessionEvent] = TypeAdapter(SessionEvent)
 _BLOCK: TypeAdapter[ContentBlock] = TypeAdapter(ContentBlock)
 

@@ -94,6 +94,17 @@ class UserCustomToolResult(_Event):
     """The thread it was routed to (None: the primary thread, or every thread for an interrupt)."""
 
 
+class UserToolResult(_Event):
+    """A self-hosted worker's result of a built-in tool call (corral.contract.work): it answers the call, as an
+    `agent.tool_result` does for a call corral's own sandbox ran."""
+
+    type: Literal["user.tool_result"] = "user.tool_result"
+    tool_use_id: str
+    content: list[ContentBlock] = Field(default_factory=list)
+    is_error: bool = False
+    client_id: str | None = None
+
+
 # ---- agent events ----------------------------------------------------------------------------------------
 
 
@@ -518,6 +529,7 @@ SessionEvent = Annotated[
     | UserInterrupt
     | UserToolConfirmation
     | UserCustomToolResult
+    | UserToolResult
     | AgentMessage
     | AgentThinking
     | AgentToolUse

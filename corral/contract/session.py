@@ -41,9 +41,11 @@ from corral.contract.user_events import (  # noqa: F401 - re-exported: callers i
     UserMessageParams,
     UserMessageSignal,
     UserToolConfirmationParams,
+    UserToolResultParams,
     normalize_content,
     parse_user_events,
 )
+from corral.contract.work import SelfHostedEnvironment
 from corral.names import MODEL_TASK_QUEUE, SessionStatus
 
 DEFAULT_RUN_HISTORY_EVENTS = 3_000
@@ -95,8 +97,9 @@ class SessionInput(SendableInput):
     agent: AgentConfig
     title: str | None = None
     metadata: dict[str, str] = Field(default_factory=dict)
-    environment: Environment | None = None
-    """The sandbox recipe; the default recipe applies when the agent has the built-in toolset and this is empty."""
+    environment: Environment | SelfHostedEnvironment | None = None
+    """The sandbox recipe (the default recipe applies when the agent has the built-in toolset and this is empty), or
+    the self-hosted environment whose worker runs the built-in tools (corral.contract.work)."""
     resources: list[GitRepositoryResource] = Field(default_factory=list, max_length=20)
     vault_ids: list[str] = Field(default_factory=list)
     message: MessageContent | None = None
@@ -149,7 +152,11 @@ class SessionInput(SendableInput):
         return price_of(self.agent.model)
 
     def sandbox_environment(self) -> Environment:
-        return self.environment or Environment()
+        return self.environment if isinstance(self.environment, Environment) else Environment()
+
+    def self_hosted(self) -> SelfHostedEnvironment | None:
+        """The self-hosted environment that serves this session's built-in tools, if it has one."""
+        return self.environment if isinstance(self.environment, SelfHostedEnvironment) else None
 
 
 def web_ui_summary(input: SessionInput, namespace: str) -> tuple[str, str]:

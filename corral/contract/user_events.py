@@ -82,6 +82,17 @@ class UserCustomToolResultParams(BaseModel):
     id: str | None = Field(default=None, min_length=1, max_length=128)
 
 
+class UserToolResultParams(BaseModel):
+    """A self-hosted worker's result of a built-in call that the session routed to it (corral.contract.work)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["user.tool_result"]
+    tool_use_id: str
+    content: MessageContent = Field(default_factory=list)
+    is_error: bool = False
+    id: str | None = Field(default=None, min_length=1, max_length=128)
+
+
 class TextRubricParams(TextRubric):
     content: str = Field(min_length=1, max_length=MAX_RUBRIC_CHARS)
 
@@ -121,6 +132,7 @@ UserEventParams = Annotated[
     | UserInterruptParams
     | UserToolConfirmationParams
     | UserCustomToolResultParams
+    | UserToolResultParams
     | UserDefineOutcomeParams,
     Field(discriminator="type"),
 ]
@@ -141,8 +153,6 @@ class SendEventsInput(SendableInput):
 _USER_EVENTS: TypeAdapter[list[UserEventParams]] = TypeAdapter(list[UserEventParams])
 
 UNSERVED_EVENTS = {
-    "user.tool_result": "user.tool_result answers a call that a self-hosted environment runs; corral runs the "
-    "built-in tools in its own sandbox, so no call waits for one (a custom tool's call takes user.custom_tool_result)",
     "system.message": "system.message is not supported yet: the agent's system prompt is the session's system "
     "context (update the agent, or say it in a user.message)",
 }
