@@ -17,6 +17,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from activities.log import LogActivities
 from activities.model import ModelActivities
 from activities.sandbox import SandboxActivities
+from activities.work import WorkActivities
 from corral.blobs import BlobStore
 from corral.hands import make_execute_activity
 from corral.hands.utility import UTILITY_TOOLS
@@ -36,6 +37,7 @@ from workflows import SessionWorkflow, WorkflowRun
 from workflows.records import RecordWorkflow, VersionedRecordWorkflow
 from workflows.signals import SignalArgumentsInterceptor
 from workflows.validation import CredentialValidationWorkflow
+from workflows.work_queue import EnvironmentWorkQueue, VersionedEnvironmentWorkQueue
 
 HARNESS_WORKFLOW_RUNNER = SandboxedWorkflowRunner(
     restrictions=SandboxRestrictions.default.with_passthrough_all_modules()
@@ -52,7 +54,13 @@ MODEL_HEARTBEAT_THROTTLE = timedelta(seconds=1)
 would leave a heartbeat only 0.4 s to reach a busy server before the 2 s model heartbeat timeout)."""
 
 
-HARNESS_WORKFLOWS: tuple[type, ...] = (SessionWorkflow, WorkflowRun, RecordWorkflow, CredentialValidationWorkflow)
+HARNESS_WORKFLOWS: tuple[type, ...] = (
+    SessionWorkflow,
+    WorkflowRun,
+    RecordWorkflow,
+    CredentialValidationWorkflow,
+    EnvironmentWorkQueue,
+)
 """The workflow classes the harness worker runs (and `corral harness check` replays with)."""
 
 
@@ -69,8 +77,9 @@ def harness_worker(
 ) -> Worker:
     """Workflows only: no activities, no credentials, no Docker. With a `deployment`, this worker is one build of
     a versioned harness (workers/deployment.py). `workflows`: other harness code (a test's next build)."""
-    if deployment is not None:  # records always auto-upgrade (workflows/records.py)
-        workflows = [VersionedRecordWorkflow if cls is RecordWorkflow else cls for cls in workflows]
+    if deployment is not None:  # records and work queues always auto-upgrade (workflows/records.py)
+        upgrading = {RecordWorkflow: VersionedRecordWorkflow, EnvironmentWorkQueue: VersionedEnvironmentWorkQueue}
+        workflows = [upgrading.get(cls, cls) for cls in workflows]
     return Worker(
         client,
         task_queue=task_queue,
@@ -97,10 +106,11 @@ def model_worker(
     `open_blob_store()`). A response stream silent for `stall_timeout_seconds` is retried."""
     activities = ModelActivities(client, model, stream, stall_timeout_seconds)
     logs = LogActivities(client, blobs)
+    work = WorkActivities(client)
     return Worker(
         client,
         task_queue=task_queue,
-        activities=[activities.model_turn, logs.read_log, logs.archive_log],
+        activities=[activities.model_turn, logs.read_log, logs.archive_log, work.request_work],
         max_heartbeat_throttle_interval=MODEL_HEARTBEAT_THROTTLE,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
     )
@@ -122,6 +132,7 @@ def model_workers(
     own_queue = model_worker_queue(task_queue, worker_id)
     activities = ModelActivities(client, model, stream, stall_timeout_seconds, worker_task_queue=own_queue)
     logs = LogActivities(client, blobs)
+    work = WorkActivities(client)
     # Both queues draw on one pool of slots, the SDK's default for one worker: a burst on both queues runs no more
     # model turns in this event loop than one worker would (more would starve their heartbeats).
     slots = SharedSlots(MODEL_ACTIVITY_SLOTS)
@@ -135,7 +146,7 @@ def model_workers(
         Worker(
             client,
             task_queue=task_queue,
-            activities=[activities.model_turn, logs.read_log, logs.archive_log],
+            activities=[activities.model_turn, logs.read_log, logs.archive_log, work.request_work],
             tuner=tuner,
             max_heartbeat_throttle_interval=MODEL_HEARTBEAT_THROTTLE,
             graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,

@@ -248,3 +248,11 @@ def parse_session_token(token: object) -> tuple[str, str, str] | None:
     if not secret or not secret.isascii() or "-" in environment_id + work_id:
         return None
     return environment_id, work_id, secret
+
+
+class RequestWorkInput(BaseModel):
+    """Input of `request_work`: the session that needs hands, and the environment whose queue it asks."""
+
+    model_config = ConfigDict(extra="forbid")
+    environment: SelfHostedEnvironment
+    session_id: str = Field(pattern=rf"^{SESSION_ID_PREFIX}")
