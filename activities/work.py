@@ -15,9 +15,9 @@ class WorkActivities:
     """Holds the Temporal client, made once per worker."""
 
     def __init__(self, temporal: Client) -> None:
-        self._queues = WorkQueues(temporal)
+        self._temporal = temporal
 
     @activity.defn(name=ACTIVITY_REQUEST_WORK)
     async def request_work(self, input: RequestWorkInput) -> None:
         request = WorkRequest(session_id=input.session_id, workspace=input.environment.workspace)
-        await self._queues.request(input.environment.environment_id, request)
+        await WorkQueues(self._temporal, input.task_queue).request(input.environment.environment_id, request)

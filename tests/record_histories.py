@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import json
 import sys
 import uuid
@@ -27,7 +28,7 @@ from temporalio.worker import Worker
 
 from activities.sandbox import SandboxActivities
 from corral.client import read_events, send_events, send_text, start_session, update_session, wait_for_idle
-from corral.contract.events import AgentMessage
+from corral.contract.events import AgentMessage, AgentToolUse
 from corral.contract.plans import WorkflowRunInfo
 from corral.contract.session import (
     AgentConfig,
@@ -38,13 +39,16 @@ from corral.contract.session import (
     UpdateSessionInput,
 )
 from corral.contract.threads import ThreadInfo
+from corral.contract.work import NO_HEARTBEAT, ClaimWork, HeartbeatWork, SelfHostedEnvironment, StopWork, work_queue_id
 from corral.hands import make_execute_activity
 from corral.names import QUERY_THREADS, QUERY_WORKFLOW_RUNS, SIGNAL_INTERRUPT, UPDATE_SEND_EVENTS, UPDATE_SESSION
 from corral.records import Records
 from corral.temporal import cluster_id, start_local_temporal
+from corral.work_queue import WorkQueues
 from modelserver import ModelServerThread
 from sandbox import ensure_docker_engine, ensure_sandbox_image
 from tests.hand_tools import TEST_TOOLS
+from tests.waits import until
 from workers.roles import harness_worker, model_workers, sandbox_workers
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -53,6 +57,7 @@ HAND_QUEUE = "record-hand"
 MODEL_QUEUE = "record-model"
 HARNESS_QUEUE = "record-harness"
 
+SELF_HOSTED = SelfHostedEnvironment(environment_id="env_recorded", workspace="default")
 RECORDING: list[Client] = []
 """The client recording (a scenario that records a workflow besides the session, a thread, reads it through it)."""
 Scenario = Callable[[WorkflowHandle], Awaitable[list[str] | None]]
@@ -203,6 +208,38 @@ async def outcomes(handle: WorkflowHandle) -> None:
     await wait_for_idle(handle, after=events[-1].position)
 
 
+async def self_hosted(handle: WorkflowHandle) -> None:
+    """A session in a self-hosted environment: its bash call waits for a worker, which the scenario plays through
+    the queue's client (delivery, ack, lease) before posting the result; then the worker stops its item. Records the
+    session and, beside it, the environment's queue (`self_hosted_queue.json`)."""
+    queues = WorkQueues(RECORDING[0], HARNESS_QUEUE)
+    environment_id = SELF_HOSTED.environment_id
+
+    async def asked() -> bool:
+        return bool(await queues.items(environment_id)) and any(
+            isinstance(e, AgentToolUse) for e in await read_events(handle)
+        )
+
+    await until(asked, "the session asking for a self-hosted worker")
+    (item,) = await queues.items(environment_id)
+    token = hashlib.sha256(b"recorded").hexdigest()
+    await queues.claim(environment_id, ClaimWork(worker_id="recorder", token_sha256=token))
+    await queues.ack(environment_id, item.id)
+    await queues.heartbeat(environment_id, HeartbeatWork(work_id=item.id, expected_last_heartbeat=NO_HEARTBEAT))
+    (use,) = [e for e in await read_events(handle) if isinstance(e, AgentToolUse)]
+    await send_events(handle, [{"type": "user.tool_result", "tool_use_id": use.id, "content": "hi"}])
+    await wait_for_idle(handle)
+    await queues.stop(environment_id, StopWork(work_id=item.id, force=True))
+    queue = RECORDING[0].get_workflow_handle(work_queue_id(environment_id))
+
+    async def stopped() -> bool:
+        return any(e.state == "stopped" for e in await queues.items(environment_id))
+
+    await until(stopped, "the work item stopped")
+    await _write(HISTORIES / "self_hosted_queue.json", queue)
+    await queue.terminate("recorded")
+
+
 async def sandbox_tools(handle: WorkflowHandle) -> None:
     await wait_for_idle(handle, within_seconds=120)
     await handle.cancel()  # releases the sandbox: container and volume removed
@@ -224,6 +261,7 @@ SCRIPT_OPTIONS: dict[str, dict[str, Any]] = {
 SESSION_OPTIONS: dict[str, dict[str, Any]] = {
     "continue_as_new": {"continue_as_new_after_events": 200},
     "idle_hand_over": {"continue_as_new_after_events": 200},
+    "self_hosted": {"environment": SELF_HOSTED},
     "budget_changed_then_deleted": {
         "budget": {
             "max_list_cost": {"amount": "100000"},
@@ -359,6 +397,11 @@ SCENARIOS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], Scenario]
         runs,
     ),
     "outcomes": ([{"text": "hello"}, {"text": "draft"}, {"text": "final"}], [], outcomes),
+    "self_hosted": (
+        [{"tool_uses": [{"name": "bash", "input": {"command": "echo hi"}}]}, {"text": "done"}],
+        [{"type": "agent_toolset_20260401"}],
+        self_hosted,
+    ),
     "renamed_and_archived": ([{"text": "hello"}], [], renamed_and_archived),
     "budget_changed_then_deleted": ([{"text": "hello"}], [], budget_changed_then_deleted),
     "idle_hand_over": ([{"text": "hello"}], [], idle_hand_over),

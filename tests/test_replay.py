@@ -9,16 +9,19 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
 from corral.contract.records import RECORD_WORKFLOW
+from corral.contract.work import WORK_QUEUE_WORKFLOW
 from corral.names import SESSION_WORKFLOW, WORKFLOW_RUN_WORKFLOW
 from corral.temporal import data_converter
 from workflows import SessionWorkflow, WorkflowRun
 from workflows.records import RecordWorkflow
+from workflows.work_queue import EnvironmentWorkQueue
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 WORKFLOWS: dict[str, type] = {
     SESSION_WORKFLOW: SessionWorkflow,
     WORKFLOW_RUN_WORKFLOW: WorkflowRun,
     RECORD_WORKFLOW: RecordWorkflow,
+    WORK_QUEUE_WORKFLOW: EnvironmentWorkQueue,
 }
 """The class that replays a history, by the workflow type its first event names."""
 

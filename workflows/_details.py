@@ -14,8 +14,9 @@ def web_ui_details(info: SessionInfo, static: tuple[str, str]) -> str:
     summary = "" if info.run == 1 else "{}\n\n{}\n\n".format(*static)
     usage = info.usage
     spent = "" if info.budget is None else f" · spent {info.list_cost} of {info.budget.limit_cents} cents (list price)"
+    waiting = f" · waiting for a self-hosted worker ({info.awaiting_worker} call(s))" if info.awaiting_worker else ""
     return (
-        f"{summary}**{info.status}**{reason}{run} · model `{info.model}` · "
+        f"{summary}**{info.status}**{reason}{waiting}{run} · model `{info.model}` · "
         f"{info.turns} model turns · "
         f"{info.last_position} events · {info.queued_user_events} queued · "
         f"{usage.input_tokens} in / {usage.output_tokens} out tokens · cache "

@@ -25,6 +25,7 @@ from corral.contract.events import (
     UserInterrupt,
     UserMessage,
     UserToolConfirmation,
+    UserToolResult,
     WorkflowRunStatusEnded,
 )
 from corral.contract.session import (
@@ -35,6 +36,7 @@ from corral.contract.session import (
     UserInterruptParams,
     UserMessageParams,
     UserToolConfirmationParams,
+    UserToolResultParams,
     normalize_content,
     parse_user_events,
 )
@@ -62,6 +64,20 @@ class Goals(Protocol):
     def accept(self, params: UserDefineOutcomeParams, client_id: str | None) -> UserDefineOutcome: ...
 
     def interrupted(self) -> None: ...
+
+
+class WorkerCalls(Protocol):
+    """The calls a self-hosted worker runs for the session (workflows/_self_hosted.py)."""
+
+    def waiting_for_result(self) -> set[str]: ...
+
+    def answered(self, result: UserToolResult) -> None: ...
+
+
+NOT_SELF_HOSTED = (
+    "user.tool_result answers a built-in call that the session routed to a self-hosted environment's worker; this "
+    "session's built-in tools run in corral's own sandbox (a custom tool's call takes user.custom_tool_result)"
+)
 
 
 class UserInbox:
@@ -95,6 +111,8 @@ class UserInbox:
         """Set by a session that has threads to route to; a thread routes nothing."""
         self.goals: Goals | None = None
         """Set by a session (a thread takes no outcomes)."""
+        self.worker_calls: WorkerCalls | None = None
+        """Set by a session in a self-hosted environment: the calls a `user.tool_result` may answer."""
 
     def carried(self, window: int) -> dict[str, Any]:
         """This inbox's part of a hand-over (SessionCarry fields): events by position, the newest client ids."""
@@ -150,6 +168,7 @@ class UserInbox:
             confirming=set(self.awaiting_confirmation) - set(self.confirmations)
             | set(routes.confirm_routes if routes else ()),
         )
+        self._check_tool_results([params for params in events if isinstance(params, UserToolResultParams)])
         outcomes = [params for params in events if isinstance(params, UserDefineOutcomeParams)]
         if outcomes:
             if self.goals is None:
@@ -162,6 +181,20 @@ class UserInbox:
                 if routes is None:
                     raise ValueError("session_thread_id: this thread has no threads of its own to interrupt")
                 routes.check_interrupt(params)
+
+    def _check_tool_results(self, results: list[UserToolResultParams]) -> None:
+        """Each `user.tool_result` answers one call that waits for a self-hosted worker's result, once."""
+        if results and self.worker_calls is None:
+            raise ValueError(NOT_SELF_HOSTED)
+        waiting = self.worker_calls.waiting_for_result() if self.worker_calls is not None else set()
+        seen: set[str] = set()
+        for params in results:
+            if params.tool_use_id not in waiting or params.tool_use_id in seen:
+                raise ValueError(
+                    f"user.tool_result: no call {params.tool_use_id!r} is waiting for a self-hosted worker's result "
+                    f"(waiting: {', '.join(sorted(waiting)) or 'none'}); a call is answered once"
+                )
+            seen.add(params.tool_use_id)
 
     def accept_batch(self, input: SendEventsInput) -> list[str]:
         return [self.accept(params) for params in parse_user_events(input)]
@@ -199,6 +232,17 @@ class UserInbox:
             )
             self.custom_results[params.custom_tool_use_id] = result
             event_id = result.id
+        elif isinstance(params, UserToolResultParams) and self.worker_calls is not None:
+            tool_result = self._log.append(
+                UserToolResult,
+                processed=False,
+                tool_use_id=params.tool_use_id,
+                content=normalize_content(params.content) if params.content else [],
+                is_error=params.is_error,
+                client_id=params.id,
+            )
+            self.worker_calls.answered(tool_result)
+            event_id = tool_result.id
         elif isinstance(params, UserDefineOutcomeParams) and self.goals is not None:
             outcome = self.goals.accept(params, params.id)
             self.pending.append(outcome)

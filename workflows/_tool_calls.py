@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows._log import SessionLog
     from workflows._mcp import ReportError, SessionMcp
     from workflows._outcomes import ToolUseEvent
+    from workflows._self_hosted import SelfHostedHands
 
 DENIED_RESULT = "Not run: the user denied this tool call."
 NEW_MESSAGE_RESULT = "No result: the user sent a new message instead."
@@ -178,12 +179,15 @@ class ToolCalls:
             *(self._execute(use) for use in hand_uses), *(self._mcp.call(use, self._report) for use in mcp_uses)
         )
         ordered: list[AgentToolUse | AgentMcpToolUse] = [*hand_uses, *mcp_uses]
-        for call, (text, is_error) in zip(ordered, outputs, strict=True):
-            self._log.answer(call, text, is_error)
+        for call, output in zip(ordered, outputs, strict=True):
+            if output is not None:  # None: a self-hosted worker's result, in the conversation already
+                self._log.answer(call, *output)
 
-    async def _execute(self, use: AgentToolUse) -> tuple[str, bool]:
+    async def _execute(self, use: AgentToolUse) -> tuple[str, bool] | None:
         """`execute(name, input) -> string` on the hand that serves the tool; errors become error results."""
         tool = self._tools.get(use.name)
+        if isinstance(tool, SandboxTool) and isinstance(self._sandbox, SelfHostedHands):
+            return await self._sandbox.serve(use)
         if isinstance(tool, SandboxTool):
             return await self._sandbox.execute(use)
         if isinstance(tool, CoordinatorTool) and self._coordinate is not None:

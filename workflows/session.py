@@ -106,6 +106,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows._runs import SessionRuns
     from workflows._sandbox import SessionSandbox
     from workflows._seat import BorrowedSandbox, ThreadSide
+    from workflows._self_hosted import SelfHostedHands
     from workflows._threads import SessionThreads, primary_info
     from workflows._tool_calls import ToolCalls
 
@@ -131,9 +132,7 @@ class SessionWorkflow:
         self._outbox = Outbox()
         self._side = ThreadSide(input.thread, self._log, self._inbox, self._outbox) if input.thread else None
         """Set when this workflow is a thread of a multi-agent session (workflows/_seat.py)."""
-        self._sandbox = SessionSandbox(
-            workflow.info().workflow_id, input.sandbox_environment(), lambda: self._mcp.clones(input.resources)
-        ) if self._side is None else BorrowedSandbox(self._side)  # fmt: skip
+        self._sandbox = self._hands(input)
         self._threads = SessionThreads(input, self._log, self._sandbox, self._outbox, self._inbox.accept_thread_message)
         self._outcomes = SessionOutcomes(self._log, input.agent, input.model_task_queue, self._sandbox, self._spend)
         if self._side is None:
@@ -165,6 +164,17 @@ class SessionWorkflow:
             self._inbox.accept_message(UserMessageParams(type="user.message", content=input.message))
         if self._side is not None and input.carry is None:
             self._side.start()
+
+    def _hands(self, input: SessionInput) -> SessionSandbox:
+        """The session's sandbox; a self-hosted worker's hands (`_self_hosted.py`); or, for a thread, its session's."""
+        hosted, session_id = input.self_hosted(), workflow.info().workflow_id
+        if self._side is not None:
+            return BorrowedSandbox(self._side)
+        if hosted is None:
+            return SessionSandbox(session_id, input.sandbox_environment(), lambda: self._mcp.clones(input.resources))
+        hands = SelfHostedHands(session_id, hosted, input.model_task_queue, self._log, self._describe)
+        self._inbox.worker_calls = hands
+        return hands
 
     # ---- main loop -----------------------------------------------------------------------------------------
 
@@ -564,6 +574,7 @@ class SessionWorkflow:
             budget=self._input.budget,
             archived_at=self._archived_at,
             outcome_evaluations=self._outcomes.evaluations,
+            awaiting_worker=len(self._sandbox.waiting) if isinstance(self._sandbox, SelfHostedHands) else 0,
         )
 
     @workflow.query(name=QUERY_EVENTS)

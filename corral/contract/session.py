@@ -269,3 +269,5 @@ class SessionInfo(BaseModel):
     budget: SessionBudget | None = None
     outcome_evaluations: list[OutcomeEvaluation] = Field(default_factory=list)
     """Every outcome defined (`user.define_outcome`), oldest first, and where each stands."""
+    awaiting_worker: int = 0
+    """Built-in calls waiting for a self-hosted worker's result (corral.contract.work)."""

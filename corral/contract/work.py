@@ -256,3 +256,5 @@ class RequestWorkInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
     environment: SelfHostedEnvironment
     session_id: str = Field(pattern=rf"^{SESSION_ID_PREFIX}")
+    task_queue: str = Field(min_length=1)
+    """Where the queue runs if this request starts it: the session's own harness queue."""
