@@ -289,10 +289,12 @@ async def test_a_tool_result_for_a_call_no_worker_was_asked_for_is_refused(stack
         await done(client, session.id)
 
 
-def test_the_readme_shows_the_example_workers_lines() -> None:
-    """The README's five lines are the example's own (the example is what a user runs and what the bench runs)."""
+def test_the_readme_and_the_page_show_the_example_workers_lines() -> None:
+    """The README's five lines are the example's own (the example is what a user runs and what the bench runs), and
+    docs/self_hosted.md shows the same."""
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Hands anywhere", 1)[1].split("\n## ", 1)[0]
     [block] = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
     assert len(block.splitlines()) == 5, block
     assert block in EXAMPLE.read_text(), "README.md must show examples/self_hosted_worker.py's lines as they are"
+    assert block in (ROOT / "docs" / "self_hosted.md").read_text(), "docs/self_hosted.md must show them too"
