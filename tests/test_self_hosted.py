@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -41,7 +43,7 @@ from tests.waits import until
 pytestmark = pytest.mark.timeout(300)
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "self_hosted_worker.py"
-TOOLSET = [{"type": "agent_toolset_20260401"}]
+TOOLSET: Any = [{"type": "agent_toolset_20260401"}]
 LEASE_VARIABLE = "CORRAL_WORK_LEASE_SECONDS"
 LEASE_SECONDS = "5"
 """The gateway's lease in the SIGKILL test: a dead worker's item lapses this long after its last heartbeat (the SDK
@@ -72,7 +74,7 @@ class SelfHosted:
     async def session(self, steps: list[dict[str, Any]], message: str = "go") -> tuple[str, str]:
         """A session in the environment whose model plays `steps`, sent `message`: (its id, the model's name)."""
         model = self.stack.script(steps)
-        agent = await self.client.beta.agents.create(name="remote", model=model, tools=TOOLSET)  # type: ignore[list-item]
+        agent = await self.client.beta.agents.create(name="remote", model=model, tools=TOOLSET)
         session = await self.client.beta.sessions.create(agent=agent.id, environment_id=self.environment_id)
         await self.client.beta.sessions.events.send(
             session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": message}]}]
@@ -151,6 +153,11 @@ def blocking(directory: Path) -> tuple[Path, Path, str]:
     return runs, release, f"echo started >> {runs}; while [ ! -e {release} ]; do sleep 0.05; done; echo released"
 
 
+def tool_result(tool_use_id: str, text: str) -> Any:
+    """A `user.tool_result` as a worker sends it."""
+    return {"type": "user.tool_result", "tool_use_id": tool_use_id, "content": [{"type": "text", "text": text}]}
+
+
 def tool_uses(events: list[Any]) -> list[Any]:
     return [e for e in events if e.type == "agent.tool_use"]
 
@@ -186,9 +193,8 @@ async def test_the_official_worker_runs_bash_and_write_on_its_own_machine(
         assert (item.session_id, item.delivered_to, claimed(worker)) == (session_id, "laptop", [item.id])
 
         # A result for a call already answered: refused, naming the call, and nothing is written.
-        again = {"type": "user.tool_result", "tool_use_id": uses[0].id, "content": [{"type": "text", "text": "x"}]}
         with pytest.raises(anthropic.BadRequestError, match=re.escape(uses[0].id)):
-            await hosted.client.beta.sessions.events.send(session_id, events=[again])  # type: ignore[list-item]
+            await hosted.client.beta.sessions.events.send(session_id, events=[tool_result(uses[0].id, "again")])
         assert [e.id for e in await events_of(hosted.client, session_id)] == [e.id for e in events]
 
 
@@ -227,9 +233,8 @@ async def test_a_worker_killed_mid_call_loses_the_item_and_the_call_is_never_run
         [new_item] = claimed(second)
         assert items[lost_item].end_reason == "lease_lost" and items[lost_item].state == "stopped"
         assert items[new_item].delivered_to == "second" and new_item != lost_item
-        late = {"type": "user.tool_result", "tool_use_id": killed_call, "content": [{"type": "text", "text": "late"}]}
         with pytest.raises(anthropic.BadRequestError, match=re.escape(killed_call)):
-            await hosted.client.beta.sessions.events.send(session_id, events=[late])  # type: ignore[list-item]
+            await hosted.client.beta.sessions.events.send(session_id, events=[tool_result(killed_call, "late")])
         assert runs.read_text() == "started\n"
 
 
@@ -262,8 +267,8 @@ async def test_a_tool_result_for_a_call_no_worker_was_asked_for_is_refused(stack
     async with running_gateway(stack, tmp_path) as gateway:
         client = await gateway.client("cloud")
         model = stack.script([{"tool_uses": [{"name": "lookup", "input": {"q": "x"}}]}, {"text": "done"}])
-        custom = {"type": "custom", "name": "lookup", "description": "look up", "input_schema": {"type": "object"}}
-        agent = await client.beta.agents.create(name="asker", model=model, tools=[custom])  # type: ignore[list-item]
+        custom: Any = {"type": "custom", "name": "lookup", "description": "look up", "input_schema": {"type": "object"}}
+        agent = await client.beta.agents.create(name="asker", model=model, tools=[custom])
         environment = await client.beta.environments.create(name="cloud")
         session = await client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
         await client.beta.sessions.events.send(
@@ -278,14 +283,13 @@ async def test_a_tool_result_for_a_call_no_worker_was_asked_for_is_refused(stack
         await until(waiting, "the session waiting for its custom tool's result")
         [call] = [e for e in seen if e.type == "agent.custom_tool_use"]
         for tool_use_id in (call.id, "sevt_nosuchcall"):
-            wrong = {"type": "user.tool_result", "tool_use_id": tool_use_id, "content": [{"type": "text", "text": "x"}]}
             with pytest.raises(anthropic.BadRequestError, match=r"user\.tool_result") as refused:
-                await client.beta.sessions.events.send(session.id, events=[wrong])  # type: ignore[list-item]
+                await client.beta.sessions.events.send(session.id, events=[tool_result(tool_use_id, "x")])
             assert "self-hosted" in str(refused.value)
             assert [e.id for e in await events_of(client, session.id)] == [e.id for e in seen], "nothing written"
-        right = {"type": "user.custom_tool_result", "custom_tool_use_id": call.id,
-                 "content": [{"type": "text", "text": "found"}]}  # fmt: skip
-        await client.beta.sessions.events.send(session.id, events=[right])  # type: ignore[list-item]
+        right: Any = {"type": "user.custom_tool_result", "custom_tool_use_id": call.id,
+                      "content": [{"type": "text", "text": "found"}]}  # fmt: skip
+        await client.beta.sessions.events.send(session.id, events=[right])
         await done(client, session.id)
 
 
@@ -298,3 +302,33 @@ def test_the_readme_and_the_page_show_the_example_workers_lines() -> None:
     assert len(block.splitlines()) == 5, block
     assert block in EXAMPLE.read_text(), "README.md must show examples/self_hosted_worker.py's lines as they are"
     assert block in (ROOT / "docs" / "self_hosted.md").read_text(), "docs/self_hosted.md must show them too"
+
+
+async def test_the_example_worker_serves_a_session_from_its_directory(stack: Stack, tmp_path: Path) -> None:
+    """examples/self_hosted_worker.py, run as the README says: the environment's id as its argument, the key and the
+    gateway's URL from the environment, its tools in the directory it runs in."""
+    async with self_hosted(stack, tmp_path) as hosted:
+        workdir = tmp_path / "desk"
+        workdir.mkdir()
+        env = {**os.environ, KEY_VARIABLE: hosted.key, "ANTHROPIC_BASE_URL": hosted.gateway.url}
+        env.pop("ANTHROPIC_API_KEY", None)
+        log = tmp_path / "example.log"
+        with log.open("wb") as out:
+            example = subprocess.Popen([sys.executable, str(EXAMPLE), hosted.environment_id], cwd=workdir, env=env,
+                                       stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+        try:
+            session_id, _ = await hosted.session([
+                {"tool_uses": [{"name": "bash", "input": {"command": "uname > from_the_example.txt"}}]},
+                {"text": "done"},
+            ])  # fmt: skip
+            events = await done(hosted.client, session_id)
+        finally:
+            example.send_signal(signal.SIGINT)  # Ctrl-C, as the docstring says
+            try:
+                example.wait(timeout=60)
+            finally:
+                example.kill()
+        assert (workdir / "from_the_example.txt").read_text().strip() == os.uname().sysname
+        [use] = tool_uses(events)
+        assert [e.type for e in answers(events, use.id)] == ["user.tool_result"]
+        assert CLAIMED in log.read_text() and f"tool_use_id={use.id}" in log.read_text(), "its log says what it did"
