@@ -10,7 +10,7 @@ import hashlib
 import uuid
 
 import pytest
-from temporalio.client import WorkflowUpdateFailedError
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from corral.client import read_events, send_events, wait_for_idle
@@ -64,7 +64,7 @@ async def queued_item(queues: WorkQueues, environment_id: str) -> WorkItem:
     return found[0]
 
 
-async def waiting_call(handle) -> AgentToolUse:  # type: ignore[no-untyped-def]
+async def waiting_call(handle: WorkflowHandle) -> AgentToolUse:
     async def asked() -> bool:
         return (await handle.query("session", result_type=SessionInfo)).awaiting_worker > 0
 
@@ -108,8 +108,8 @@ async def test_a_worker_serves_a_call_and_its_result_is_the_answer(stack: Stack)
     answers = [e for e in events if getattr(e, "tool_use_id", None) == use.id]
     assert [type(e) for e in answers] == [UserToolResult]  # the worker's result is the answer, alone
     assert answers[0].processed_at is not None
-    second = stack.requests(model)[1]
-    assert "hi\n" in str(second["messages"][-1]["content"])
+    (answer,) = stack.requests(model)[1]["body"]["messages"][-1]["content"]
+    assert (answer["type"], answer["tool_use_id"], answer["content"][0]["text"]) == ("tool_result", use.id, "hi\n")
     with pytest.raises(WorkflowUpdateFailedError) as refused:
         await send_events(handle, [result])  # answered once
     assert f"no call {use.id!r} is waiting" in refusal(refused.value)
@@ -168,7 +168,7 @@ async def test_a_lapsed_lease_answers_the_waiting_call_once_as_unknown(stack: St
     assert len([e for e in events if isinstance(e, UserToolResult)]) == 1
 
 
-async def waiting_call_after(handle, previous: str) -> AgentToolUse:  # type: ignore[no-untyped-def]
+async def waiting_call_after(handle: WorkflowHandle, previous: str) -> AgentToolUse:
     async def asked() -> bool:
         uses = [e for e in await read_events(handle) if isinstance(e, AgentToolUse) and e.id != previous]
         return bool(uses) and (await handle.query("session", result_type=SessionInfo)).awaiting_worker > 0
