@@ -24,6 +24,7 @@ from corral import telemetry
 from corral.errors import SessionEnded
 from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
 from corral.records import Records
+from corral.work_queue import WorkQueues
 from gateway.agents import agent_routes
 from gateway.auth import ApiKeys
 from gateway.environments import environment_routes
@@ -38,6 +39,7 @@ from gateway.session_status import session_ended_handler
 from gateway.sessions import Sessions, session_routes
 from gateway.threads import thread_routes
 from gateway.vaults import vault_routes
+from gateway.work import work_routes
 
 DEFAULT_PORT = 8780
 
@@ -58,6 +60,7 @@ class Gateway:
         self.model_queue = model_queue
         self.records = Records(client, task_queue=harness_queue)
         self.keys = ApiKeys(self.records)
+        self.work_queues = WorkQueues(client, harness_queue)
         self.sessions = Sessions(client, self.records, harness_queue, model_queue, limits)
         self.streams = StreamSlots(streams_per_key)
 
@@ -75,6 +78,7 @@ FEATURES: list[Callable[[Gateway, Authed], list[Route]]] = [
     thread_routes,
     repository_routes,
     vault_routes,
+    work_routes,
 ]
 """Each resource family's routes, in the order they are matched."""
 
