@@ -28,12 +28,12 @@ from anthropic.types.beta.environments import (
     BetaSelfHostedWorkHeartbeatResponse,
     BetaSelfHostedWorkQueueStats,
 )
-from corral.envkeys import create_environment_key
 
 from corral.contract.work import NO_HEARTBEAT, SESSION_TOKEN_PREFIX, WorkItem, WorkRequest
 from corral.names import ENV_WORK_LEASE_SECONDS
 from corral.work_queue import WorkQueues
 from tests.conftest import Stack
+from tests.test_api_workflow_runs import corral
 from tests.test_gateway import Gateway, running_gateway
 from tests.waits import until
 
@@ -49,6 +49,7 @@ class Queue:
     """A self-hosted environment of a workspace of its own, its environment key, and the clients that call it."""
 
     gateway: Gateway
+    stack: Stack
     queues: WorkQueues
     workspace: str
     environment_id: str
@@ -103,16 +104,25 @@ def token_of(work: BetaSelfHostedWork) -> str:
     return token
 
 
+async def environment_key(client: Client, environment_id: str) -> str:
+    """A new key of the environment, from corral's keys route (the SDK has none: upstream issues them in Console)."""
+    made = await client.post(f"/v1/environments/{environment_id}/keys", body={"name": "laptop"},
+                             cast_to=dict[str, Any])  # fmt: skip
+    key = made["key"]
+    assert isinstance(key, str)
+    return key
+
+
 @pytest.fixture
 async def queue(stack: Stack, tmp_path: Path) -> AsyncIterator[Queue]:
     async with running_gateway(stack, tmp_path, **{ENV_WORK_LEASE_SECONDS: str(LEASE_SECONDS)}) as gateway:
         api = await gateway.client("hands")
         workspace = f"hands-{gateway.suffix}"
         environment = await api.beta.environments.create(name="my laptop", config={"type": "self_hosted"})
-        key, _ = await create_environment_key(gateway.records, workspace, environment.id)
-        worker = Client(base_url=gateway.url, api_key=key, max_retries=0)
+        worker = Client(base_url=gateway.url, api_key=await environment_key(api, environment.id), max_retries=0)
         gateway.clients.append(worker)
-        yield Queue(gateway, WorkQueues(stack.client, stack.harness_queue), workspace, environment.id, api, worker)
+        queues = WorkQueues(stack.client, stack.harness_queue)
+        yield Queue(gateway, stack, queues, workspace, environment.id, api, worker)
 
 
 async def test_an_item_is_delivered_acknowledged_claimed_heartbeated_and_stopped(queue: Queue) -> None:
@@ -235,6 +245,22 @@ async def test_list_retrieve_update_and_stats_in_the_sdks_types(queue: Queue) ->
         return (seen.depth, seen.pending, seen.workers_polling) == (2, 1, 1)
 
     await until(counted, "stats count 2 queued, 1 pending and the one worker that polled")
+
+    # `corral environment work ENV` shows the same, and every item with its session and state.
+    shown = await corral(queue.stack, "environment", "work", queue.environment_id, "--json")
+    assert shown.returncode == 0, shown.stderr
+    view = json.loads(shown.stdout)
+    assert (view["depth"], view["pending"], view["workers_polling"]) == (2, 1, 1)
+    assert [(item["session_id"], item["state"]) for item in view["items"]] == [
+        (session, "starting" if session == delivered.data.id else "queued") for session in sessions[::-1]
+    ]
+    assert all("token_sha256" not in item and "last_heartbeat" not in item for item in view["items"])
+    table = await corral(queue.stack, "environment", "work", queue.environment_id)
+    assert table.returncode == 0 and "depth 2, pending 1, workers polling 1" in table.stdout, table
+    assert all(work.id in table.stdout for work in listed), table.stdout
+    cloud = await queue.api.beta.environments.create(name="a cloud one")
+    refused = await corral(queue.stack, "environment", "work", cloud.id)
+    assert refused.returncode == 1 and "only a self_hosted one has a work queue" in refused.stderr, refused
 
     # Retrieve and update take an API key; metadata merges, and null deletes a key.
     work_id = listed[0].id

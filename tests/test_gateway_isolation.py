@@ -27,7 +27,9 @@ from starlette.routing import Route
 
 from corral.apikeys import create_key
 from corral.contract.threads import primary_thread_id
+from corral.contract.work import WorkItem, WorkRequest
 from corral.records import Records
+from corral.work_queue import WorkQueues
 from gateway.app import create_app
 from tests.chaos._processes import role_process, until_healthy
 from tests.conftest import Stack, unique
@@ -53,6 +55,10 @@ class Ids:
     credential: str = ""
     event: str = ""
     thread: str = ""
+    self_hosted: str = ""
+    """A self-hosted environment, whose work queue has an item (`work`); `env_key` is its environment key."""
+    work: str = ""
+    env_key: str = ""
 
 
 WRONG_KIND = {
@@ -65,6 +71,8 @@ WRONG_KIND = {
     "credential": "agent",
     "event": "vault",
     "thread": "session",
+    "self_hosted": "agent",
+    "work": "session",
 }
 """For each id position, the attribute of a real id of another kind (of the same workspace) to put there."""
 
@@ -102,6 +110,11 @@ def rows() -> list[Row]:
     interrupt: Call = lambda c, t, o: c.beta.sessions.events.send(  # noqa: E731
         o.session, events=[{"type": "user.interrupt", "session_thread_id": t.thread}]
     )
+    work_queue, work = env + "/work", env + "/work/{work_id}"
+
+    def worker(c: Client, own: Ids) -> Any:  # the caller's own environment key, as the SDK's worker holds it
+        return c.with_options(api_key=own.env_key).beta.environments.work
+
     return [
         Row("GET", agent, "id", "agent", "agent_id", lambda c, t, o: c.beta.agents.retrieve(t.agent)),
         Row("POST", agent, "id", "agent", "agent_id",
@@ -123,6 +136,25 @@ def rows() -> list[Row]:
             lambda c, t, o: c.beta.environments.delete(t.environment)),
         Row("POST", env + "/archive", "id", "environment", "environment_id",
             lambda c, t, o: c.beta.environments.archive(t.environment)),
+        Row("GET", work_queue + "/poll", "id", "self_hosted", "environment_id",
+            lambda c, t, o: worker(c, o).poll(t.self_hosted)),
+        Row("GET", work_queue + "/stats", "id", "self_hosted", "environment_id",
+            lambda c, t, o: c.beta.environments.work.stats(t.self_hosted)),
+        Row("GET", work_queue, "id", "self_hosted", "environment_id",
+            lambda c, t, o: worker(c, o).list(t.self_hosted)),
+        *(
+            Row(method, route, param, position, field, call)
+            for param, position, field in (("id", "self_hosted", "environment_id"), ("work_id", "work", "work_id"))
+            for method, route, call in (
+                ("POST", work + "/ack", lambda c, t, o: worker(c, o).ack(t.work, environment_id=t.self_hosted)),
+                ("POST", work + "/heartbeat", lambda c, t, o: worker(c, o).heartbeat(
+                    t.work, environment_id=t.self_hosted, expected_last_heartbeat="NO_HEARTBEAT")),
+                ("POST", work + "/stop", lambda c, t, o: worker(c, o).stop(t.work, environment_id=t.self_hosted)),
+                ("GET", work, lambda c, t, o: c.beta.environments.work.retrieve(t.work, environment_id=t.self_hosted)),
+                ("POST", work, lambda c, t, o: c.beta.environments.work.update(
+                    t.work, environment_id=t.self_hosted, metadata={"taken": "yes"})),
+            )
+        ),
         Row("POST", sessions, "body:agent", "agent", "agent",
             lambda c, t, o: c.beta.sessions.create(agent=t.agent, environment_id=o.environment)),
         Row("POST", sessions, "body:agent.id", "agent", "agent.id",
@@ -294,8 +326,29 @@ async def objects(stack: Stack, client: Client) -> Ids:
     )
     [resource] = repo_session.resources
     assert resource.type == "github_repository"
+    self_hosted, work, env_key = await work_item(stack, client)
     return dataclasses.replace(ids, repo_session=repo_session.id, resource=resource.id, credential=credential.id,
-                               event=event.id, thread=primary_thread_id(session.id))  # fmt: skip
+                               event=event.id, thread=primary_thread_id(session.id), self_hosted=self_hosted,
+                               work=work, env_key=env_key)  # fmt: skip
+
+
+async def work_item(stack: Stack, client: Client) -> tuple[str, str, str]:
+    """A self-hosted environment, an item in its work queue (as a session's request for hands makes it), and the
+    environment's key."""
+    environment = await client.beta.environments.create(name="hands", config={"type": "self_hosted"})
+    made = await client.post(f"/v1/environments/{environment.id}/keys", body={}, cast_to=dict[str, Any])
+    queues = WorkQueues(stack.client, stack.harness_queue)
+    workspace = (await Records(stack.client, task_queue=stack.harness_queue).get_any(environment.id)).workspace
+    session_id = f"sesn_{uuid.uuid4().hex[:26]}"
+    await queues.request(environment.id, WorkRequest(session_id=session_id, workspace=workspace))
+    items: list[WorkItem] = []
+
+    async def queued() -> bool:
+        items[:] = await queues.items(environment.id)
+        return bool(items)
+
+    await until(queued, "the work item is queued")
+    return environment.id, items[0].id, made["key"]
 
 
 async def snapshot(client: Client, a: Ids) -> dict[str, Any]:
@@ -304,6 +357,7 @@ async def snapshot(client: Client, a: Ids) -> dict[str, Any]:
         "agent": (await client.beta.agents.retrieve(a.agent)).model_dump(),
         "agent versions": [v.model_dump() async for v in client.beta.agents.versions.list(a.agent)],
         "environment": (await client.beta.environments.retrieve(a.environment)).model_dump(),
+        "work item": (await client.beta.environments.work.retrieve(a.work, environment_id=a.self_hosted)).model_dump(),
         "sessions": [(await client.beta.sessions.retrieve(s)).model_dump() for s in (a.session, a.repo_session)],
         "events": [e.model_dump() async for e in client.beta.sessions.events.list(a.session)],
         "threads": [(t.id, t.status, t.archived_at) async for t in client.beta.sessions.threads.list(a.session)],
@@ -342,12 +396,12 @@ async def test_another_workspaces_ids_are_404_and_the_wrong_kind_is_400_on_every
 ) -> None:
     client_a, client_b = await gateway.client("tenant-a"), await gateway.client("tenant-b")
     a, b = await objects(stack, client_a), await objects(stack, client_b)
-    listings_a = {"agent": [a.agent], "environment": [a.environment], "vault": [a.vault],
+    listings_a = {"agent": [a.agent], "environment": sorted([a.environment, a.self_hosted]), "vault": [a.vault],
                   "session": sorted([a.session, a.repo_session])}  # fmt: skip
 
     async def listed_fully() -> bool:  # visibility has caught up with A's objects: B's listings now mean something
         found = await listed(client_a)
-        return {**found, "session": sorted(found["session"])} == listings_a
+        return {**found, "session": sorted(found["session"]), "environment": sorted(found["environment"])} == listings_a
 
     await until(listed_fully, "A's listings show A's objects")
     before = await snapshot(client_a, a)
