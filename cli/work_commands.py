@@ -3,7 +3,7 @@
 lately, and every item the queue keeps, newest first, with its session and its lease's last heartbeat.
 
 It reads Temporal directly, as the other commands do, so it needs no key: the environment's record says whose it
-is. `work_command` is registered on the `environment` group (cli/environment_commands.py).
+is. `work_command` is a command of the `environment` group (cli/environment_commands.py).
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cli.app import app, client_of
+from cli.app import client_of
 from cli.context import CliError, run, settings_of
+from cli.environment_commands import environment_app
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from corral.contract.work import WorkItem, WorkQueueState
 
 
+@environment_app.command("work")
 def work_command(
     ctx: typer.Context,
     environment: Annotated[str, typer.Argument(metavar="ENV", help="The self-hosted environment's id (env_…).")],
@@ -39,6 +41,7 @@ def work_command(
     settings = settings_of(ctx)
 
     async def go() -> None:
+        from corral.envkeys import SELF_HOSTED
         from corral.records import RecordNotFound, Records
         from corral.work_queue import WorkQueues
 
@@ -48,9 +51,9 @@ def work_command(
         except RecordNotFound:
             raise CliError(f"no environment {environment}", hint="its id reads env_…") from None
         kind = (record.body.get("config") or {}).get("type", "cloud")
-        if kind != "self_hosted":
-            raise CliError(f"environment {environment} is a {kind} environment: only a self_hosted one has a work "
-                           "queue")  # fmt: skip
+        if kind != SELF_HOSTED:
+            raise CliError(f"environment {environment} is a {kind} environment: only a {SELF_HOSTED} one has a "
+                           "work queue")  # fmt: skip
         queues = WorkQueues(client)
         state = await queues.state(record.id, record.workspace)
         items = await queues.items(record.id)
@@ -117,15 +120,3 @@ def items_table(items: list[WorkItem]) -> Table:
             local_time(item.created_at),
         )
     return table
-
-
-def register(group: typer.Typer) -> None:
-    """Add `work` to the `environment` group."""
-    group.command("work")(work_command)
-
-
-# INTERIM, until the keys part's cli/environment_commands.py (which owns the `environment` group) is merged: then
-# these lines go, and that module calls `register(environment_app)`.
-_interim_group = typer.Typer(name="environment", help="Environments: a self-hosted one's work queue.")
-app.add_typer(_interim_group, rich_help_panel="The gateway")
-register(_interim_group)

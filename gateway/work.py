@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -46,12 +46,13 @@ from corral.contract.work import (
 )
 from corral.records import RecordView
 from corral.work_queue import HeartbeatPreconditionFailed, WorkAlreadyStopped, WorkNotFound, WorkNotQueued
-from gateway.errors import ApiError, invalid
+from gateway.environment_config import SELF_HOSTED, config_type
+from gateway.errors import ApiError, invalid, not_found
 from gateway.http import Authed, body
 from gateway.owned import MAX_ID_LENGTH, id_of, own_record
 from gateway.pages import page_limit
 from gateway.shapes import patch_metadata
-from gateway.work_auth_interim import Caller, CallerKind, scoped_for
+from gateway.work_auth import API_KEY, ENVIRONMENT_KEY, SESSION_TOKEN, Caller, CallerKind
 from gateway.work_shapes import (
     UNNAMED_WORKER,
     after_cursor,
@@ -78,13 +79,11 @@ WORKER_ID_HEADER = "anthropic-worker-id"
 MAX_NOTED_POLLERS = 10_000
 """Pollers whose last `work_polled` signal this gateway remembers (to send it at most every
 `POLL_SIGNAL_SECONDS`); past it, the ones noted longest ago are forgotten."""
-ENV_KEY: Final = "environment_key"
-SESSION_TOKEN: Final = "session_token"
-BY_ENV_KEY: frozenset[CallerKind] = frozenset({"environment_key"})
-BY_TOKEN_OR_ENV_KEY: frozenset[CallerKind] = frozenset({"session_token", "environment_key"})
-BY_API_KEY: frozenset[CallerKind] = frozenset({"api_key"})
-BY_EITHER_KEY: frozenset[CallerKind] = frozenset({"api_key", "environment_key"})
-"""Who may call each route (DESIGN26.md, "Credentials")."""
+BY_ENV_KEY: frozenset[CallerKind] = frozenset({ENVIRONMENT_KEY})
+BY_TOKEN_OR_ENV_KEY: frozenset[CallerKind] = frozenset({SESSION_TOKEN, ENVIRONMENT_KEY})
+BY_API_KEY: frozenset[CallerKind] = frozenset({API_KEY})
+BY_EITHER_KEY: frozenset[CallerKind] = frozenset({API_KEY, ENVIRONMENT_KEY})
+"""Who may call each route (gateway/work_auth.py): any other credential is a 403 that says what it may call."""
 
 
 def session_token(environment_id: str, work_id: str) -> str:
@@ -126,24 +125,24 @@ class WorkApi:
     # ---- what every route checks ----
 
     async def environment(self, request: Request, caller: Caller) -> RecordView:
-        """The path's environment: of the caller's workspace, self-hosted, and the one the caller's key is for."""
+        """The path's environment: of the caller's workspace, within its credential's reach (a worker's credential
+        reaches its own environment only: another is a 404, as for none), and self-hosted."""
         record = await own_record(self.gateway.records, caller.workspace, request.path_params["id"], "environment",
                                   "environment_id")  # fmt: skip
-        config = record.body.get("config") or {}
-        if config.get("type") != "self_hosted":
-            raise invalid(f"environment_id: {record.id} is a {config.get('type', 'cloud')} environment; only a "
-                          "self_hosted environment has a work queue")  # fmt: skip
-        if caller.kind in (ENV_KEY, SESSION_TOKEN) and caller.environment_id != record.id:
-            raise ApiError(403, f"this {caller.kind.replace('_', ' ')} is for environment {caller.environment_id}'s "
-                                "work queue only")  # fmt: skip
+        if not caller.reaches_environment(record.id):
+            raise not_found("environment", record.id)
+        kind = config_type(record.body)
+        if kind != SELF_HOSTED:
+            raise invalid(f"environment_id: {record.id} is a {kind} environment; only a {SELF_HOSTED} environment "
+                          "has a work queue")  # fmt: skip
         return record
 
     def work_id(self, request: Request, caller: Caller) -> str:
         work_id = id_of(request.path_params["work_id"], "work_id", "work item")
         if len(work_id) > MAX_ID_LENGTH or not work_id.isascii() or not work_id.isprintable():
             raise no_item(work_id[:MAX_ID_LENGTH])
-        if caller.kind == SESSION_TOKEN and caller.work_id != work_id:
-            raise ApiError(403, f"this session token is for work item {caller.work_id} only")
+        if not caller.reaches_work(work_id):
+            raise no_item(work_id)
         return work_id
 
     async def item(self, environment_id: str, work_id: str) -> WorkItem:
@@ -291,7 +290,7 @@ class WorkApi:
 def work_routes(gateway: Gateway, authed: Authed) -> list[Route]:
     """The routes; `/poll` and `/stats` come before `/{work_id}`, which would take their names as work ids."""
     work = WorkApi(gateway)
-    scoped = scoped_for(gateway)
+    scoped = gateway.credentials.scoped
     base = "/v1/environments/{id}/work"
     one = base + "/{work_id}"
     return [

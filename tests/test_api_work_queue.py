@@ -176,11 +176,11 @@ async def test_an_item_is_delivered_acknowledged_claimed_heartbeated_and_stopped
     started_item = await queue.api.beta.environments.work.retrieve(work.id, environment_id=queue.environment_id)
     assert started_item.state == "active" and started_item.started_at and started_item.latest_heartbeat_at
 
-    # A session token opens its own item only.
+    # A session token opens its own item only, and heartbeats and stops it only.
     await queue.request_hands()
     other = await queue.poll_until_delivered()
     assert other.id != work.id
-    with pytest.raises(anthropic.PermissionDeniedError):
+    with pytest.raises(anthropic.NotFoundError):  # as for no such item: a token never learns what else exists
         await item_api.heartbeat(other.id, environment_id=queue.environment_id, expected_last_heartbeat=NO_HEARTBEAT)
     with pytest.raises(anthropic.PermissionDeniedError):
         await item_api.poll(queue.environment_id)
