@@ -328,3 +328,18 @@ async def test_bad_values_are_400_naming_them_and_change_nothing(queue: Queue) -
     with pytest.raises(anthropic.NotFoundError):
         await work_api.ack("work_" + "0" * 28, environment_id=env)
     assert await queue.items() == before, "a refused request changed the queue"
+
+
+async def test_a_sessions_first_built_in_call_queues_the_item_a_poll_delivers(queue: Queue) -> None:
+    model = queue.stack.script([{"tool_uses": [{"name": "bash", "input": {"command": "hostname"}}]}, {"text": "ok"}])
+    agent = await queue.api.beta.agents.create(name="ops", model=model, tools=[{"type": "agent_toolset_20260401"}])
+    hello = [{"type": "user.message", "content": [{"type": "text", "text": "where do you run?"}]}]
+    session = await queue.api.beta.sessions.create(agent=agent.id, environment_id=queue.environment_id,
+                                                   initial_events=hello)  # type: ignore[arg-type]  # fmt: skip
+    work = await queue.poll_until_delivered()
+    assert (work.data.type, work.data.id, work.state) == ("session", session.id, "queued")
+    assert token_of(work)
+    stats = await queue.api.beta.environments.work.stats(queue.environment_id)
+    assert (stats.depth, stats.workers_polling) == (1, 1)
+    stopped = await queue.worker.beta.environments.work.stop(work.id, environment_id=queue.environment_id, force=True)
+    assert stopped.state == "stopped"
