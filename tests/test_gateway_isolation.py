@@ -53,6 +53,9 @@ class Ids:
     credential: str = ""
     event: str = ""
     thread: str = ""
+    hosted: str = ""
+    """A self-hosted environment (the one kind with keys)."""
+    env_key: str = ""
 
 
 WRONG_KIND = {
@@ -65,6 +68,8 @@ WRONG_KIND = {
     "credential": "agent",
     "event": "vault",
     "thread": "session",
+    "hosted": "agent",
+    "env_key": "agent",
 }
 """For each id position, the attribute of a real id of another kind (of the same workspace) to put there."""
 
@@ -123,6 +128,15 @@ def rows() -> list[Row]:
             lambda c, t, o: c.beta.environments.delete(t.environment)),
         Row("POST", env + "/archive", "id", "environment", "environment_id",
             lambda c, t, o: c.beta.environments.archive(t.environment)),
+        Row("POST", env + "/keys", "id", "hosted", "environment_id",
+            lambda c, t, o: c.post(f"/v1/environments/{t.hosted}/keys", cast_to=object)),
+        Row("GET", env + "/keys", "id", "hosted", "environment_id",
+            lambda c, t, o: c.get(f"/v1/environments/{t.hosted}/keys", cast_to=object)),
+        *(
+            Row("POST", env + "/keys/{key_id}/revoke", param, position, field,
+                lambda c, t, o: c.post(f"/v1/environments/{t.hosted}/keys/{t.env_key}/revoke", cast_to=object))
+            for param, position, field in (("id", "hosted", "environment_id"), ("key_id", "env_key", "key_id"))
+        ),
         Row("POST", sessions, "body:agent", "agent", "agent",
             lambda c, t, o: c.beta.sessions.create(agent=t.agent, environment_id=o.environment)),
         Row("POST", sessions, "body:agent.id", "agent", "agent.id",
@@ -294,8 +308,11 @@ async def objects(stack: Stack, client: Client) -> Ids:
     )
     [resource] = repo_session.resources
     assert resource.type == "github_repository"
+    hosted = await client.beta.environments.create(name="laptop", config={"type": "self_hosted"})
+    env_key: dict[str, Any] = await client.post(f"/v1/environments/{hosted.id}/keys", cast_to=object)
     return dataclasses.replace(ids, repo_session=repo_session.id, resource=resource.id, credential=credential.id,
-                               event=event.id, thread=primary_thread_id(session.id))  # fmt: skip
+                               event=event.id, thread=primary_thread_id(session.id), hosted=hosted.id,
+                               env_key=env_key["id"])  # fmt: skip
 
 
 async def snapshot(client: Client, a: Ids) -> dict[str, Any]:
@@ -310,8 +327,14 @@ async def snapshot(client: Client, a: Ids) -> dict[str, Any]:
         "resources": [r.model_dump() async for r in client.beta.sessions.resources.list(a.repo_session)],
         "vault": (await client.beta.vaults.retrieve(a.vault)).model_dump(),
         "credentials": [c.model_dump() async for c in client.beta.vaults.credentials.list(a.vault)],
+        "environment keys": await environment_keys(client, a),
         "listings": await listed(client),
     }
+
+
+async def environment_keys(client: Client, a: Ids) -> list[dict[str, Any]]:
+    listing: dict[str, Any] = await client.get(f"/v1/environments/{a.hosted}/keys", cast_to=object)
+    return list(listing["data"])
 
 
 async def listed(client: Client) -> dict[str, list[str]]:
@@ -342,12 +365,14 @@ async def test_another_workspaces_ids_are_404_and_the_wrong_kind_is_400_on_every
 ) -> None:
     client_a, client_b = await gateway.client("tenant-a"), await gateway.client("tenant-b")
     a, b = await objects(stack, client_a), await objects(stack, client_b)
-    listings_a = {"agent": [a.agent], "environment": [a.environment], "vault": [a.vault],
+    listings_a = {"agent": [a.agent], "environment": sorted([a.environment, a.hosted]), "vault": [a.vault],
                   "session": sorted([a.session, a.repo_session])}  # fmt: skip
 
     async def listed_fully() -> bool:  # visibility has caught up with A's objects: B's listings now mean something
         found = await listed(client_a)
-        return {**found, "session": sorted(found["session"])} == listings_a
+        keys = [key["id"] for key in await environment_keys(client_a, a)]
+        sort = {"session": sorted(found["session"]), "environment": sorted(found["environment"])}
+        return {**found, **sort} == listings_a and keys == [a.env_key]
 
     await until(listed_fully, "A's listings show A's objects")
     before = await snapshot(client_a, a)
