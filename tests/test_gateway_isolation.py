@@ -38,6 +38,8 @@ from tests.waits import until
 pytestmark = pytest.mark.timeout(600)
 
 Client = anthropic.AsyncAnthropic
+JSON = dict[str, Any]
+"""What a corral extension (which the SDK has no method for) answers, through the SDK's own client."""
 
 
 @dataclass(frozen=True)
@@ -129,12 +131,12 @@ def rows() -> list[Row]:
         Row("POST", env + "/archive", "id", "environment", "environment_id",
             lambda c, t, o: c.beta.environments.archive(t.environment)),
         Row("POST", env + "/keys", "id", "hosted", "environment_id",
-            lambda c, t, o: c.post(f"/v1/environments/{t.hosted}/keys", cast_to=object)),
+            lambda c, t, o: c.post(f"/v1/environments/{t.hosted}/keys", cast_to=JSON)),
         Row("GET", env + "/keys", "id", "hosted", "environment_id",
-            lambda c, t, o: c.get(f"/v1/environments/{t.hosted}/keys", cast_to=object)),
+            lambda c, t, o: c.get(f"/v1/environments/{t.hosted}/keys", cast_to=JSON)),
         *(
             Row("POST", env + "/keys/{key_id}/revoke", param, position, field,
-                lambda c, t, o: c.post(f"/v1/environments/{t.hosted}/keys/{t.env_key}/revoke", cast_to=object))
+                lambda c, t, o: c.post(f"/v1/environments/{t.hosted}/keys/{t.env_key}/revoke", cast_to=JSON))
             for param, position, field in (("id", "hosted", "environment_id"), ("key_id", "env_key", "key_id"))
         ),
         Row("POST", sessions, "body:agent", "agent", "agent",
@@ -309,7 +311,7 @@ async def objects(stack: Stack, client: Client) -> Ids:
     [resource] = repo_session.resources
     assert resource.type == "github_repository"
     hosted = await client.beta.environments.create(name="laptop", config={"type": "self_hosted"})
-    env_key: dict[str, Any] = await client.post(f"/v1/environments/{hosted.id}/keys", cast_to=object)
+    env_key: dict[str, Any] = await client.post(f"/v1/environments/{hosted.id}/keys", cast_to=JSON)
     return dataclasses.replace(ids, repo_session=repo_session.id, resource=resource.id, credential=credential.id,
                                event=event.id, thread=primary_thread_id(session.id), hosted=hosted.id,
                                env_key=env_key["id"])  # fmt: skip
@@ -333,7 +335,7 @@ async def snapshot(client: Client, a: Ids) -> dict[str, Any]:
 
 
 async def environment_keys(client: Client, a: Ids) -> list[dict[str, Any]]:
-    listing: dict[str, Any] = await client.get(f"/v1/environments/{a.hosted}/keys", cast_to=object)
+    listing: dict[str, Any] = await client.get(f"/v1/environments/{a.hosted}/keys", cast_to=JSON)
     return list(listing["data"])
 
 

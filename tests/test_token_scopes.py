@@ -29,6 +29,8 @@ from tests.waits import until
 pytestmark = pytest.mark.timeout(300)
 
 SELF_HOSTED = {"type": "self_hosted"}
+JSON = dict[str, Any]
+"""What a corral extension (which the SDK has no method for) answers, through the SDK's own client."""
 API, ENV_A, ENV_B, TOKEN_S, TOKEN_T = "API key", "env key of A", "env key of B", "token of S", "token of T"
 REVOKED, STOPPED, FORGED, GARBAGE = "revoked env key of A", "token of a stopped item", "forged env key", "garbage"
 VALID = (API, ENV_A, ENV_B, TOKEN_S, TOKEN_T)
@@ -82,9 +84,9 @@ def rows() -> list[Row]:
         Row("GET /v1/agents", lambda c, w: c.beta.agents.list(), API_ONLY),
         Row("GET /v1/agents/{id}", lambda c, w: c.beta.agents.retrieve(w.agent), API_ONLY),
         Row("GET /v1/environments/{A}", lambda c, w: c.beta.environments.retrieve(w.a), API_ONLY),
-        Row("GET /v1/environments/{A}/keys", lambda c, w: c.get(f"/v1/environments/{w.a}/keys", cast_to=object),
+        Row("GET /v1/environments/{A}/keys", lambda c, w: c.get(f"/v1/environments/{w.a}/keys", cast_to=JSON),
             API_ONLY),
-        Row("POST /v1/environments/{A}/keys", lambda c, w: c.post(f"/v1/environments/{w.a}/keys", cast_to=object),
+        Row("POST /v1/environments/{A}/keys", lambda c, w: c.post(f"/v1/environments/{w.a}/keys", cast_to=JSON),
             API_ONLY),
     ]  # fmt: skip
 
@@ -142,7 +144,7 @@ async def test_each_credential_opens_exactly_its_routes(stack: Stack, served: Ga
     world = World(a.id, b.id, s.id, t.id, u.id, agent.id)
 
     async def key_of(environment_id: str) -> dict[str, Any]:
-        made: dict[str, Any] = await client.post(f"/v1/environments/{environment_id}/keys", cast_to=object)
+        made: dict[str, Any] = await client.post(f"/v1/environments/{environment_id}/keys", cast_to=JSON)
         return made
 
     queues = WorkQueues(stack.client, task_queue=stack.harness_queue)
@@ -167,7 +169,7 @@ async def test_each_credential_opens_exactly_its_routes(stack: Stack, served: Ga
     for name in (REVOKED, STOPPED):
         target = world.s if name == REVOKED else world.u
         assert await outcome(as_[name].beta.sessions.retrieve(target)) == (200, ""), name
-    await client.post(f"/v1/environments/{a.id}/keys/{revoked['id']}/revoke", cast_to=object)
+    await client.post(f"/v1/environments/{a.id}/keys/{revoked['id']}/revoke", cast_to=JSON)
     work_id = stopped.removeprefix(SESSION_TOKEN_PREFIX).split("-")[1]
     await queues.stop(b.id, StopWork(work_id=work_id, force=True))
 
