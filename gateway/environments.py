@@ -79,7 +79,7 @@ class EnvironmentKeys:
         key, record = await create_environment_key(self.gateway.records, workspace, environment.id, name or None)
         return JSONResponse({**key_view(record), "key": key})  # the only time the key is shown
 
-    async def list(self, request: Request, workspace: str) -> Response:
+    async def listing(self, request: Request, workspace: str) -> Response:
         environment = await self.self_hosted(workspace, request.path_params["id"])
         keys = await list_environment_keys(self.gateway.records, workspace, environment.id)
         return JSONResponse({"data": [key_view(key) for key in keys], "next_page": None})
@@ -99,7 +99,7 @@ class EnvironmentKeys:
         base = "/v1/environments/{id}/keys"
         return [
             Route(base, authed(self.create), methods=["POST"]),
-            Route(base, authed(self.list), methods=["GET"]),
+            Route(base, authed(self.listing), methods=["GET"]),
             Route(base + "/{key_id}/revoke", authed(self.revoke), methods=["POST"]),
         ]
 

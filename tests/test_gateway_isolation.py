@@ -40,6 +40,8 @@ from tests.waits import until
 pytestmark = pytest.mark.timeout(600)
 
 Client = anthropic.AsyncAnthropic
+JSON = dict[str, Any]
+"""What a corral extension (which the SDK has no method for) answers, through the SDK's own client."""
 
 
 @dataclass(frozen=True)
@@ -55,9 +57,11 @@ class Ids:
     credential: str = ""
     event: str = ""
     thread: str = ""
-    self_hosted: str = ""
-    """A self-hosted environment, whose work queue has an item (`work`); `env_key` is its environment key."""
+    hosted: str = ""
+    """A self-hosted environment (the one kind with keys), whose work queue has an item (`work`)."""
     work: str = ""
+    worker_key: str = ""
+    """The text of the environment key `env_key` (the caller's own, as its worker holds it: not an id position)."""
     env_key: str = ""
 
 
@@ -71,7 +75,8 @@ WRONG_KIND = {
     "credential": "agent",
     "event": "vault",
     "thread": "session",
-    "self_hosted": "agent",
+    "hosted": "agent",
+    "env_key": "agent",
     "work": "session",
 }
 """For each id position, the attribute of a real id of another kind (of the same workspace) to put there."""
@@ -113,7 +118,7 @@ def rows() -> list[Row]:
     work_queue, work = env + "/work", env + "/work/{work_id}"
 
     def worker(c: Client, own: Ids) -> Any:  # the caller's own environment key, as the SDK's worker holds it
-        return c.with_options(api_key=own.env_key).beta.environments.work
+        return c.with_options(api_key=own.worker_key).beta.environments.work
 
     return [
         Row("GET", agent, "id", "agent", "agent_id", lambda c, t, o: c.beta.agents.retrieve(t.agent)),
@@ -136,23 +141,32 @@ def rows() -> list[Row]:
             lambda c, t, o: c.beta.environments.delete(t.environment)),
         Row("POST", env + "/archive", "id", "environment", "environment_id",
             lambda c, t, o: c.beta.environments.archive(t.environment)),
-        Row("GET", work_queue + "/poll", "id", "self_hosted", "environment_id",
-            lambda c, t, o: worker(c, o).poll(t.self_hosted)),
-        Row("GET", work_queue + "/stats", "id", "self_hosted", "environment_id",
-            lambda c, t, o: c.beta.environments.work.stats(t.self_hosted)),
-        Row("GET", work_queue, "id", "self_hosted", "environment_id",
-            lambda c, t, o: worker(c, o).list(t.self_hosted)),
+        Row("POST", env + "/keys", "id", "hosted", "environment_id",
+            lambda c, t, o: c.post(f"/v1/environments/{t.hosted}/keys", cast_to=JSON)),
+        Row("GET", env + "/keys", "id", "hosted", "environment_id",
+            lambda c, t, o: c.get(f"/v1/environments/{t.hosted}/keys", cast_to=JSON)),
+        *(
+            Row("POST", env + "/keys/{key_id}/revoke", param, position, field,
+                lambda c, t, o: c.post(f"/v1/environments/{t.hosted}/keys/{t.env_key}/revoke", cast_to=JSON))
+            for param, position, field in (("id", "hosted", "environment_id"), ("key_id", "env_key", "key_id"))
+        ),
+        Row("GET", work_queue + "/poll", "id", "hosted", "environment_id",
+            lambda c, t, o: worker(c, o).poll(t.hosted)),
+        Row("GET", work_queue + "/stats", "id", "hosted", "environment_id",
+            lambda c, t, o: c.beta.environments.work.stats(t.hosted)),
+        Row("GET", work_queue, "id", "hosted", "environment_id",
+            lambda c, t, o: worker(c, o).list(t.hosted)),
         *(
             Row(method, route, param, position, field, call)
-            for param, position, field in (("id", "self_hosted", "environment_id"), ("work_id", "work", "work_id"))
+            for param, position, field in (("id", "hosted", "environment_id"), ("work_id", "work", "work_id"))
             for method, route, call in (
-                ("POST", work + "/ack", lambda c, t, o: worker(c, o).ack(t.work, environment_id=t.self_hosted)),
+                ("POST", work + "/ack", lambda c, t, o: worker(c, o).ack(t.work, environment_id=t.hosted)),
                 ("POST", work + "/heartbeat", lambda c, t, o: worker(c, o).heartbeat(
-                    t.work, environment_id=t.self_hosted, expected_last_heartbeat="NO_HEARTBEAT")),
-                ("POST", work + "/stop", lambda c, t, o: worker(c, o).stop(t.work, environment_id=t.self_hosted)),
-                ("GET", work, lambda c, t, o: c.beta.environments.work.retrieve(t.work, environment_id=t.self_hosted)),
+                    t.work, environment_id=t.hosted, expected_last_heartbeat="NO_HEARTBEAT")),
+                ("POST", work + "/stop", lambda c, t, o: worker(c, o).stop(t.work, environment_id=t.hosted)),
+                ("GET", work, lambda c, t, o: c.beta.environments.work.retrieve(t.work, environment_id=t.hosted)),
                 ("POST", work, lambda c, t, o: c.beta.environments.work.update(
-                    t.work, environment_id=t.self_hosted, metadata={"taken": "yes"})),
+                    t.work, environment_id=t.hosted, metadata={"taken": "yes"})),
             )
         ),
         Row("POST", sessions, "body:agent", "agent", "agent",
@@ -326,29 +340,28 @@ async def objects(stack: Stack, client: Client) -> Ids:
     )
     [resource] = repo_session.resources
     assert resource.type == "github_repository"
-    self_hosted, work, env_key = await work_item(stack, client)
+    hosted = await client.beta.environments.create(name="laptop", config={"type": "self_hosted"})
+    env_key: dict[str, Any] = await client.post(f"/v1/environments/{hosted.id}/keys", cast_to=JSON)
     return dataclasses.replace(ids, repo_session=repo_session.id, resource=resource.id, credential=credential.id,
-                               event=event.id, thread=primary_thread_id(session.id), self_hosted=self_hosted,
-                               work=work, env_key=env_key)  # fmt: skip
+                               event=event.id, thread=primary_thread_id(session.id), hosted=hosted.id,
+                               env_key=env_key["id"], worker_key=env_key["key"],
+                               work=await work_item(stack, hosted.id))  # fmt: skip
 
 
-async def work_item(stack: Stack, client: Client) -> tuple[str, str, str]:
-    """A self-hosted environment, an item in its work queue (as a session's request for hands makes it), and the
-    environment's key."""
-    environment = await client.beta.environments.create(name="hands", config={"type": "self_hosted"})
-    made = await client.post(f"/v1/environments/{environment.id}/keys", body={}, cast_to=dict[str, Any])
+async def work_item(stack: Stack, environment_id: str) -> str:
+    """An item in the environment's work queue, as a session's request for hands makes it."""
     queues = WorkQueues(stack.client, stack.harness_queue)
-    workspace = (await Records(stack.client, task_queue=stack.harness_queue).get_any(environment.id)).workspace
+    workspace = (await Records(stack.client, task_queue=stack.harness_queue).get_any(environment_id)).workspace
     session_id = f"sesn_{uuid.uuid4().hex[:26]}"
-    await queues.request(environment.id, WorkRequest(session_id=session_id, workspace=workspace))
+    await queues.request(environment_id, WorkRequest(session_id=session_id, workspace=workspace))
     items: list[WorkItem] = []
 
     async def queued() -> bool:
-        items[:] = await queues.items(environment.id)
+        items[:] = await queues.items(environment_id)
         return bool(items)
 
     await until(queued, "the work item is queued")
-    return environment.id, items[0].id, made["key"]
+    return items[0].id
 
 
 async def snapshot(client: Client, a: Ids) -> dict[str, Any]:
@@ -357,15 +370,21 @@ async def snapshot(client: Client, a: Ids) -> dict[str, Any]:
         "agent": (await client.beta.agents.retrieve(a.agent)).model_dump(),
         "agent versions": [v.model_dump() async for v in client.beta.agents.versions.list(a.agent)],
         "environment": (await client.beta.environments.retrieve(a.environment)).model_dump(),
-        "work item": (await client.beta.environments.work.retrieve(a.work, environment_id=a.self_hosted)).model_dump(),
+        "work item": (await client.beta.environments.work.retrieve(a.work, environment_id=a.hosted)).model_dump(),
         "sessions": [(await client.beta.sessions.retrieve(s)).model_dump() for s in (a.session, a.repo_session)],
         "events": [e.model_dump() async for e in client.beta.sessions.events.list(a.session)],
         "threads": [(t.id, t.status, t.archived_at) async for t in client.beta.sessions.threads.list(a.session)],
         "resources": [r.model_dump() async for r in client.beta.sessions.resources.list(a.repo_session)],
         "vault": (await client.beta.vaults.retrieve(a.vault)).model_dump(),
         "credentials": [c.model_dump() async for c in client.beta.vaults.credentials.list(a.vault)],
+        "environment keys": await environment_keys(client, a),
         "listings": await listed(client),
     }
+
+
+async def environment_keys(client: Client, a: Ids) -> list[dict[str, Any]]:
+    listing: dict[str, Any] = await client.get(f"/v1/environments/{a.hosted}/keys", cast_to=JSON)
+    return list(listing["data"])
 
 
 async def listed(client: Client) -> dict[str, list[str]]:
@@ -396,12 +415,14 @@ async def test_another_workspaces_ids_are_404_and_the_wrong_kind_is_400_on_every
 ) -> None:
     client_a, client_b = await gateway.client("tenant-a"), await gateway.client("tenant-b")
     a, b = await objects(stack, client_a), await objects(stack, client_b)
-    listings_a = {"agent": [a.agent], "environment": sorted([a.environment, a.self_hosted]), "vault": [a.vault],
+    listings_a = {"agent": [a.agent], "environment": sorted([a.environment, a.hosted]), "vault": [a.vault],
                   "session": sorted([a.session, a.repo_session])}  # fmt: skip
 
     async def listed_fully() -> bool:  # visibility has caught up with A's objects: B's listings now mean something
         found = await listed(client_a)
-        return {**found, "session": sorted(found["session"]), "environment": sorted(found["environment"])} == listings_a
+        keys = [key["id"] for key in await environment_keys(client_a, a)]
+        sort = {"session": sorted(found["session"]), "environment": sorted(found["environment"])}
+        return {**found, **sort} == listings_a and keys == [a.env_key]
 
     await until(listed_fully, "A's listings show A's objects")
     before = await snapshot(client_a, a)
