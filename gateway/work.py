@@ -11,10 +11,11 @@ What the worker needs of each answer, and gets here:
   and gives the item up).
 - **stop** of a stopped item is a 409 with `x-should-retry: false`: the worker ignores it, and does not retry it.
 
-Credentials (DESIGN26.md): the environment key polls, acknowledges and lists; an item's session token heartbeats
-and stops that item only, with the environment key as the fallback; retrieve and update take an API key only, and
-stats either key. Every route checks the environment id (its kind: 400, its workspace: 404, self-hosted: 400)
-before anything else, and a work id's kind (400) and environment (404).
+Credentials (gateway/work_auth.py): the environment key polls, acknowledges and lists; an item's session token
+heartbeats and stops that item, with the environment key as the fallback; retrieve and update take an API key only,
+and stats either key. Every route checks the environment id before anything else (its kind: 400; its workspace,
+or for a worker's credential its own environment: 404; self-hosted: 400), then a work id's kind (400) and that it is
+of the environment, and a session token's own (404).
 """
 
 from __future__ import annotations
