@@ -259,8 +259,8 @@ async def test_list_retrieve_update_and_stats_in_the_sdks_types(queue: Queue) ->
     assert table.returncode == 0 and "depth 2, pending 1, workers polling 1" in table.stdout, table
     assert all(work.id in table.stdout for work in listed), table.stdout
     cloud = await queue.api.beta.environments.create(name="a cloud one")
-    refused = await corral(queue.stack, "environment", "work", cloud.id)
-    assert refused.returncode == 1 and "only a self_hosted one has a work queue" in refused.stderr, refused
+    not_hosted = await corral(queue.stack, "environment", "work", cloud.id)
+    assert not_hosted.returncode == 1 and "only a self_hosted one has a work queue" in not_hosted.stderr, not_hosted
 
     # Retrieve and update take an API key; metadata merges, and null deletes a key.
     work_id = listed[0].id
