@@ -12,6 +12,7 @@ from __future__ import annotations
 
 # Importing the command modules registers their commands on the app.
 import cli.api_keys
+import cli.environment_commands
 import cli.hands
 import cli.harness
 import cli.log_commands
@@ -19,7 +20,8 @@ import cli.outcome_commands
 import cli.run_commands
 import cli.session_commands
 import cli.stack_commands
-import cli.thread_commands  # noqa: F401 (the name `cli` is bound by the lines above too)
+import cli.thread_commands
+import cli.work_commands  # noqa: F401 (the name `cli` is bound by the lines above too)
 from cli.app import app
 
 __all__ = ["app"]

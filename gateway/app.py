@@ -2,7 +2,8 @@
 
 How to add a resource (threads, files, skills, ...): write `gateway/<plural>.py` with a function
 `<name>_routes(gateway: Gateway, authed: Authed) -> list[Route]`, and add it to `FEATURES` below: one module and
-one line. Its handlers take `(request, workspace)`: `authed` has verified the API key (`gateway/auth.py`). Build it
+one line. Its handlers take `(request, workspace)`: `authed` has verified the API key, and refused a self-hosted
+worker's credentials (`gateway/work_auth.py`, which also makes the routes a worker may call). Build it
 on the core: `gateway.owned` checks every id's kind and workspace (400 / 404), `gateway.errors` makes the answers
 the SDK reads, `gateway.http` reads bodies and query values, `gateway.pages` limits and cursors, and
 `gateway.shapes` the views several families share. A resource that is a versioned record subclasses
@@ -24,6 +25,7 @@ from corral import telemetry
 from corral.errors import SessionEnded
 from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
 from corral.records import Records
+from corral.work_queue import WorkQueues
 from gateway.agents import agent_routes
 from gateway.auth import ApiKeys
 from gateway.environments import environment_routes
@@ -38,6 +40,8 @@ from gateway.session_status import session_ended_handler
 from gateway.sessions import Sessions, session_routes
 from gateway.threads import thread_routes
 from gateway.vaults import vault_routes
+from gateway.work import work_routes
+from gateway.work_auth import Credentials
 
 DEFAULT_PORT = 8780
 
@@ -57,8 +61,11 @@ class Gateway:
         self.harness_queue = harness_queue
         self.model_queue = model_queue
         self.records = Records(client, task_queue=harness_queue)
+        self.work_queues = WorkQueues(client, task_queue=harness_queue)
+        """The self-hosted environments' work queues, which run on the harness queue of the sessions they serve."""
         self.keys = ApiKeys(self.records)
-        self.sessions = Sessions(client, self.records, harness_queue, model_queue, limits)
+        self.credentials = Credentials(self.keys, self.records, self.work_queues)
+        self.sessions = Sessions(client, self.records, self.work_queues, harness_queue, model_queue, limits)
         self.streams = StreamSlots(streams_per_key)
 
     def own_queues(self) -> tuple[str, str]:
@@ -75,6 +82,7 @@ FEATURES: list[Callable[[Gateway, Authed], list[Route]]] = [
     thread_routes,
     repository_routes,
     vault_routes,
+    work_routes,
 ]
 """Each resource family's routes, in the order they are matched."""
 
@@ -93,7 +101,7 @@ def create_app(
 
     routes = [Route("/healthz", health)]
     for feature in FEATURES:
-        routes += feature(gateway, gateway.keys.authed)
+        routes += feature(gateway, gateway.credentials.authed)
 
     async def not_found_route(request: Request, exc: Exception) -> Response:
         return error_response(404, f"no such endpoint: {request.method} {request.url.path}")

@@ -1,21 +1,18 @@
-"""Who is asking: every request names its API key (`Authorization: Bearer`, as the SDK sends it, or `x-api-key`);
-the key's workspace scopes everything the request sees. A verified key is remembered for `KEY_CACHE_SECONDS`, so a
-revoked key stops working within that time on every gateway.
+"""API keys: a request names its key (`Authorization: Bearer`, as the SDK sends it, or `x-api-key`), and the key's
+workspace scopes everything the request sees. A verified key is remembered for `KEY_CACHE_SECONDS`, so a revoked
+key stops working within that time on every gateway. Which credential a route takes (an API key, or a self-hosted
+worker's environment key or session token) is gateway/work_auth.py's to say.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
-from starlette.responses import Response
 
 from corral.apikeys import KEY_PREFIX, verify_key
 from corral.records import Records
 from gateway.errors import ApiError
-from gateway.http import Handler
-from gateway.owned import WORKSPACE_HEADER, check_selected_workspace
 
 KEY_CACHE_SECONDS = 10.0
 
@@ -45,14 +42,3 @@ class ApiKeys:
             raise ApiError(401, "invalid API key (create one with `corral api-key create --workspace NAME`)")
         self._keys[key] = (workspace, time.monotonic())
         return workspace
-
-    def authed(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-        """`handler` as a Starlette endpoint that learns the caller's workspace first (and refuses a request that
-        selects another one)."""
-
-        async def endpoint(request: Request) -> Response:
-            workspace = await self.workspace(request)
-            check_selected_workspace(request.headers.get(WORKSPACE_HEADER), workspace)
-            return await handler(request, workspace)
-
-        return endpoint

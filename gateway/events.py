@@ -135,8 +135,9 @@ def event_routes(gateway: Gateway, authed: Authed) -> list[Route]:
         handle, _ = await own_session(gateway.client, workspace, request.path_params["id"])
         return await gateway.streams.open(request.state.key_id, lambda: stream_events(handle, request))
 
+    worker = gateway.credentials.for_session  # a self-hosted worker's credentials reach these too (work_auth.py)
     return [
-        Route("/v1/sessions/{id}/events", authed(list_events), methods=["GET"]),
-        Route("/v1/sessions/{id}/events", authed(send_events), methods=["POST"]),
-        Route("/v1/sessions/{id}/events/stream", authed(stream), methods=["GET"]),
+        Route("/v1/sessions/{id}/events", worker(list_events), methods=["GET"]),
+        Route("/v1/sessions/{id}/events", worker(send_events), methods=["POST"]),
+        Route("/v1/sessions/{id}/events/stream", worker(stream), methods=["GET"]),
     ]

@@ -21,9 +21,13 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from corral.client import new_session_id, start_session
 from corral.contract.pricing import PRICES_ENVIRONMENT_VARIABLE, NotBudgetable, parse_prices, price_in_force
 from corral.contract.records import SEARCH_ATTRIBUTE_WORKSPACE
+from corral.contract.sandbox import Environment
 from corral.contract.session import SendEventsInput, SessionBudget, SessionInput, parse_user_events
+from corral.contract.work import SelfHostedEnvironment
 from corral.names import SESSION_WORKFLOW
 from corral.records import Records, RecordView
+from corral.work_queue import WorkQueues
+from gateway.environment_config import SELF_HOSTED, config_type, environment_recipe
 from gateway.errors import ApiError, invalid
 from gateway.events import write_events
 from gateway.hands import check_hands
@@ -44,7 +48,6 @@ from gateway.shapes import (
     agent_view,
     budget_limit,
     check_metadata,
-    environment_recipe,
 )
 from gateway.vaults import check_vault_ids
 
@@ -61,10 +64,11 @@ OVERRIDABLE = frozenset({"model", "system", "tools", "mcp_servers", "skills"})
 class Sessions:
     """The session endpoints, over one Temporal client."""
 
-    def __init__(self, client: Client, records: Records, harness_queue: str, model_queue: str,
-                 limits: SessionLimits = DEFAULT_LIMITS) -> None:  # fmt: skip
+    def __init__(self, client: Client, records: Records, work_queues: WorkQueues, harness_queue: str,
+                 model_queue: str, limits: SessionLimits = DEFAULT_LIMITS) -> None:  # fmt: skip
         self.client = client
         self.records = records
+        self.work_queues = work_queues
         self.harness_queue = harness_queue
         self.model_queue = model_queue
         self.limits = limits
@@ -86,6 +90,9 @@ class Sessions:
         environment = await own_record(self.records, workspace, environment_id, "environment", "environment_id")
         if environment.archived_at is not None:
             raise ApiError(400, f"environment {environment_id!r} is archived", error_code="environment_archived")
+        hands = session_environment(environment, workspace)
+        if isinstance(hands, SelfHostedEnvironment):
+            _check_self_hosted(repositories, agent)
         initial = request.get("initial_events") or []
         if not isinstance(initial, list) or len(initial) > 50:
             raise invalid("initial_events must be a list of at most 50 events")
@@ -107,7 +114,7 @@ class Sessions:
                 agent=agent_config(agent.body, multiagent),
                 title=title,
                 metadata=check_metadata(request.get("metadata")),
-                environment=environment_recipe(environment.body),
+                environment=hands,
                 vault_ids=vault_ids,
                 resources=[repository.resource for repository in repositories],
                 model_task_queue=self.model_queue,
@@ -120,6 +127,8 @@ class Sessions:
                 "metadata": input.metadata, "resources": resources,
                 "budget": budget.model_dump(mode="json", exclude={"price"}) if budget else None}  # fmt: skip
         session_id = new_session_id()
+        if isinstance(hands, SelfHostedEnvironment):  # its worker polls the queue before the first call asks it
+            await self.work_queues.ensure(hands.environment_id, workspace)
         await store_repository_tokens(session_id, repositories)  # before the start, as `corral start --repo` does
         try:
             handle = await start_session(
@@ -220,6 +229,25 @@ class Sessions:
         return self.harness_queue, self.model_queue
 
 
+def session_environment(environment: RecordView, workspace: str) -> Environment | SelfHostedEnvironment:
+    """What a session made in `environment` runs its built-in tools on: a sandbox made from a `cloud` environment's
+    recipe, or the work queue of a `self_hosted` one, served by the user's own worker."""
+    if config_type(environment.body) == SELF_HOSTED:
+        return SelfHostedEnvironment(environment_id=environment.id, workspace=workspace)
+    return environment_recipe(environment.body)
+
+
+def _check_self_hosted(repositories: list[Any], agent: RecordView) -> None:
+    """What a session in a self-hosted environment cannot have (400, before anything is written)."""
+    if repositories:
+        raise invalid("resources: a self-hosted environment's worker does not mount resources (it runs the tools in "
+                      "its own directory, on its own machine): check the repository out there, or use a cloud "
+                      "environment")  # fmt: skip
+    if agent.body.get("multiagent"):
+        raise invalid("agent.multiagent: a multi-agent session cannot run in a self-hosted environment yet (its "
+                      "threads' tools would need self-hosted hands too): use a cloud environment")  # fmt: skip
+
+
 def _session_budget(raw: Any, agent: Mapping[str, Any]) -> SessionBudget | None:
     """The session's budget with the price in force for its model copied in (the table's, or `CORRAL_MODEL_PRICES`'s
     read here, never by the session); a model with no price is refused, as upstream does."""
@@ -270,5 +298,5 @@ def session_routes(gateway: Gateway, authed: Authed) -> list[Route]:
     return [
         Route("/v1/sessions", authed(create), methods=["POST"]),
         Route("/v1/sessions", authed(listing), methods=["GET"]),
-        Route("/v1/sessions/{id}", authed(retrieve), methods=["GET"]),
+        Route("/v1/sessions/{id}", gateway.credentials.for_session(retrieve), methods=["GET"]),  # a worker's too
     ]

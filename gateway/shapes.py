@@ -1,7 +1,8 @@
 """How corral's objects look through the API, and how the API's objects become corral's: pure functions.
 
-Agents and environments are stored as the API shows them (their records' bodies); what corral runs is derived
-from them here, and validated at the edge, so a bad agent is a 400 on create, never a failed session.
+Agents are stored as the API shows them (their records' bodies); what corral runs is derived from them here, and
+validated at the edge, so a bad agent is a 400 on create, never a failed session. Environments have their own
+module (gateway/environment_config.py).
 """
 
 from __future__ import annotations
@@ -13,9 +14,8 @@ from pydantic import ValidationError
 
 from corral.contract.agent import Multiagent
 from corral.contract.events import SessionEvent
-from corral.contract.sandbox import Environment
 from corral.contract.session import AgentConfig, SessionBudget
-from corral.names import reserved_task_queue_problem, sandbox_engine_problem
+from corral.names import reserved_task_queue_problem
 from gateway.errors import invalid
 from gateway.multiagent import check_reserved_tool_names, multiagent_body, multiagent_view
 
@@ -225,127 +225,6 @@ def agent_view(record_id: str, version: int, body: dict[str, Any], created: date
         "skills": [],
         "tools": [_tool_view(tool) for tool in body.get("tools") or []],
         "multiagent": multiagent_view(body.get("multiagent"), record_id, version),
-    }
-
-
-# ---- environments ---------------------------------------------------------------------------------------------
-
-SUPPORTED_PACKAGES = ("apt", "pip")
-ALL_PACKAGES = ("apt", "cargo", "gem", "go", "npm", "pip")
-ENGINE = "engine"
-"""corral's extension of a `cloud` config: the sandbox engine pool that provisions the environment's sandboxes (the
-workers started with `CORRAL_SANDBOX_ENGINE=<name>`, on their own Docker engine). Absent: the default pool. Shown
-only when set, so an environment without it looks exactly as upstream's."""
-
-
-def environment_body(request: dict[str, Any], current: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The stored form of an environment (create, or update over `current`): its config normalized, validated as
-    corral's sandbox recipe."""
-    known = {"name", "description", "metadata", "config", "scope"}
-    unknown = sorted(set(request) - known)
-    if unknown:
-        raise invalid(f"unknown environment field(s): {', '.join(unknown)}")
-    body = dict(current or {})
-    if current is None:
-        if not isinstance(request.get("name"), str) or not request["name"]:
-            raise invalid("name is required")
-        body["metadata"] = check_metadata(request.get("metadata"))
-        body["config"] = {"type": "cloud", "networking": {"type": "limited", "allowed_hosts": []}, "packages": {}}
-    elif "metadata" in request:
-        body["metadata"] = patch_metadata(body.get("metadata", {}), request["metadata"])
-    for field in ("name", "description"):
-        if field in request:
-            if request[field] is not None and not isinstance(request[field], str):
-                raise invalid(f"{field} must be a string")
-            body[field] = request[field]
-    config = request.get("config")
-    if config is not None:
-        if not isinstance(config, dict) or config.get("type", "cloud") != "cloud":
-            raise invalid("config.type: corral runs `cloud` environments (a sandbox on its Docker engine) only")
-        merged = dict(body["config"])
-        for key in ("networking", "packages"):
-            if config.get(key) is not None:
-                merged[key] = config[key]
-        if ENGINE in config:  # unlike the other keys, an explicit null is meaningful: back to the default pool
-            merged.pop(ENGINE, None)
-            if config[ENGINE] is not None:
-                merged[ENGINE] = check_engine(config[ENGINE])
-        body["config"] = merged
-    environment_recipe(body)
-    return body
-
-
-def check_engine(engine: Any) -> str:
-    """`config.engine` as corral's recipe takes it, or a 400 that says what a pool's name may be."""
-    if not isinstance(engine, str):
-        raise invalid("config.engine must be a string: the name of a sandbox engine pool (or null for the default)")
-    problem = sandbox_engine_problem(engine)
-    if problem is not None:
-        raise invalid(f"config.engine: {problem}")
-    return engine
-
-
-def environment_recipe(body: dict[str, Any]) -> Environment:
-    """corral's sandbox recipe for an environment. `limited` networking with no allowed host is corral's `none`."""
-    config = body.get("config") or {}
-    networking = config.get("networking") or {"type": "limited", "allowed_hosts": []}
-    packages = config.get("packages") or {}
-    if not isinstance(networking, dict) or not isinstance(packages, dict):
-        raise invalid("config.networking and config.packages must be objects")
-    if networking.get("allow_mcp_servers"):
-        raise invalid("config.networking.allow_mcp_servers: MCP servers are reached through corral's proxy, "
-                      "never from the sandbox; leave it false")  # fmt: skip
-    unsupported = [kind for kind in ALL_PACKAGES if kind not in SUPPORTED_PACKAGES and packages.get(kind)]
-    if unsupported:
-        raise invalid(f"config.packages: corral installs apt and pip packages only, not {', '.join(unsupported)}")
-    if networking.get("type") == "limited":
-        hosts = list(networking.get("allowed_hosts") or [])
-        corral_networking: dict[str, Any] = {"type": "limited", "allowed_hosts": hosts} if hosts else {"type": "none"}
-    elif networking.get("type") == "unrestricted":
-        corral_networking = {"type": "unrestricted"}
-    else:
-        raise invalid("config.networking.type must be `limited` or `unrestricted`")
-    try:
-        return Environment.model_validate(
-            {
-                "networking": corral_networking,
-                "packages": {kind: list(packages.get(kind) or []) for kind in SUPPORTED_PACKAGES},
-                **({ENGINE: config[ENGINE]} if config.get(ENGINE) is not None else {}),
-            }
-        )
-    except ValidationError as exc:
-        raise invalid(problem(exc, "config")) from exc
-
-
-def environment_view(record_id: str, body: dict[str, Any], created: datetime, updated: datetime,
-                     archived: datetime | None) -> dict[str, Any]:  # fmt: skip
-    config = body.get("config") or {}
-    networking = dict(config.get("networking") or {"type": "limited", "allowed_hosts": []})
-    if networking["type"] == "limited":
-        networking = {
-            "type": "limited",
-            "allowed_hosts": list(networking.get("allowed_hosts") or []),
-            "allow_mcp_servers": False,
-            "allow_package_managers": bool(networking.get("allow_package_managers")),
-        }
-    packages = config.get("packages") or {}
-    engine = {ENGINE: config[ENGINE]} if config.get(ENGINE) is not None else {}
-    return {
-        "id": record_id,
-        "type": "environment",
-        "name": body.get("name"),
-        "description": body.get("description"),
-        "metadata": body.get("metadata") or {},
-        "scope": "organization",
-        "created_at": when(created),
-        "updated_at": when(updated),
-        "archived_at": when(archived),
-        "config": {
-            "type": "cloud",
-            "networking": networking,
-            "packages": {"type": "packages", **{kind: list(packages.get(kind) or []) for kind in ALL_PACKAGES}},
-            **engine,
-        },
     }
 
 

@@ -1,0 +1,191 @@
+"""Every credential against every route a self-hosted worker could reach, driven by the official `anthropic` SDK
+(as the SDK's worker does: `Authorization: Bearer`) against a real gateway process on the real Temporal dev server.
+
+One workspace has two self-hosted environments, A and B; sessions S and T in A and U in B; an environment key of
+each environment, a revoked key of A, a session token of S's work item and one of T's, a token of an item that
+stopped, and garbage. For each route (one `Row`: adding a route is one line), each credential gets exactly its
+answer: 200 where it may, 404 for a session or environment out of its reach (as another workspace's), 403 with
+what it may call where the route is not for it, and 401 for a credential that opens nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+
+from corral.contract.work import SESSION_TOKEN_PREFIX, ClaimWork, StopWork, WorkRequest
+from corral.work_queue import WorkQueues
+from tests.conftest import Stack
+from tests.test_gateway import Gateway, running_gateway
+from tests.waits import until
+
+pytestmark = pytest.mark.timeout(300)
+
+SELF_HOSTED = {"type": "self_hosted"}
+JSON = dict[str, Any]
+"""What a corral extension (which the SDK has no method for) answers, through the SDK's own client."""
+API, ENV_A, ENV_B, TOKEN_S, TOKEN_T = "API key", "env key of A", "env key of B", "token of S", "token of T"
+REVOKED, STOPPED, FORGED, GARBAGE = "revoked env key of A", "token of a stopped item", "forged env key", "garbage"
+VALID = (API, ENV_A, ENV_B, TOKEN_S, TOKEN_T)
+INVALID = (REVOKED, STOPPED, FORGED, GARBAGE)
+
+
+@dataclass(frozen=True)
+class World:
+    a: str
+    b: str
+    s: str
+    t: str
+    u: str
+    agent: str
+
+
+Call = Callable[[anthropic.AsyncAnthropic, World], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Row:
+    route: str
+    call: Call
+    answers: dict[str, int]
+    """Each valid credential's status; an invalid one always gets 401."""
+
+
+def session_route(session: str) -> dict[str, int]:
+    """A session route a worker reads and writes: S is A's and token S's; U is B's and no token's."""
+    if session == "s":
+        return {API: 200, ENV_A: 200, ENV_B: 404, TOKEN_S: 200, TOKEN_T: 404}
+    return {API: 200, ENV_A: 404, ENV_B: 200, TOKEN_S: 404, TOKEN_T: 404}
+
+
+API_ONLY = {API: 200, ENV_A: 403, ENV_B: 403, TOKEN_S: 403, TOKEN_T: 403}
+HELLO = [{"type": "user.message", "content": [{"type": "text", "text": "hello"}]}]
+
+
+def rows() -> list[Row]:
+    return [
+        Row("GET /v1/sessions/{S}", lambda c, w: c.beta.sessions.retrieve(w.s), session_route("s")),
+        Row("GET /v1/sessions/{S}/events", lambda c, w: c.beta.sessions.events.list(w.s), session_route("s")),
+        Row("GET /v1/sessions/{S}/events/stream", lambda c, w: c.beta.sessions.events.stream(w.s),
+            session_route("s")),
+        Row("POST /v1/sessions/{S}/events", lambda c, w: c.beta.sessions.events.send(w.s, events=HELLO),
+            session_route("s")),
+        Row("GET /v1/sessions/{U}", lambda c, w: c.beta.sessions.retrieve(w.u), session_route("u")),
+        Row("GET /v1/sessions/{U}/events", lambda c, w: c.beta.sessions.events.list(w.u), session_route("u")),
+        Row("POST /v1/sessions/{S} (update)", lambda c, w: c.beta.sessions.update(w.s, title="x"), API_ONLY),
+        Row("GET /v1/sessions", lambda c, w: c.beta.sessions.list(), API_ONLY),
+        Row("GET /v1/agents", lambda c, w: c.beta.agents.list(), API_ONLY),
+        Row("GET /v1/agents/{id}", lambda c, w: c.beta.agents.retrieve(w.agent), API_ONLY),
+        Row("GET /v1/environments/{A}", lambda c, w: c.beta.environments.retrieve(w.a), API_ONLY),
+        Row("GET /v1/environments/{A}/keys", lambda c, w: c.get(f"/v1/environments/{w.a}/keys", cast_to=JSON),
+            API_ONLY),
+        Row("POST /v1/environments/{A}/keys", lambda c, w: c.post(f"/v1/environments/{w.a}/keys", cast_to=JSON),
+            API_ONLY),
+    ]  # fmt: skip
+
+
+async def outcome(call: Awaitable[Any]) -> tuple[int, str]:
+    """The status and error message a request got (200 and "" when it succeeded)."""
+    try:
+        result = await call
+        if hasattr(result, "close"):  # a stream that opened: close it
+            await result.close()
+    except anthropic.APIStatusError as exc:
+        error = exc.body.get("error") if isinstance(exc.body, dict) else None
+        if not isinstance(error, dict):
+            return exc.status_code, f"not the API's error shape: {exc.body!r}"
+        return exc.status_code, f"{error.get('type')}: {error.get('message')}"
+    return 200, ""
+
+
+async def session_token(queues: WorkQueues, environment_id: str, session_id: str, workspace: str) -> str:
+    """A token of a new item for the session, delivered as a poll delivers it: the gateway's work routes make it
+    the same way (its digest is all the queue keeps)."""
+    await queues.request(environment_id, WorkRequest(session_id=session_id, workspace=workspace))
+    found: list[str] = []
+
+    async def queued() -> bool:
+        found[:] = [i.id for i in await queues.items(environment_id)
+                    if i.session_id == session_id and i.state == "queued"]  # fmt: skip
+        return bool(found)
+
+    await until(queued, f"{session_id}'s item is queued")
+    token = f"{SESSION_TOKEN_PREFIX}{environment_id}-{found[0]}-{secrets.token_urlsafe(32)}"
+    claim = ClaimWork(worker_id="scope-test", token_sha256=hashlib.sha256(token.encode()).hexdigest())
+    item = await queues.claim(environment_id, claim)
+    assert item is not None and item.id == found[0]
+    return token
+
+
+@pytest.fixture
+async def served(stack: Stack, tmp_path: Path) -> AsyncIterator[Gateway]:
+    async with running_gateway(stack, tmp_path) as gateway:
+        yield gateway
+
+
+async def test_each_credential_opens_exactly_its_routes(stack: Stack, served: Gateway) -> None:
+    workspace = f"scopes-{served.suffix}"
+    client = await served.client("scopes")
+    api_key = client.api_key
+    assert api_key is not None
+    agent = await client.beta.agents.create(name="helper", model=stack.script([{"text": "ok"}], loop=True))
+    a = await client.beta.environments.create(name="a", config=SELF_HOSTED)  # type: ignore[arg-type]
+    b = await client.beta.environments.create(name="b", config=SELF_HOSTED)  # type: ignore[arg-type]
+    s = await client.beta.sessions.create(agent=agent.id, environment_id=a.id)
+    t = await client.beta.sessions.create(agent=agent.id, environment_id=a.id)
+    u = await client.beta.sessions.create(agent=agent.id, environment_id=b.id)
+    world = World(a.id, b.id, s.id, t.id, u.id, agent.id)
+
+    async def key_of(environment_id: str) -> dict[str, Any]:
+        made: dict[str, Any] = await client.post(f"/v1/environments/{environment_id}/keys", cast_to=JSON)
+        return made
+
+    queues = WorkQueues(stack.client, task_queue=stack.harness_queue)
+    revoked = await key_of(a.id)
+    stopped = await session_token(queues, b.id, u.id, workspace)
+    credentials = {
+        API: api_key,
+        ENV_A: (await key_of(a.id))["key"],
+        ENV_B: (await key_of(b.id))["key"],
+        TOKEN_S: await session_token(queues, a.id, s.id, workspace),
+        TOKEN_T: await session_token(queues, a.id, t.id, workspace),
+        REVOKED: revoked["key"],
+        STOPPED: stopped,
+        FORGED: f"sk-corral-{revoked['id'][:-4]}0000-{secrets.token_urlsafe(32)}",
+        GARBAGE: secrets.token_urlsafe(32),
+    }
+    as_ = {name: anthropic.AsyncAnthropic(base_url=served.url, auth_token=credential, api_key=None, max_retries=0)
+           for name, credential in credentials.items()}  # fmt: skip
+    served.clients += as_.values()
+    # Both credentials opened S before they stopped: this gateway forgets a key it revoked at once, and a token
+    # is checked against its item on every request.
+    for name in (REVOKED, STOPPED):
+        target = world.s if name == REVOKED else world.u
+        assert await outcome(as_[name].beta.sessions.retrieve(target)) == (200, ""), name
+    await client.post(f"/v1/environments/{a.id}/keys/{revoked['id']}/revoke", cast_to=JSON)
+    work_id = stopped.removeprefix(SESSION_TOKEN_PREFIX).split("-")[1]
+    await queues.stop(b.id, StopWork(work_id=work_id, force=True))
+
+    async def listed() -> bool:  # visibility has caught up: the API key's listing rows mean something
+        return len([x async for x in client.beta.sessions.list()]) == 3
+
+    await until(listed, "the three sessions are listed")
+    wrong: list[str] = []
+    for row in rows():
+        for name in (*VALID, *INVALID):
+            expected = row.answers[name] if name in row.answers else 401
+            status, message = await outcome(row.call(as_[name], world))
+            if status != expected:
+                wrong.append(f"{row.route} with the {name}: {status} {message} (expected {expected})")
+            elif status == 403 and not (message.startswith("permission_error: a") and " opens " in message):
+                wrong.append(f"{row.route} with the {name}: a 403 that does not say what it may call: {message}")
+            elif status == 404 and not message.startswith("not_found_error"):
+                wrong.append(f"{row.route} with the {name}: {message}")
+    assert wrong == [], "\n".join(wrong)
