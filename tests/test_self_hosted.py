@@ -32,6 +32,7 @@ import httpx
 import pytest
 
 from corral.contract.work import WorkItem
+from corral.names import ENV_WORK_LEASE_SECONDS
 from corral.work_queue import WorkQueues
 from sandbox.sessions import session_containers
 from tests.chaos._processes import RoleProcess, role_process
@@ -44,7 +45,7 @@ pytestmark = pytest.mark.timeout(300)
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "self_hosted_worker.py"
 TOOLSET: Any = [{"type": "agent_toolset_20260401"}]
-LEASE_VARIABLE = "CORRAL_WORK_LEASE_SECONDS"
+LEASE_VARIABLE = ENV_WORK_LEASE_SECONDS
 LEASE_SECONDS = "5"
 """The gateway's lease in the SIGKILL test: a dead worker's item lapses this long after its last heartbeat (the SDK
 heartbeats every half lease)."""
@@ -242,11 +243,16 @@ async def test_two_workers_on_one_environment_never_serve_the_same_item(stack: S
     runs, release, command = blocking(tmp_path)
     async with self_hosted(stack, tmp_path) as hosted:
         workers = [hosted.worker(name, tmp_path / name) for name in ("left", "right")]
-        steps = [{"tool_uses": [{"name": "bash", "input": {"command": command}}]}, {"text": "done"}]
+        bash = {"tool_uses": [{"name": "bash", "input": {"command": command}}]}
+        steps: list[dict[str, Any]] = [bash, {"text": "done"}]
         sessions = [(await hosted.session(steps))[0] for _ in range(2)]
         # Each worker serves one item at a time: while both calls block, each is held by another worker.
-        await until(lambda: all(executed(worker) for worker in workers), "both workers running a call at once")
-        assert runs.read_text() == "started\n" * 2
+        both = "started\n" * 2
+
+        def both_running() -> bool:
+            return all(executed(worker) for worker in workers) and runs.exists() and runs.read_text() == both
+
+        await until(both_running, "both workers running a call at once")
         release.touch()
         logs = [await done(hosted.client, session_id) for session_id in sessions]
 
@@ -260,7 +266,7 @@ async def test_two_workers_on_one_environment_never_serve_the_same_item(stack: S
         assert {item.session_id for item in items.values()} == set(sessions)
         for events in logs:
             assert [e.type for e in answers(events, tool_uses(events)[0].id)] == ["user.tool_result"]
-        assert runs.read_text() == "started\n" * 2
+        assert runs.read_text() == both
 
 
 async def test_a_tool_result_for_a_call_no_worker_was_asked_for_is_refused(stack: Stack, tmp_path: Path) -> None:
@@ -323,12 +329,15 @@ async def test_the_example_worker_serves_a_session_from_its_directory(stack: Sta
             ])  # fmt: skip
             events = await done(hosted.client, session_id)
         finally:
-            example.send_signal(signal.SIGINT)  # Ctrl-C, as the docstring says
+            example.send_signal(signal.SIGINT)  # Ctrl-C, as the docstring says; it stops its item first
             try:
-                example.wait(timeout=60)
+                await until(lambda: example.poll() is not None, "the example worker ending on Ctrl-C")
             finally:
                 example.kill()
+                example.wait()
         assert (workdir / "from_the_example.txt").read_text().strip() == os.uname().sysname
         [use] = tool_uses(events)
         assert [e.type for e in answers(events, use.id)] == ["user.tool_result"]
         assert CLAIMED in log.read_text() and f"tool_use_id={use.id}" in log.read_text(), "its log says what it did"
+        [item] = await hosted.items()
+        assert (item.state, item.end_reason) == ("stopped", "stopped"), "Ctrl-C stopped its item on its way out"
