@@ -27,7 +27,7 @@ LOGGERS = ("anthropic.lib.environments", "anthropic.lib.tools._beta_session_runn
 NOT_A_KEY = "not-a-corral-key"
 """The client's API key: the worker must never need one (every call it makes is bearer-scoped)."""
 
-# Log lines tests read (the SDK's own messages, anthropic/lib/environments and lib/tools/_beta_session_runner.py).
+# Log lines tests read: the SDK's own messages (its poller and its session tool runner).
 CLAIMED = "claimed work work_id="
 EXECUTING = "executing tool tool="
 IDLE = "idle; polling environment_id="
