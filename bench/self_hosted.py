@@ -28,6 +28,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +118,12 @@ def round_trips(arm: str, events: list[Any], calls: int) -> list[float]:
              or answered[use.id].is_error]  # fmt: skip
     if len(uses) != calls or wrong:
         raise RuntimeError(f"{arm}: {len(uses)} calls, not {calls}, or not answered by {ANSWERS[arm]}: {wrong}")
-    return [(answered[use.id].created_at - use.created_at).total_seconds() for use in uses]
+    return [(when(answered[use.id].created_at) - when(use.created_at)).total_seconds() for use in uses]
+
+
+def when(created_at: datetime | str) -> datetime:
+    """An event's `created_at` (the SDK's types give some events a string, some a datetime)."""
+    return created_at if isinstance(created_at, datetime) else datetime.fromisoformat(created_at)
 
 
 def measure(runs: int, calls: int) -> dict[str, dict[str, list[float]]]:
