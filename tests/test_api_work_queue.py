@@ -5,8 +5,8 @@ SDK raises as `BetaHeartbeatPreconditionFailedError` with the lease's `current_s
 SDK does not retry, redelivery of an item nobody acknowledged, list, retrieve, update and stats in the SDK's own
 types, who may call what, and every bad value refused with a 400 naming it and nothing written.
 
-Items are made as a session makes them, by its request for hands (`WorkQueues.request`); the session side and the
-official worker end to end are tested in test_work_queue.py and test_self_hosted.py.
+Items are made as a session makes them, by its request for hands (`WorkQueues.request`), and once by a session's
+first built-in call; the session side is tested in test_work_queue.py, the official worker end to end on its own.
 """
 
 from __future__ import annotations
