@@ -10,7 +10,7 @@ import hashlib
 import uuid
 
 import pytest
-from temporalio.client import WorkflowUpdateFailedError
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from corral.client import read_events, send_events, wait_for_idle
@@ -64,7 +64,7 @@ async def queued_item(queues: WorkQueues, environment_id: str) -> WorkItem:
     return found[0]
 
 
-async def waiting_call(handle) -> AgentToolUse:  # type: ignore[no-untyped-def]
+async def waiting_call(handle: WorkflowHandle) -> AgentToolUse:
     async def asked() -> bool:
         return (await handle.query("session", result_type=SessionInfo)).awaiting_worker > 0
 
@@ -81,6 +81,8 @@ async def test_a_worker_serves_a_call_and_its_result_is_the_answer(stack: Stack)
     assert item.session_id == handle.id and item.workspace == "default"
     use = await waiting_call(handle)
     assert use.evaluated_permission == "allow"
+    shown = await handle.query("__temporal_workflow_metadata")  # what the Web UI shows
+    assert "**running** · waiting for a self-hosted worker (1 call(s))" in shown.current_details
 
     delivered = await queues.claim(env.environment_id, claim("w1"))
     assert delivered is not None and delivered.id == item.id and delivered.delivered_to == "w1"
@@ -108,8 +110,8 @@ async def test_a_worker_serves_a_call_and_its_result_is_the_answer(stack: Stack)
     answers = [e for e in events if getattr(e, "tool_use_id", None) == use.id]
     assert [type(e) for e in answers] == [UserToolResult]  # the worker's result is the answer, alone
     assert answers[0].processed_at is not None
-    second = stack.requests(model)[1]
-    assert "hi\n" in str(second["messages"][-1]["content"])
+    (answer,) = stack.requests(model)[1]["body"]["messages"][-1]["content"]
+    assert (answer["type"], answer["tool_use_id"], answer["content"][0]["text"]) == ("tool_result", use.id, "hi\n")
     with pytest.raises(WorkflowUpdateFailedError) as refused:
         await send_events(handle, [result])  # answered once
     assert f"no call {use.id!r} is waiting" in refusal(refused.value)
@@ -168,7 +170,7 @@ async def test_a_lapsed_lease_answers_the_waiting_call_once_as_unknown(stack: St
     assert len([e for e in events if isinstance(e, UserToolResult)]) == 1
 
 
-async def waiting_call_after(handle, previous: str) -> AgentToolUse:  # type: ignore[no-untyped-def]
+async def waiting_call_after(handle: WorkflowHandle, previous: str) -> AgentToolUse:
     async def asked() -> bool:
         uses = [e for e in await read_events(handle) if isinstance(e, AgentToolUse) and e.id != previous]
         return bool(uses) and (await handle.query("session", result_type=SessionInfo)).awaiting_worker > 0
@@ -194,3 +196,36 @@ async def test_a_result_for_a_session_without_a_self_hosted_worker_is_refused(st
     with pytest.raises(WorkflowUpdateFailedError) as refused:
         await send_events(handle, [{"type": "user.tool_result", "tool_use_id": "toolu_x", "content": "x"}])
     assert "routed to a self-hosted environment's worker" in refusal(refused.value)
+
+
+async def test_an_interrupt_answers_the_waiting_call_and_an_ended_session_stops_its_item(stack: Stack) -> None:
+    env = environment()
+    queues = WorkQueues(stack.client, stack.harness_queue)
+    model = stack.script([{"tool_uses": [{"name": "bash", "input": {"command": "sleep 1000"}}]}, {"text": "ok"}])
+    handle = await stack.start(model, "wait", TOOLSET, environment=env)
+    item = await queued_item(queues, env.environment_id)
+    use = await waiting_call(handle)
+    await queues.claim(env.environment_id, claim("w"))
+    beat = await queues.heartbeat(
+        env.environment_id, HeartbeatWork(work_id=item.id, expected_last_heartbeat=NO_HEARTBEAT)
+    )
+    await send_events(handle, [{"type": "user.interrupt"}])
+    events = await wait_for_idle(handle)
+    (answer,) = [e for e in events if getattr(e, "tool_use_id", None) == use.id]
+    assert isinstance(answer, AgentToolResult) and answer.is_error  # the interrupt answered it
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await send_events(handle, [{"type": "user.tool_result", "tool_use_id": use.id, "content": "too late"}])
+    assert f"no call {use.id!r} is waiting" in refusal(refused.value)
+    assert (await handle.query("session", result_type=SessionInfo)).awaiting_worker == 0
+
+    await handle.cancel()  # the session ends (as a deletion ends it): its item stops, and its worker is told
+
+    async def stopping() -> bool:
+        current = await queues.item(env.environment_id, item.id)
+        return current is not None and current.state == "stopping" and current.end_reason == "session_ended"
+
+    await until(stopping, "the ended session's item stopping")
+    told = await queues.heartbeat(
+        env.environment_id, HeartbeatWork(work_id=item.id, expected_last_heartbeat=beat.last_heartbeat)
+    )
+    assert not told.lease_extended and told.state == "stopping"

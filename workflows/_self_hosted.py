@@ -94,9 +94,9 @@ class SelfHostedHands(SessionSandbox):
                     if problem is not None:
                         return problem, True
             await workflow.wait_condition(lambda: use.id in self._results or use.id in self._unanswerable)
-        finally:
+        finally:  # no workflow call here: a workflow evicted mid-wait runs this outside its event loop
             self.waiting.pop(use.id, None)
-            self._changed()
+        self._changed()
         result = self._results.pop(use.id, None)
         if result is None:
             return self._unanswerable.pop(use.id), True

@@ -184,7 +184,8 @@ class SessionWorkflow:
         self._describe()
         self._threads.restart()
         if input.fork is not None and input.carry is None:
-            await start_fork(self._log, self._inbox, input, input.agent.uses_sandbox(), self._report)
+            sandboxed = input.agent.uses_sandbox() and input.self_hosted() is None  # a worker's files are its own
+            await start_fork(self._log, self._inbox, input, sandboxed, self._report)
             self._model.delta_start = len(self._log.conversation)  # the model worker reads the copy through a query
         resume = input.carry.phase if input.carry is not None else "idle"
         try:

@@ -30,7 +30,7 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from corral.names import ENVIRONMENT_ID_PREFIX, SESSION_ID_PREFIX, WORK_ID_PREFIX
+from corral.names import ENVIRONMENT_ID_PREFIX, WORK_ID_PREFIX
 
 WORK_QUEUE_WORKFLOW: Final = "EnvironmentWorkQueue"
 WORK_QUEUE_ID_PREFIX: Final = "workq-"
@@ -114,7 +114,7 @@ class WorkRequest(BaseModel):
     """A session's request for hands, or its release of them."""
 
     model_config = ConfigDict(extra="forbid")
-    session_id: str = Field(pattern=rf"^{SESSION_ID_PREFIX}")
+    session_id: str = Field(min_length=1)
     workspace: str
 
 
@@ -255,6 +255,6 @@ class RequestWorkInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     environment: SelfHostedEnvironment
-    session_id: str = Field(pattern=rf"^{SESSION_ID_PREFIX}")
+    session_id: str = Field(min_length=1)
     task_queue: str = Field(min_length=1)
     """Where the queue runs if this request starts it: the session's own harness queue."""
