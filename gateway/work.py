@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import logging
 import secrets
 import time
 from collections.abc import Iterator
@@ -72,7 +71,6 @@ from gateway.work_shapes import (
 if TYPE_CHECKING:
     from gateway.app import Gateway
 
-log = logging.getLogger(__name__)
 
 LOOK_AGAIN_SECONDS = 0.2
 """How often a held poll reads the queue again for an item that came in meanwhile."""
@@ -183,17 +181,10 @@ class WorkApi:
             return None
         expected = min(waiting, key=lambda item: (item.created_at, item.id))
         token = session_token(environment_id, expected.id)
-        claim = ClaimWork(worker_id=worker_id, reclaim_older_than_ms=reclaim_ms,
+        claim = ClaimWork(worker_id=worker_id, reclaim_older_than_ms=reclaim_ms, work_id=expected.id,
                           token_sha256=hashlib.sha256(token.encode()).hexdigest())  # fmt: skip
-        item = await self.queues.claim(environment_id, claim)
-        if item is None:
-            return None
-        if item.id != expected.id:
-            # Another poll took the expected item first, and the queue gave this one the digest of a token that
-            # names the other: unusable. Not acknowledged, it is delivered again after `reclaim_older_than_ms`.
-            log.info("work item %s delivered under another item's token; it is redelivered", item.id)
-            return None
-        return work_view(item, work_secret(token))
+        item = await self.queues.claim(environment_id, claim)  # None: another poll took it first; look again
+        return None if item is None else work_view(item, work_secret(token))
 
     async def note_poller(self, environment: RecordView, worker_id: str) -> None:
         """Tell the queue that `worker_id` polls (what `workers_polling` counts), at most every

@@ -16,7 +16,7 @@ workspace's id is: a token never learns what else exists.
 
 Routes say which credentials they take when they are made: `Credentials.authed` (API keys: every resource family's
 routes, `gateway/app.py`), `Credentials.for_session` (the session routes a worker reads and writes), and
-`Credentials.scoped` (the work queue's routes, gateway/work.py, whose handlers get the `Caller`).
+`Credentials.scoped` (the work queue's routes, whose handlers get the `Caller`).
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ SDK raises as `BetaHeartbeatPreconditionFailedError` with the lease's `current_s
 SDK does not retry, redelivery of an item nobody acknowledged, list, retrieve, update and stats in the SDK's own
 types, who may call what, and every bad value refused with a 400 naming it and nothing written.
 
-Items are made as a session makes them, by its request for hands (`WorkQueues.request`); the session side and the
-official worker end to end are tested in test_work_queue.py and test_self_hosted.py.
+Items are made as a session makes them, by its request for hands (`WorkQueues.request`), and once by a session's
+first built-in call; the session side is tested in test_work_queue.py, the official worker end to end on its own.
 """
 
 from __future__ import annotations
@@ -343,3 +343,48 @@ async def test_a_sessions_first_built_in_call_queues_the_item_a_poll_delivers(qu
     assert (stats.depth, stats.workers_polling) == (1, 1)
     stopped = await queue.worker.beta.environments.work.stop(work.id, environment_id=queue.environment_id, force=True)
     assert stopped.state == "stopped"
+
+
+async def status_of(call: Any) -> int:
+    """The status a request got (200 when it succeeded)."""
+    try:
+        await call
+    except anthropic.APIStatusError as exc:
+        return exc.status_code
+    return 200
+
+
+async def test_every_credential_against_every_work_route(queue: Queue) -> None:
+    """The API key, the environment's key, another environment's key (of the same workspace), the item's session
+    token, and a key that opens nothing, each against each work route: 200 (or the route's own refusal of the
+    item's state) where it may call it, 403 where the route is not for it, 404 for an environment or item out of
+    its reach, 401 when it opens nothing."""
+    other = await queue.api.beta.environments.create(name="another laptop", config={"type": "self_hosted"})
+    await queue.request_hands()
+    work = await queue.poll_until_delivered()
+    token = token_of(work)
+    claimed = await queue.client(token).beta.environments.work.heartbeat(
+        work.id, environment_id=queue.environment_id, expected_last_heartbeat=NO_HEARTBEAT)  # fmt: skip
+    assert claimed.state == "active"
+    keys = {"api key": queue.api.api_key or "", "environment key": queue.worker.api_key or "",
+            "another environment's key": await environment_key(queue.api, other.id), "session token": token,
+            "nothing": "sk-corral-apikey_0000000000-nothing"}  # fmt: skip
+    env, wid = queue.environment_id, work.id
+    routes: list[tuple[str, Any, tuple[int, int, int, int]]] = [  # api key, env key, another env's key, token
+        ("poll", lambda w: w.poll(env), (403, 200, 404, 403)),
+        ("stats", lambda w: w.stats(env), (200, 200, 404, 403)),
+        ("list", lambda w: w.list(env), (403, 200, 404, 403)),
+        ("retrieve", lambda w: w.retrieve(wid, environment_id=env), (200, 403, 403, 403)),
+        ("update", lambda w: w.update(wid, environment_id=env, metadata={"k": "v"}), (200, 403, 403, 403)),
+        ("ack", lambda w: w.ack(wid, environment_id=env), (403, 409, 404, 403)),  # active: not waiting for an ack
+        ("heartbeat", lambda w: w.heartbeat(wid, environment_id=env, expected_last_heartbeat="stale"),
+         (403, 412, 404, 412)),
+        ("stop", lambda w: w.stop(wid, environment_id=env), (403, 200, 404, 200)),  # to stopping, twice
+    ]  # fmt: skip
+    wrong = []
+    for name, call, answers in routes:
+        for (holder, key), expected in zip(keys.items(), (*answers, 401), strict=True):
+            status = await status_of(call(queue.client(key).beta.environments.work))
+            if status != expected:
+                wrong.append(f"{name} with the {holder}: {status}, not {expected}")
+    assert wrong == [], "\n".join(wrong)

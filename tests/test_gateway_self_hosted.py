@@ -88,15 +88,16 @@ async def test_environment_keys_are_issued_listed_and_revoked_over_http(stack: S
     made = await api(client, "POST", f"/v1/environments/{hosted.id}/keys", {"name": "laptop worker"})
     key = made.pop("key")
     assert key.startswith(f"{KEY_PREFIX}{made['id']}-") and made["id"].startswith("envkey_")
+    secret = key.removeprefix(f"{KEY_PREFIX}{made['id']}-")
     assert made == {"type": "environment_key", "id": made["id"], "environment_id": hosted.id, "name": "laptop worker",
-                    "prefix": key.rsplit("-", 1)[1][:8], "created_at": made["created_at"],
+                    "prefix": secret[:8], "created_at": made["created_at"],
                     "revoked_at": None}  # fmt: skip
     second = await api(client, "POST", f"/v1/environments/{hosted.id}/keys")
     assert second["name"] is None and second["key"] != key
     holder = await verify_environment_key(gateway.records, key)
     assert holder is not None and holder.environment_id == hosted.id
     record = await gateway.records.get_any(made["id"], kind=ENVIRONMENT_KEY_KIND)
-    assert record.body["sha256"] == hashlib.sha256(key.rsplit("-", 1)[1].encode()).hexdigest()
+    assert record.body["sha256"] == hashlib.sha256(secret.encode()).hexdigest()
     assert key not in await history_text(stack.client.get_workflow_handle(made["id"])), "stored hashed, never whole"
 
     async def listing() -> list[dict[str, Any]]:
@@ -170,7 +171,7 @@ async def test_the_cli_issues_lists_and_revokes_environment_keys(stack: Stack, g
 
             await until(cli_lists_it, "`corral environment key ls` lists the key")
             listing = await asyncio.to_thread(corral, "environment", "key", "ls", hosted.id)
-            assert key.rsplit("-", 1)[1] not in listing.stdout, "never the secret"
+            assert key.removeprefix(f"{KEY_PREFIX}{key_id}-") not in listing.stdout, "never the secret"
             shown = await api(client, "GET", f"/v1/environments/{hosted.id}/keys")
             assert [k["id"] for k in shown["data"]] == [key_id], "the API lists the key the CLI made"
 

@@ -66,7 +66,7 @@ def session_route(session: str) -> dict[str, int]:
 
 
 API_ONLY = {API: 200, ENV_A: 403, ENV_B: 403, TOKEN_S: 403, TOKEN_T: 403}
-HELLO = [{"type": "user.message", "content": [{"type": "text", "text": "hello"}]}]
+HELLO: list[Any] = [{"type": "user.message", "content": [{"type": "text", "text": "hello"}]}]
 
 
 def rows() -> list[Row]:
