@@ -29,7 +29,8 @@ MAX_KEY_LENGTH = 256
 REVOKE_ATTEMPTS = 3
 
 
-def _digest(secret: str) -> str:
+def digest(secret: str) -> str:
+    """What a key's record keeps of its secret (an environment key's too, corral.envkeys)."""
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
@@ -39,17 +40,18 @@ async def create_key(records: Records, workspace: str, name: str | None = None) 
     if workspace == OPERATOR_WORKSPACE:
         raise InvalidRecord(f"{workspace!r} is the operator's workspace (corral hand); a key cannot open it")
     secret = secrets.token_urlsafe(32)
-    body = {"name": name, "sha256": _digest(secret), "prefix": secret[:SHOWN_PREFIX_LENGTH], "revoked_at": None}
+    body = {"name": name, "sha256": digest(secret), "prefix": secret[:SHOWN_PREFIX_LENGTH], "revoked_at": None}
     view = await records.create(API_KEY_KIND, workspace, body, API_KEY_ID_PREFIX)
     return f"{KEY_PREFIX}{view.id}-{secret}", view
 
 
-def parse_key(key: object) -> tuple[str, str] | None:
-    """(record id, secret) of a well-formed key, else None."""
+def parse_key(key: object, id_prefix: str = API_KEY_ID_PREFIX) -> tuple[str, str] | None:
+    """(record id, secret) of a well-formed key whose record id has `id_prefix` (an API key's by default; an
+    environment key's is `envkey`), else None."""
     if not isinstance(key, str) or len(key) > MAX_KEY_LENGTH or not key.startswith(KEY_PREFIX):
         return None
     record_id, dash, secret = key.removeprefix(KEY_PREFIX).partition("-")  # record ids have no '-'
-    if not dash or not secret or not secret.isascii() or not is_record_id(record_id, API_KEY_ID_PREFIX):
+    if not dash or not secret or not secret.isascii() or not is_record_id(record_id, id_prefix):
         return None
     return record_id, secret
 
@@ -66,7 +68,7 @@ async def verify_key(records: Records, key: str) -> str | None:
     except RecordNotFound:
         return None
     stored = view.body.get("sha256")
-    if not isinstance(stored, str) or not hmac.compare_digest(_digest(secret), stored):
+    if not isinstance(stored, str) or not hmac.compare_digest(digest(secret), stored):
         return None
     if view.body.get("revoked_at") is not None:
         return None

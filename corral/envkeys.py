@@ -10,16 +10,15 @@ says what each credential may call); a revoked key, or one whose environment is 
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from corral import names
-from corral.apikeys import KEY_PREFIX, MAX_KEY_LENGTH, SHOWN_PREFIX_LENGTH
+from corral.apikeys import KEY_PREFIX, SHOWN_PREFIX_LENGTH, digest, parse_key
 from corral.contract.records import RecordView
-from corral.records import RecordNotFound, Records, VersionConflict, is_record_id
+from corral.records import RecordNotFound, Records, VersionConflict
 
 ENVIRONMENT_KEY_KIND = "environment_key"
 ENVIRONMENT_KEY_ID_PREFIX = names.ENVIRONMENT_KEY_ID_PREFIX.removesuffix("_")
@@ -42,10 +41,6 @@ def is_self_hosted(environment: RecordView) -> bool:
     return (environment.body.get("config") or {}).get("type") == SELF_HOSTED
 
 
-def _digest(secret: str) -> str:
-    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
-
-
 async def create_environment_key(
     records: Records, workspace: str, environment_id: str, name: str | None = None
 ) -> tuple[str, RecordView]:
@@ -55,7 +50,7 @@ async def create_environment_key(
     body = {
         "name": name,
         "environment_id": environment_id,
-        "sha256": _digest(secret),
+        "sha256": digest(secret),
         "prefix": secret[:SHOWN_PREFIX_LENGTH],
         "revoked_at": None,
     }
@@ -65,12 +60,7 @@ async def create_environment_key(
 
 def parse_environment_key(key: object) -> tuple[str, str] | None:
     """(record id, secret) of a well-formed environment key, else None (an API key is not one)."""
-    if not isinstance(key, str) or len(key) > MAX_KEY_LENGTH or not key.startswith(KEY_PREFIX):
-        return None
-    record_id, dash, secret = key.removeprefix(KEY_PREFIX).partition("-")  # record ids have no '-'
-    if not dash or not secret or not secret.isascii() or not is_record_id(record_id, ENVIRONMENT_KEY_ID_PREFIX):
-        return None
-    return record_id, secret
+    return parse_key(key, ENVIRONMENT_KEY_ID_PREFIX)
 
 
 async def verify_environment_key(records: Records, key: str) -> EnvironmentKeyHolder | None:
@@ -85,7 +75,7 @@ async def verify_environment_key(records: Records, key: str) -> EnvironmentKeyHo
     except RecordNotFound:
         return None
     stored, environment_id = view.body.get("sha256"), view.body.get("environment_id")
-    if not isinstance(stored, str) or not hmac.compare_digest(_digest(secret), stored):
+    if not isinstance(stored, str) or not hmac.compare_digest(digest(secret), stored):
         return None
     if view.body.get("revoked_at") is not None or not isinstance(environment_id, str):
         return None
