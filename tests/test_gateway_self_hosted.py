@@ -146,8 +146,9 @@ async def test_environment_keys_are_issued_listed_and_revoked_over_http(stack: S
 
 
 async def test_the_cli_issues_lists_and_revokes_environment_keys(stack: Stack, gateway: Gateway) -> None:
-    """`corral environment key create|ls|revoke`, in-process, through Temporal as the CLI reaches records: the
-    keys' records run on the public harness queue (the CLI's), served here for this test only."""
+    """`corral environment key create|ls|revoke`, in-process (stdout captured), then `create` in its own process on
+    a pseudo-terminal; through Temporal, as the CLI reaches records: the keys' records run on the public harness
+    queue (the CLI's), served here for this test only."""
     client = await gateway.client("cli-keys")
     hosted = await client.beta.environments.create(name="laptop", config=SELF_HOSTED)  # type: ignore[arg-type]
     cloud = await client.beta.environments.create(name="box")
