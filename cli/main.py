@@ -20,7 +20,8 @@ import cli.outcome_commands
 import cli.run_commands
 import cli.session_commands
 import cli.stack_commands
-import cli.thread_commands  # noqa: F401 (the name `cli` is bound by the lines above too)
+import cli.thread_commands
+import cli.work_commands  # noqa: F401 (the name `cli` is bound by the lines above too)
 from cli.app import app
 
 __all__ = ["app"]

@@ -248,6 +248,10 @@ ENV_MAX_WORKFLOW_RUNS_PER_SESSION: Final = "CORRAL_MAX_WORKFLOW_RUNS_PER_SESSION
 """Workflow runs a session made through the gateway may start in all (default 8, `Multiagent.max_runs`)."""
 ENV_MAX_THREADS_PER_RUN: Final = "CORRAL_MAX_THREADS_PER_WORKFLOW_RUN"
 """Threads one workflow run may spawn in all (default 10, `Multiagent.max_threads_per_run`)."""
+ENV_WORK_LEASE_SECONDS: Final = "CORRAL_WORK_LEASE_SECONDS"
+"""A self-hosted worker's lease when its heartbeat asks for none (default
+`corral.contract.work.DEFAULT_LEASE_SECONDS`): a killed worker's item is taken back this long after its last
+heartbeat. Read by the gateway."""
 ENV_MODEL_STALL_TIMEOUT: Final = "CORRAL_MODEL_STALL_TIMEOUT_SECONDS"
 DEFAULT_MODEL_STALL_TIMEOUT_SECONDS: Final = 120.0
 """A model response stream that sends no byte for this long (pings count) has stalled: the model worker ends the

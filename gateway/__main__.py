@@ -17,6 +17,7 @@ from collections.abc import Callable
 import uvicorn
 
 from corral import telemetry
+from corral.contract.work import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS, MIN_LEASE_SECONDS
 from corral.names import (
     ENV_GATEWAY_STREAMS_PER_KEY,
     ENV_MAX_THREADS_PER_RUN,
@@ -24,6 +25,7 @@ from corral.names import (
     ENV_MAX_WORKFLOW_RUNS_PER_SESSION,
     ENV_STREAM_TOKEN,
     ENV_STREAM_URL,
+    ENV_WORK_LEASE_SECONDS,
     HARNESS_TASK_QUEUE,
     MODEL_TASK_QUEUE,
 )
@@ -64,6 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="event streams one API key may hold open at once on this gateway; past it, 429 with "
                              f"retry-after (default: ${ENV_GATEWAY_STREAMS_PER_KEY}, "
                              f"else {DEFAULT_STREAMS_PER_KEY})")  # fmt: skip
+    parser.add_argument("--work-lease-seconds", type=_lease, metavar="SECONDS",
+                        default=os.environ.get(ENV_WORK_LEASE_SECONDS) or str(DEFAULT_LEASE_SECONDS),
+                        help="a self-hosted worker's lease when its heartbeat asks for none: its item is taken back "
+                             f"this long after its last heartbeat (default: ${ENV_WORK_LEASE_SECONDS}, "
+                             f"else {DEFAULT_LEASE_SECONDS:g})")  # fmt: skip
     for option, field, variable, what, help in LIMITS:
         default = getattr(DEFAULT_LIMITS, field)
         parser.add_argument(option, dest=field, type=_limit(option, field, variable, what), metavar="N",
@@ -116,6 +123,19 @@ def _positive(value: str) -> int:
     return number
 
 
+def _lease(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not MIN_LEASE_SECONDS <= seconds <= MAX_LEASE_SECONDS:  # NaN too
+        raise argparse.ArgumentTypeError(
+            f"a lease is from {MIN_LEASE_SECONDS:g} to {MAX_LEASE_SECONDS:g} seconds, not {value!r} "
+            f"(--work-lease-seconds or ${ENV_WORK_LEASE_SECONDS})"
+        )
+    return seconds
+
+
 async def serve(args: argparse.Namespace) -> None:
     client = await connect(args.temporal or temporal_address())
     await ensure_search_attributes(client)
@@ -123,6 +143,7 @@ async def serve(args: argparse.Namespace) -> None:
     app = create_app(client, args.harness_queue, args.model_queue, args.max_streams_per_key, limits)
     app.state.stream_url = args.stream_url  # read by the events stream (gateway/stream.py)
     app.state.stream_token = os.environ.get(ENV_STREAM_TOKEN) or None
+    app.state.work_lease_seconds = args.work_lease_seconds  # read by the heartbeat route (gateway/work.py)
     # With JSON logs, uvicorn's loggers go through the root's JSON handler, not the handlers of its own log_config.
     observed = telemetry.current()
     json_logs = observed is not None and observed.json_logs

@@ -40,6 +40,7 @@ from gateway.session_status import session_ended_handler
 from gateway.sessions import Sessions, session_routes
 from gateway.threads import thread_routes
 from gateway.vaults import vault_routes
+from gateway.work import work_routes
 from gateway.work_auth import Credentials
 
 DEFAULT_PORT = 8780
@@ -81,6 +82,7 @@ FEATURES: list[Callable[[Gateway, Authed], list[Route]]] = [
     thread_routes,
     repository_routes,
     vault_routes,
+    work_routes,
 ]
 """Each resource family's routes, in the order they are matched."""
 

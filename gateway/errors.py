@@ -18,6 +18,7 @@ ERROR_TYPES = {
     403: "permission_error",
     404: "not_found_error",
     409: "conflict_error",
+    412: "invalid_request_error",  # a work item's stale heartbeat (gateway/work.py); told apart by its error_code
     410: "invalid_request_error",  # a session whose workflow ended (gateway/session_status.py); upstream has no 410
     413: "request_too_large",
     429: "rate_limit_error",
@@ -30,13 +31,21 @@ class ApiError(Exception):
     """A request the gateway refuses, with the status and message the client sees."""
 
     def __init__(
-        self, status: int, message: str, *, error_code: str | None = None, headers: dict[str, str] | None = None
+        self,
+        status: int,
+        message: str,
+        *,
+        error_code: str | None = None,
+        headers: dict[str, str] | None = None,
+        details: dict[str, object] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.error_code = error_code
         self.headers = headers or {}
+        self.details = details or {}
+        """More of `error.details` beside its `error_code`, for a client that reads them (a 412's `current_state`)."""
 
 
 def not_found(kind: str, object_id: str) -> ApiError:
@@ -49,11 +58,15 @@ def invalid(message: str) -> ApiError:
 
 
 def error_response(
-    status: int, message: str, error_code: str | None = None, extra_headers: dict[str, str] | None = None
+    status: int,
+    message: str,
+    error_code: str | None = None,
+    extra_headers: dict[str, str] | None = None,
+    details: dict[str, object] | None = None,
 ) -> JSONResponse:
     error: dict[str, object] = {"type": ERROR_TYPES.get(status, "api_error"), "message": message}
     if error_code:
-        error["details"] = {"error_code": error_code}
+        error["details"] = {"error_code": error_code, **(details or {})}
     request_id = "req_" + secrets.token_hex(12)
     headers = {**(extra_headers or {}), "request-id": request_id}
     if status < 500 and status not in (408, 429):
@@ -63,4 +76,4 @@ def error_response(
 
 async def api_error_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
-    return error_response(exc.status, exc.message, exc.error_code, exc.headers)
+    return error_response(exc.status, exc.message, exc.error_code, exc.headers, exc.details)

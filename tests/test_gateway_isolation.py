@@ -27,7 +27,9 @@ from starlette.routing import Route
 
 from corral.apikeys import create_key
 from corral.contract.threads import primary_thread_id
+from corral.contract.work import WorkItem, WorkRequest
 from corral.records import Records
+from corral.work_queue import WorkQueues
 from gateway.app import create_app
 from tests.chaos._processes import role_process, until_healthy
 from tests.conftest import Stack, unique
@@ -56,7 +58,10 @@ class Ids:
     event: str = ""
     thread: str = ""
     hosted: str = ""
-    """A self-hosted environment (the one kind with keys)."""
+    """A self-hosted environment (the one kind with keys), whose work queue has an item (`work`)."""
+    work: str = ""
+    worker_key: str = ""
+    """The text of the environment key `env_key` (the caller's own, as its worker holds it: not an id position)."""
     env_key: str = ""
 
 
@@ -72,6 +77,7 @@ WRONG_KIND = {
     "thread": "session",
     "hosted": "agent",
     "env_key": "agent",
+    "work": "session",
 }
 """For each id position, the attribute of a real id of another kind (of the same workspace) to put there."""
 
@@ -109,6 +115,11 @@ def rows() -> list[Row]:
     interrupt: Call = lambda c, t, o: c.beta.sessions.events.send(  # noqa: E731
         o.session, events=[{"type": "user.interrupt", "session_thread_id": t.thread}]
     )
+    work_queue, work = env + "/work", env + "/work/{work_id}"
+
+    def worker(c: Client, own: Ids) -> Any:  # the caller's own environment key, as the SDK's worker holds it
+        return c.with_options(api_key=own.worker_key).beta.environments.work
+
     return [
         Row("GET", agent, "id", "agent", "agent_id", lambda c, t, o: c.beta.agents.retrieve(t.agent)),
         Row("POST", agent, "id", "agent", "agent_id",
@@ -138,6 +149,25 @@ def rows() -> list[Row]:
             Row("POST", env + "/keys/{key_id}/revoke", param, position, field,
                 lambda c, t, o: c.post(f"/v1/environments/{t.hosted}/keys/{t.env_key}/revoke", cast_to=JSON))
             for param, position, field in (("id", "hosted", "environment_id"), ("key_id", "env_key", "key_id"))
+        ),
+        Row("GET", work_queue + "/poll", "id", "hosted", "environment_id",
+            lambda c, t, o: worker(c, o).poll(t.hosted)),
+        Row("GET", work_queue + "/stats", "id", "hosted", "environment_id",
+            lambda c, t, o: c.beta.environments.work.stats(t.hosted)),
+        Row("GET", work_queue, "id", "hosted", "environment_id",
+            lambda c, t, o: worker(c, o).list(t.hosted)),
+        *(
+            Row(method, route, param, position, field, call)
+            for param, position, field in (("id", "hosted", "environment_id"), ("work_id", "work", "work_id"))
+            for method, route, call in (
+                ("POST", work + "/ack", lambda c, t, o: worker(c, o).ack(t.work, environment_id=t.hosted)),
+                ("POST", work + "/heartbeat", lambda c, t, o: worker(c, o).heartbeat(
+                    t.work, environment_id=t.hosted, expected_last_heartbeat="NO_HEARTBEAT")),
+                ("POST", work + "/stop", lambda c, t, o: worker(c, o).stop(t.work, environment_id=t.hosted)),
+                ("GET", work, lambda c, t, o: c.beta.environments.work.retrieve(t.work, environment_id=t.hosted)),
+                ("POST", work, lambda c, t, o: c.beta.environments.work.update(
+                    t.work, environment_id=t.hosted, metadata={"taken": "yes"})),
+            )
         ),
         Row("POST", sessions, "body:agent", "agent", "agent",
             lambda c, t, o: c.beta.sessions.create(agent=t.agent, environment_id=o.environment)),
@@ -314,7 +344,24 @@ async def objects(stack: Stack, client: Client) -> Ids:
     env_key: dict[str, Any] = await client.post(f"/v1/environments/{hosted.id}/keys", cast_to=JSON)
     return dataclasses.replace(ids, repo_session=repo_session.id, resource=resource.id, credential=credential.id,
                                event=event.id, thread=primary_thread_id(session.id), hosted=hosted.id,
-                               env_key=env_key["id"])  # fmt: skip
+                               env_key=env_key["id"], worker_key=env_key["key"],
+                               work=await work_item(stack, hosted.id))  # fmt: skip
+
+
+async def work_item(stack: Stack, environment_id: str) -> str:
+    """An item in the environment's work queue, as a session's request for hands makes it."""
+    queues = WorkQueues(stack.client, stack.harness_queue)
+    workspace = (await Records(stack.client, task_queue=stack.harness_queue).get_any(environment_id)).workspace
+    session_id = f"sesn_{uuid.uuid4().hex[:26]}"
+    await queues.request(environment_id, WorkRequest(session_id=session_id, workspace=workspace))
+    items: list[WorkItem] = []
+
+    async def queued() -> bool:
+        items[:] = await queues.items(environment_id)
+        return bool(items)
+
+    await until(queued, "the work item is queued")
+    return items[0].id
 
 
 async def snapshot(client: Client, a: Ids) -> dict[str, Any]:
@@ -323,6 +370,7 @@ async def snapshot(client: Client, a: Ids) -> dict[str, Any]:
         "agent": (await client.beta.agents.retrieve(a.agent)).model_dump(),
         "agent versions": [v.model_dump() async for v in client.beta.agents.versions.list(a.agent)],
         "environment": (await client.beta.environments.retrieve(a.environment)).model_dump(),
+        "work item": (await client.beta.environments.work.retrieve(a.work, environment_id=a.hosted)).model_dump(),
         "sessions": [(await client.beta.sessions.retrieve(s)).model_dump() for s in (a.session, a.repo_session)],
         "events": [e.model_dump() async for e in client.beta.sessions.events.list(a.session)],
         "threads": [(t.id, t.status, t.archived_at) async for t in client.beta.sessions.threads.list(a.session)],

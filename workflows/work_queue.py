@@ -184,7 +184,7 @@ class EnvironmentWorkQueue:
     @workflow.update(name=UPDATE_CLAIM_WORK)
     def claim(self, claim: ClaimWork) -> WorkItem | None:
         """Deliver the oldest claimable item to the polling worker, with a new session token."""
-        item = self._claimable(claim.reclaim_older_than_ms)
+        item = self._claimable(claim.reclaim_older_than_ms, claim.work_id)
         self._pollers[claim.worker_id] = workflow.now()
         self._touch()
         if item is None:
@@ -316,13 +316,15 @@ class EnvironmentWorkQueue:
     def _live_item_of(self, session_id: str) -> WorkItem | None:
         return next((i for i in self._items.values() if i.session_id == session_id and i.state in LIVE_STATES), None)
 
-    def _claimable(self, reclaim_older_than_ms: int) -> WorkItem | None:
+    def _claimable(self, reclaim_older_than_ms: int, work_id: str | None) -> WorkItem | None:
         now = workflow.now()
         redeliver_before = now - timedelta(milliseconds=reclaim_older_than_ms)
         waiting = [
             item
             for item in self._items.values()
-            if item.state == "queued" and (item.delivered_at is None or item.delivered_at <= redeliver_before)
+            if item.state == "queued"
+            and (item.delivered_at is None or item.delivered_at <= redeliver_before)
+            and (work_id is None or item.id == work_id)
         ]
         return min(waiting, key=lambda item: (item.created_at, item.id), default=None)
 

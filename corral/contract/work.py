@@ -175,6 +175,8 @@ class ClaimWork(BaseModel):
     reclaim_older_than_ms: int = Field(default=DEFAULT_RECLAIM_MS, ge=0)
     token_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     """The digest of the token the gateway made for this delivery (the token itself never enters history)."""
+    work_id: str | None = None
+    """The item to deliver (its token names it), if it is still claimable; None: the oldest claimable one."""
 
 
 class WorkId(BaseModel):
