@@ -32,9 +32,9 @@ def work_command(
         bool, typer.Option("--json", help="One JSON object: the queue's figures and its items.")
     ] = False,
 ) -> None:
-    """Show a self-hosted environment's work queue: its depth (items waiting for a worker), pending (items a
-    worker serves), workers polling (in the last 30 s), then its items, newest first: id, session, state, last
-    heartbeat. An environment that is not self-hosted is an error (exit 1).
+    """Show a self-hosted environment's work queue: its depth (items waiting for a worker), pending (items
+    polled and not yet acknowledged), workers polling (in the last 30 s), then its items, newest first: id,
+    session, state, last heartbeat. An environment that is not self-hosted is an error (exit 1).
     """
     from datetime import UTC, datetime
 

@@ -239,24 +239,25 @@ async def test_list_retrieve_update_and_stats_in_the_sdks_types(queue: Queue) ->
 
     delivered = await queue.poll_until_delivered("worker-a")
     await work_api.ack(delivered.id, environment_id=queue.environment_id)
+    await queue.poll_until_delivered("worker-a")  # polled, not acknowledged: what `pending` counts
 
     async def counted() -> bool:
         seen = await work_api.stats(queue.environment_id)  # the environment key reads stats too
-        return (seen.depth, seen.pending, seen.workers_polling) == (2, 1, 1)
+        return (seen.depth, seen.pending, seen.workers_polling) == (1, 1, 1)
 
-    await until(counted, "stats count 2 queued, 1 pending and the one worker that polled")
+    await until(counted, "stats count 1 waiting, 1 polled and not acknowledged, and the one worker that polled")
 
     # `corral environment work ENV` shows the same, and every item with its session and state.
     shown = await corral(queue.stack, "environment", "work", queue.environment_id, "--json")
     assert shown.returncode == 0, shown.stderr
     view = json.loads(shown.stdout)
-    assert (view["depth"], view["pending"], view["workers_polling"]) == (2, 1, 1)
+    assert (view["depth"], view["pending"], view["workers_polling"]) == (1, 1, 1)
     assert [(item["session_id"], item["state"]) for item in view["items"]] == [
         (session, "starting" if session == delivered.data.id else "queued") for session in sessions[::-1]
     ]
     assert all("token_sha256" not in item and "last_heartbeat" not in item for item in view["items"])
     table = await corral(queue.stack, "environment", "work", queue.environment_id)
-    assert table.returncode == 0 and "depth 2, pending 1, workers polling 1" in table.stdout, table
+    assert table.returncode == 0 and "depth 1, pending 1, workers polling 1" in table.stdout, table
     assert all(work.id in table.stdout for work in listed), table.stdout
     cloud = await queue.api.beta.environments.create(name="a cloud one")
     not_hosted = await corral(queue.stack, "environment", "work", cloud.id)
@@ -340,7 +341,7 @@ async def test_a_sessions_first_built_in_call_queues_the_item_a_poll_delivers(qu
     assert (work.data.type, work.data.id, work.state) == ("session", session.id, "queued")
     assert token_of(work)
     stats = await queue.api.beta.environments.work.stats(queue.environment_id)
-    assert (stats.depth, stats.workers_polling) == (1, 1)
+    assert (stats.depth, stats.pending, stats.workers_polling) == (0, 1, 1)  # delivered, not yet acknowledged
     stopped = await queue.worker.beta.environments.work.stop(work.id, environment_id=queue.environment_id, force=True)
     assert stopped.state == "stopped"
 

@@ -294,12 +294,11 @@ class EnvironmentWorkQueue:
     @workflow.query(name=QUERY_WORK_QUEUE)
     def queue(self) -> WorkQueueState:
         queued = [item for item in self._items.values() if item.state == "queued"]
-        pending = [item for item in self._items.values() if item.state in ("starting", "active", "stopping")]
         return WorkQueueState(
             environment_id=self._input.environment_id,
             workspace=self._input.workspace,
-            depth=len(queued),
-            pending=len(pending),
+            depth=len([item for item in queued if item.delivered_at is None]),
+            pending=len([item for item in queued if item.delivered_at is not None]),
             oldest_queued_at=min((item.created_at for item in queued), default=None),
             pollers=dict(self._pollers),
         )

@@ -217,10 +217,11 @@ class WorkQueueState(BaseModel):
     environment_id: str
     workspace: str
     depth: int
-    """Items waiting for a worker (queued)."""
+    """Items waiting to be picked up (queued, never delivered or delivered again after a lapse)."""
     pending: int
-    """Items handed to a worker and not yet stopped (starting, active, stopping)."""
+    """Items polled but not acknowledged (as the SDK's `work_queue_stats` counts them)."""
     oldest_queued_at: datetime | None
+    """The oldest of both."""
     pollers: dict[str, datetime]
 
 
