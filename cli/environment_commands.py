@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 # The Temporal client, the contract and rich are imported by the commands that use them (see cli/api_keys.py).
 
-environment_app = typer.Typer(name="environment", help="Self-hosted environments: their workers' keys.",
+environment_app = typer.Typer(name="environment", help="Self-hosted environments: their workers' keys and queues.",
                               no_args_is_help=True)  # fmt: skip
 app.add_typer(environment_app, rich_help_panel="The gateway")
 key_app = typer.Typer(name="key", help="Keys of a self-hosted environment, for its workers (shown once).",

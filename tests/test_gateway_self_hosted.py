@@ -8,6 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
+import pty
+import re
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -141,8 +146,9 @@ async def test_environment_keys_are_issued_listed_and_revoked_over_http(stack: S
 
 
 async def test_the_cli_issues_lists_and_revokes_environment_keys(stack: Stack, gateway: Gateway) -> None:
-    """`corral environment key create|ls|revoke`, in-process, through Temporal as the CLI reaches records: the
-    keys' records run on the public harness queue (the CLI's), served here for this test only."""
+    """`corral environment key create|ls|revoke`, in-process (stdout captured), then `create` in its own process on
+    a pseudo-terminal; through Temporal, as the CLI reaches records: the keys' records run on the public harness
+    queue (the CLI's), served here for this test only."""
     client = await gateway.client("cli-keys")
     hosted = await client.beta.environments.create(name="laptop", config=SELF_HOSTED)  # type: ignore[arg-type]
     cloud = await client.beta.environments.create(name="box")
@@ -187,9 +193,39 @@ async def test_the_cli_issues_lists_and_revokes_environment_keys(stack: Stack, g
             for args, code, says in failures:
                 refused = await asyncio.to_thread(corral, "environment", "key", *args)
                 assert (refused.exit_code, says in refused.output) == (code, True), refused.output
+
+            argv = ["--address", address, "--namespace", stack.client.namespace, "environment", "key", "create",
+                    hosted.id]  # fmt: skip
+            shown_once = await asyncio.to_thread(on_a_terminal, argv)
+            [on_screen] = re.findall(rf"{re.escape(KEY_PREFIX)}envkey_[0-9a-z]+-[\w-]+", shown_once)
+            made.append(on_screen.removeprefix(KEY_PREFIX).split("-", 1)[0])
+            assert "shown once" in " ".join(shown_once.split()), shown_once
+            assert await verify_environment_key(records, on_screen) is not None, "the key on screen is whole"
         finally:
             for key_id in made:  # nothing of this test stays on the public queue
                 await records.delete(key_id, (await records.get_any(key_id)).workspace)
+
+
+def on_a_terminal(argv: list[str]) -> str:
+    """What `corral ARGV` shows when its output is a terminal (a pseudo-terminal: the real `isatty`)."""
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run([sys.executable, "-m", "cli.main", *argv], stdin=subprocess.DEVNULL, stdout=follower,
+                              stderr=follower, timeout=120, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+    finally:
+        os.close(follower)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the terminal's other side is closed and everything was read
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(leader)
+    assert done.returncode == 0, shown
+    return re.sub(r"\x1b\[[0-9;]*m", "", shown.decode())
 
 
 async def test_a_session_in_a_self_hosted_environment_is_served_by_its_queue(stack: Stack, gateway: Gateway) -> None:

@@ -3,8 +3,9 @@
 
 One workspace has two self-hosted environments, A and B; sessions S and T in A and U in B; an environment key of
 each environment, a revoked key of A, a session token of S's work item and one of T's, a token of an item that
-stopped, and garbage. For each route (one `Row`: adding a route is one line), each credential gets exactly its
-answer: 200 where it may, 404 for a session or environment out of its reach (as another workspace's), 403 with
+stopped, a forged key and garbage. For each route (one `Row`: adding a route is one line): the session routes a
+worker reads and writes, API-key routes, and the work queue's routes, each credential gets exactly its answer: 200
+where it may, 404 for a session, environment or work item out of its reach (as another workspace's), 403 with
 what it may call where the route is not for it, and 401 for a credential that opens nothing.
 """
 
@@ -20,7 +21,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from corral.contract.work import SESSION_TOKEN_PREFIX, ClaimWork, StopWork, WorkRequest
+from corral.contract.work import NO_HEARTBEAT, SESSION_TOKEN_PREFIX, ClaimWork, StopWork, WorkRequest
 from corral.work_queue import WorkQueues
 from tests.conftest import Stack
 from tests.test_gateway import Gateway, running_gateway
@@ -45,6 +46,16 @@ class World:
     t: str
     u: str
     agent: str
+    s_work: str
+    """S's work item (token S's)."""
+    queues: WorkQueues
+
+    async def heartbeat(self, client: anthropic.AsyncAnthropic) -> Any:
+        """A heartbeat of S's item that echoes its lease's current token: only the credential decides the answer."""
+        item = await self.queues.item(self.a, self.s_work)
+        expected = item.last_heartbeat if item is not None and item.last_heartbeat else NO_HEARTBEAT
+        return await client.beta.environments.work.heartbeat(self.s_work, environment_id=self.a,
+                                                             expected_last_heartbeat=expected)  # fmt: skip
 
 
 Call = Callable[[anthropic.AsyncAnthropic, World], Awaitable[Any]]
@@ -66,6 +77,10 @@ def session_route(session: str) -> dict[str, int]:
 
 
 API_ONLY = {API: 200, ENV_A: 403, ENV_B: 403, TOKEN_S: 403, TOKEN_T: 403}
+ENV_KEY_ONLY = {API: 403, ENV_A: 200, ENV_B: 404, TOKEN_S: 403, TOKEN_T: 403}
+"""A work route of environment A that only its worker's key calls (B's key reaches no environment A)."""
+S_ITEM = {API: 403, ENV_A: 200, ENV_B: 404, TOKEN_S: 200, TOKEN_T: 404}
+"""S's work item, which its token and A's key reach (T's token reaches T's item only)."""
 HELLO: list[Any] = [{"type": "user.message", "content": [{"type": "text", "text": "hello"}]}]
 
 
@@ -80,7 +95,9 @@ def rows() -> list[Row]:
         Row("GET /v1/sessions/{U}", lambda c, w: c.beta.sessions.retrieve(w.u), session_route("u")),
         Row("GET /v1/sessions/{U}/events", lambda c, w: c.beta.sessions.events.list(w.u), session_route("u")),
         Row("POST /v1/sessions/{S} (update)", lambda c, w: c.beta.sessions.update(w.s, title="x"), API_ONLY),
+        Row("GET /v1/sessions/{S}/threads", lambda c, w: c.beta.sessions.threads.list(w.s), API_ONLY),
         Row("GET /v1/sessions", lambda c, w: c.beta.sessions.list(), API_ONLY),
+        Row("GET /v1/vaults", lambda c, w: c.beta.vaults.list(), API_ONLY),
         Row("GET /v1/agents", lambda c, w: c.beta.agents.list(), API_ONLY),
         Row("GET /v1/agents/{id}", lambda c, w: c.beta.agents.retrieve(w.agent), API_ONLY),
         Row("GET /v1/environments/{A}", lambda c, w: c.beta.environments.retrieve(w.a), API_ONLY),
@@ -88,6 +105,22 @@ def rows() -> list[Row]:
             API_ONLY),
         Row("POST /v1/environments/{A}/keys", lambda c, w: c.post(f"/v1/environments/{w.a}/keys", cast_to=JSON),
             API_ONLY),
+        # The work queue's routes (gateway/work.py). They change S's item, in this order: acknowledged by A's
+        # key, claimed and extended by heartbeats, and last asked to stop (force=False: its token stays valid).
+        Row("GET /v1/environments/{A}/work/stats", lambda c, w: c.beta.environments.work.stats(w.a),
+            {**ENV_KEY_ONLY, API: 200}),
+        Row("GET /v1/environments/{A}/work", lambda c, w: c.beta.environments.work.list(w.a), ENV_KEY_ONLY),
+        Row("GET /v1/environments/{B}/work/poll", lambda c, w: c.beta.environments.work.poll(w.b, block_ms=1),
+            {**ENV_KEY_ONLY, ENV_A: 404, ENV_B: 200}),
+        Row("GET /v1/environments/{A}/work/{S's}", lambda c, w: c.beta.environments.work.retrieve(
+            w.s_work, environment_id=w.a), API_ONLY),
+        Row("POST /v1/environments/{A}/work/{S's}", lambda c, w: c.beta.environments.work.update(
+            w.s_work, environment_id=w.a, metadata={"seen": "yes"}), API_ONLY),
+        Row("POST /v1/environments/{A}/work/{S's}/ack", lambda c, w: c.beta.environments.work.ack(
+            w.s_work, environment_id=w.a), ENV_KEY_ONLY),
+        Row("POST /v1/environments/{A}/work/{S's}/heartbeat", lambda c, w: w.heartbeat(c), S_ITEM),
+        Row("POST /v1/environments/{A}/work/{S's}/stop", lambda c, w: c.beta.environments.work.stop(
+            w.s_work, environment_id=w.a, force=False), S_ITEM),
     ]  # fmt: skip
 
 
@@ -105,7 +138,7 @@ async def outcome(call: Awaitable[Any]) -> tuple[int, str]:
     return 200, ""
 
 
-async def session_token(queues: WorkQueues, environment_id: str, session_id: str, workspace: str) -> str:
+async def session_token(queues: WorkQueues, environment_id: str, session_id: str, workspace: str) -> tuple[str, str]:
     """A token of a new item for the session, delivered as a poll delivers it: the gateway's work routes make it
     the same way (its digest is all the queue keeps)."""
     await queues.request(environment_id, WorkRequest(session_id=session_id, workspace=workspace))
@@ -118,10 +151,10 @@ async def session_token(queues: WorkQueues, environment_id: str, session_id: str
 
     await until(queued, f"{session_id}'s item is queued")
     token = f"{SESSION_TOKEN_PREFIX}{environment_id}-{found[0]}-{secrets.token_urlsafe(32)}"
-    claim = ClaimWork(worker_id="scope-test", token_sha256=hashlib.sha256(token.encode()).hexdigest())
-    item = await queues.claim(environment_id, claim)
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    item = await queues.claim(environment_id, ClaimWork(worker_id="scope-test", token_sha256=digest, work_id=found[0]))
     assert item is not None and item.id == found[0]
-    return token
+    return token, item.id
 
 
 @pytest.fixture
@@ -141,7 +174,6 @@ async def test_each_credential_opens_exactly_its_routes(stack: Stack, served: Ga
     s = await client.beta.sessions.create(agent=agent.id, environment_id=a.id)
     t = await client.beta.sessions.create(agent=agent.id, environment_id=a.id)
     u = await client.beta.sessions.create(agent=agent.id, environment_id=b.id)
-    world = World(a.id, b.id, s.id, t.id, u.id, agent.id)
 
     async def key_of(environment_id: str) -> dict[str, Any]:
         made: dict[str, Any] = await client.post(f"/v1/environments/{environment_id}/keys", cast_to=JSON)
@@ -149,13 +181,15 @@ async def test_each_credential_opens_exactly_its_routes(stack: Stack, served: Ga
 
     queues = WorkQueues(stack.client, task_queue=stack.harness_queue)
     revoked = await key_of(a.id)
-    stopped = await session_token(queues, b.id, u.id, workspace)
+    stopped, stopped_work = await session_token(queues, b.id, u.id, workspace)
+    token_s, s_work = await session_token(queues, a.id, s.id, workspace)
+    world = World(a.id, b.id, s.id, t.id, u.id, agent.id, s_work, queues)
     credentials = {
         API: api_key,
         ENV_A: (await key_of(a.id))["key"],
         ENV_B: (await key_of(b.id))["key"],
-        TOKEN_S: await session_token(queues, a.id, s.id, workspace),
-        TOKEN_T: await session_token(queues, a.id, t.id, workspace),
+        TOKEN_S: token_s,
+        TOKEN_T: (await session_token(queues, a.id, t.id, workspace))[0],
         REVOKED: revoked["key"],
         STOPPED: stopped,
         FORGED: f"sk-corral-{revoked['id'][:-4]}0000-{secrets.token_urlsafe(32)}",
@@ -170,8 +204,7 @@ async def test_each_credential_opens_exactly_its_routes(stack: Stack, served: Ga
         target = world.s if name == REVOKED else world.u
         assert await outcome(as_[name].beta.sessions.retrieve(target)) == (200, ""), name
     await client.post(f"/v1/environments/{a.id}/keys/{revoked['id']}/revoke", cast_to=JSON)
-    work_id = stopped.removeprefix(SESSION_TOKEN_PREFIX).split("-")[1]
-    await queues.stop(b.id, StopWork(work_id=work_id, force=True))
+    await queues.stop(b.id, StopWork(work_id=stopped_work, force=True))
 
     async def listed() -> bool:  # visibility has caught up: the API key's listing rows mean something
         return len([x async for x in client.beta.sessions.list()]) == 3
