@@ -284,6 +284,20 @@ def workflow_runs() -> str:
     )
 
 
+def self_hosted() -> str:
+    if not measured("self_hosted"):
+        return ""
+    f = summary("self_hosted")["figures"]
+    return (
+        f"Latest result ({source('self_hosted')}): a later `bash true` call took "
+        f"{f['later_self_hosted_p50'] * 1000:.1f} ms at p50 through the self-hosted worker against "
+        f"{f['later_docker_p50'] * 1000:.1f} ms on the Docker hand: "
+        f"**{f['later_ratio']:.2f}x**; a session's first call, which includes the worker's claim, "
+        f"{f['first_self_hosted_p50']:.2f} s against {f['first_docker_p50'] * 1000:.0f} ms ({f['first_ratio']:.1f}x; "
+        f"{f['runs']} sessions per arm, {f['calls']} calls each)."
+    )
+
+
 def runs() -> str:
     """Every results file: its command, how long it ran, and the load it ran under."""
     rows = []
@@ -322,6 +336,7 @@ RENDER: dict[str, Callable[[], str]] = {
     "turn-latency": turn_latency,
     "threads": threads,
     "workflow-runs": workflow_runs,
+    "self-hosted": self_hosted,
     "runs": runs,
     **OPERATIONS,
 }
