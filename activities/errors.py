@@ -47,6 +47,13 @@ class ModelStreamBroken(Exception):
 def stream_broken(exc: Exception, stall_seconds: float) -> ModelStreamBroken | None:
     """What a failure while reading a response stream means; None if the SDK typed it already (an `error` event,
     a status) or it is not the stream's."""
+    # From anthropic 2.17 the SDK wraps a transport failure while a stream is read as its own connection error;
+    # before, it let the transport's error through. Either way, read here, it is the stream's.
+    if isinstance(exc, anthropic.APITimeoutError):
+        return ModelStreamBroken(f"the stream stalled: no data for {stall_seconds:g} s")
+    if isinstance(exc, anthropic.APIConnectionError):
+        cause = exc.__cause__ or exc
+        return ModelStreamBroken(f"the stream broke off: {str(cause) or type(cause).__name__}")
     if isinstance(exc, anthropic.AnthropicError):
         return None
     if isinstance(exc, httpx2.TimeoutException):  # the per-read timeout: no byte for `stall_seconds`

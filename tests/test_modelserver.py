@@ -295,10 +295,18 @@ async def _read_broken(client: anthropic.AsyncAnthropic, model: str, **options: 
         return "".join(received), exc
 
 
+def transport_error(error: object) -> object:
+    """The transport's own error behind what the SDK raised: anthropic 2.16 let it through as it was, 2.17 wraps a
+    stream's transport failure in its `APIConnectionError` (`APITimeoutError` for a timeout), caused by it."""
+    if isinstance(error, anthropic.APIConnectionError) and error.__cause__ is not None:
+        return error.__cause__
+    return error
+
+
 @pytest.mark.parametrize(
     ("kind", "raised"),
     [
-        ("cut", httpx2.RemoteProtocolError),  # the SDK lets the transport's error through as it is
+        ("cut", httpx2.RemoteProtocolError),  # the transport's error (anthropic 2.17 wraps it as its own, below)
         ("malformed", json.JSONDecodeError),
         ("stall", httpx2.ReadTimeout),  # only a read timeout ends the wait
     ],
@@ -311,7 +319,7 @@ async def test_a_broken_stream_is_what_the_sdk_sees(
     model = f"script:{script_name}"
     timeout = httpx2.Timeout(30, read=0.5) if kind == "stall" else httpx2.Timeout(30)
     received, outcome = await _read_broken(client, model, timeout=timeout)
-    assert isinstance(outcome, raised), repr(outcome)
+    assert isinstance(transport_error(outcome), raised), repr(outcome)
     assert received == "one two "  # the two deltas before the break, and nothing after it
     received, outcome = await _read_broken(client, model)  # one break per use: the next use is whole
     assert received == text and outcome.stop_reason == "end_turn"
@@ -347,7 +355,7 @@ async def test_a_stalled_stream_is_stopped_when_the_client_goes_away(
     await register(http, script_name, {"steps": [{"text": "a b", "break_stream": [{"kind": "stall"}]}]})
     before = (await http.get("/_corral/stats")).json()
     received, outcome = await _read_broken(client, f"script:{script_name}", timeout=httpx2.Timeout(30, read=0.2))
-    assert isinstance(outcome, httpx2.ReadTimeout) and received == "a "
+    assert isinstance(transport_error(outcome), httpx2.ReadTimeout) and received == "a "
     for _ in range(200):
         stats = (await http.get("/_corral/stats")).json()
         if stats["cancelled_streams"] > before["cancelled_streams"]:

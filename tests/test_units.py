@@ -168,12 +168,23 @@ def test_classify_errors_inside_a_stream_by_body_type() -> None:
     assert info is not None and info.error_type == "model_overloaded_error" and info.retryable
 
 
+def wrapped(cause: httpx2.HTTPError) -> anthropic.APIConnectionError:
+    """The SDK's connection error for `cause`, raised from it, as anthropic 2.17 raises it while reading a stream."""
+    try:
+        raise anthropic.APIConnectionError(message=f"Connection failed: {cause}", request=cause.request) from cause
+    except anthropic.APIConnectionError as error:
+        return error
+
+
 def test_a_broken_stream_is_a_retryable_error_that_says_how_it_broke() -> None:
     request = httpx2.Request("POST", "http://model/v1/messages")
     cases = [
         (httpx2.ReadTimeout("", request=request), "the stream stalled: no data for 90 s"),
         (httpx2.RemoteProtocolError("peer closed connection", request=request), "the stream broke off: peer closed"),
         (json.JSONDecodeError("Expecting value", "{x", 1), "the stream was malformed: Expecting value"),
+        # anthropic 2.17 wraps a stream's transport failure as its own connection error, caused by it
+        (anthropic.APITimeoutError(request=request), "the stream stalled: no data for 90 s"),
+        (wrapped(httpx2.RemoteProtocolError("peer closed connection", request=request)), "the stream broke off: peer"),
     ]
     for raised, says in cases:
         broken = stream_broken(raised, stall_seconds=90)
