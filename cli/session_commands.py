@@ -263,7 +263,7 @@ def ls_command(
     status: Annotated[SessionStatusFilter | None, typer.Option(help="Only sessions in this status.")] = None,
     limit: Annotated[int, typer.Option(help="At most this many sessions.", min=1)] = 50,
 ) -> None:
-    """List sessions, newest first.
+    """List sessions: running ones first, then ended ones, each newest first (Temporal visibility's order).
 
     Runs the visibility query `WorkflowType='SessionWorkflow' AND ExecutionStatus!='ContinuedAsNew'
     AND ParentWorkflowId IS NULL [AND CorralStatus='idle']`; the same query works in the Temporal Web UI and with

@@ -34,6 +34,9 @@ from tests.test_gateway import Gateway, gateway  # noqa: F401 - the fixture
 pytestmark = pytest.mark.timeout(600)
 
 REFUSED = "continue_as_new_after_events: Input should be greater than or equal to 200"
+LISTED = 1000
+"""`corral ls --limit`: Temporal's visibility lists running workflows before ended ones, and the suite's dev server
+holds every earlier test's running sessions, so an ended session is found past them."""
 READS = [["events"], ["events", "--json"], ["tail"], ["export"], ["context"]]
 WRITES = [["send", "hello"], ["send", "hello", "--follow"], ["interrupt"]]
 
@@ -99,7 +102,7 @@ async def test_a_refused_start_input_is_reported_by_every_command_and_route(
     said = ("failed at start", "its start input was refused", REFUSED)
     for args in [*READS, *WRITES, ["fork", "--at", "1"], ["output", "toolu_x"]]:
         assert_said(await asyncio.to_thread(corral, stack, tmp_path, args[0], session_id, *args[1:]), 1, *said)
-    listed = await asyncio.to_thread(corral, stack, tmp_path, "ls")
+    listed = await asyncio.to_thread(corral, stack, tmp_path, "ls", "--limit", str(LISTED))
     assert_said(listed, 0, session_id, "Failed at start")
 
     await assert_gone(client.beta.sessions.retrieve(session_id), *said)
@@ -149,7 +152,7 @@ async def test_a_session_that_ended_says_how_and_when_and_its_log_stays_readable
     for args in WRITES:
         completed = await asyncio.to_thread(corral, stack, tmp_path, args[0], session_id, *args[1:])
         assert_said(completed, 1, *said, "it takes no more events")
-    listed = await asyncio.to_thread(corral, stack, tmp_path, "ls")
+    listed = await asyncio.to_thread(corral, stack, tmp_path, "ls", "--limit", str(LISTED))
     assert_said(listed, 0, session_id, "terminated")
 
     session = await client.beta.sessions.retrieve(session_id)

@@ -25,6 +25,7 @@ from corral.contract.work import NO_HEARTBEAT, SESSION_TOKEN_PREFIX, ClaimWork, 
 from corral.work_queue import WorkQueues
 from tests.conftest import Stack
 from tests.test_gateway import Gateway, running_gateway
+from tests.test_gateway_isolation import outcome
 from tests.waits import until
 
 pytestmark = pytest.mark.timeout(300)
@@ -122,20 +123,6 @@ def rows() -> list[Row]:
         Row("POST /v1/environments/{A}/work/{S's}/stop", lambda c, w: c.beta.environments.work.stop(
             w.s_work, environment_id=w.a, force=False), S_ITEM),
     ]  # fmt: skip
-
-
-async def outcome(call: Awaitable[Any]) -> tuple[int, str]:
-    """The status and error message a request got (200 and "" when it succeeded)."""
-    try:
-        result = await call
-        if hasattr(result, "close"):  # a stream that opened: close it
-            await result.close()
-    except anthropic.APIStatusError as exc:
-        error = exc.body.get("error") if isinstance(exc.body, dict) else None
-        if not isinstance(error, dict):
-            return exc.status_code, f"not the API's error shape: {exc.body!r}"
-        return exc.status_code, f"{error.get('type')}: {error.get('message')}"
-    return 200, ""
 
 
 async def session_token(queues: WorkQueues, environment_id: str, session_id: str, workspace: str) -> tuple[str, str]:
