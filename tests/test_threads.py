@@ -250,7 +250,13 @@ async def test_an_inline_agent_and_a_subagents_confirmation_from_the_session(sta
     request = stack.requests(inline)[0]["body"]
     assert "Check one thing." in str(request["system"])
     assert [tool["name"] for tool in request["tools"]] == ["echo"], "an inline agent has the coordinator's own tools"
-    assert "checked" in texts(await all_events(stack.client, thread.id), "agent.tool_result")
+
+    # The coordinator's wait settles when the thread idles for its confirmation, so its answer may come before the
+    # allowed call has run in the thread: wait for the thread's own result.
+    async def ran() -> bool:
+        return "checked" in texts(await all_events(stack.client, thread.id), "agent.tool_result")
+
+    await until(ran, "the confirmed call's result in the inline thread's log")
 
 
 async def test_threads_and_their_session_continue_as_new(stack: Stack) -> None:
