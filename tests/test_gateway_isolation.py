@@ -115,7 +115,8 @@ def rows() -> list[Row]:
     interrupt: Call = lambda c, t, o: c.beta.sessions.events.send(  # noqa: E731
         o.session, events=[{"type": "user.interrupt", "session_thread_id": t.thread}]
     )
-    work_queue, work = env + "/work", env + "/work/{work_id}"
+    work_queue = env + "/work"
+    work = work_queue + "/{work_id}"
 
     def worker(c: Client, own: Ids) -> Any:  # the caller's own environment key, as the SDK's worker holds it
         return c.with_options(api_key=own.worker_key).beta.environments.work

@@ -108,19 +108,19 @@ def rows() -> list[Row]:
             API_ONLY),
         # The work queue's routes (gateway/work.py). They change S's item, in this order: acknowledged by A's
         # key, claimed and extended by heartbeats, and last asked to stop (force=False: its token stays valid).
-        Row("GET /v1/environments/{A}/work/stats", lambda c, w: c.beta.environments.work.stats(w.a),
+        Row("GET environment A's work queue stats", lambda c, w: c.beta.environments.work.stats(w.a),
             {**ENV_KEY_ONLY, API: 200}),
-        Row("GET /v1/environments/{A}/work", lambda c, w: c.beta.environments.work.list(w.a), ENV_KEY_ONLY),
-        Row("GET /v1/environments/{B}/work/poll", lambda c, w: c.beta.environments.work.poll(w.b, block_ms=1),
+        Row("GET environment A's work queue (list)", lambda c, w: c.beta.environments.work.list(w.a), ENV_KEY_ONLY),
+        Row("GET environment B's work queue poll", lambda c, w: c.beta.environments.work.poll(w.b, block_ms=1),
             {**ENV_KEY_ONLY, ENV_A: 404, ENV_B: 200}),
-        Row("GET /v1/environments/{A}/work/{S's}", lambda c, w: c.beta.environments.work.retrieve(
+        Row("GET environment A's work item of S", lambda c, w: c.beta.environments.work.retrieve(
             w.s_work, environment_id=w.a), API_ONLY),
-        Row("POST /v1/environments/{A}/work/{S's}", lambda c, w: c.beta.environments.work.update(
+        Row("POST environment A's work item of S (metadata)", lambda c, w: c.beta.environments.work.update(
             w.s_work, environment_id=w.a, metadata={"seen": "yes"}), API_ONLY),
-        Row("POST /v1/environments/{A}/work/{S's}/ack", lambda c, w: c.beta.environments.work.ack(
+        Row("POST environment A's work item of S: ack", lambda c, w: c.beta.environments.work.ack(
             w.s_work, environment_id=w.a), ENV_KEY_ONLY),
-        Row("POST /v1/environments/{A}/work/{S's}/heartbeat", lambda c, w: w.heartbeat(c), S_ITEM),
-        Row("POST /v1/environments/{A}/work/{S's}/stop", lambda c, w: c.beta.environments.work.stop(
+        Row("POST environment A's work item of S: heartbeat", lambda c, w: w.heartbeat(c), S_ITEM),
+        Row("POST environment A's work item of S: stop", lambda c, w: c.beta.environments.work.stop(
             w.s_work, environment_id=w.a, force=False), S_ITEM),
     ]  # fmt: skip
 
