@@ -56,6 +56,7 @@ WHERE = "cat /etc/hostname"
 """A container's host name is its short id: the output says which container ran the command."""
 _POLL_S = 0.25
 _STOP_TIMEOUT_S = 30.0
+_ENGINE_PREFIX = "corral-edge-"
 
 
 # ---- the second engine --------------------------------------------------------------------------------------------
@@ -130,17 +131,40 @@ def _stop_daemon(process: subprocess.Popen[bytes], directory: Path) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+    _remove_leftovers(directory)
+
+
+def _remove_leftovers(directory: Path) -> None:
+    """What a stopped or killed engine leaves: the containerd it supervised, its mounts, its bridge, its files."""
     # A daemon that had to be killed leaves the containerd it supervised: stop that one, by its own pid file.
     with contextlib.suppress(OSError, ValueError):
         pid = int((directory / "exec" / "containerd" / "containerd.pid").read_text().strip())
-        if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(b"containerd"):
+        if _runs(pid, b"containerd"):
             os.kill(pid, signal.SIGKILL)
-    for mount in reversed(_mounts_under(directory)):  # a killed daemon's overlay and shm mounts
+    for mount in reversed(_mounts_under(directory)):  # a killed daemon's overlay, shm and netns mounts
         subprocess.run(["umount", "-l", mount], check=False, capture_output=True)
     with contextlib.suppress(OSError):
         bridge = (directory / "bridge").read_text().strip()
-        subprocess.run(["ip", "link", "delete", bridge], check=False, capture_output=True)
+        if Path("/sys/class/net", bridge).exists():
+            deleted = subprocess.run(["ip", "link", "delete", bridge], check=False, capture_output=True, text=True)
+            assert deleted.returncode == 0, f"the second engine's bridge {bridge} stays: {deleted.stderr.strip()}"
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def _runs(pid: int, program: bytes) -> bool:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(program)
+    return False
+
+
+def sweep_killed_engines() -> None:
+    """Remove what an earlier run of this module left when it was killed before its teardown (a stopped CI job, a
+    session cut short): each `corral-edge-*` directory whose daemon no longer runs, with its mounts and bridge."""
+    for directory in Path(tempfile.gettempdir()).glob(f"{_ENGINE_PREFIX}*"):
+        with contextlib.suppress(OSError, ValueError):
+            if _runs(int((directory / "docker.pid").read_text().strip()), b"dockerd"):
+                continue  # an engine some other run still uses
+        _remove_leftovers(directory)
 
 
 def _make_bridge(directory: Path) -> str:
@@ -177,8 +201,10 @@ def load_image(source: docker.DockerClient, target: docker.DockerClient, image: 
 @pytest.fixture(scope="module")
 def edge_engine(docker_client: docker.DockerClient, sandbox_image: str, dockerd: str) -> Iterator[SecondEngine]:
     # A short directory of its own: the engine's socket path must fit in a unix socket address (108 bytes).
+    sweep_killed_engines()
     bridges_before = set(os.listdir("/sys/class/net"))
-    engine = start_second_engine(dockerd, Path(tempfile.mkdtemp(prefix="corral-edge-")))
+    engine = start_second_engine(dockerd, Path(tempfile.mkdtemp(prefix=_ENGINE_PREFIX)))
+    bridge = (engine.directory / "bridge").read_text().strip()
     try:
         load_image(docker_client, engine.client, sandbox_image)
         yield engine
@@ -186,7 +212,7 @@ def edge_engine(docker_client: docker.DockerClient, sandbox_image: str, dockerd:
         stop_second_engine(engine)
     # The default engine's network interfaces (its docker0 above all) are untouched, and the second's are gone.
     assert set(os.listdir("/sys/class/net")) >= bridges_before - {name for name in bridges_before if "veth" in name}
-    assert not [name for name in os.listdir("/sys/class/net") if name.startswith("corral-e")]
+    assert bridge not in os.listdir("/sys/class/net")
 
 
 def sandbox_worker_environment(client: Client, image: str, docker_host: str | None) -> dict[str, str]:
