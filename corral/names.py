@@ -198,6 +198,17 @@ WORK_ID_PREFIX: Final = "work_"
 """A self-hosted environment's work item (corral.contract.work), made by its queue: `work_<hex>`."""
 ENVIRONMENT_KEY_ID_PREFIX: Final = "envkey_"
 """An environment key's record: a key opens its environment's work queue only (gateway/work_auth.py)."""
+FILE_ID_PREFIX: Final = "file_"
+"""An uploaded file, or one a session wrote under its outputs directory (corral.files)."""
+FILE_RESOURCE_ID_PREFIX: Final = "sres_"
+"""A session's file resource (a mount of one file); repositories keep `repo1`, `repo2`…"""
+SKILL_ID_PREFIX: Final = "skill_"
+SKILL_VERSION_ID_PREFIX: Final = "skillver_"
+"""Not documented upstream (the SDK takes any version string, or `latest`); corral's."""
+MEMORY_STORE_ID_PREFIX: Final = "memstore_"
+MEMORY_ID_PREFIX: Final = "mem_"
+MEMORY_VERSION_ID_PREFIX: Final = "memver_"
+DREAM_ID_PREFIX: Final = "drm_"
 ID_KINDS: Final = {
     SESSION_ID_PREFIX: "session",
     EVENT_ID_PREFIX: "event",
@@ -213,6 +224,14 @@ ID_KINDS: Final = {
     WORKFLOW_RUN_ID_PREFIX: "workflow run",
     WORK_ID_PREFIX: "work item",
     ENVIRONMENT_KEY_ID_PREFIX: "environment key",
+    FILE_ID_PREFIX: "file",
+    FILE_RESOURCE_ID_PREFIX: "file resource",
+    SKILL_ID_PREFIX: "skill",
+    SKILL_VERSION_ID_PREFIX: "skill version",
+    MEMORY_STORE_ID_PREFIX: "memory store",
+    MEMORY_ID_PREFIX: "memory",
+    MEMORY_VERSION_ID_PREFIX: "memory version",
+    DREAM_ID_PREFIX: "dream",
 }
 """What each prefix names, for errors that say which kind of id was given where another was expected."""
 
@@ -223,6 +242,9 @@ ENV_SANDBOX_ENGINE: Final = "CORRAL_SANDBOX_ENGINE"
 """The engine pool a sandbox worker serves (`sandbox_provision_queue`); unset: the default pool, `corral-sandbox`."""
 ENV_BLOB_STORE: Final = "CORRAL_BLOB_STORE"
 """Where sessions' archived logs are (corral.blobs): a directory or a file:// URL; default `blobs/` in the state dir."""
+ENV_KNOWLEDGE_DB: Final = "CORRAL_KNOWLEDGE_DB"
+"""The embedded database of what outlives a session (files' metadata, skills, memory stores: corral.knowledge_db);
+default `knowledge.db` in the state dir."""
 ENV_STATE_DIR: Final = "CORRAL_STATE_DIR"
 """Where a machine's local state is (the stack's pid files, logs and database, the sandbox image's build, blobs);
 default `.corral`."""

@@ -22,7 +22,9 @@ from starlette.routing import Route
 from temporalio.client import Client
 
 from corral import telemetry
+from corral.blobs import BlobStore, open_blob_store
 from corral.errors import SessionEnded
+from corral.knowledge_db import KnowledgeDB, open_knowledge_db
 from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
 from corral.records import Records
 from corral.work_queue import WorkQueues
@@ -67,6 +69,10 @@ class Gateway:
         self.credentials = Credentials(self.keys, self.records, self.work_queues)
         self.sessions = Sessions(client, self.records, self.work_queues, harness_queue, model_queue, limits)
         self.streams = StreamSlots(streams_per_key)
+        self.knowledge: KnowledgeDB = open_knowledge_db()
+        """Files' metadata, skills and memory stores (corral.knowledge_db), shared with the workers."""
+        self.blobs: BlobStore = open_blob_store()
+        """The bytes of files and skill bundles (corral.blobs), shared with the workers."""
 
     def own_queues(self) -> tuple[str, str]:
         """The task queues of this gateway's own workers, which no hand may name."""

@@ -53,6 +53,7 @@ from workers.roles import harness_worker, model_worker, sandbox_workers
 
 BLOB_STORE = tempfile.mkdtemp(prefix="corral-test-blobs-")
 os.environ["CORRAL_BLOB_STORE"] = BLOB_STORE  # every worker and client of the run, in process or not, shares it
+os.environ["CORRAL_KNOWLEDGE_DB"] = str(Path(BLOB_STORE) / "knowledge.db")  # so does the knowledge database
 
 
 @pytest.fixture(scope="session", autouse=True)
