@@ -23,18 +23,22 @@ from corral.archive import tool_output_key
 from corral.blobs import BlobStore, BlobStoreError, open_blob_store
 from corral.contract.activities import ExecuteInput
 from corral.contract.errors import SANDBOX_GONE, SANDBOX_UNAVAILABLE
+from corral.contract.knowledge import Collected
 from corral.contract.sandbox import (
     SANDBOX_TOOL_INPUTS,
     BashInput,
+    CollectInput,
     ForkWorkspaceInput,
     ProvisionInput,
     SandboxHandle,
     SandboxRef,
 )
+from corral.errors import BlobNotFound
 from corral.hands.errors import tool_error
 from corral.hands.heartbeat import heartbeating
 from corral.hands.output import OUTPUT_HEAD, OUTPUT_TAIL, cut_output
 from corral.names import (
+    ACTIVITY_COLLECT_KNOWLEDGE,
     ACTIVITY_EXECUTE,
     ACTIVITY_FORK_WORKSPACE,
     ACTIVITY_PROVISION_SANDBOX,
@@ -43,7 +47,7 @@ from corral.names import (
     DEFAULT_GIT_PROXY_PORT,
     SANDBOX_TASK_QUEUE,
 )
-from sandbox import containers, running, sessions
+from sandbox import containers, knowledge, running, sessions
 from sandbox.errors import SandboxError, SandboxGone, SandboxSetupError
 from sandbox.pool import PoolSettings, WarmPool, pool_key
 from sandbox.runner import RunnerLost, Runners
@@ -130,8 +134,18 @@ class SandboxActivities:
                         self._git_proxy_port,
                         input.volume,
                     )
+                if input.knowledge:
+                    await asyncio.to_thread(
+                        knowledge.place_knowledge, self._docker, made.container_id, self._blobs, input.knowledge,
+                        input.memory,
+                    )  # fmt: skip
             except SandboxSetupError as exc:
                 raise ApplicationError(str(exc), type=SANDBOX_UNAVAILABLE, non_retryable=True) from exc
+            except BlobNotFound as exc:
+                raise ApplicationError(
+                    f"a file, skill or memory store of this session is gone from the blob store: {exc}",
+                    type=SANDBOX_UNAVAILABLE, non_retryable=True,
+                ) from exc  # fmt: skip
         environment = input.environment
         warm = " (from the warm pool)" if made.from_pool else ""
         log.info("sandbox %s ready for %s%s", made.container_name, input.session_id, warm)
@@ -170,6 +184,16 @@ class SandboxActivities:
                 input.repositories, git_host, self._git_proxy_port,
             )  # fmt: skip
         return made
+
+    @activity.defn(name=ACTIVITY_COLLECT_KNOWLEDGE)
+    async def collect_knowledge(self, input: CollectInput) -> Collected:
+        """What the agent wrote to its outputs and its writable memory stores since the workflow last kept them
+        (their bytes put in the blob store); nothing, if the container is gone (its `/mnt` went with it)."""
+        try:
+            outputs, stores = await asyncio.to_thread(knowledge.collect_knowledge, self._docker, self._blobs, input)
+        except docker.errors.NotFound:
+            return Collected()
+        return Collected(outputs=outputs, memory=stores)
 
     @activity.defn(name=ACTIVITY_FORK_WORKSPACE)
     async def fork_workspace(self, input: ForkWorkspaceInput) -> bool:

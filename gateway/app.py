@@ -38,6 +38,7 @@ from gateway.multiagent_session import DEFAULT_LIMITS, SessionLimits
 from gateway.observed import ObservedRequests
 from gateway.repositories import repository_routes
 from gateway.session_admin import session_admin_routes
+from gateway.session_knowledge import KnowledgeResolver
 from gateway.session_status import session_ended_handler
 from gateway.sessions import Sessions, session_routes
 from gateway.threads import thread_routes
@@ -67,12 +68,13 @@ class Gateway:
         """The self-hosted environments' work queues, which run on the harness queue of the sessions they serve."""
         self.keys = ApiKeys(self.records)
         self.credentials = Credentials(self.keys, self.records, self.work_queues)
-        self.sessions = Sessions(client, self.records, self.work_queues, harness_queue, model_queue, limits)
-        self.streams = StreamSlots(streams_per_key)
         self.knowledge: KnowledgeDB = open_knowledge_db()
         """Files' metadata, skills and memory stores (corral.knowledge_db), shared with the workers."""
         self.blobs: BlobStore = open_blob_store()
         """The bytes of files and skill bundles (corral.blobs), shared with the workers."""
+        resolver = KnowledgeResolver(self.knowledge, self.blobs)
+        self.sessions = Sessions(client, self.records, self.work_queues, harness_queue, model_queue, limits, resolver)
+        self.streams = StreamSlots(streams_per_key)
 
     def own_queues(self) -> tuple[str, str]:
         """The task queues of this gateway's own workers, which no hand may name."""

@@ -18,12 +18,15 @@ from pydantic import SecretStr, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowUpdateFailedError
 
+from corral.contract.knowledge import FileResourceChange
 from corral.contract.proxy import GitRepositoryResource
+from corral.names import FILE_RESOURCE_ID_PREFIX, UPDATE_ADD_FILE, UPDATE_REMOVE_FILE
 from gateway.errors import invalid, not_found
 from gateway.http import Authed, body, whole
 from gateway.owned import id_of, own_session
+from gateway.session_knowledge import KnowledgeResolver, file_view
 from gateway.shapes import problem, when
 from gateway.vault_access import ACCESS, VaultAccess, in_vault
 
@@ -112,11 +115,12 @@ async def forget_repository_tokens(session_id: str, found: list[Repository]) -> 
 
 
 class SessionResources:
-    """List, retrieve, and rotate the token of, the repositories a session was created with."""
+    """List and retrieve a session's resources; rotate a repository's token; add and remove files."""
 
-    def __init__(self, client: Client, access: VaultAccess) -> None:
+    def __init__(self, client: Client, access: VaultAccess, resolver: KnowledgeResolver | None = None) -> None:
         self.client = client
         self.access = access
+        self.resolver = resolver
 
     async def _own(self, workspace: str, session_id: str) -> tuple[list[dict[str, Any]], bool]:
         """The session's resources as its memo keeps them, and whether it still runs; 404 for another workspace's
@@ -128,7 +132,8 @@ class SessionResources:
 
     async def _one(self, workspace: str, session_id: str, resource_id: str) -> tuple[dict[str, Any], bool]:
         resources, running = await self._own(workspace, session_id)
-        id_of(resource_id, "resource_id", "session resource")
+        if not resource_id.startswith(FILE_RESOURCE_ID_PREFIX):
+            id_of(resource_id, "resource_id", "session resource")
         for resource in resources:
             if resource.get("id") == resource_id:
                 return resource, running
@@ -158,6 +163,8 @@ class SessionResources:
         """A new token for the repository (the only change upstream allows); from the next pull or push on."""
         session_id, resource_id = request.path_params["id"], request.path_params["resource_id"]
         resource, running = await self._one(workspace, session_id, resource_id)
+        if resource.get("type") != "github_repository":
+            raise invalid(f"a {resource.get('type')} resource has nothing to update: remove it and add another")
         changes = await body(request)
         _only(changes, {"authorization_token"}, "session resource")
         token = changes.get("authorization_token")
@@ -170,24 +177,51 @@ class SessionResources:
         return JSONResponse({**resource, "updated_at": when(datetime.now(UTC))})
 
     async def add(self, request: Request, workspace: str) -> Response:
-        """Upstream adds `file` resources (uploaded through the Files API) to a running session: corral serves no
-        files yet, and a session's repositories are given when it is created."""
-        await self._own(workspace, request.path_params["id"])
-        kind = (await body(request)).get("type")
-        raise invalid(f"a session resource of type {kind!r} cannot be added: corral does not serve files yet, and a "
-                      "session's github_repository resources are given when the session is created")  # fmt: skip
+        """A file (uploaded through the Files API) mounted into the running session, as upstream: only files can be
+        added after the create. It is placed before the session's next tool call."""
+        session_id = request.path_params["id"]
+        resources, running = await self._own(workspace, session_id)
+        payload = await body(request)
+        if payload.get("type") != "file":
+            raise invalid(f"a session resource of type {payload.get('type')!r} cannot be added: only file resources "
+                          "can be added to a session after it is created")  # fmt: skip
+        if self.resolver is None:
+            raise invalid("this gateway serves no files")
+        mount = await self.resolver.file_mount(workspace, payload, "resource")
+        if any(other.get("mount_path") == mount.mount_path for other in resources):
+            raise invalid(f"mount_path {mount.mount_path!r} is taken by another resource of this session")
+        if not running:
+            raise invalid(f"session {session_id!r} has ended: it takes no more resources")
+        view = file_view(mount)
+        await self._change(session_id, UPDATE_ADD_FILE, FileResourceChange(mount=mount, resources=[*resources, view]))
+        return JSONResponse(view)
 
     async def delete(self, request: Request, workspace: str) -> Response:
-        """A repository stays with its session (its clone is the session's workspace); its token can be rotated."""
+        """A file resource is mounted no more (containers made from now on lack it). A repository stays with its
+        session (its clone is the session's workspace); its token can be rotated."""
         session_id, resource_id = request.path_params["id"], request.path_params["resource_id"]
-        await self._one(workspace, session_id, resource_id)
+        resource, running = await self._one(workspace, session_id, resource_id)
+        if resource.get("type") == "file":
+            if not running:
+                raise invalid(f"session {session_id!r} has ended: its resources stay as they were")
+            kept = [other for other in (await self._own(workspace, session_id))[0] if other.get("id") != resource_id]
+            await self._change(session_id, UPDATE_REMOVE_FILE,
+                               FileResourceChange(resource_id=resource_id, resources=kept))  # fmt: skip
+            return JSONResponse({"id": resource_id, "type": "session_resource_deleted"})
         raise invalid(f"repository {resource_id!r} stays with session {session_id!r} while it lives: rotate its "
                       "token (update the resource), or delete the session, which revokes it")  # fmt: skip
+
+    async def _change(self, session_id: str, update: str, change: FileResourceChange) -> None:
+        try:
+            await self.client.get_workflow_handle(session_id).execute_update(update, change)
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause
+            raise invalid(getattr(cause, "message", None) or str(exc)) from exc
 
 
 def repository_routes(gateway: Any, authed: Authed) -> list[Route]:
     """`/v1/sessions/{id}/resources` (`gateway` is the app's `Gateway`)."""
-    resources = SessionResources(gateway.records.client, ACCESS)
+    resources = SessionResources(gateway.records.client, ACCESS, gateway.sessions.knowledge)
     base = "/v1/sessions/{id}/resources"
     return [
         Route(base, authed(resources.list), methods=["GET"]),

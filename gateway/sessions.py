@@ -19,6 +19,7 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from corral.client import new_session_id, start_session
+from corral.contract.knowledge import SessionKnowledge
 from corral.contract.pricing import PRICES_ENVIRONMENT_VARIABLE, NotBudgetable, parse_prices, price_in_force
 from corral.contract.records import SEARCH_ATTRIBUTE_WORKSPACE
 from corral.contract.sandbox import Environment
@@ -41,6 +42,8 @@ from gateway.repositories import (
     session_repositories,
     store_repository_tokens,
 )
+from gateway.session_knowledge import KnowledgeResolver
+from gateway.session_knowledge import knowledge_resources as split_resources
 from gateway.session_status import SESSION_STATUSES, STATUS_KEY, api_status, session_view, view
 from gateway.shapes import (
     agent_body,
@@ -65,8 +68,11 @@ class Sessions:
     """The session endpoints, over one Temporal client."""
 
     def __init__(self, client: Client, records: Records, work_queues: WorkQueues, harness_queue: str,
-                 model_queue: str, limits: SessionLimits = DEFAULT_LIMITS) -> None:  # fmt: skip
+                 model_queue: str, limits: SessionLimits = DEFAULT_LIMITS,
+                 knowledge: KnowledgeResolver | None = None) -> None:  # fmt: skip
         self.client = client
+        self.knowledge = knowledge
+        """Resolves files, memory stores and skills (gateway/session_knowledge.py); None: a session has none."""
         self.records = records
         self.work_queues = work_queues
         self.harness_queue = harness_queue
@@ -81,7 +87,8 @@ class Sessions:
         unknown = sorted(set(request) - known)
         if unknown:
             raise invalid(f"unknown session field(s): {', '.join(unknown)}")
-        repositories = session_repositories(request.get("resources"))  # checked here; their tokens go to Vault
+        repository_resources, knowledge_resources = split_resources(request.get("resources"))
+        repositories = session_repositories(repository_resources)  # checked here; their tokens go to Vault
         agent = await self._agent(workspace, request.get("agent"))
         await check_hands(self.records, workspace, agent.body.get("tools"), "agent.tools", self.own_queues())
         environment_id = request.get("environment_id")
@@ -109,6 +116,14 @@ class Sessions:
         multiagent = await resolve_multiagent(self.records, workspace, agent.body.get("multiagent"), snapshot,
                                               self.limits, self.own_queues())  # fmt: skip
         snapshot["multiagent"] = multiagent.view if multiagent is not None else None
+        knowledge: SessionKnowledge | None = None
+        knowledge_views: list[dict[str, Any]] = []
+        if self.knowledge is not None:
+            knowledge, knowledge_views, snapshot["skills"] = await self.knowledge.session(
+                workspace, knowledge_resources, agent.body.get("skills") or []
+            )
+        elif knowledge_resources:
+            raise invalid("resources: this gateway serves no files or memory stores")
         try:
             input = SessionInput(
                 agent=agent_config(agent.body, multiagent),
@@ -117,12 +132,13 @@ class Sessions:
                 environment=hands,
                 vault_ids=vault_ids,
                 resources=[repository.resource for repository in repositories],
+                knowledge=knowledge,
                 model_task_queue=self.model_queue,
                 budget=budget,
             )
         except ValidationError as exc:
             raise invalid(str(exc)) from exc
-        resources = repository_views(repositories)  # the view never has a token
+        resources = repository_views(repositories) + knowledge_views  # the view never has a token
         memo = {"agent": snapshot, "environment_id": environment_id, "vault_ids": vault_ids, "title": title,
                 "metadata": input.metadata, "resources": resources,
                 "budget": budget.model_dump(mode="json", exclude={"price"}) if budget else None}  # fmt: skip

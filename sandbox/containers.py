@@ -33,6 +33,7 @@ from sandbox.commands import (
     working_dir_command,
 )
 from sandbox.errors import SandboxSetupError
+from sandbox.knowledge import KNOWLEDGE_TMPFS
 from sandbox.sessions import GENERATION_LABEL, SCOPE_LABEL, SESSION_LABEL, container_name, session_volume, volume_name
 from sandbox.workspace import (
     SANDBOX_GID,
@@ -347,6 +348,7 @@ def _run_options(environment: Environment, volume: str, name: str) -> dict[str, 
             STATE_DIR: f"rw,nosuid,nodev,noexec,size=64m,uid={SANDBOX_UID},gid={SANDBOX_GID},mode=0700",
             OUTPUT_DIR: f"rw,nosuid,nodev,noexec,size={OUTPUT_TMPFS_MB}m,uid={SANDBOX_UID},gid={SANDBOX_GID},mode=0700",
             "/home/sandbox": f"rw,nosuid,nodev,size=16m,uid={SANDBOX_UID},gid={SANDBOX_GID},mode=0755",
+            **KNOWLEDGE_TMPFS,
         },
     )
     return options

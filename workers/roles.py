@@ -14,6 +14,7 @@ from temporalio.client import Client
 from temporalio.worker import FixedSizeSlotSupplier, Interceptor, Worker, WorkerTuner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from activities.knowledge import KnowledgeActivities
 from activities.log import LogActivities
 from activities.model import ModelActivities
 from activities.sandbox import SandboxActivities
@@ -107,10 +108,18 @@ def model_worker(
     activities = ModelActivities(client, model, stream, stall_timeout_seconds)
     logs = LogActivities(client, blobs)
     work = WorkActivities(client)
+    knowledge = KnowledgeActivities(blobs)
     return Worker(
         client,
         task_queue=task_queue,
-        activities=[activities.model_turn, logs.read_log, logs.archive_log, work.request_work],
+        activities=[
+            activities.model_turn,
+            logs.read_log,
+            logs.archive_log,
+            work.request_work,
+            knowledge.export_memory,
+            knowledge.commit_knowledge,
+        ],
         max_heartbeat_throttle_interval=MODEL_HEARTBEAT_THROTTLE,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
     )
@@ -133,6 +142,7 @@ def model_workers(
     activities = ModelActivities(client, model, stream, stall_timeout_seconds, worker_task_queue=own_queue)
     logs = LogActivities(client, blobs)
     work = WorkActivities(client)
+    knowledge = KnowledgeActivities(blobs)
     # Both queues draw on one pool of slots, the SDK's default for one worker: a burst on both queues runs no more
     # model turns in this event loop than one worker would (more would starve their heartbeats).
     slots = SharedSlots(MODEL_ACTIVITY_SLOTS)
@@ -146,7 +156,14 @@ def model_workers(
         Worker(
             client,
             task_queue=task_queue,
-            activities=[activities.model_turn, logs.read_log, logs.archive_log, work.request_work],
+            activities=[
+                activities.model_turn,
+                logs.read_log,
+                logs.archive_log,
+                work.request_work,
+                knowledge.export_memory,
+                knowledge.commit_knowledge,
+            ],
             tuner=tuner,
             max_heartbeat_throttle_interval=MODEL_HEARTBEAT_THROTTLE,
             graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
@@ -184,6 +201,7 @@ def sandbox_workers(
     engine_activities: list[Callable[..., Any]] = [
         activities.provision_sandbox,
         activities.execute,
+        activities.collect_knowledge,
         activities.stop_sandbox,
         activities.release_sandbox,
     ]

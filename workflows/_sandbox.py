@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         SANDBOX_TASK_QUEUE,
         sandbox_provision_queue,
     )
+    from workflows._knowledge import KnowledgeSync
     from workflows._outcomes import failure_message, not_picked_up, tool_failure
 
 
@@ -53,10 +54,15 @@ class SessionSandbox:
         session_id: str,
         environment: Environment,
         repositories: Callable[[], list[RepositoryClone]] = list,
+        knowledge: KnowledgeSync | None = None,
     ) -> None:
         self._session_id = session_id
         self._environment = environment
         self._repositories = repositories
+        self.knowledge = knowledge or KnowledgeSync(session_id, None, "")
+        """The files, skills and memory stores placed in each container (workflows/_knowledge.py)."""
+        self.restock = False
+        """Files were added since the running container was made: place them before the next call."""
         self._provision_queue = sandbox_provision_queue(environment.engine)
         """`corral-sandbox` for an environment that names no engine pool: the commands of such a session are
         exactly those of the code before engine pools, so its recorded history replays without a patch."""
@@ -72,11 +78,13 @@ class SessionSandbox:
         self._in_flight = 0
 
     def carried(self) -> SandboxCarry:
-        return SandboxCarry(handle=self.handle, stopped=self.stopped, generation=self.generation, volume=self.volume)
+        return SandboxCarry(handle=self.handle, stopped=self.stopped, generation=self.generation, volume=self.volume,
+                            knowledge=self.knowledge.carried())  # fmt: skip
 
     def resume(self, carry: SandboxCarry) -> None:
         self.handle, self.stopped, self.generation = carry.handle, carry.stopped, carry.generation
         self.volume = carry.volume or (carry.handle.volume if carry.handle else None)
+        self.knowledge.resume(carry.knowledge)
 
     @property
     def running(self) -> bool:
@@ -104,6 +112,7 @@ class SessionSandbox:
                     raise
                 return f"The sandbox could not be started: {self._provision_failure(err)}", True
         self._in_flight += 1
+        self.knowledge.dirty = True
         try:
             try:
                 output: str = await workflow.execute_activity(
@@ -145,8 +154,9 @@ class SessionSandbox:
             self._in_flight -= 1
 
     async def _ensure(self) -> SandboxHandle:
-        if self.handle is not None and not self.stopped:
+        if self.handle is not None and not self.stopped and not self.restock:
             return self.handle
+        self.restock = False
         queue = self.handle.task_queue if self.handle is not None else self._provision_queue
         summary = "restart sandbox" if self.handle is not None else f"provision sandbox (generation {self.generation})"
         try:
@@ -160,6 +170,8 @@ class SessionSandbox:
         return handle
 
     async def _provision(self, task_queue: str, summary: str) -> SandboxHandle:
+        knowledge = self.knowledge.knowledge
+        memory = await self.knowledge.for_new_container(fresh=self.handle is None or self.stopped)
         handle: SandboxHandle = await workflow.execute_activity(
             ACTIVITY_PROVISION_SANDBOX,
             ProvisionInput(
@@ -169,6 +181,8 @@ class SessionSandbox:
                 namespace=workflow.info().namespace,
                 repositories=self._repositories(),
                 volume=self.volume,
+                knowledge=knowledge,
+                memory=memory,
             ),
             task_queue=task_queue,
             result_type=SandboxHandle,
@@ -209,6 +223,7 @@ class SessionSandbox:
         """Zero compute while idle: stop the container, keep the workspace."""
         if self.handle is None or self.stopped or self.in_use:
             return
+        await self.knowledge.collect(self.handle)  # what the agent wrote, before the container's /mnt goes
         async with self._lock:
             try:
                 await self._control(ACTIVITY_STOP_SANDBOX, SandboxRef(handle=self.handle), "stop idle sandbox")

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field
 
 from corral.contract.events import AgentCustomToolUse, AgentMcpToolUse, AgentToolUse, ModelUsage, SessionEvent
+from corral.contract.knowledge import MemoryExport
 from corral.contract.outcomes import OutcomesCarry
 from corral.contract.plans import RunsCarry
 from corral.contract.proxy import McpToolSpec
@@ -37,12 +38,22 @@ the client's custom tool results, or waiting for its confirmations (and maybe cu
 ConfirmableToolUse = Annotated[AgentToolUse | AgentMcpToolUse, Field(discriminator="type")]
 
 
+class KnowledgeCarry(BaseModel):
+    """Where a session's outputs and memory stores stand (workflows/_knowledge.py)."""
+
+    exports: list[MemoryExport] = Field(default_factory=list)
+    outputs_seen: dict[str, str] = Field(default_factory=dict)
+    outputs: dict[str, str] = Field(default_factory=dict)
+    dirty: bool = False
+
+
 class SandboxCarry(BaseModel):
     handle: SandboxHandle | None = None
     stopped: bool = False
     generation: int = 0
     volume: str | None = None
     """The workspace volume of the session's sandbox, kept when a dead container is forgotten."""
+    knowledge: KnowledgeCarry | None = None
 
 
 class McpCarry(BaseModel):

@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from corral.contract.grammar import workspace_path_problem
+from corral.contract.knowledge import MemoryExport, SessionKnowledge
 from corral.names import sandbox_engine_problem
 
 SANDBOX_TOOL_NAMES = ("bash", "read", "write", "edit", "glob", "grep")
@@ -241,6 +242,23 @@ class ProvisionInput(BaseModel):
     """Cloned into the workspace through the git proxy (no token enters the container)."""
     volume: str | None = None
     """The workspace volume the session's earlier containers had (None: a first container, or not recorded)."""
+    knowledge: SessionKnowledge | None = None
+    """Files, skills and memory stores to place under `/mnt` (corral.contract.knowledge); None: nothing."""
+    memory: list[MemoryExport] = Field(default_factory=list)
+    """The memory stores' contents as exported for this sandbox."""
+
+
+class CollectInput(BaseModel):
+    """Input of `collect_knowledge`: what the workflow knows is already kept, so only changes come back."""
+
+    session_id: str
+    sandbox: SandboxHandle
+    outputs_seen: dict[str, str] = Field(default_factory=dict)
+    """Output path -> sha256 of what is already a file."""
+    memory: list[MemoryExport] = Field(default_factory=list)
+    """Each writable store mounted, with the hashes of what it holds as far as the session knows."""
+    mounts: dict[str, str] = Field(default_factory=dict)
+    """memory_store_id -> its mount path."""
 
 
 class RepositoryClone(BaseModel):

@@ -24,6 +24,7 @@ from corral.contract.agent import (  # noqa: F401 - re-exported: callers import 
 )
 from corral.contract.carry import ArchiveIndex, SessionCarry
 from corral.contract.events import ModelUsage, SessionEvent
+from corral.contract.knowledge import SessionKnowledge
 from corral.contract.limits import SendableInput
 from corral.contract.outcomes import OutcomeEvaluation
 from corral.contract.pricing import ModelPrice, NotBudgetable, price_in_force, price_of
@@ -101,6 +102,9 @@ class SessionInput(SendableInput):
     """The sandbox recipe (the default recipe applies when the agent has the built-in toolset and this is empty), or
     the self-hosted environment whose worker runs the built-in tools (corral.contract.work)."""
     resources: list[GitRepositoryResource] = Field(default_factory=list, max_length=20)
+    knowledge: SessionKnowledge | None = None
+    """The files, skills and memory stores placed under `/mnt` in the sandbox (corral.contract.knowledge), as the
+    gateway resolved them; None for a session that has none (one started from a Temporal client)."""
     vault_ids: list[str] = Field(default_factory=list)
     message: MessageContent | None = None
     model_retry: ModelRetryConfig = Field(default_factory=ModelRetryConfig)
