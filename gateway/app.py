@@ -30,6 +30,7 @@ from corral.records import Records
 from corral.work_queue import WorkQueues
 from gateway.agents import agent_routes
 from gateway.auth import ApiKeys
+from gateway.dreams import dream_routes
 from gateway.environments import environment_routes
 from gateway.errors import ApiError, api_error_handler, error_response
 from gateway.events import event_routes
@@ -91,6 +92,7 @@ FEATURES: list[Callable[[Gateway, Authed], list[Route]]] = [
     repository_routes,
     vault_routes,
     work_routes,
+    dream_routes,
 ]
 """Each resource family's routes, in the order they are matched."""
 

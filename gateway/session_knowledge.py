@@ -13,6 +13,9 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+from corral.files import FileExpired, FileNotFound, FileStore
+from corral.memory_stores import MemoryStoreNotFound, MemoryStores
+from corral.skills import SkillNotFound, Skills
 from pydantic import ValidationError
 
 from corral.blobs import BlobStore
@@ -25,11 +28,8 @@ from corral.contract.knowledge import (
     default_file_mount,
     memory_slug,
 )
-from corral.files import FileExpired, FileNotFound, FileStore
 from corral.knowledge_db import KnowledgeDB
-from corral.memory_stores import MemoryStoreNotFound, MemoryStores
 from corral.names import FILE_RESOURCE_ID_PREFIX
-from corral.skills import SkillNotFound, Skills
 from gateway.errors import ApiError, invalid, not_found
 from gateway.owned import id_of
 from gateway.shapes import problem, when

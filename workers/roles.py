@@ -14,6 +14,7 @@ from temporalio.client import Client
 from temporalio.worker import FixedSizeSlotSupplier, Interceptor, Worker, WorkerTuner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from activities.dreams import DreamActivities
 from activities.knowledge import KnowledgeActivities
 from activities.log import LogActivities
 from activities.model import ModelActivities
@@ -35,6 +36,7 @@ from workers.deployment import worker_config
 from workers.run import GRACEFUL_SHUTDOWN, STICKY_TIMEOUT
 from workers.settings import HarnessDeployment
 from workflows import SessionWorkflow, WorkflowRun
+from workflows.dreams import DreamWorkflow
 from workflows.records import RecordWorkflow, VersionedRecordWorkflow
 from workflows.signals import SignalArgumentsInterceptor
 from workflows.validation import CredentialValidationWorkflow
@@ -61,6 +63,7 @@ HARNESS_WORKFLOWS: tuple[type, ...] = (
     RecordWorkflow,
     CredentialValidationWorkflow,
     EnvironmentWorkQueue,
+    DreamWorkflow,
 )
 """The workflow classes the harness worker runs (and `corral harness check` replays with)."""
 
@@ -109,6 +112,7 @@ def model_worker(
     logs = LogActivities(client, blobs)
     work = WorkActivities(client)
     knowledge = KnowledgeActivities(blobs)
+    dreams = DreamActivities(client, blobs)
     return Worker(
         client,
         task_queue=task_queue,
@@ -119,6 +123,9 @@ def model_worker(
             work.request_work,
             knowledge.export_memory,
             knowledge.commit_knowledge,
+            dreams.prepare_dream,
+            dreams.await_session_idle,
+            dreams.apply_dream,
         ],
         max_heartbeat_throttle_interval=MODEL_HEARTBEAT_THROTTLE,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
@@ -143,6 +150,7 @@ def model_workers(
     logs = LogActivities(client, blobs)
     work = WorkActivities(client)
     knowledge = KnowledgeActivities(blobs)
+    dreams = DreamActivities(client, blobs)
     # Both queues draw on one pool of slots, the SDK's default for one worker: a burst on both queues runs no more
     # model turns in this event loop than one worker would (more would starve their heartbeats).
     slots = SharedSlots(MODEL_ACTIVITY_SLOTS)
@@ -163,6 +171,9 @@ def model_workers(
                 work.request_work,
                 knowledge.export_memory,
                 knowledge.commit_knowledge,
+                dreams.prepare_dream,
+                dreams.await_session_idle,
+                dreams.apply_dream,
             ],
             tuner=tuner,
             max_heartbeat_throttle_interval=MODEL_HEARTBEAT_THROTTLE,

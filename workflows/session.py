@@ -69,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
         QUERY_CONTEXT_VIEW,
         QUERY_EVENTS,
         QUERY_MODEL_CONTEXT,
+        QUERY_OUTPUTS,
         QUERY_SESSION,
         QUERY_THREADS,
         SESSION_WORKFLOW,
@@ -350,6 +351,8 @@ class SessionWorkflow:
                     cut_off = 0
                     await self._tool_calls.run(uses)
                 elif not self._inbox.pending and not await self._outcomes.after_turn():
+                    if self._sandbox.running:  # its outputs are files, its memory versions, when the turn ends
+                        await self._sandbox.knowledge.collect(self._sandbox.handle)
                     self._go_idle(EndTurn())  # (an outcome pursued is graded first: its verdict may ask for more)
                     return
         except (asyncio.CancelledError, ActivityError):
@@ -630,6 +633,11 @@ class SessionWorkflow:
     def context_view(self) -> ContextView:
         """What the model would see on the next turn: which entries, which elided, the token estimate."""
         return self._context.describe()
+
+    @workflow.query(name=QUERY_OUTPUTS)
+    def outputs(self) -> dict[str, str]:
+        """What the agent wrote under `/mnt/session/outputs/`, kept as files: path -> file id."""
+        return dict(self._sandbox.knowledge.outputs)
 
     @workflow.query(name=QUERY_MODEL_CONTEXT)
     def model_context(self, query: ModelContextQuery) -> ModelContext:
