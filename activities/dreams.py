@@ -70,8 +70,13 @@ class DreamActivities:
             store = await asyncio.to_thread(MemoryStores(self._db).get_store, input.workspace, input.memory_store_id)
         except MemoryStoreNotFound as exc:
             raise ApplicationError(f"memory store {input.memory_store_id!r} is gone", type=INPUT_GONE) from exc
-        mount = MemoryStoreMount(memory_store_id=store.id, access="read_only", name=store.name,
-                                 description=store.description or "", mount_path=f"{MEMORY_DIR}/{memory_slug(store.name)}")  # fmt: skip
+        mount = MemoryStoreMount(
+            memory_store_id=store.id,
+            access="read_only",
+            name=store.name,
+            description=store.description or "",
+            mount_path=f"{MEMORY_DIR}/{memory_slug(store.name)}",
+        )
         return SessionKnowledge(workspace=input.workspace, files=mounts, memory_stores=[mount])
 
     @activity.defn(name=ACTIVITY_AWAIT_IDLE)

@@ -171,7 +171,7 @@ class Dreams:
 
 
 def _inputs(value: Any) -> tuple[Any, list[str]]:
-    """The one memory store and the 1–100 sessions of a dream's `inputs`."""
+    """The one memory store and the 1 to 100 sessions of a dream's `inputs`."""
     if not isinstance(value, list) or len(value) != 2 or not all(isinstance(item, dict) for item in value):
         raise invalid("inputs must be exactly one {type: memory_store, memory_store_id} and one "
                       "{type: sessions, session_ids: [...]}")  # fmt: skip

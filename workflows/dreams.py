@@ -99,7 +99,7 @@ class DreamWorkflow:
                     session_id=session_id,
                     session_ids=input.session_ids,
                     memory_store_id=input.memory_store_id,
-                ),  # fmt: skip
+                ),
                 task_queue=input.model_task_queue,
                 result_type=SessionKnowledge,
                 start_to_close_timeout=timedelta(minutes=10),
@@ -115,7 +115,7 @@ class DreamWorkflow:
             task_queue=workflow.info().task_queue,
             search_attributes=TypedSearchAttributes(
                 [SearchAttributePair(WORKSPACE_KEY, input.workspace), SearchAttributePair(STATUS_KEY, "idle")]
-            ),  # fmt: skip
+            ),
             memo={"title": f"dream {input.dream_id}", "metadata": {"dream_id": input.dream_id}, "resources": []},
             parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
             static_summary=f"the session of dream {input.dream_id}",
@@ -144,7 +144,7 @@ class DreamWorkflow:
                     memory_store_id=input.memory_store_id,
                     output_behavior=input.output_behavior,
                     name=f"{input.memory_store_name} (dream {input.dream_id})",
-                ),  # fmt: skip
+                ),
                 task_queue=input.model_task_queue,
                 result_type=DreamResult,
                 start_to_close_timeout=timedelta(minutes=10),
@@ -185,11 +185,13 @@ class DreamWorkflow:
         self._upsert()
 
     def _upsert(self) -> None:
-        workflow.upsert_search_attributes([
-            WORKSPACE_KEY.value_set(self._input.workspace),
-            STATUS_KEY.value_set(self._state.status),
-            ARCHIVED_KEY.value_set("true" if self._state.archived_at else "false"),
-        ])  # fmt: skip
+        workflow.upsert_search_attributes(
+            [
+                WORKSPACE_KEY.value_set(self._input.workspace),
+                STATUS_KEY.value_set(self._state.status),
+                ARCHIVED_KEY.value_set("true" if self._state.archived_at else "false"),
+            ]
+        )
         state = self._state
         workflow.set_current_details(
             f"**{state.status}** · store `{self._input.memory_store_id}` · {len(self._input.session_ids)} session(s)"
