@@ -42,7 +42,7 @@ KNOWLEDGE_TMPFS_MB = 512
 OUTPUTS_TMPFS_MB = 256
 MEMORY_TMPFS_MB = 256
 KNOWLEDGE_TMPFS = {
-    "/mnt": f"rw,nosuid,nodev,size={KNOWLEDGE_TMPFS_MB}m,mode=0755",
+    "/mnt": f"rw,exec,nosuid,nodev,size={KNOWLEDGE_TMPFS_MB}m,mode=0755",  # exec: a skill may hold scripts
     OUTPUTS_DIR: f"rw,nosuid,nodev,size={OUTPUTS_TMPFS_MB}m,uid={SANDBOX_UID},gid={SANDBOX_GID},mode=0755",
     MEMORY_DIR: f"rw,nosuid,nodev,size={MEMORY_TMPFS_MB}m,mode=1777",
 }
