@@ -56,11 +56,19 @@ def test_the_system_prompt_names_each_skill_and_store_and_leaves_an_agent_withou
     knowledge = SessionKnowledge(
         workspace="w",
         skills=[SkillPin(skill_id="skill_1", version="v1", name="pdf", description="Read PDFs.", blob_key="k")],
-        memory_stores=[MemoryStoreMount(memory_store_id="memstore_1", name="Team", description="What the team knows",
-                                        instructions="Write decisions here.", mount_path="/mnt/memory/team"),
-                       MemoryStoreMount(memory_store_id="memstore_2", access="read_only", name="Facts",
-                                        mount_path="/mnt/memory/facts")],
-    )  # fmt: skip
+        memory_stores=[
+            MemoryStoreMount(
+                memory_store_id="memstore_1",
+                name="Team",
+                description="What the team knows",
+                instructions="Write decisions here.",
+                mount_path="/mnt/memory/team",
+            ),
+            MemoryStoreMount(
+                memory_store_id="memstore_2", access="read_only", name="Facts", mount_path="/mnt/memory/facts"
+            ),
+        ],
+    )
     prompt = knowledge_prompt(knowledge)
     assert "- pdf (/mnt/skills/pdf/SKILL.md): Read PDFs." in prompt
     assert "- /mnt/memory/team/ (Team; read and write): What the team knows" in prompt
@@ -76,13 +84,29 @@ NOW = "2026-12-06T00:00:00Z"
 
 def test_a_transcript_keeps_what_was_said_and_done_and_cuts_long_tool_output() -> None:
     events = [
-        UserMessage.model_validate({"id": "sevt_1", "created_at": NOW, "position": 1, "content": [{"type": "text", "text": "Fix the build"}]}),
-        AgentToolUse.model_validate({"id": "sevt_2", "created_at": NOW, "position": 2, "name": "bash", "input": {"command": "make"}}),
-        AgentToolResult.model_validate({"id": "sevt_3", "created_at": NOW, "position": 3, "tool_use_id": "sevt_2", "is_error": True,
-                                        "content": [{"type": "text", "text": "x" * (MAX_TRANSCRIPT_BLOCK_CHARS + 10)}]}),
-        AgentMessage.model_validate({"id": "sevt_4", "created_at": NOW, "position": 4, "content": [{"type": "text", "text": "Done."}]}),
-        SessionStatusIdle.model_validate({"id": "sevt_5", "created_at": NOW, "position": 5, "stop_reason": {"type": "end_turn"}}),
-    ]  # fmt: skip
+        UserMessage.model_validate(
+            {"id": "sevt_1", "created_at": NOW, "position": 1, "content": [{"type": "text", "text": "Fix the build"}]}
+        ),
+        AgentToolUse.model_validate(
+            {"id": "sevt_2", "created_at": NOW, "position": 2, "name": "bash", "input": {"command": "make"}}
+        ),
+        AgentToolResult.model_validate(
+            {
+                "id": "sevt_3",
+                "created_at": NOW,
+                "position": 3,
+                "tool_use_id": "sevt_2",
+                "is_error": True,
+                "content": [{"type": "text", "text": "x" * (MAX_TRANSCRIPT_BLOCK_CHARS + 10)}],
+            }
+        ),
+        AgentMessage.model_validate(
+            {"id": "sevt_4", "created_at": NOW, "position": 4, "content": [{"type": "text", "text": "Done."}]}
+        ),
+        SessionStatusIdle.model_validate(
+            {"id": "sevt_5", "created_at": NOW, "position": 5, "stop_reason": {"type": "end_turn"}}
+        ),
+    ]
     text = transcript("sesn_1", "build", events)
     assert text.startswith("# Session sesn_1: build\n")
     assert "## User\nFix the build" in text and "## Agent\nDone." in text
@@ -92,9 +116,13 @@ def test_a_transcript_keeps_what_was_said_and_done_and_cuts_long_tool_output() -
 
 
 def test_the_dreamed_store_is_what_was_written_under_memory_and_nothing_else() -> None:
-    contents, skipped = dreamed_contents({
-        "memory/people/ana.md": b"ana leads\n", "memory/prefs.md": "tea \u2615".encode(), "notes.txt": b"scratch",
-        "memory/blob.bin": b"\xff\xfe",
-    })  # fmt: skip
+    contents, skipped = dreamed_contents(
+        {
+            "memory/people/ana.md": b"ana leads\n",
+            "memory/prefs.md": "tea \u2615".encode(),
+            "notes.txt": b"scratch",
+            "memory/blob.bin": b"\xff\xfe",
+        }
+    )
     assert contents == {"/people/ana.md": "ana leads\n", "/prefs.md": "tea \u2615"}
     assert skipped == ["memory/blob.bin: not UTF-8 text"]

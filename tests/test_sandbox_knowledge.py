@@ -37,8 +37,15 @@ def _tar(files: dict[str, bytes]) -> bytes:
 def sandbox(docker_client: docker.DockerClient, sandbox_image: str) -> Iterator[tuple[str, SandboxHandle]]:
     session_id = f"sesn_{uuid.uuid4().hex[:26]}"
     made = ensure_container(docker_client, session_id, Environment(), 0, sandbox_image, scope="test/knowledge")
-    handle = SandboxHandle(session_id=session_id, container_id=made.container_id, container_name=made.container_name,
-                           volume=made.volume, image=made.image, task_queue="unused", generation=0)  # fmt: skip
+    handle = SandboxHandle(
+        session_id=session_id,
+        container_id=made.container_id,
+        container_name=made.container_name,
+        volume=made.volume,
+        image=made.image,
+        task_queue="unused",
+        generation=0,
+    )
     yield session_id, handle
     remove_session(docker_client, session_id, remove_volume=True)
 
@@ -54,22 +61,41 @@ def test_files_skills_and_stores_are_placed_read_only_or_writable_and_only_chang
     session_id, handle = sandbox
     blobs = LocalBlobStore(tmp_path / "blobs")
     blobs.put("files/a", b"quarterly numbers\n")
-    blobs.put("skills/pdf", _tar({"SKILL.md": b"---\nname: pdf\ndescription: read PDFs\n---\nuse pdftotext\n",
-                                  "tools/run.sh": b"#!/bin/sh\necho ran\n"}))  # fmt: skip
+    blobs.put(
+        "skills/pdf",
+        _tar(
+            {
+                "SKILL.md": b"---\nname: pdf\ndescription: read PDFs\n---\nuse pdftotext\n",
+                "tools/run.sh": b"#!/bin/sh\necho ran\n",
+            }
+        ),
+    )
     blobs.put("exports/notes", _tar({"prefs.md": b"likes tea\n", "people/ana.md": b"ana: lead\n"}))
     blobs.put("exports/facts", _tar({"pi.md": b"3.14\n"}))
     knowledge = SessionKnowledge(
         workspace="wrkspc_test",
-        files=[FileMount(id="sres_1", file_id="file_1", mount_path="/mnt/session/uploads/file_1", blob_key="files/a",
-                         size_bytes=18, created_at=NOW, updated_at=NOW)],  # fmt: skip
+        files=[
+            FileMount(
+                id="sres_1",
+                file_id="file_1",
+                mount_path="/mnt/session/uploads/file_1",
+                blob_key="files/a",
+                size_bytes=18,
+                created_at=NOW,
+                updated_at=NOW,
+            )
+        ],
         skills=[SkillPin(skill_id="skill_1", version="1", name="pdf", description="read PDFs", blob_key="skills/pdf")],
         memory_stores=[
             MemoryStoreMount(memory_store_id="memstore_1", name="Notes", mount_path="/mnt/memory/notes"),
-            MemoryStoreMount(memory_store_id="memstore_2", access="read_only", name="Facts", mount_path="/mnt/memory/facts"),
+            MemoryStoreMount(
+                memory_store_id="memstore_2", access="read_only", name="Facts", mount_path="/mnt/memory/facts"
+            ),
         ],
-    )  # fmt: skip
-    notes = MemoryExport(memory_store_id="memstore_1", blob_key="exports/notes",
-                         manifest={"prefs.md": "x-old", "people/ana.md": "y-old"})  # fmt: skip
+    )
+    notes = MemoryExport(
+        memory_store_id="memstore_1", blob_key="exports/notes", manifest={"prefs.md": "x-old", "people/ana.md": "y-old"}
+    )
     facts = MemoryExport(memory_store_id="memstore_2", blob_key="exports/facts", manifest={"pi.md": "z"})
 
     place_knowledge(docker_client, handle.container_id, blobs, knowledge, [notes, facts])
@@ -87,17 +113,20 @@ def test_files_skills_and_stores_are_placed_read_only_or_writable_and_only_chang
     assert _as_agent(docker_client, cid, "mv", "/mnt/memory/facts", "/mnt/memory/gone")[0] != 0
     assert _as_agent(docker_client, cid, "cat", "/mnt/memory/facts/pi.md") == (0, "3.14\n")
     # The agent writes an output, changes one memory, adds one, removes one.
-    for argv in (["mkdir", "-p", "/mnt/session/outputs/charts"],
-                 ["sh", "-c", "echo 1,2 > /mnt/session/outputs/charts/q3.csv"],
-                 ["sh", "-c", "echo likes coffee > /mnt/memory/notes/prefs.md"],
-                 ["sh", "-c", "mkdir -p /mnt/memory/notes/people && echo bo: new > /mnt/memory/notes/people/bo.md"],
-                 ["rm", "/mnt/memory/notes/people/ana.md"]):  # fmt: skip
+    for argv in (
+        ["mkdir", "-p", "/mnt/session/outputs/charts"],
+        ["sh", "-c", "echo 1,2 > /mnt/session/outputs/charts/q3.csv"],
+        ["sh", "-c", "echo likes coffee > /mnt/memory/notes/prefs.md"],
+        ["sh", "-c", "mkdir -p /mnt/memory/notes/people && echo bo: new > /mnt/memory/notes/people/bo.md"],
+        ["rm", "/mnt/memory/notes/people/ana.md"],
+    ):
         assert _as_agent(docker_client, cid, *argv)[0] == 0, argv
 
     outputs, stores = collect_knowledge(
-        docker_client, blobs,
+        docker_client,
+        blobs,
         CollectInput(session_id=session_id, sandbox=handle, memory=[notes], mounts={"memstore_1": "/mnt/memory/notes"}),
-    )  # fmt: skip
+    )
 
     assert [(o.path, blobs.get(o.blob_key or "")) for o in outputs] == [("charts/q3.csv", b"1,2\n")]
     [changed] = stores
@@ -108,12 +137,21 @@ def test_files_skills_and_stores_are_placed_read_only_or_writable_and_only_chang
 
     # Collected again with what was kept: nothing new comes back; and placing again keeps the agent's writes.
     seen = {o.path: o.sha256 or "" for o in outputs}
-    kept = MemoryExport(memory_store_id="memstore_1", blob_key="exports/notes",
-                        manifest={c.path: c.sha256 for c in changed.changed if c.sha256})  # fmt: skip
+    kept = MemoryExport(
+        memory_store_id="memstore_1",
+        blob_key="exports/notes",
+        manifest={c.path: c.sha256 for c in changed.changed if c.sha256},
+    )
     place_knowledge(docker_client, cid, blobs, knowledge, [notes, facts])
     again_outputs, again_stores = collect_knowledge(
-        docker_client, blobs,
-        CollectInput(session_id=session_id, sandbox=handle, outputs_seen=seen, memory=[kept],
-                     mounts={"memstore_1": "/mnt/memory/notes"}),
-    )  # fmt: skip
+        docker_client,
+        blobs,
+        CollectInput(
+            session_id=session_id,
+            sandbox=handle,
+            outputs_seen=seen,
+            memory=[kept],
+            mounts={"memstore_1": "/mnt/memory/notes"},
+        ),
+    )
     assert again_outputs == [] and again_stores[0].changed == []
