@@ -14,7 +14,7 @@ from rich.text import Text
 from cli import processes, stack
 from cli.context import CliError
 from cli.stack import StatePaths
-from corral.names import ENV_BLOB_STORE
+from corral.names import ENV_BLOB_STORE, ENV_KNOWLEDGE_DB
 
 
 def _note(console: Console, text: str) -> None:
@@ -65,7 +65,10 @@ async def bring_down(
         kept.append(f", vaults and credentials in {local_vault_dir(paths.root)} (sealed)")
     blobs = os.environ.get(ENV_BLOB_STORE, "")
     if blobs:  # set by the CLI: the state dir's, or the user's own store
-        kept.append(f", long sessions' earlier runs and large payloads in {blobs}")
+        kept.append(f", long sessions' earlier runs, large payloads, files and skills in {blobs}")
+    knowledge = os.environ.get(ENV_KNOWLEDGE_DB, "")
+    if knowledge:
+        kept.append(f", files' metadata, skills and memory stores in {knowledge}")
     console.print(kept)
 
 
