@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from corral.knowledge_db import KnowledgeDB
-from corral.memory_listing import MEMORY_COLUMNS, list_memories, list_stores, memory_of, store_of
+from corral.memory_listing import list_memories, list_stores, store_of
 from corral.memory_paths import (
     DEFAULT_LIMIT,
     MAX_FULL_LIMIT,
@@ -38,7 +38,6 @@ from corral.memory_paths import (
 )
 from corral.memory_records import (
     PATH_TAKEN,
-    PRECONDITION_FAILED,
     Actor,
     InvalidMemoryRequest,
     MemoryChange,
@@ -57,6 +56,15 @@ from corral.memory_records import (
 )
 from corral.memory_records import MemoryStoreError as MemoryStoreError  # re-exported: callers catch it from here
 from corral.memory_versions import MemoryVersions
+from corral.memory_writes import (
+    INSERT_VERSION,
+    apply,
+    at_path,
+    check_precondition,
+    read_memory,
+    refuse_archived,
+    write,
+)
 from corral.names import MEMORY_ID_PREFIX, MEMORY_STORE_ID_PREFIX, MEMORY_VERSION_ID_PREFIX
 from corral.record_ids import new_record_id
 
@@ -82,12 +90,6 @@ SCHEMA = [
 """`UNIQUE (store_id, path)` is also the index every path lookup, prefix range and skip-scan reads. A version's
 `seq` is its place in the store's history (writes take turns, so it only grows; Postgres: a bigserial), which
 listings order by: ids made in the same millisecond do not sort by time."""
-
-
-INSERT_VERSION = (
-    "INSERT INTO memory_versions (id, store_id, memory_id, operation, path, content, content_sha256, "
-    "content_size_bytes, created_at, created_by, actor_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
 
 
 class MemoryStores:
@@ -134,7 +136,7 @@ class MemoryStores:
         An archived store refuses (`InvalidMemoryRequest`)."""
         with self.db.write() as connection:
             store = self._store(connection, workspace, store_id)
-            _refuse_archived(store, "update")
+            refuse_archived(store, "update")
             merged = patched_metadata(store.metadata, metadata) if metadata is not None else store.metadata
             connection.execute(
                 "UPDATE memory_stores SET name = ?, description = ?, metadata = ?, updated_at = ? WHERE id = ?",
@@ -181,16 +183,32 @@ class MemoryStores:
         path, content = check_path(path), check_content(content)
         with self.db.write() as connection:
             store = self._store(connection, workspace, store_id)
-            _refuse_archived(store, "create memories in")
-            if _at_path(connection, store.id, path) is not None:
+            refuse_archived(store, "create memories in")
+            if at_path(connection, store.id, path) is not None:
                 raise MemoryConflict(f"path {path!r} already holds a memory in {store.id}", PATH_TAKEN)
-            memory_id = _write(connection, store.id, None, path, content, actor)
-            return _memory(connection, store.id, memory_id, full=True)
+            memory_id = write(connection, store.id, None, path, content, actor)
+            return read_memory(connection, store.id, memory_id, full=True)
 
     def get_memory(self, workspace: str, store_id: str, memory_id: str, full: bool = True) -> MemoryRecord:
         with self.db.read() as connection:
             store = self._store(connection, workspace, store_id)
-            return _memory(connection, store.id, memory_id, full)
+            return read_memory(connection, store.id, memory_id, full)
+
+    def find_memory_id(self, workspace: str, store_id: str, path: str) -> str:
+        """The id of the memory at `path`, or of the last one that was there (deleted since; its history stays),
+        else `MemoryNotFound`: how a person names a memory (`corral memory cat / history`)."""
+        with self.db.read() as connection:
+            store = self._store(connection, workspace, store_id)
+            found = at_path(connection, store.id, path)
+            if found is None:
+                row = connection.execute(
+                    "SELECT memory_id FROM memory_versions WHERE store_id = ? AND path = ? ORDER BY seq DESC LIMIT 1",
+                    (store.id, path),
+                ).fetchone()
+                found = None if row is None else str(row["memory_id"])
+        if found is None:
+            raise MemoryNotFound(path)
+        return found
 
     def update_memory(
         self,
@@ -210,17 +228,17 @@ class MemoryStores:
         expected = None if expected_sha256 is None else check_sha256(expected_sha256, "precondition.content_sha256")
         with self.db.write() as connection:
             store = self._store(connection, workspace, store_id)
-            _refuse_archived(store, "update memories in")
-            memory = _memory(connection, store.id, memory_id, full=True)
-            _check_precondition(memory, expected)
+            refuse_archived(store, "update memories in")
+            memory = read_memory(connection, store.id, memory_id, full=True)
+            check_precondition(memory, expected)
             new_path = memory.path if new_path is None else new_path
             new_content = memory.content if new_content is None else new_content
             if new_path == memory.path and new_content == memory.content:
                 return memory
-            if new_path != memory.path and _at_path(connection, store.id, new_path) is not None:
+            if new_path != memory.path and at_path(connection, store.id, new_path) is not None:
                 raise MemoryConflict(f"path {new_path!r} already holds a memory in {store.id}", PATH_TAKEN)
-            _write(connection, store.id, memory, new_path, new_content, actor)
-            return _memory(connection, store.id, memory.id, full=True)
+            write(connection, store.id, memory, new_path, new_content, actor)
+            return read_memory(connection, store.id, memory.id, full=True)
 
     def delete_memory(
         self, workspace: str, store_id: str, memory_id: str, actor: Actor, expected_sha256: Any = None
@@ -230,9 +248,9 @@ class MemoryStores:
         expected = None if expected_sha256 is None else check_sha256(expected_sha256, "expected_content_sha256")
         with self.db.write() as connection:
             store = self._store(connection, workspace, store_id)
-            memory = _memory(connection, store.id, memory_id, full=False)
-            _check_precondition(memory, expected)
-            _write(connection, store.id, memory, memory.path, None, actor)
+            memory = read_memory(connection, store.id, memory_id, full=False)
+            check_precondition(memory, expected)
+            write(connection, store.id, memory, memory.path, None, actor)
 
     def list_memories(
         self,
@@ -288,9 +306,9 @@ class MemoryStores:
         report: list[str] = []
         with self.db.write() as connection:
             store = self._store(connection, workspace, store_id)
-            _refuse_archived(store, "write session changes to")
+            refuse_archived(store, "write session changes to")
             for change in changes:
-                report.append(_apply(connection, store.id, change, actor))
+                report.append(apply(connection, store.id, change, actor))
         return report
 
     def import_memories(self, workspace: str, store_id: str, items: Iterable[tuple[str, str]], actor: Actor) -> int:
@@ -299,7 +317,7 @@ class MemoryStores:
         checked = [(check_path(path), check_content(content)) for path, content in items]
         with self.db.write() as connection:
             store = self._store(connection, workspace, store_id)
-            _refuse_archived(store, "create memories in")
+            refuse_archived(store, "create memories in")
             memory_rows, version_rows = [], []
             moment, created_by = now(), json.dumps(actor)
             for path, content in checked:
@@ -339,97 +357,6 @@ class MemoryStores:
         if row is None:
             raise MemoryStoreNotFound(store_id)
         return store_of(row)
-
-
-def _apply(connection: sqlite3.Connection, store_id: str, change: MemoryChange, actor: Actor) -> str:
-    """One of a session's changes (see `MemoryStores.apply_session_changes`), as a line for the log."""
-    try:
-        path = check_path(change.path)
-        content = None if change.content is None else check_content(change.content)
-    except InvalidMemoryRequest as exc:
-        return f"skipped {change.path[:200]!r}: {exc}"
-    current_id = _at_path(connection, store_id, path)
-    current = None if current_id is None else _memory(connection, store_id, current_id, full=True)
-    if content is None:
-        if current is None:
-            return f"skipped deleting {path}: it is already gone"
-        if current.content_sha256 != change.base_sha256:
-            return f"skipped deleting {path}: another writer changed it since the mount, and their content is kept"
-        _write(connection, store_id, current, path, None, actor)
-        return f"deleted {path}"
-    if current is None:
-        _write(connection, store_id, None, path, content, actor)
-        meanwhile = " (another writer deleted it since the mount)" if change.base_sha256 is not None else ""
-        return f"created {path}{meanwhile}"
-    if current.content == content:
-        return f"unchanged {path}"
-    _write(connection, store_id, current, path, content, actor)
-    if current.content_sha256 != change.base_sha256:
-        return f"wrote {path} over another writer's change since the mount (both versions are in the history)"
-    return f"wrote {path}"
-
-
-def _write(
-    connection: sqlite3.Connection,
-    store_id: str,
-    memory: MemoryRecord | None,
-    path: str,
-    content: str | None,
-    actor: Actor,
-) -> str:
-    """Record one write as a version and apply it to the current state: `memory` None creates, `content` None
-    deletes, else it modifies. Returns the memory's id."""
-    version_id = new_record_id(MEMORY_VERSION_ID_PREFIX.removesuffix("_"))
-    memory_id = memory.id if memory else new_record_id(MEMORY_ID_PREFIX.removesuffix("_"))
-    operation = "created" if memory is None else "deleted" if content is None else "modified"
-    sha = None if content is None else content_sha256(content)
-    size = None if content is None else len(content.encode("utf-8"))
-    moment = now()
-    connection.execute(
-        INSERT_VERSION,
-        (version_id, store_id, memory_id, operation, path, content, sha, size, moment, json.dumps(actor),
-         actor_id(actor)),
-    )  # fmt: skip
-    if memory is None:
-        connection.execute("INSERT INTO memories VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                           (memory_id, store_id, path, content, sha, size, version_id, moment, moment))  # fmt: skip
-    elif content is None:
-        connection.execute("DELETE FROM memories WHERE id = ?", (memory_id,))
-    else:
-        connection.execute(
-            "UPDATE memories SET path = ?, content = ?, content_sha256 = ?, content_size_bytes = ?, version_id = ?, "
-            "updated_at = ? WHERE id = ?",
-            (path, content, sha, size, version_id, moment, memory_id),
-        )
-    return memory_id
-
-
-def _memory(connection: sqlite3.Connection, store_id: str, memory_id: str, full: bool) -> MemoryRecord:
-    row = connection.execute(
-        f"SELECT {MEMORY_COLUMNS}, content FROM memories WHERE id = ? AND store_id = ?", (memory_id, store_id)
-    ).fetchone()
-    if row is None:
-        raise MemoryNotFound(memory_id)
-    return memory_of(row, full)
-
-
-def _at_path(connection: sqlite3.Connection, store_id: str, path: str) -> str | None:
-    row = connection.execute("SELECT id FROM memories WHERE store_id = ? AND path = ?", (store_id, path)).fetchone()
-    return None if row is None else str(row["id"])
-
-
-def _check_precondition(memory: MemoryRecord, expected: str | None) -> None:
-    if expected is not None and memory.content_sha256 != expected:
-        raise MemoryConflict(
-            f"memory {memory.id} has content_sha256 {memory.content_sha256}, not {expected}: it changed since you "
-            "read it (read it again, then retry)",
-            PRECONDITION_FAILED,
-        )
-
-
-def _refuse_archived(store: MemoryStoreRecord, what: str) -> None:
-    if store.archived_at is not None:
-        raise InvalidMemoryRequest(f"memory store {store.id} is archived: you cannot {what} it")
 
 
 def _bound(moment: datetime | None) -> str | None:
