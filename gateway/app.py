@@ -35,6 +35,7 @@ from gateway.environments import environment_routes
 from gateway.errors import ApiError, api_error_handler, error_response
 from gateway.events import event_routes
 from gateway.http import DEFAULT_STREAMS_PER_KEY, Authed, StreamSlots
+from gateway.memory_stores import memory_store_routes
 from gateway.multiagent_session import DEFAULT_LIMITS, SessionLimits
 from gateway.observed import ObservedRequests
 from gateway.repositories import repository_routes
@@ -92,6 +93,7 @@ FEATURES: list[Callable[[Gateway, Authed], list[Route]]] = [
     repository_routes,
     vault_routes,
     work_routes,
+    memory_store_routes,
     dream_routes,
 ]
 """Each resource family's routes, in the order they are matched."""

@@ -63,6 +63,10 @@ class Ids:
     worker_key: str = ""
     """The text of the environment key `env_key` (the caller's own, as its worker holds it: not an id position)."""
     env_key: str = ""
+    memory_store: str = ""
+    memory: str = ""
+    memory_version: str = ""
+    """A version of `memory` that is no longer its current one."""
 
 
 WRONG_KIND = {
@@ -78,6 +82,9 @@ WRONG_KIND = {
     "hosted": "agent",
     "env_key": "agent",
     "work": "session",
+    "memory_store": "memory",
+    "memory": "memory_version",
+    "memory_version": "memory",
 }
 """For each id position, the attribute of a real id of another kind (of the same workspace) to put there."""
 
@@ -252,6 +259,51 @@ def rows() -> list[Row]:
                  lambda c, t, o: c.beta.vaults.credentials.mcp_oauth_validate(t.credential, vault_id=t.vault)),
             )
         ),
+        *memory_rows(),
+    ]  # fmt: skip
+
+
+def memory_rows() -> list[Row]:
+    store = "/v1/memory_stores/{memory_store_id}"
+    memory, version = store + "/memories/{memory_id}", store + "/memory_versions/{memory_version_id}"
+    by_store = ("memory_store_id", "memory_store", "memory_store_id")
+    return [
+        *(
+            Row(method, route, *by_store, call)
+            for method, route, call in (
+                ("GET", store, lambda c, t, o: c.beta.memory_stores.retrieve(t.memory_store)),
+                ("POST", store, lambda c, t, o: c.beta.memory_stores.update(t.memory_store, name="taken")),
+                ("DELETE", store, lambda c, t, o: c.beta.memory_stores.delete(t.memory_store)),
+                ("POST", store + "/archive", lambda c, t, o: c.beta.memory_stores.archive(t.memory_store)),
+                ("GET", store + "/memories", lambda c, t, o: c.beta.memory_stores.memories.list(t.memory_store)),
+                ("POST", store + "/memories", lambda c, t, o: c.beta.memory_stores.memories.create(
+                    t.memory_store, path="/taken.md", content="x")),
+                ("GET", store + "/memory_versions",
+                 lambda c, t, o: c.beta.memory_stores.memory_versions.list(t.memory_store)),
+            )
+        ),
+        *(
+            Row(method, route, param, position, field, call)
+            for param, position, field in (by_store, ("memory_id", "memory", "memory_id"))
+            for method, route, call in (
+                ("GET", memory,
+                 lambda c, t, o: c.beta.memory_stores.memories.retrieve(t.memory, memory_store_id=t.memory_store)),
+                ("POST", memory, lambda c, t, o: c.beta.memory_stores.memories.update(
+                    t.memory, memory_store_id=t.memory_store, content="taken")),
+                ("DELETE", memory,
+                 lambda c, t, o: c.beta.memory_stores.memories.delete(t.memory, memory_store_id=t.memory_store)),
+            )
+        ),
+        *(
+            Row(method, route, param, position, field, call)
+            for param, position, field in (by_store, ("memory_version_id", "memory_version", "memory_version_id"))
+            for method, route, call in (
+                ("GET", version, lambda c, t, o: c.beta.memory_stores.memory_versions.retrieve(
+                    t.memory_version, memory_store_id=t.memory_store)),
+                ("POST", version + "/redact", lambda c, t, o: c.beta.memory_stores.memory_versions.redact(
+                    t.memory_version, memory_store_id=t.memory_store)),
+            )
+        ),
     ]  # fmt: skip
 
 
@@ -260,9 +312,11 @@ LISTINGS = {
     ("GET", "/v1/environments"): "environment",
     ("GET", "/v1/sessions"): "session",
     ("GET", "/v1/vaults"): "vault",
+    ("GET", "/v1/memory_stores"): "memory_store",
 }
 """Routes that take no id and list the caller's objects: B's listing must show none of A's."""
-NO_ID = {("POST", "/v1/agents"), ("POST", "/v1/environments"), ("POST", "/v1/vaults"), ("GET", "/healthz")}
+NO_ID = {("POST", "/v1/agents"), ("POST", "/v1/environments"), ("POST", "/v1/vaults"), ("GET", "/healthz"),
+         ("POST", "/v1/memory_stores")}  # fmt: skip
 """Routes that take no id at all (a create makes a new one in the caller's workspace)."""
 
 
@@ -343,6 +397,10 @@ async def objects(stack: Stack, client: Client) -> Ids:
     assert resource.type == "github_repository"
     hosted = await client.beta.environments.create(name="laptop", config={"type": "self_hosted"})
     env_key: dict[str, Any] = await client.post(f"/v1/environments/{hosted.id}/keys", cast_to=JSON)
+    store = await client.beta.memory_stores.create(name="notes")
+    memory = await client.beta.memory_stores.memories.create(store.id, path="/a.md", content="one")
+    await client.beta.memory_stores.memories.update(memory.id, memory_store_id=store.id, content="two")
+    ids = dataclasses.replace(ids, memory_store=store.id, memory=memory.id, memory_version=memory.memory_version_id)
     return dataclasses.replace(ids, repo_session=repo_session.id, resource=resource.id, credential=credential.id,
                                event=event.id, thread=primary_thread_id(session.id), hosted=hosted.id,
                                env_key=env_key["id"], worker_key=env_key["key"],
@@ -379,6 +437,13 @@ async def snapshot(client: Client, a: Ids) -> dict[str, Any]:
         "vault": (await client.beta.vaults.retrieve(a.vault)).model_dump(),
         "credentials": [c.model_dump() async for c in client.beta.vaults.credentials.list(a.vault)],
         "environment keys": await environment_keys(client, a),
+        "memory store": (await client.beta.memory_stores.retrieve(a.memory_store)).model_dump(),
+        "memories": [
+            m.model_dump() async for m in client.beta.memory_stores.memories.list(a.memory_store, view="full")
+        ],
+        "memory versions": [
+            v.model_dump() async for v in client.beta.memory_stores.memory_versions.list(a.memory_store, view="full")
+        ],
         "listings": await listed(client),
     }
 
@@ -394,6 +459,7 @@ async def listed(client: Client) -> dict[str, list[str]]:
         "environment": [x.id async for x in client.beta.environments.list()],
         "session": [x.id async for x in client.beta.sessions.list()],
         "vault": [x.id async for x in client.beta.vaults.list()],
+        "memory_store": [x.id async for x in client.beta.memory_stores.list()],
     }
 
 
@@ -417,7 +483,7 @@ async def test_another_workspaces_ids_are_404_and_the_wrong_kind_is_400_on_every
     client_a, client_b = await gateway.client("tenant-a"), await gateway.client("tenant-b")
     a, b = await objects(stack, client_a), await objects(stack, client_b)
     listings_a = {"agent": [a.agent], "environment": sorted([a.environment, a.hosted]), "vault": [a.vault],
-                  "session": sorted([a.session, a.repo_session])}  # fmt: skip
+                  "session": sorted([a.session, a.repo_session]), "memory_store": [a.memory_store]}  # fmt: skip
 
     async def listed_fully() -> bool:  # visibility has caught up with A's objects: B's listings now mean something
         found = await listed(client_a)
