@@ -40,6 +40,7 @@ from gateway.repositories import repository_routes
 from gateway.session_admin import session_admin_routes
 from gateway.session_status import session_ended_handler
 from gateway.sessions import Sessions, session_routes
+from gateway.skills import skill_routes
 from gateway.threads import thread_routes
 from gateway.vaults import vault_routes
 from gateway.work import work_routes
@@ -89,6 +90,7 @@ FEATURES: list[Callable[[Gateway, Authed], list[Route]]] = [
     repository_routes,
     vault_routes,
     work_routes,
+    skill_routes,
 ]
 """Each resource family's routes, in the order they are matched."""
 
