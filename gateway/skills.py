@@ -45,7 +45,7 @@ def skill_view(skill: Skill) -> dict[str, Any]:
         "id": skill.id,
         "display_name": skill.display_name,
         "latest_version_id": skill.latest_version,
-        "source": skill.source,
+        "source": {"type": skill.source},  # an object in the SDK's `BetaSkill` (a string in the list's filter)
         "created_at": when(skill.created_at),
         "updated_at": when(skill.updated_at),
     }

@@ -2,7 +2,7 @@
 SDK against a real gateway process (logged in to the OpenBao dev server) on the real Temporal dev server.
 
 Workspace A makes one of everything: an agent (two versions), an environment, a session that has run a turn, a
-session with a repository resource, a vault with a credential. Then, for every row:
+session with a repository resource, a vault with a credential, a skill with two versions. Then, for every row:
 - workspace B names A's id in the row's position: 404, as for an id that does not exist;
 - A names one of its own ids of the wrong kind there (an agent id where an environment id belongs): 400 naming
   the field;
@@ -63,6 +63,9 @@ class Ids:
     worker_key: str = ""
     """The text of the environment key `env_key` (the caller's own, as its worker holds it: not an id position)."""
     env_key: str = ""
+    skill: str = ""
+    skill_version: str = ""
+    """A version of `skill` (it has two, so that one could be deleted)."""
 
 
 WRONG_KIND = {
@@ -78,6 +81,8 @@ WRONG_KIND = {
     "hosted": "agent",
     "env_key": "agent",
     "work": "session",
+    "skill": "agent",
+    "skill_version": "skill",
 }
 """For each id position, the attribute of a real id of another kind (of the same workspace) to put there."""
 
@@ -117,6 +122,8 @@ def rows() -> list[Row]:
     )
     work_queue = env + "/work"
     work = work_queue + "/{work_id}"
+    skill, skill_version = "/v1/skills/{id}", "/v1/skills/{id}/versions/{version}"
+    skill_files = [("tools/SKILL.md", SKILL_MD)]
 
     def worker(c: Client, own: Ids) -> Any:  # the caller's own environment key, as the SDK's worker holds it
         return c.with_options(api_key=own.worker_key).beta.environments.work
@@ -227,6 +234,27 @@ def rows() -> list[Row]:
                 ("DELETE", lambda c, t, o: c.beta.sessions.resources.delete(t.resource, session_id=t.repo_session)),
             )
         ),
+        Row("POST", agents, "body:skills", "skill", "skills[0].skill_id",
+            lambda c, t, o: c.beta.agents.create(name="x", model="m",
+                                                 skills=[{"type": "custom", "skill_id": t.skill}])),
+        Row("GET", skill, "id", "skill", "skill_id", lambda c, t, o: c.beta.skills.retrieve(t.skill)),
+        Row("DELETE", skill, "id", "skill", "skill_id", lambda c, t, o: c.beta.skills.delete(t.skill)),
+        Row("GET", skill + "/versions", "id", "skill", "skill_id",
+            lambda c, t, o: c.beta.skills.versions.list(t.skill)),
+        Row("POST", skill + "/versions", "id", "skill", "skill_id",
+            lambda c, t, o: c.beta.skills.versions.create(t.skill, files=skill_files)),
+        *(
+            Row(method, route, param, position, field, call)
+            for param, position, field in (("id", "skill", "skill_id"), ("version", "skill_version", "version"))
+            for method, route, call in (
+                ("GET", skill_version,
+                 lambda c, t, o: c.beta.skills.versions.retrieve(t.skill_version, skill_id=t.skill)),
+                ("DELETE", skill_version,
+                 lambda c, t, o: c.beta.skills.versions.delete(t.skill_version, skill_id=t.skill)),
+                ("GET", skill_version + "/content",
+                 lambda c, t, o: c.beta.skills.versions.download(t.skill_version, skill_id=t.skill)),
+            )
+        ),
         Row("GET", vault, "id", "vault", "vault_id", lambda c, t, o: c.beta.vaults.retrieve(t.vault)),
         Row("POST", vault, "id", "vault", "vault_id", lambda c, t, o: c.beta.vaults.update(t.vault, display_name="x")),
         Row("DELETE", vault, "id", "vault", "vault_id", lambda c, t, o: c.beta.vaults.delete(t.vault)),
@@ -260,9 +288,12 @@ LISTINGS = {
     ("GET", "/v1/environments"): "environment",
     ("GET", "/v1/sessions"): "session",
     ("GET", "/v1/vaults"): "vault",
+    ("GET", "/v1/skills"): "skill",
 }
 """Routes that take no id and list the caller's objects: B's listing must show none of A's."""
-NO_ID = {("POST", "/v1/agents"), ("POST", "/v1/environments"), ("POST", "/v1/vaults"), ("GET", "/healthz")}
+NO_ID = {("POST", "/v1/agents"), ("POST", "/v1/environments"), ("POST", "/v1/vaults"), ("POST", "/v1/skills"),
+         ("GET", "/healthz")}  # fmt: skip
+SKILL_MD = b"---\nname: tools\ndescription: Useful tools.\n---\n"
 """Routes that take no id at all (a create makes a new one in the caller's workspace)."""
 
 
@@ -343,10 +374,13 @@ async def objects(stack: Stack, client: Client) -> Ids:
     assert resource.type == "github_repository"
     hosted = await client.beta.environments.create(name="laptop", config={"type": "self_hosted"})
     env_key: dict[str, Any] = await client.post(f"/v1/environments/{hosted.id}/keys", cast_to=JSON)
+    skill = await client.beta.skills.create(files=[("tools/SKILL.md", SKILL_MD)])
+    skill_version = await client.beta.skills.versions.create(skill.id, files=[("tools/SKILL.md", SKILL_MD)])
     return dataclasses.replace(ids, repo_session=repo_session.id, resource=resource.id, credential=credential.id,
                                event=event.id, thread=primary_thread_id(session.id), hosted=hosted.id,
                                env_key=env_key["id"], worker_key=env_key["key"],
-                               work=await work_item(stack, hosted.id))  # fmt: skip
+                               work=await work_item(stack, hosted.id), skill=skill.id,
+                               skill_version=skill_version.id)  # fmt: skip
 
 
 async def work_item(stack: Stack, environment_id: str) -> str:
@@ -379,6 +413,8 @@ async def snapshot(client: Client, a: Ids) -> dict[str, Any]:
         "vault": (await client.beta.vaults.retrieve(a.vault)).model_dump(),
         "credentials": [c.model_dump() async for c in client.beta.vaults.credentials.list(a.vault)],
         "environment keys": await environment_keys(client, a),
+        "skill": (await client.beta.skills.retrieve(a.skill)).model_dump(),
+        "skill versions": [v.model_dump() async for v in client.beta.skills.versions.list(a.skill)],
         "listings": await listed(client),
     }
 
@@ -394,6 +430,7 @@ async def listed(client: Client) -> dict[str, list[str]]:
         "environment": [x.id async for x in client.beta.environments.list()],
         "session": [x.id async for x in client.beta.sessions.list()],
         "vault": [x.id async for x in client.beta.vaults.list()],
+        "skill": [x.id async for x in client.beta.skills.list()],
     }
 
 
@@ -417,7 +454,7 @@ async def test_another_workspaces_ids_are_404_and_the_wrong_kind_is_400_on_every
     client_a, client_b = await gateway.client("tenant-a"), await gateway.client("tenant-b")
     a, b = await objects(stack, client_a), await objects(stack, client_b)
     listings_a = {"agent": [a.agent], "environment": sorted([a.environment, a.hosted]), "vault": [a.vault],
-                  "session": sorted([a.session, a.repo_session])}  # fmt: skip
+                  "session": sorted([a.session, a.repo_session]), "skill": [a.skill]}  # fmt: skip
 
     async def listed_fully() -> bool:  # visibility has caught up with A's objects: B's listings now mean something
         found = await listed(client_a)
