@@ -1,7 +1,8 @@
 """A skill's folder as it is uploaded, stored and downloaded: pure functions, no I/O.
 
 An upload is a list of `(relative path, bytes)` pairs, as the SDK's `files_from_dir` makes them: every path is
-under one top directory (`my-skill/SKILL.md`, `my-skill/scripts/run.py`), with `SKILL.md` at that directory's root.
+under one top directory (`csv-summary/SKILL.md`, `csv-summary/scripts/summarize.py`), with `SKILL.md` at that
+directory's root (examples/skills/csv-summary is one).
 `SKILL.md` starts with YAML frontmatter between two `---` lines naming the skill (`name`, kebab-case) and saying
 when to use it (`description`); the agent sees both in its system prompt and reads the rest when it needs it.
 
@@ -50,7 +51,7 @@ class SkillBundle:
     folder: str
     """The uploaded top directory's name (it is dropped: the skill's directory is named by `name`)."""
     files: tuple[tuple[str, bytes], ...]
-    """Each file's path under the folder (`SKILL.md`, `scripts/run.py`) and bytes, sorted by path."""
+    """Each file's path under the folder (`SKILL.md`, `scripts/summarize.py`) and bytes, sorted by path."""
 
     @property
     def size_bytes(self) -> int:
@@ -60,7 +61,7 @@ class SkillBundle:
 def path_problem(path: object) -> str | None:
     """Why `path` is not a relative path that stays inside its folder, or None."""
     if not isinstance(path, str) or not path:
-        return "a file has no name (each part needs a relative filename such as my-skill/SKILL.md)"
+        return "a file has no name (each part needs a relative filename such as csv-summary/SKILL.md)"
     shown = repr(path[:120])
     if "\x00" in path:
         return f"path {shown} holds a NUL character"
@@ -69,7 +70,7 @@ def path_problem(path: object) -> str | None:
     if _CONTROL.search(path):
         return f"path {shown} holds a control character"
     if path.startswith("/") or re.match(r"^[A-Za-z]:", path):
-        return f"path {shown} is absolute: paths are relative to the upload (my-skill/SKILL.md)"
+        return f"path {shown} is absolute: paths are relative to the upload (csv-summary/SKILL.md)"
     if len(path) > MAX_PATH_CHARS:
         return f"path {shown} is longer than {MAX_PATH_CHARS} characters"
     if any(segment in ("", ".", "..") for segment in path.split("/")):
@@ -94,7 +95,7 @@ def skill_bundle(files: Sequence[tuple[str, bytes]]) -> SkillBundle:
     loose = [path for path, _ in files if "/" not in path]
     if len(tops) > 1 or loose:
         found = ", ".join(repr(top) for top in tops[:5])
-        raise InvalidSkillBundle(f"all files must be under one top directory (my-skill/SKILL.md, my-skill/...); "
+        raise InvalidSkillBundle(f"all files must be under one top directory (csv-summary/SKILL.md, csv-summary/...); "
                                  f"found {found}")  # fmt: skip
     folder = tops[0]
     inside: dict[str, bytes] = {}

@@ -142,7 +142,7 @@ async def upload(request: Request, fields: set[str]) -> tuple[list[tuple[str, by
             elif key in fields and key not in values:
                 values[key] = value
             elif key in FILES_FIELDS:
-                raise invalid(f"{key} parts must be files with a filename (my-skill/SKILL.md)")
+                raise invalid(f"{key} parts must be files with a filename (csv-summary/SKILL.md)")
             else:
                 raise invalid(f"unknown or repeated field {key!r}")
     finally:
