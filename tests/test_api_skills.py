@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx
 import pytest
 from anthropic.lib import files_from_dir
 
 from corral.contract.agent import MAX_AGENT_SKILLS
+from gateway.skills import MAX_UPLOAD_BYTES
 from tests.conftest import Stack
 from tests.test_gateway import Gateway, running_gateway
 
@@ -237,3 +239,52 @@ def test_the_routes_are_the_sdks(stack: Stack) -> None:
     assert ours == {("POST", base), ("GET", base), ("GET", base + "/{id}"), ("DELETE", base + "/{id}"),
                     ("POST", base + "/{id}/versions"), ("GET", base + "/{id}/versions"), ("GET", one),
                     ("DELETE", one), ("GET", one + "/content")}  # fmt: skip
+
+
+async def test_hostile_uploads_are_a_clear_400(gateway: Gateway) -> None:
+    """Malformed multipart, a declared size past the bound, control characters and traversal in filenames and in
+    the version path: each a 400 in the API's error shape, never a 500; a non-ASCII path round-trips."""
+    client = await gateway.client("skills-hostile")
+    headers = {"x-api-key": str(client.api_key), "anthropic-version": "2023-06-01"}
+    async with httpx.AsyncClient(base_url=gateway.url, headers=headers) as http:
+
+        async def post(content: bytes, content_type: str) -> tuple[int, str]:
+            answer = await http.post("/v1/skills", content=content, headers={"content-type": content_type})
+            if answer.status_code == 200:
+                return 200, answer.json()["id"]
+            return answer.status_code, answer.json()["error"]["message"]
+
+        def multipart(*parts: tuple[str, bytes]) -> bytes:
+            head = b'--b0und\r\nContent-Disposition: form-data; name="files[]"; filename="'
+            body = [head + name.encode() + b'"\r\nContent-Type: text/plain\r\n\r\n' + data + b"\r\n"
+                    for name, data in parts]  # fmt: skip
+            return b"".join(body) + b"--b0und--\r\n"
+
+        form = "multipart/form-data; boundary=b0und"
+        for content, content_type, named in (
+            (b"garbage", "multipart/form-data", "boundary"),
+            (b"--b0und\r\nnot headers\r\n\r\nx", form, "multipart"),
+            (b"{}", "application/json", "multipart/form-data"),
+            (b"--b0und--\r\n", form, "no files"),
+            (multipart(("tools/SKILL\x01.md", MD)), form, "control character"),
+            (multipart(("tools/SKILL.md", MD), ("tools/a\tb", b"")), form, "control character"),
+            (multipart(("../tools/SKILL.md", MD)), form, "'..'"),
+            (multipart(("tools/SKILL.md", MD), ("tools/sub//x", b"")), form, "empty"),
+        ):
+            status, message = await post(content, content_type)
+            assert status == 400 and named in message, (content[:60], status, message)
+        status, skill_id = await post(multipart(("outils-été/SKILL.md", MD), ("outils-été/données.txt", b"1")), form)
+        assert status == 200, skill_id
+        files = await downloaded(client, skill_id, "latest")
+        assert files == {"tools/SKILL.md": MD, "tools/données.txt": b"1"}
+
+        async def oversized() -> AsyncIterator[bytes]:  # chunked, with no length declared: bounded as it arrives
+            yield multipart(("tools/SKILL.md", MD))[:-10]
+            for _ in range(MAX_UPLOAD_BYTES // 2**20 + 1):
+                yield b"x" * 2**20
+
+        too_big = await http.post("/v1/skills", content=oversized(), headers={"content-type": form})
+        assert too_big.status_code == 400 and "the upload is over" in too_big.json()["error"]["message"]
+        for path in ("/versions/..%2F..%2Fetc", "/versions/%00", "/versions/skillver_%0d%0aX/content"):
+            answer = await http.get(f"/v1/skills/{skill_id}{path}")
+            assert answer.status_code in (400, 404) and answer.json()["type"] == "error", (path, answer.text)
