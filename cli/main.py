@@ -20,6 +20,7 @@ import cli.log_commands
 import cli.outcome_commands
 import cli.run_commands
 import cli.session_commands
+import cli.skill_commands
 import cli.stack_commands
 import cli.thread_commands
 import cli.work_commands  # noqa: F401 (the name `cli` is bound by the lines above too)

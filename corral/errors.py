@@ -19,6 +19,11 @@ The hierarchy, so callers catch exactly as much as they mean to::
      └── InvalidRecord           a malformed workspace, kind, id prefix or cursor (also a ValueError)
     SessionClosed                the session's workflow closed while its events were followed (corral.reading)
 
+    SkillError                   a skill operation (corral.skills) was refused
+     ├── InvalidSkillBundle      the uploaded files are not a skill's folder (also a ValueError)
+     ├── SkillNotFound           no such skill or version in the caller's workspace
+     └── SkillConflict           the skill's state forbids it (deleting its only version)
+
 The error types that cross from activities to workflows are in `corral.contract.errors`.
 
 Sessions' ends: Temporal says such things in its own terms, or not at all: an update to a closed workflow is
@@ -126,3 +131,25 @@ class SessionClosed(Exception):
     def __init__(self, session_id: str, status: WorkflowExecutionStatus) -> None:
         super().__init__(f"the workflow of session {session_id} closed ({status.name.lower()})")
         self.status = status
+
+
+class SkillError(Exception):
+    """Any refusal of a skill operation (corral.skills); the message says what to change."""
+
+
+class InvalidSkillBundle(SkillError, ValueError):
+    """The uploaded files are not one skill's folder: no `SKILL.md` at its root, bad frontmatter, a path that
+    leaves the folder, too many or too large files, or none."""
+
+
+class SkillNotFound(SkillError):
+    """No such skill, or no such version of it, in the caller's workspace (another workspace's is not found too).
+    `kind` is "skill" or "skill version" and `object_id` the id (or version) that was asked for."""
+
+    def __init__(self, kind: str, object_id: str, message: str) -> None:
+        super().__init__(message)
+        self.kind, self.object_id = kind, object_id
+
+
+class SkillConflict(SkillError):
+    """The skill's current state forbids the change (its only version cannot be deleted: delete the skill)."""

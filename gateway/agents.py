@@ -1,5 +1,6 @@
 """Agents (`/v1/agents`): versioned records; an update may name the version it changes, and an agent is archived,
-never deleted (as upstream). An agent's hands must be registered for its workspace (`gateway/hands.py`)."""
+never deleted (as upstream). An agent's hands must be registered for its workspace (`gateway/hands.py`), and the
+skills it lists must be its workspace's (`gateway/agent_skills.py`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 from starlette.routing import Route
 
 from corral.records import RecordView
+from corral.skills import Skills
+from gateway.agent_skills import check_skills_exist
 from gateway.hands import check_hands
 from gateway.http import Authed
 from gateway.multiagent import pin_multiagent
@@ -42,6 +45,9 @@ class Agents(RecordResource):
 
     async def check(self, workspace: str, made: dict[str, Any]) -> None:
         await check_hands(self.gateway.records, workspace, made.get("tools"), own_queues=self.gateway.own_queues())
+        if made.get("skills"):
+            skills = Skills(self.gateway.knowledge, self.gateway.blobs)
+            await self.gateway.knowledge.run(check_skills_exist, skills, workspace, made["skills"])
 
 
 def agent_routes(gateway: Gateway, authed: Authed) -> list[Route]:

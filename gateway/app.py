@@ -43,6 +43,7 @@ from gateway.session_admin import session_admin_routes
 from gateway.session_knowledge import KnowledgeResolver
 from gateway.session_status import session_ended_handler
 from gateway.sessions import Sessions, session_routes
+from gateway.skills import skill_routes
 from gateway.threads import thread_routes
 from gateway.vaults import vault_routes
 from gateway.work import work_routes
@@ -95,6 +96,7 @@ FEATURES: list[Callable[[Gateway, Authed], list[Route]]] = [
     work_routes,
     memory_store_routes,
     dream_routes,
+    skill_routes,
 ]
 """Each resource family's routes, in the order they are matched."""
 

@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 INITIAL_EVENT_TYPES = frozenset({"user.message", "user.define_outcome"})
 """What a session may be created with (upstream's `initial_events`)."""
 OVERRIDABLE = frozenset({"model", "system", "tools", "mcp_servers", "skills"})
-"""What an `agent_with_overrides` may replace (skills are refused, as they are on agents)."""
+"""What an `agent_with_overrides` may replace (skills are checked for their shape as on agents)."""
 
 
 class Sessions:

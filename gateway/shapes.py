@@ -16,6 +16,7 @@ from corral.contract.agent import Multiagent
 from corral.contract.events import SessionEvent
 from corral.contract.session import AgentConfig, SessionBudget
 from corral.names import reserved_task_queue_problem
+from gateway.agent_skills import skills_body, skills_view
 from gateway.errors import invalid
 from gateway.multiagent import check_reserved_tool_names, multiagent_body, multiagent_view
 
@@ -108,8 +109,6 @@ def agent_body(request: dict[str, Any], current: dict[str, Any] | None = None) -
     unknown = sorted(set(request) - known)
     if unknown:
         raise invalid(f"unknown agent field(s): {', '.join(unknown)}")
-    if request.get("skills"):
-        raise invalid("skills are not supported by corral yet")
     identity = request.get("execution_identity")
     if identity not in (None, {"type": "service_account"}):
         raise invalid("execution_identity: corral runs every agent as its service account")
@@ -136,6 +135,8 @@ def agent_body(request: dict[str, Any], current: dict[str, Any] | None = None) -
     for field in ("tools", "mcp_servers"):
         if field in request:
             body[field] = list(request[field] or [])
+    if "skills" in request:  # whether each is the workspace's is checked after (I/O): `gateway.agents`
+        body["skills"] = skills_body(request["skills"])
     if "multiagent" in request:  # its agents are pinned once the body is made (`gateway.multiagent.pin_multiagent`)
         body["multiagent"] = multiagent_body(request["multiagent"], body.get("multiagent"))
     check_reserved_tool_names(body)
@@ -222,7 +223,7 @@ def agent_view(record_id: str, version: int, body: dict[str, Any], created: date
         },
         "execution_identity": {"type": "service_account"},
         "mcp_servers": [{"type": "url", **server} for server in body.get("mcp_servers") or []],
-        "skills": [],
+        "skills": skills_view(body),
         "tools": [_tool_view(tool) for tool in body.get("tools") or []],
         "multiagent": multiagent_view(body.get("multiagent"), record_id, version),
     }

@@ -2,7 +2,7 @@
 SDK against a real gateway process (logged in to the OpenBao dev server) on the real Temporal dev server.
 
 Workspace A makes one of everything: an agent (two versions), an environment, a session that has run a turn, a
-session with a repository resource, a vault with a credential. Then, for every row:
+session with a repository resource, a vault with a credential, a skill with two versions. Then, for every row:
 - workspace B names A's id in the row's position: 404, as for an id that does not exist;
 - A names one of its own ids of the wrong kind there (an agent id where an environment id belongs): 400 naming
   the field;
@@ -67,6 +67,9 @@ class Ids:
     memory: str = ""
     memory_version: str = ""
     """A version of `memory` that is no longer its current one."""
+    skill: str = ""
+    skill_version: str = ""
+    """A version of `skill` (it has two, so that one could be deleted)."""
 
 
 WRONG_KIND = {
@@ -85,6 +88,8 @@ WRONG_KIND = {
     "memory_store": "memory",
     "memory": "memory_version",
     "memory_version": "memory",
+    "skill": "agent",
+    "skill_version": "skill",
 }
 """For each id position, the attribute of a real id of another kind (of the same workspace) to put there."""
 
@@ -124,6 +129,8 @@ def rows() -> list[Row]:
     )
     work_queue = env + "/work"
     work = work_queue + "/{work_id}"
+    skill, skill_version = "/v1/skills/{id}", "/v1/skills/{id}/versions/{version}"
+    skill_files = [("tools/SKILL.md", SKILL_MD)]
 
     def worker(c: Client, own: Ids) -> Any:  # the caller's own environment key, as the SDK's worker holds it
         return c.with_options(api_key=own.worker_key).beta.environments.work
@@ -234,6 +241,27 @@ def rows() -> list[Row]:
                 ("DELETE", lambda c, t, o: c.beta.sessions.resources.delete(t.resource, session_id=t.repo_session)),
             )
         ),
+        Row("POST", agents, "body:skills", "skill", "skills[0].skill_id",
+            lambda c, t, o: c.beta.agents.create(name="x", model="m",
+                                                 skills=[{"type": "custom", "skill_id": t.skill}])),
+        Row("GET", skill, "id", "skill", "skill_id", lambda c, t, o: c.beta.skills.retrieve(t.skill)),
+        Row("DELETE", skill, "id", "skill", "skill_id", lambda c, t, o: c.beta.skills.delete(t.skill)),
+        Row("GET", skill + "/versions", "id", "skill", "skill_id",
+            lambda c, t, o: c.beta.skills.versions.list(t.skill)),
+        Row("POST", skill + "/versions", "id", "skill", "skill_id",
+            lambda c, t, o: c.beta.skills.versions.create(t.skill, files=skill_files)),
+        *(
+            Row(method, route, param, position, field, call)
+            for param, position, field in (("id", "skill", "skill_id"), ("version", "skill_version", "version"))
+            for method, route, call in (
+                ("GET", skill_version,
+                 lambda c, t, o: c.beta.skills.versions.retrieve(t.skill_version, skill_id=t.skill)),
+                ("DELETE", skill_version,
+                 lambda c, t, o: c.beta.skills.versions.delete(t.skill_version, skill_id=t.skill)),
+                ("GET", skill_version + "/content",
+                 lambda c, t, o: c.beta.skills.versions.download(t.skill_version, skill_id=t.skill)),
+            )
+        ),
         Row("GET", vault, "id", "vault", "vault_id", lambda c, t, o: c.beta.vaults.retrieve(t.vault)),
         Row("POST", vault, "id", "vault", "vault_id", lambda c, t, o: c.beta.vaults.update(t.vault, display_name="x")),
         Row("DELETE", vault, "id", "vault", "vault_id", lambda c, t, o: c.beta.vaults.delete(t.vault)),
@@ -313,10 +341,12 @@ LISTINGS = {
     ("GET", "/v1/sessions"): "session",
     ("GET", "/v1/vaults"): "vault",
     ("GET", "/v1/memory_stores"): "memory_store",
+    ("GET", "/v1/skills"): "skill",
 }
 """Routes that take no id and list the caller's objects: B's listing must show none of A's."""
 NO_ID = {("POST", "/v1/agents"), ("POST", "/v1/environments"), ("POST", "/v1/vaults"), ("GET", "/healthz"),
-         ("POST", "/v1/memory_stores")}  # fmt: skip
+         ("POST", "/v1/memory_stores"), ("POST", "/v1/skills")}  # fmt: skip
+SKILL_MD = b"---\nname: tools\ndescription: Useful tools.\n---\n"
 """Routes that take no id at all (a create makes a new one in the caller's workspace)."""
 
 
@@ -401,10 +431,13 @@ async def objects(stack: Stack, client: Client) -> Ids:
     memory = await client.beta.memory_stores.memories.create(store.id, path="/a.md", content="one")
     await client.beta.memory_stores.memories.update(memory.id, memory_store_id=store.id, content="two")
     ids = dataclasses.replace(ids, memory_store=store.id, memory=memory.id, memory_version=memory.memory_version_id)
+    skill = await client.beta.skills.create(files=[("tools/SKILL.md", SKILL_MD)])
+    skill_version = await client.beta.skills.versions.create(skill.id, files=[("tools/SKILL.md", SKILL_MD)])
     return dataclasses.replace(ids, repo_session=repo_session.id, resource=resource.id, credential=credential.id,
                                event=event.id, thread=primary_thread_id(session.id), hosted=hosted.id,
                                env_key=env_key["id"], worker_key=env_key["key"],
-                               work=await work_item(stack, hosted.id))  # fmt: skip
+                               work=await work_item(stack, hosted.id), skill=skill.id,
+                               skill_version=skill_version.id)  # fmt: skip
 
 
 async def work_item(stack: Stack, environment_id: str) -> str:
@@ -444,6 +477,8 @@ async def snapshot(client: Client, a: Ids) -> dict[str, Any]:
         "memory versions": [
             v.model_dump() async for v in client.beta.memory_stores.memory_versions.list(a.memory_store, view="full")
         ],
+        "skill": (await client.beta.skills.retrieve(a.skill)).model_dump(),
+        "skill versions": [v.model_dump() async for v in client.beta.skills.versions.list(a.skill)],
         "listings": await listed(client),
     }
 
@@ -460,6 +495,7 @@ async def listed(client: Client) -> dict[str, list[str]]:
         "session": [x.id async for x in client.beta.sessions.list()],
         "vault": [x.id async for x in client.beta.vaults.list()],
         "memory_store": [x.id async for x in client.beta.memory_stores.list()],
+        "skill": [x.id async for x in client.beta.skills.list()],
     }
 
 
@@ -483,7 +519,8 @@ async def test_another_workspaces_ids_are_404_and_the_wrong_kind_is_400_on_every
     client_a, client_b = await gateway.client("tenant-a"), await gateway.client("tenant-b")
     a, b = await objects(stack, client_a), await objects(stack, client_b)
     listings_a = {"agent": [a.agent], "environment": sorted([a.environment, a.hosted]), "vault": [a.vault],
-                  "session": sorted([a.session, a.repo_session]), "memory_store": [a.memory_store]}  # fmt: skip
+                  "session": sorted([a.session, a.repo_session]), "memory_store": [a.memory_store],
+                  "skill": [a.skill]}  # fmt: skip
 
     async def listed_fully() -> bool:  # visibility has caught up with A's objects: B's listings now mean something
         found = await listed(client_a)

@@ -32,6 +32,20 @@ class CustomTool(BaseModel):
     input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
+MAX_AGENT_SKILLS = 20
+"""How many skills an agent may list: each is a name and a description in its system prompt."""
+
+
+class AgentSkillRef(BaseModel):
+    """A skill an agent lists (`skills[]` on agent create and update): a custom skill of the agent's workspace, at
+    `version` or, when it is None, at its latest version when a session starts (corral.skills.Skills.pin)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["custom"] = "custom"
+    skill_id: str = Field(min_length=1, max_length=128)
+    version: str | None = Field(default=None, min_length=1, max_length=128)
+
+
 class HandTool(BaseModel):
     """A tool served by any process that runs the `execute` activity on `task_queue` (a "hand")."""
 
