@@ -11,6 +11,8 @@ import uuid
 from datetime import UTC, datetime
 
 from corral.files import FileStore
+from corral.memory_dreams import create_with_contents, replace_contents
+from corral.memory_records import session_actor
 from corral.memory_stores import MemoryStoreNotFound, MemoryStores
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -111,10 +113,10 @@ class DreamActivities:
             raise ApplicationError("the dream's session wrote no memories under its outputs' memory/ directory: "
                                    "the store is left as it was", type=INPUT_GONE)  # fmt: skip
         stores = MemoryStores(self._db)
-        actor = {"type": "session_actor", "session_id": input.session_id}
+        session_actor_of = session_actor(input.session_id)
         if input.output_behavior.type == "update_existing":
-            written = stores.replace_contents(input.workspace, input.memory_store_id, contents, actor)
+            written = replace_contents(stores, input.workspace, input.memory_store_id, contents, session_actor_of)
             return DreamResult(memory_store_id=input.memory_store_id, written=written)
-        store_id, written = stores.create_with_contents(input.workspace, input.name, contents, actor,
-                                                        dream_id=input.dream_id)  # fmt: skip
+        store_id, written = create_with_contents(stores, input.workspace, input.name, contents, session_actor_of,
+                                                 input.dream_id)  # fmt: skip
         return DreamResult(memory_store_id=store_id, written=written)
