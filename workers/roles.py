@@ -14,6 +14,7 @@ from temporalio.client import Client
 from temporalio.worker import FixedSizeSlotSupplier, Interceptor, Worker, WorkerTuner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from activities.files import FileActivities
 from activities.log import LogActivities
 from activities.model import ModelActivities
 from activities.sandbox import SandboxActivities
@@ -34,6 +35,7 @@ from workers.deployment import worker_config
 from workers.run import GRACEFUL_SHUTDOWN, STICKY_TIMEOUT
 from workers.settings import HarnessDeployment
 from workflows import SessionWorkflow, WorkflowRun
+from workflows.file_expiry import FileExpiryWorkflow
 from workflows.records import RecordWorkflow, VersionedRecordWorkflow
 from workflows.signals import SignalArgumentsInterceptor
 from workflows.validation import CredentialValidationWorkflow
@@ -60,6 +62,7 @@ HARNESS_WORKFLOWS: tuple[type, ...] = (
     RecordWorkflow,
     CredentialValidationWorkflow,
     EnvironmentWorkQueue,
+    FileExpiryWorkflow,
 )
 """The workflow classes the harness worker runs (and `corral harness check` replays with)."""
 
@@ -107,10 +110,11 @@ def model_worker(
     activities = ModelActivities(client, model, stream, stall_timeout_seconds)
     logs = LogActivities(client, blobs)
     work = WorkActivities(client)
+    files = FileActivities(blobs)
     return Worker(
         client,
         task_queue=task_queue,
-        activities=[activities.model_turn, logs.read_log, logs.archive_log, work.request_work],
+        activities=[activities.model_turn, logs.read_log, logs.archive_log, work.request_work, files.expire_file],
         max_heartbeat_throttle_interval=MODEL_HEARTBEAT_THROTTLE,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
     )
@@ -133,6 +137,7 @@ def model_workers(
     activities = ModelActivities(client, model, stream, stall_timeout_seconds, worker_task_queue=own_queue)
     logs = LogActivities(client, blobs)
     work = WorkActivities(client)
+    files = FileActivities(blobs)
     # Both queues draw on one pool of slots, the SDK's default for one worker: a burst on both queues runs no more
     # model turns in this event loop than one worker would (more would starve their heartbeats).
     slots = SharedSlots(MODEL_ACTIVITY_SLOTS)
@@ -146,7 +151,7 @@ def model_workers(
         Worker(
             client,
             task_queue=task_queue,
-            activities=[activities.model_turn, logs.read_log, logs.archive_log, work.request_work],
+            activities=[activities.model_turn, logs.read_log, logs.archive_log, work.request_work, files.expire_file],
             tuner=tuner,
             max_heartbeat_throttle_interval=MODEL_HEARTBEAT_THROTTLE,
             graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
