@@ -70,6 +70,10 @@ class LocalBlobStore:
             scratch.write(data)
         os.replace(scratch.name, path)
 
+    def delete(self, key: str) -> None:
+        """Remove one blob; none there is no error (a retried delete)."""
+        self._path(key).unlink(missing_ok=True)
+
     def delete_prefix(self, prefix: str) -> None:
         """Remove every blob whose key starts with `prefix` (a folder: `sessions/<id>/`); none there is no error."""
         shutil.rmtree(self._path(prefix.rstrip("/")), ignore_errors=True)
@@ -112,6 +116,10 @@ class S3BlobStore:
     def put(self, key: str, data: bytes) -> None:
         self._client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
 
+    def delete(self, key: str) -> None:
+        """Remove one object; none there is no error (S3 answers a delete of a missing key with success)."""
+        self._client.delete_object(Bucket=self.bucket, Key=self._key(key))
+
     def delete_prefix(self, prefix: str) -> None:
         """Remove every object whose key starts with `prefix` (a folder: `sessions/<id>/`), a page at a time."""
         folder = self._key(prefix.rstrip("/")) + "/"
@@ -134,7 +142,7 @@ class S3BlobStore:
 
 
 BlobStore = LocalBlobStore | S3BlobStore
-"""The store interface: `put(key, bytes)`, `get(key) -> bytes` (BlobStoreError when missing),
+"""The store interface: `put(key, bytes)`, `get(key) -> bytes` (BlobStoreError when missing), `delete(key)`,
 `delete_prefix(prefix)`, `url`."""
 
 

@@ -176,6 +176,11 @@ ACTIVITY_MCP_LIST_TOOLS: Final = "mcp_list_tools"
 ACTIVITY_MCP_CALL_TOOL: Final = "mcp_call_tool"
 ACTIVITY_PROXY_VALIDATE_CREDENTIAL: Final = "proxy_validate_credential"
 CREDENTIAL_VALIDATION_WORKFLOW: Final = "CredentialValidationWorkflow"
+FILE_EXPIRY_WORKFLOW: Final = "FileExpiryWorkflow"
+"""A file's durable expiry timer (workflows/file_expiry.py): started with the file's remaining time as its start
+delay, it then removes the file. Its id is `file_expiry_workflow_id(file_id)`."""
+ACTIVITY_EXPIRE_FILE: Final = "expire_file"
+"""Remove one file whose time has come (served by the model workers, which hold the blob store)."""
 """Runs one validation of a credential on the proxy, which alone may read its secret (the gateway starts it)."""
 
 # Search attributes registered on the namespace so sessions can be listed by status and model.
@@ -299,6 +304,10 @@ ENV_WORK_LEASE_SECONDS: Final = "CORRAL_WORK_LEASE_SECONDS"
 """A self-hosted worker's lease when its heartbeat asks for none (default
 `corral.contract.work.DEFAULT_LEASE_SECONDS`): a killed worker's item is taken back this long after its last
 heartbeat. Read by the gateway."""
+ENV_FILE_QUOTA_BYTES: Final = "CORRAL_FILE_QUOTA_BYTES"
+"""The bytes of files one workspace may hold (default `corral.files.DEFAULT_QUOTA_BYTES`, 10 GiB)."""
+ENV_FILE_MAX_BYTES: Final = "CORRAL_FILE_MAX_BYTES"
+"""The largest file one upload may carry (default `corral.files.DEFAULT_MAX_FILE_BYTES`, 500 MiB)."""
 ENV_MODEL_STALL_TIMEOUT: Final = "CORRAL_MODEL_STALL_TIMEOUT_SECONDS"
 DEFAULT_MODEL_STALL_TIMEOUT_SECONDS: Final = 120.0
 """A model response stream that sends no byte for this long (pings count) has stalled: the model worker ends the

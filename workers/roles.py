@@ -15,6 +15,7 @@ from temporalio.worker import FixedSizeSlotSupplier, Interceptor, Worker, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.dreams import DreamActivities
+from activities.files import FileActivities
 from activities.knowledge import KnowledgeActivities
 from activities.log import LogActivities
 from activities.model import ModelActivities
@@ -37,6 +38,7 @@ from workers.run import GRACEFUL_SHUTDOWN, STICKY_TIMEOUT
 from workers.settings import HarnessDeployment
 from workflows import SessionWorkflow, WorkflowRun
 from workflows.dreams import DreamWorkflow
+from workflows.file_expiry import FileExpiryWorkflow
 from workflows.records import RecordWorkflow, VersionedRecordWorkflow
 from workflows.signals import SignalArgumentsInterceptor
 from workflows.validation import CredentialValidationWorkflow
@@ -64,6 +66,7 @@ HARNESS_WORKFLOWS: tuple[type, ...] = (
     CredentialValidationWorkflow,
     EnvironmentWorkQueue,
     DreamWorkflow,
+    FileExpiryWorkflow,
 )
 """The workflow classes the harness worker runs (and `corral harness check` replays with)."""
 
@@ -111,8 +114,6 @@ def model_worker(
     activities = ModelActivities(client, model, stream, stall_timeout_seconds)
     logs = LogActivities(client, blobs)
     work = WorkActivities(client)
-    knowledge = KnowledgeActivities(blobs)
-    dreams = DreamActivities(client, blobs)
     return Worker(
         client,
         task_queue=task_queue,
@@ -121,15 +122,19 @@ def model_worker(
             logs.read_log,
             logs.archive_log,
             work.request_work,
-            knowledge.export_memory,
-            knowledge.commit_knowledge,
-            dreams.prepare_dream,
-            dreams.await_session_idle,
-            dreams.apply_dream,
+            *knowledge_activities(client, blobs),
         ],
         max_heartbeat_throttle_interval=MODEL_HEARTBEAT_THROTTLE,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
     )
+
+
+def knowledge_activities(client: Client, blobs: BlobStore | None = None) -> list[Callable[..., Any]]:
+    """The knowledge stores' activities (files, memory stores, dreams), served by the model workers: they hold the
+    blob store and the knowledge database, which sandbox workers never do."""
+    knowledge, dreams, files = KnowledgeActivities(blobs), DreamActivities(client, blobs), FileActivities(blobs)
+    return [knowledge.export_memory, knowledge.commit_knowledge, dreams.prepare_dream, dreams.await_session_idle,
+            dreams.apply_dream, files.expire_file]  # fmt: skip
 
 
 def model_workers(
@@ -149,8 +154,6 @@ def model_workers(
     activities = ModelActivities(client, model, stream, stall_timeout_seconds, worker_task_queue=own_queue)
     logs = LogActivities(client, blobs)
     work = WorkActivities(client)
-    knowledge = KnowledgeActivities(blobs)
-    dreams = DreamActivities(client, blobs)
     # Both queues draw on one pool of slots, the SDK's default for one worker: a burst on both queues runs no more
     # model turns in this event loop than one worker would (more would starve their heartbeats).
     slots = SharedSlots(MODEL_ACTIVITY_SLOTS)
@@ -169,11 +172,7 @@ def model_workers(
                 logs.read_log,
                 logs.archive_log,
                 work.request_work,
-                knowledge.export_memory,
-                knowledge.commit_knowledge,
-                dreams.prepare_dream,
-                dreams.await_session_idle,
-                dreams.apply_dream,
+                *knowledge_activities(client, blobs),
             ],
             tuner=tuner,
             max_heartbeat_throttle_interval=MODEL_HEARTBEAT_THROTTLE,

@@ -104,8 +104,13 @@ class FileRubricParams(BaseModel):
 
     @field_validator("file_id")
     @classmethod
-    def _no_files_yet(cls, value: str) -> str:
-        raise ValueError(f"no file {value!r}: this corral stores no files yet, so send the rubric as text")
+    def _resolved_by_the_api(cls, value: str) -> str:
+        # The API resolves a file rubric to its text before the event reaches a session (gateway/file_rubrics.py);
+        # one sent straight to the workflow has no file store to read, so it is refused with the way to send it.
+        raise ValueError(
+            f"file {value!r}: a file rubric is resolved to its text by the HTTP API; send this event "
+            "through the API, or send the rubric as text"
+        )
 
 
 class UserDefineOutcomeParams(BaseModel):
