@@ -10,10 +10,6 @@ import logging
 import uuid
 from datetime import UTC, datetime
 
-from corral.files import FileStore
-from corral.memory_dreams import create_with_contents, replace_contents
-from corral.memory_records import session_actor
-from corral.memory_stores import MemoryStoreNotFound, MemoryStores
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
@@ -23,7 +19,11 @@ from corral.contract.dreams import ApplyDreamInput, DreamResult, PrepareDreamInp
 from corral.contract.knowledge import MEMORY_DIR, FileMount, MemoryStoreMount, SessionKnowledge, memory_slug
 from corral.contract.session import SessionInfo
 from corral.dreaming import dreamed_contents, transcript
+from corral.files import FileStore
 from corral.knowledge_db import KnowledgeDB, open_knowledge_db
+from corral.memory_dreams import create_with_contents, replace_contents
+from corral.memory_records import session_actor
+from corral.memory_stores import MemoryStoreNotFound, MemoryStores
 from corral.names import (
     ACTIVITY_APPLY_DREAM,
     ACTIVITY_AWAIT_IDLE,

@@ -29,7 +29,7 @@ from tests.waits import until
 pytestmark = pytest.mark.timeout(300)
 
 Client = anthropic.AsyncAnthropic
-TOOLSET = [{"type": "agent_toolset_20260401"}]
+TOOLSET: list[Any] = [{"type": "agent_toolset_20260401"}]
 
 
 def bash(command: str) -> dict[str, Any]:
@@ -89,7 +89,9 @@ def results(events: list[Any]) -> list[str]:
 
 
 async def test_a_file_is_mounted_one_added_later_is_there_and_an_output_is_a_file_of_the_session(
-    sandbox_stack: Stack, gateway: Gateway, made: Sessions  # noqa: F811
+    sandbox_stack: Stack,
+    gateway: Gateway,  # noqa: F811
+    made: Sessions,
 ) -> None:
     client = await gateway.client("knowledge-files")
     first = await client.beta.files.upload(file=("brief.txt", b"the launch is on friday\n", "text/plain"))
@@ -117,7 +119,7 @@ async def test_a_file_is_mounted_one_added_later_is_there_and_an_output_is_a_fil
         session_id, type="file", file_id=second.id, mount_path="/mnt/data/later.txt"
     )
     listed = [resource async for resource in client.beta.sessions.resources.list(session_id)]
-    assert [(r.type, r.file_id, r.mount_path) for r in listed] == [
+    assert [(r.type, getattr(r, "file_id", None), r.mount_path) for r in listed] == [
         ("file", first.id, f"/mnt/session/uploads/{first.id}"),
         ("file", second.id, "/mnt/data/later.txt"),
     ]
@@ -128,11 +130,14 @@ async def test_a_file_is_mounted_one_added_later_is_there_and_an_output_is_a_fil
     assert added.id.startswith("sres_")
     deleted = await client.beta.sessions.resources.delete(added.id, session_id=session_id)
     assert deleted.id == added.id
-    assert [r.file_id async for r in client.beta.sessions.resources.list(session_id)] == [first.id]
+    assert [getattr(r, "file_id", None) async for r in client.beta.sessions.resources.list(session_id)] == [first.id]
 
 
 async def test_a_skill_is_named_in_the_prompt_and_read_and_a_memory_written_is_a_version_by_the_session(
-    sandbox_stack: Stack, gateway: Gateway, made: Sessions, tmp_path: Path  # noqa: F811
+    sandbox_stack: Stack,
+    gateway: Gateway,  # noqa: F811
+    made: Sessions,
+    tmp_path: Path,
 ) -> None:
     client = await gateway.client("knowledge-skills")
     folder = tmp_path / "haiku"
@@ -188,7 +193,9 @@ async def memories_of(client: Client, store_id: str) -> dict[str, str | None]:
 
 
 async def test_a_dream_over_two_sessions_writes_a_new_store_and_a_cancelled_one_writes_nothing(
-    sandbox_stack: Stack, gateway: Gateway, made: Sessions  # noqa: F811
+    sandbox_stack: Stack,
+    gateway: Gateway,  # noqa: F811
+    made: Sessions,
 ) -> None:
     client = await gateway.client("knowledge-dreams")
     store = await client.beta.memory_stores.create(name="People")
@@ -292,7 +299,7 @@ async def test_a_dream_refuses_bad_input_and_another_workspaces_ids(stack: Stack
             {"type": "sessions", "session_ids": list(session_ids)},
         ]
 
-    refused = [
+    refused: list[tuple[list[Any], dict[str, Any], str]] = [
         (inputs(store.id), {}, "1 to 100 sessions"),
         (inputs(store.id, session.id, session.id), {}, "twice"),
         ([inputs(store.id, session.id)[0]], {}, "exactly one"),

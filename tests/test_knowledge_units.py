@@ -3,6 +3,8 @@ dream's transcript and its reading of the dreamed store."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from corral.contract.events import AgentMessage, AgentToolResult, AgentToolUse, SessionStatusIdle, UserMessage
@@ -83,7 +85,7 @@ NOW = "2026-12-06T00:00:00Z"
 
 
 def test_a_transcript_keeps_what_was_said_and_done_and_cuts_long_tool_output() -> None:
-    events = [
+    events: list[Any] = [
         UserMessage.model_validate(
             {"id": "sevt_1", "created_at": NOW, "position": 1, "content": [{"type": "text", "text": "Fix the build"}]}
         ),

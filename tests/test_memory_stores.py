@@ -278,7 +278,7 @@ def test_concurrent_writers_of_one_memory(tmp_path: Path) -> None:
                     continue
                 with lock:
                     written.append(content)
-        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=writer, args=(name,)) for name in ("ada", "bob", "session")]
