@@ -11,17 +11,13 @@ playing scripts (its requests read back to see the system prompt the agent got).
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anthropic
-import docker
 import pytest
 from anthropic.lib import files_from_dir
 
-from sandbox.sessions import remove_session
 from tests.conftest import Stack
 from tests.test_gateway import Gateway, gateway  # noqa: F401 - the fixture
 from tests.waits import until
@@ -38,19 +34,22 @@ def bash(command: str) -> dict[str, Any]:
 
 
 class Sessions:
-    """The sessions a test made through the API: their sandboxes go at the end, whatever happened."""
+    """The sessions a test made through the API, handed to `sandbox_stack`, which terminates them and removes their
+    sandboxes once its sandbox workers have stopped (so no activity still in flight makes a container again)."""
 
-    def __init__(self) -> None:
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
         self.ids: list[str] = []
+
+    def add(self, session_id: str) -> None:
+        if session_id not in self.ids:
+            self.ids.append(session_id)
+            self.stack.started.append(self.stack.client.get_workflow_handle(session_id))
 
 
 @pytest.fixture
-def made(sandbox_stack: Stack, docker_client: docker.DockerClient) -> Iterator[Sessions]:
-    sessions = Sessions()
-    yield sessions
-    for session_id in sessions.ids:
-        with contextlib.suppress(Exception):
-            remove_session(docker_client, session_id, remove_volume=True)
+def made(sandbox_stack: Stack) -> Sessions:
+    return Sessions(sandbox_stack)
 
 
 async def start(client: Client, made: Sessions, model: str, message: str, **create: Any) -> str:
@@ -58,7 +57,7 @@ async def start(client: Client, made: Sessions, model: str, message: str, **crea
     agent = await client.beta.agents.create(name="worker", model=model, tools=TOOLSET, **agent_fields)
     environment = await client.beta.environments.create(name="box")
     session = await client.beta.sessions.create(agent=agent.id, environment_id=environment.id, **create)
-    made.ids.append(session.id)
+    made.add(session.id)
     await say(client, session.id, message)
     return session.id
 
@@ -110,7 +109,7 @@ async def test_a_file_is_mounted_one_added_later_is_there_and_an_output_is_a_fil
     )
 
     events = await turns_ended(client, session_id, 1)
-    assert results(events)[0] == "the launch is on friday\n"
+    assert results(events)[0] == "the launch is on friday"
     [output] = [file async for file in client.beta.files.list(scope_id=session_id)]
     assert (output.filename, output.scope and output.scope.id) == ("day.txt", session_id)
     assert await (await client.beta.files.download(output.id)).read() == b"friday\n"
@@ -125,7 +124,7 @@ async def test_a_file_is_mounted_one_added_later_is_there_and_an_output_is_a_fil
     ]
     await say(client, session_id, "And the party?")
     events = await turns_ended(client, session_id, 2)
-    assert results(events)[-1] == "and the party on saturday\n"
+    assert results(events)[-1] == "and the party on saturday"
     # The agent could read the file and not change it.
     assert added.id.startswith("sres_")
     deleted = await client.beta.sessions.resources.delete(added.id, session_id=session_id)
@@ -166,13 +165,13 @@ async def test_a_skill_is_named_in_the_prompt_and_read_and_a_memory_written_is_a
     )
 
     events = await turns_ended(client, session_id, 1)
-    system = sandbox_stack.requests(model)[0].get("system")
+    system = sandbox_stack.requests(model)[0]["body"].get("system")
     text = system if isinstance(system, str) else "".join(block["text"] for block in system or [])
     assert "haiku-writer (/mnt/skills/haiku-writer/SKILL.md): Writes haiku about anything." in text
     assert "/mnt/memory/team-notes/ (Team Notes; read and write): What the team prefers" in text
     assert "Keep decisions here." in text
     assert "Count five, seven, five syllables." not in text  # the body is read when needed, not given
-    assert results(events)[0].endswith("Count five, seven, five syllables.\nlikes tea\n")
+    assert results(events)[0].endswith("Count five, seven, five syllables.\nlikes tea")
 
     memories = [m async for m in client.beta.memory_stores.memories.list(store.id, view="full")]
     assert {(m.path, m.content) for m in memories if m.type == "memory"} == {
@@ -229,7 +228,7 @@ async def test_a_dream_over_two_sessions_writes_a_new_store_and_a_cancelled_one_
         nonlocal dream
         dream = await client.beta.dreams.retrieve(dream.id)
         if dream.session_id:
-            made.ids.append(dream.session_id)
+            made.add(dream.session_id)
         return dream.status in ("completed", "failed", "canceled")
 
     await until(ended, "the dream ended", within=180)
@@ -246,7 +245,7 @@ async def test_a_dream_over_two_sessions_writes_a_new_store_and_a_cancelled_one_
     }
     assert dream.session_id is not None
     log = [event async for event in client.beta.sessions.events.list(dream.session_id, limit=500)]
-    listing, counted = results(log)[0].split("\n")[:2], results(log)[0].split("\n")[-2]
+    *listing, counted = results(log)[0].split("\n")  # the transcripts, then how many said "Noted:"
     assert sorted(listing) == sorted(f"{session_id}.md" for session_id in told) and counted == "2"
     assert dream.usage.output_tokens > 0
 
@@ -261,8 +260,11 @@ async def test_a_dream_over_two_sessions_writes_a_new_store_and_a_cancelled_one_
         seen = await client.beta.dreams.retrieve(cancelled.id)
         if not seen.session_id:
             return False
-        made.ids.append(seen.session_id)
-        return any(e.type == "agent.tool_use" async for e in client.beta.sessions.events.list(seen.session_id))
+        made.add(seen.session_id)
+        try:
+            return "agent.tool_use" in [e.type async for e in client.beta.sessions.events.list(seen.session_id)]
+        except anthropic.NotFoundError:  # the dream has named its session, and is starting it
+            return False
 
     await until(working, "the dream's session at work", within=120)
     assert (await client.beta.dreams.cancel(cancelled.id)).status in ("running", "canceled")

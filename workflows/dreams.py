@@ -8,6 +8,7 @@ archived; its id is the dream's. No I/O here: every effect is an activity.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import timedelta
 
 from temporalio import workflow
@@ -79,9 +80,9 @@ class DreamWorkflow:
         await workflow.wait_condition(lambda: self._cancel or work.done())
         if not work.done():
             work.cancel()
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await work
-        except asyncio.CancelledError:
+        if self._state.status not in TERMINAL_DREAM_STATUSES:
             self._end("canceled")
         await workflow.wait_condition(lambda: self._state.archived_at is not None)
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -157,6 +158,8 @@ class DreamWorkflow:
         finally:
             if not session.done():
                 session.cancel()  # the session ends (its sandbox released); its log stays readable
+            with contextlib.suppress(ChildWorkflowError, asyncio.CancelledError):
+                await session
         self._state.outputs, self._state.written = [result.memory_store_id], result.written
         self._end("completed")
 
@@ -176,6 +179,8 @@ class DreamWorkflow:
         )
 
     def _fail(self, kind: str, message: str) -> None:
+        if self._cancel:  # what failed was stopped by the cancel
+            return self._end("canceled")
         self._state.error = DreamError(type=kind, message=message)
         self._end("failed")
 
