@@ -20,7 +20,14 @@ import typer
 
 from cli.context import Settings
 from cli.stack import StatePaths, follow_with_stream_token, read_stream_token
-from corral.names import ENV_BLOB_STORE, ENV_STATE_DIR, ENV_TEMPORAL_ADDRESS, ENV_TEMPORAL_NAMESPACE, SessionStatus
+from corral.names import (
+    ENV_BLOB_STORE,
+    ENV_KNOWLEDGE_DB,
+    ENV_STATE_DIR,
+    ENV_TEMPORAL_ADDRESS,
+    ENV_TEMPORAL_NAMESPACE,
+    SessionStatus,
+)
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -100,6 +107,8 @@ def main(
     ctx.obj = Settings(address_option=address, namespace_option=namespace, state_dir=state_dir.expanduser().absolute())
     # The archive of sessions' earlier runs: this CLI and the workers it starts read and write the same one.
     os.environ.setdefault(ENV_BLOB_STORE, str(ctx.obj.state_dir / "blobs"))
+    # So is the knowledge database (skills, files, memory stores): `corral skills` and the stack's gateway share it.
+    os.environ.setdefault(ENV_KNOWLEDGE_DB, str(ctx.obj.state_dir / "knowledge.db"))
     # The stream relay's token (`corral up` made it): `corral tail` subscribes with it.
     follow_with_stream_token(read_stream_token(StatePaths(ctx.obj.state_dir)))
 
