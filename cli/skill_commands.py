@@ -35,16 +35,14 @@ Folder = Annotated[
 ]
 
 
-def _skills(settings: Settings) -> Skills:
-    """The library on the stack's knowledge database and blob store (`CORRAL_KNOWLEDGE_DB` and `CORRAL_BLOB_STORE`
-    name others, as they do for the gateway)."""
+def _skills() -> Skills:
+    """The library on the stack's knowledge database and blob store: under --state-dir, unless
+    `CORRAL_KNOWLEDGE_DB` and `CORRAL_BLOB_STORE` name others (cli/app.py sets them for every command)."""
     from corral.blobs import open_blob_store
-    from corral.knowledge_db import knowledge_db_path, open_knowledge_db
-    from corral.names import ENV_STATE_DIR
+    from corral.knowledge_db import open_knowledge_db
     from corral.skills import Skills
 
-    path = knowledge_db_path({**os.environ, ENV_STATE_DIR: str(settings.state_dir)})
-    return Skills(open_knowledge_db(path), open_blob_store())
+    return Skills(open_knowledge_db(), open_blob_store())
 
 
 def read_folder(folder: Path) -> list[tuple[str, bytes]]:
@@ -93,7 +91,7 @@ def create(
     settings = settings_of(ctx)
     files = _files(settings, folder)
     try:
-        skill, version = _skills(settings).create(workspace, files, display_name)
+        skill, version = _skills().create(workspace, files, display_name)
     except SkillError as exc:
         _refused(settings, exc)
     if not settings.stdout_is_terminal:
@@ -109,7 +107,7 @@ def add_version(ctx: typer.Context, skill_id: SkillId, folder: Folder, workspace
     settings = settings_of(ctx)
     files = _files(settings, folder)
     try:
-        version = _skills(settings).add_version(workspace, skill_id, files)
+        version = _skills().add_version(workspace, skill_id, files)
     except SkillError as exc:
         _refused(settings, exc)
     if not settings.stdout_is_terminal:
@@ -126,7 +124,7 @@ def ls(ctx: typer.Context, workspace: Workspace) -> None:
     from cli.render import local_time, safe
 
     settings = settings_of(ctx)
-    skills, _ = _skills(settings).list_skills(workspace, limit=1000)
+    skills, _ = _skills().list_skills(workspace, limit=1000)
     if not skills:
         settings.out.print(f"no skills in workspace {workspace}")
         return
@@ -150,7 +148,7 @@ def versions(ctx: typer.Context, skill_id: SkillId, workspace: Workspace) -> Non
 
     settings = settings_of(ctx)
     try:
-        found, _ = _skills(settings).versions(workspace, skill_id, limit=1000)
+        found, _ = _skills().versions(workspace, skill_id, limit=1000)
     except SkillError as exc:
         _refused(settings, exc)
     table = Table()
@@ -178,7 +176,7 @@ def download(
 
     settings = settings_of(ctx)
     try:
-        found, files = _skills(settings).content(workspace, skill_id, version)
+        found, files = _skills().content(workspace, skill_id, version)
     except SkillError as exc:
         _refused(settings, exc)
     target = output or Path(f"{found.name}.zip")
@@ -199,7 +197,7 @@ def rm(
     from corral.errors import SkillError
 
     settings = settings_of(ctx)
-    skills = _skills(settings)
+    skills = _skills()
     try:
         if version is None:
             skills.delete(workspace, skill_id)
