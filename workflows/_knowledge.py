@@ -8,12 +8,16 @@ session.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 from workflows.policies import CONTROL_TIMEOUT, ENGINE_SCHEDULE_TO_START, INFRASTRUCTURE_RETRY
 
 with workflow.unsafe.imports_passed_through():
+    from corral.contract.agent import AgentConfig
     from corral.contract.carry import KnowledgeCarry
     from corral.contract.knowledge import (
         Collected,
@@ -21,11 +25,31 @@ with workflow.unsafe.imports_passed_through():
         CommitResult,
         ExportInput,
         FileMount,
+        FileResourceChange,
         MemoryExport,
         SessionKnowledge,
+        with_knowledge_prompt,
     )
     from corral.contract.sandbox import CollectInput, SandboxHandle
-    from corral.names import ACTIVITY_COLLECT_KNOWLEDGE, ACTIVITY_COMMIT_KNOWLEDGE, ACTIVITY_EXPORT_MEMORY
+    from corral.names import (
+        ACTIVITY_COLLECT_KNOWLEDGE,
+        ACTIVITY_COMMIT_KNOWLEDGE,
+        ACTIVITY_EXPORT_MEMORY,
+        NO_FILE_RESOURCES,
+        QUERY_OUTPUTS,
+        UPDATE_ADD_FILE,
+        UPDATE_REMOVE_FILE,
+    )
+
+if TYPE_CHECKING:
+    from workflows._sandbox import SessionSandbox
+
+
+def prompted_agent(agent: AgentConfig, knowledge: SessionKnowledge | None) -> AgentConfig:
+    """The agent as the model is given it: its system prompt followed by its skills and memory stores."""
+    if knowledge is None:
+        return agent
+    return agent.model_copy(update={"system": with_knowledge_prompt(agent.system, knowledge)})
 
 
 class KnowledgeSync:
@@ -53,6 +77,43 @@ class KnowledgeSync:
         if carry is not None:
             self.exports, self.outputs_seen = carry.exports, carry.outputs_seen
             self.outputs, self.dirty = carry.outputs, carry.dirty
+
+    def serve(self, sandbox: SessionSandbox, refuse_when_closed: Callable[[], None]) -> None:
+        """Set this workflow's handlers of file resources (the updates that add and remove one) and of its outputs
+        (a query), here rather than as methods of `SessionWorkflow`."""
+
+        def check_add(change: FileResourceChange) -> None:
+            refuse_when_closed()
+            if change.mount is None or self.knowledge is None:
+                raise ApplicationError("this session takes no file resources (it was not started by the API)",
+                                       type=NO_FILE_RESOURCES, non_retryable=True)  # fmt: skip
+
+        async def add(change: FileResourceChange) -> None:
+            """Mount one more file (the gateway resolved it): placed before the next call in the running container,
+            in every container made later; the resource list the API shows is the memo's."""
+            assert change.mount is not None
+            self.add_file(change.mount)
+            sandbox.restock = sandbox.running
+            workflow.upsert_memo({"resources": change.resources})
+
+        def check_remove(change: FileResourceChange) -> None:
+            refuse_when_closed()
+            if self.knowledge is None or all(mount.id != change.resource_id for mount in self.knowledge.files):
+                raise ApplicationError(f"no file resource {change.resource_id!r} in this session",
+                                       type=NO_FILE_RESOURCES, non_retryable=True)  # fmt: skip
+
+        async def remove(change: FileResourceChange) -> None:
+            """Mount the file no more: containers made from now on lack it (the running one keeps it till then)."""
+            self.remove_file(change.resource_id)
+            workflow.upsert_memo({"resources": change.resources})
+
+        def outputs() -> dict[str, str]:
+            """What the agent wrote under `/mnt/session/outputs/`, kept as files: path -> file id."""
+            return dict(self.outputs)
+
+        workflow.set_update_handler(UPDATE_ADD_FILE, add, validator=check_add)
+        workflow.set_update_handler(UPDATE_REMOVE_FILE, remove, validator=check_remove)
+        workflow.set_query_handler(QUERY_OUTPUTS, outputs)
 
     # ---- into the sandbox ---------------------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from corral.contract.errors import SANDBOX_GONE
     from corral.contract.events import AgentToolUse
     from corral.contract.sandbox import Environment, ProvisionInput, RepositoryClone, SandboxHandle, SandboxRef
+    from corral.contract.session import SessionInput
     from corral.names import (
         ACTIVITY_EXECUTE,
         ACTIVITY_PROVISION_SANDBOX,
@@ -76,6 +77,14 @@ class SessionSandbox:
         self._lanes: dict[str, asyncio.Lock] = {}
         self._editing = asyncio.Lock()
         self._in_flight = 0
+
+    @classmethod
+    def of(
+        cls, session_id: str, input: SessionInput, repositories: Callable[[], list[RepositoryClone]]
+    ) -> SessionSandbox:
+        """A session's own sandbox: its recipe, its repositories, and its files, skills and memory stores."""
+        knowledge = KnowledgeSync(session_id, input.knowledge, input.model_task_queue)
+        return cls(session_id, input.sandbox_environment(), repositories, knowledge)
 
     def carried(self) -> SandboxCarry:
         return SandboxCarry(handle=self.handle, stopped=self.stopped, generation=self.generation, volume=self.volume,
@@ -213,6 +222,11 @@ class SessionSandbox:
             return
         self.handle, self.stopped = None, False
         self.generation += 1
+
+    async def keep_knowledge(self) -> None:
+        """Keep what the agent wrote to its outputs and memory stores, if the container runs (workflows/_knowledge)."""
+        if self.running:
+            await self.knowledge.collect(self.handle)
 
     @property
     def in_use(self) -> bool:

@@ -8,7 +8,6 @@ archived; its id is the dream's. No I/O here: every effect is an activity.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from datetime import timedelta
 
 from temporalio import workflow
@@ -80,8 +79,10 @@ class DreamWorkflow:
         await workflow.wait_condition(lambda: self._cancel or work.done())
         if not work.done():
             work.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
+        try:
             await work
+        except asyncio.CancelledError:
+            pass  # the cancel this dream was asked for
         if self._state.status not in TERMINAL_DREAM_STATUSES:
             self._end("canceled")
         await workflow.wait_condition(lambda: self._state.archived_at is not None)
@@ -158,8 +159,10 @@ class DreamWorkflow:
         finally:
             if not session.done():
                 session.cancel()  # the session ends (its sandbox released); its log stays readable
-            with contextlib.suppress(ChildWorkflowError, asyncio.CancelledError):
+            try:
                 await session
+            except (ChildWorkflowError, asyncio.CancelledError):
+                pass  # the session ends cancelled, which is how a dream ends it
         self._state.outputs, self._state.written = [result.memory_store_id], result.written
         self._end("completed")
 

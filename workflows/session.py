@@ -38,7 +38,6 @@ with workflow.unsafe.imports_passed_through():
         SessionStatusTerminated,
         StopReason,
     )
-    from corral.contract.knowledge import FileResourceChange, with_knowledge_prompt
     from corral.contract.search_attributes import MODEL_KEY, STATUS_KEY
     from corral.contract.session import (
         CustomTool,
@@ -65,11 +64,9 @@ with workflow.unsafe.imports_passed_through():
         DELETING,
         EVENT_ID_PREFIX,
         HANDING_OVER,
-        NO_FILE_RESOURCES,
         QUERY_CONTEXT_VIEW,
         QUERY_EVENTS,
         QUERY_MODEL_CONTEXT,
-        QUERY_OUTPUTS,
         QUERY_SESSION,
         QUERY_THREADS,
         SESSION_WORKFLOW,
@@ -77,9 +74,7 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_THREAD_INPUT,
         SIGNAL_THREAD_REPORT,
         SIGNAL_USER_MESSAGE,
-        UPDATE_ADD_FILE,
         UPDATE_ARCHIVE_THREAD,
-        UPDATE_REMOVE_FILE,
         UPDATE_SEND_EVENTS,
         UPDATE_SESSION,
         UPDATE_SPAWN_THREAD,
@@ -93,7 +88,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows._grading import SessionOutcomes
     from workflows._handover import HandOver, Parts
     from workflows._inbox import UserInbox
-    from workflows._knowledge import KnowledgeSync
+    from workflows._knowledge import prompted_agent
     from workflows._log import SessionLog
     from workflows._mcp import RetryState, SessionMcp
     from workflows._metrics import count
@@ -124,11 +119,7 @@ class SessionWorkflow:
     @workflow.init
     def __init__(self, input: SessionInput) -> None:
         self._input = input
-        self._prompted = input.agent
-        """The agent as the model is given it: its system prompt followed by its skills and memory stores."""
-        if input.knowledge is not None:
-            system = with_knowledge_prompt(input.agent.system, input.knowledge)
-            self._prompted = input.agent.model_copy(update={"system": system})
+        self._prompted = prompted_agent(input.agent, input.knowledge)  # the system prompt names skills and stores
         self._tools: dict[str, ResolvedTool] = {t.name: t for t in input.agent.resolved_tools()}
         self._log = SessionLog(new_id=lambda: EVENT_ID_PREFIX + workflow.uuid4().hex, now=workflow.now)
         self._created_at = workflow.now()
@@ -144,6 +135,7 @@ class SessionWorkflow:
         self._side = ThreadSide(input.thread, self._log, self._inbox, self._outbox) if input.thread else None
         """Set when this workflow is a thread of a multi-agent session (workflows/_seat.py)."""
         self._sandbox = self._hands(input)
+        self._sandbox.knowledge.serve(self._sandbox, self._refuse_when_closed)  # file resources, outputs (_knowledge)
         self._threads = SessionThreads(input, self._log, self._sandbox, self._outbox, self._inbox.accept_thread_message)
         self._outcomes = SessionOutcomes(self._log, input.agent, input.model_task_queue, self._sandbox, self._spend)
         if self._side is None:
@@ -182,9 +174,7 @@ class SessionWorkflow:
         if self._side is not None:
             return BorrowedSandbox(self._side)
         if hosted is None:
-            knowledge = KnowledgeSync(session_id, input.knowledge, input.model_task_queue)
-            clones = lambda: self._mcp.clones(input.resources)  # noqa: E731
-            return SessionSandbox(session_id, input.sandbox_environment(), clones, knowledge)
+            return SessionSandbox.of(session_id, input, lambda: self._mcp.clones(input.resources))
         hands = SelfHostedHands(session_id, hosted, input.model_task_queue, self._log, self._describe)
         self._inbox.worker_calls = hands
         return hands
@@ -214,8 +204,7 @@ class SessionWorkflow:
                 resume = "idle"
                 await self._turn_task
                 self._turn_task = None
-                if self._sandbox.running:  # outputs and memory, kept at the end of every turn that used them
-                    await self._sandbox.knowledge.collect(self._sandbox.handle)
+                await self._sandbox.keep_knowledge()  # outputs and memory, after every turn that used them
         except asyncio.CancelledError:
             # The workflow itself was cancelled (e.g. `temporal workflow cancel`): clean up, record the end, stop.
             self._threads.end_all()
@@ -351,8 +340,7 @@ class SessionWorkflow:
                     cut_off = 0
                     await self._tool_calls.run(uses)
                 elif not self._inbox.pending and not await self._outcomes.after_turn():
-                    if self._sandbox.running:  # its outputs are files, its memory versions, when the turn ends
-                        await self._sandbox.knowledge.collect(self._sandbox.handle)
+                    await self._sandbox.keep_knowledge()  # its outputs are files, its memory versions, by idle
                     self._go_idle(EndTurn())  # (an outcome pursued is graded first: its verdict may ask for more)
                     return
         except (asyncio.CancelledError, ActivityError):
@@ -540,36 +528,6 @@ class SessionWorkflow:
             raise ApplicationError("the session is continuing as new: send again", type=HANDING_OVER)
         self._threads.check_archive(input)
 
-    @workflow.update(name=UPDATE_ADD_FILE)
-    async def add_file_resource(self, change: FileResourceChange) -> None:
-        """Mount one more file (the gateway resolved it): placed before the next call in the running container, in
-        every container made later; the resource list the API shows is the memo's."""
-        assert change.mount is not None
-        self._sandbox.knowledge.add_file(change.mount)
-        self._sandbox.restock = self._sandbox.running
-        workflow.upsert_memo({"resources": change.resources})
-
-    @add_file_resource.validator
-    def _check_add_file(self, change: FileResourceChange) -> None:
-        self._refuse_when_closed()
-        if change.mount is None or self._sandbox.knowledge.knowledge is None:
-            raise ApplicationError("this session takes no file resources (it was not started by the API)",
-                                   type=NO_FILE_RESOURCES, non_retryable=True)  # fmt: skip
-
-    @workflow.update(name=UPDATE_REMOVE_FILE)
-    async def remove_file_resource(self, change: FileResourceChange) -> None:
-        """Mount the file no more: containers made from now on do not have it (the running one keeps it until then)."""
-        self._sandbox.knowledge.remove_file(change.resource_id)
-        workflow.upsert_memo({"resources": change.resources})
-
-    @remove_file_resource.validator
-    def _check_remove_file(self, change: FileResourceChange) -> None:
-        self._refuse_when_closed()
-        knowledge = self._sandbox.knowledge.knowledge
-        if knowledge is None or all(mount.id != change.resource_id for mount in knowledge.files):
-            raise ApplicationError(f"no file resource {change.resource_id!r} in this session", type=NO_FILE_RESOURCES,
-                                   non_retryable=True)  # fmt: skip
-
     def _refuse_when_closed(self) -> None:
         if self._deleting:
             raise ApplicationError("the session is being deleted: it takes no more events", type=DELETING)
@@ -633,11 +591,6 @@ class SessionWorkflow:
     def context_view(self) -> ContextView:
         """What the model would see on the next turn: which entries, which elided, the token estimate."""
         return self._context.describe()
-
-    @workflow.query(name=QUERY_OUTPUTS)
-    def outputs(self) -> dict[str, str]:
-        """What the agent wrote under `/mnt/session/outputs/`, kept as files: path -> file id."""
-        return dict(self._sandbox.knowledge.outputs)
 
     @workflow.query(name=QUERY_MODEL_CONTEXT)
     def model_context(self, query: ModelContextQuery) -> ModelContext:

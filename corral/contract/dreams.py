@@ -1,5 +1,5 @@
 """Dreams: a job that reads past sessions' logs and one memory store with a model, and writes the store reorganised
-(`MANAGED_AGENTS_API_RESOURCES.md` §6). A dream is a `DreamWorkflow` (workflows/dreams.py) whose id is the dream's
+(the Managed Agents API's dreams). A dream is a `DreamWorkflow` (workflows/dreams.py) whose id is the dream's
 id; the work is done by a session of its own (a child `SessionWorkflow`, whose events stream like any session's),
 with the transcripts mounted as files and the store read-only; the agent writes the whole new store under
 `/mnt/session/outputs/memory/`, and the dream writes it into the output store in one transaction once the
