@@ -18,6 +18,7 @@ import json
 import sys
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,11 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from activities.sandbox import SandboxActivities
+from corral.blobs import open_blob_store
 from corral.client import read_events, send_events, send_text, start_session, update_session, wait_for_idle
+from corral.contract.dreams import TERMINAL_DREAM_STATUSES, DreamInput, DreamModel, DreamState
 from corral.contract.events import AgentMessage, AgentToolUse
+from corral.contract.knowledge import FileMount, MemoryStoreMount, SessionKnowledge, SkillPin
 from corral.contract.plans import WorkflowRunInfo
 from corral.contract.session import (
     AgentConfig,
@@ -40,9 +44,23 @@ from corral.contract.session import (
 )
 from corral.contract.threads import ThreadInfo
 from corral.contract.work import NO_HEARTBEAT, ClaimWork, HeartbeatWork, SelfHostedEnvironment, StopWork, work_queue_id
+from corral.files import FileStore
 from corral.hands import make_execute_activity
-from corral.names import QUERY_THREADS, QUERY_WORKFLOW_RUNS, SIGNAL_INTERRUPT, UPDATE_SEND_EVENTS, UPDATE_SESSION
+from corral.knowledge_db import open_knowledge_db
+from corral.memory_records import user_actor
+from corral.memory_stores import MemoryStores
+from corral.names import (
+    DREAM_WORKFLOW,
+    QUERY_DREAM,
+    QUERY_THREADS,
+    QUERY_WORKFLOW_RUNS,
+    SIGNAL_INTERRUPT,
+    UPDATE_ARCHIVE_DREAM,
+    UPDATE_SEND_EVENTS,
+    UPDATE_SESSION,
+)
 from corral.records import Records
+from corral.skill_bundles import bundle_tar, skill_bundle
 from corral.temporal import cluster_id, start_local_temporal
 from corral.work_queue import WorkQueues
 from modelserver import ModelServerThread
@@ -240,6 +258,85 @@ async def self_hosted(handle: WorkflowHandle) -> None:
     await queue.terminate("recorded")
 
 
+KNOWLEDGE_WORKSPACE = "recorded"
+KNOWLEDGE_STORE: list[str] = []
+"""The memory store the `knowledge` scenario made (its session writes to it, its dream reads it)."""
+
+
+async def knowledge_setup() -> dict[str, Any]:
+    """A file, a skill and a memory store in this machine's knowledge database and blob store, for the session."""
+    db, blobs = open_knowledge_db(), open_blob_store()
+    made = FileStore(db, blobs).create(KNOWLEDGE_WORKSPACE, "brief.txt", b"the launch is on friday\n")
+    stores = MemoryStores(db)
+    store = stores.create_store(KNOWLEDGE_WORKSPACE, "Notes")
+    stores.create_memory(KNOWLEDGE_WORKSPACE, store.id, "/prefs.md", "likes tea\n", user_actor("recorder"))
+    KNOWLEDGE_STORE[:] = [store.id]
+    skill_md = b"---\nname: brief\ndescription: Writes briefs.\n---\nOne page, no more.\n"
+    blobs.put("skills/recorded/bundle.tar", bundle_tar(skill_bundle([("brief/SKILL.md", skill_md)])))
+    now = "2026-12-06T00:00:00Z"
+    knowledge = SessionKnowledge(
+        workspace=KNOWLEDGE_WORKSPACE,
+        files=[
+            FileMount(
+                id="sres_recorded",
+                file_id=made.id,
+                mount_path="/mnt/data/brief.txt",
+                blob_key=made.blob_key,
+                size_bytes=made.size_bytes,
+                created_at=now,
+                updated_at=now,
+            )
+        ],
+        skills=[
+            SkillPin(
+                skill_id="skill_recorded",
+                version="skillver_recorded",
+                name="brief",
+                description="Writes briefs.",
+                blob_key="skills/recorded/bundle.tar",
+            )
+        ],
+        memory_stores=[MemoryStoreMount(memory_store_id=store.id, name="Notes", mount_path="/mnt/memory/notes")],
+    )
+    return {"knowledge": knowledge}
+
+
+async def knowledge(handle: WorkflowHandle) -> None:
+    """The session reads its file, skill and store, and writes an output and a memory; then a dream over it."""
+    await wait_for_idle(handle, within_seconds=120)
+    client = RECORDING[0]
+    dream_id = f"drm_recorded{uuid.uuid4().hex[:12]}"
+    dream = await client.start_workflow(
+        DREAM_WORKFLOW,
+        DreamInput(
+            dream_id=dream_id,
+            workspace=KNOWLEDGE_WORKSPACE,
+            memory_store_id=KNOWLEDGE_STORE[0],
+            memory_store_name="Notes",
+            session_ids=[handle.id],
+            model=DreamModel(id="script:dreamer"),
+            model_task_queue=MODEL_QUEUE,
+            created_at=datetime.now(UTC),
+        ),
+        id=dream_id,
+        task_queue=HARNESS_QUEUE,
+    )
+
+    async def ended() -> bool:
+        return (await dream.query(QUERY_DREAM, result_type=DreamState)).status in TERMINAL_DREAM_STATUSES
+
+    await until(ended, "the recorded dream ended", within=120)
+    state = await dream.query(QUERY_DREAM, result_type=DreamState)
+    assert state.status == "completed" and state.session_id is not None, state
+    await dream.execute_update(UPDATE_ARCHIVE_DREAM, result_type=DreamState)
+    await dream.result()
+    await _write(HISTORIES / "dream.json", dream)
+    await _write(HISTORIES / "dream_session.json", client.get_workflow_handle(state.session_id))
+    await handle.cancel()  # releases the sandbox
+    with contextlib.suppress(WorkflowFailureError):
+        await handle.result()
+
+
 async def sandbox_tools(handle: WorkflowHandle) -> None:
     await wait_for_idle(handle, within_seconds=120)
     await handle.cancel()  # releases the sandbox: container and volume removed
@@ -269,6 +366,8 @@ SESSION_OPTIONS: dict[str, dict[str, Any]] = {
         }
     },
 }
+SESSION_SETUP: dict[str, Callable[[], Awaitable[dict[str, Any]]]] = {"knowledge": knowledge_setup}
+"""Session options made when the scenario is recorded (objects in the knowledge database)."""
 AGENT_OPTIONS: dict[str, dict[str, Any]] = {
     "context_compaction": {"context_budget_tokens": 1_500},
     "threads": {
@@ -309,9 +408,24 @@ RUNS_PLAN = {
         {"name": "second", "tasks": [{"agent": "runner", "message": "both: {{first}}"}]},
     ],
 }
+DREAMER_COMMAND = "mkdir -p /mnt/session/outputs/memory && cp /mnt/memory/notes/*.md /mnt/session/outputs/memory/"
 EXTRA_SCRIPTS: dict[str, list[dict[str, Any]]] = {
     "threads_worker": [{"tool_uses": [{"name": "bash", "input": {"command": "echo from the thread"}}]}, {"text": "ok"}],
     "runs_worker": [{"echo_last_user": True}],
+    "dreamer": [
+        {
+            "tool_uses": [
+                {
+                    "name": "bash",
+                    "input": {
+                        "command": "mkdir -p /mnt/session/outputs/memory && "
+                        "cp /mnt/memory/notes/*.md /mnt/session/outputs/memory/"
+                    },
+                }
+            ]
+        },
+        {"text": "done"},
+    ],
 }
 """Scripts of models a scenario's agents use besides its own (a multi-agent session's subagents)."""
 
@@ -397,6 +511,34 @@ SCENARIOS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], Scenario]
         runs,
     ),
     "outcomes": ([{"text": "hello"}, {"text": "draft"}, {"text": "final"}], [], outcomes),
+    "knowledge": (
+        [
+            {
+                "tool_uses": [
+                    {
+                        "name": "bash",
+                        "input": {
+                            "command": "cat /mnt/data/brief.txt /mnt/skills/brief/SKILL.md /mnt/memory/notes/prefs.md"
+                        },
+                    }
+                ]
+            },
+            {
+                "tool_uses": [
+                    {
+                        "name": "bash",
+                        "input": {
+                            "command": "echo friday > /mnt/session/outputs/day.txt && "
+                            "echo ships friday > /mnt/memory/notes/launch.md"
+                        },
+                    }
+                ]
+            },
+            {"text": "done"},
+        ],
+        [{"type": "agent_toolset_20260401"}],
+        knowledge,
+    ),
     "self_hosted": (
         [{"tool_uses": [{"name": "bash", "input": {"command": "echo hi"}}]}, {"text": "done"}],
         [{"type": "agent_toolset_20260401"}],
@@ -463,9 +605,8 @@ async def record(client: Client, server: ModelServerThread, names: list[str]) ->
         agent = AgentConfig.model_validate(
             {"model": f"script:{name}", "tools": tools, "system": "Be brief.", **AGENT_OPTIONS.get(name, {})}
         )
-        input = SessionInput(
-            agent=agent, message="hello", model_task_queue=MODEL_QUEUE, title=name, **SESSION_OPTIONS.get(name, {})
-        )
+        options = SESSION_OPTIONS.get(name, {}) | (await SESSION_SETUP[name]() if name in SESSION_SETUP else {})
+        input = SessionInput(agent=agent, message="hello", model_task_queue=MODEL_QUEUE, title=name, **options)
         handle = await start_session(
             client, input, session_id=f"sesn_{name}_{uuid.uuid4().hex[:6]}", task_queue=HARNESS_QUEUE
         )

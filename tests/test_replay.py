@@ -10,9 +10,10 @@ from temporalio.worker import Replayer
 
 from corral.contract.records import RECORD_WORKFLOW
 from corral.contract.work import WORK_QUEUE_WORKFLOW
-from corral.names import SESSION_WORKFLOW, WORKFLOW_RUN_WORKFLOW
+from corral.names import DREAM_WORKFLOW, SESSION_WORKFLOW, WORKFLOW_RUN_WORKFLOW
 from corral.temporal import data_converter
 from workflows import SessionWorkflow, WorkflowRun
+from workflows.dreams import DreamWorkflow
 from workflows.records import RecordWorkflow
 from workflows.work_queue import EnvironmentWorkQueue
 
@@ -22,6 +23,7 @@ WORKFLOWS: dict[str, type] = {
     WORKFLOW_RUN_WORKFLOW: WorkflowRun,
     RECORD_WORKFLOW: RecordWorkflow,
     WORK_QUEUE_WORKFLOW: EnvironmentWorkQueue,
+    DREAM_WORKFLOW: DreamWorkflow,
 }
 """The class that replays a history, by the workflow type its first event names."""
 
@@ -38,6 +40,8 @@ def test_histories_are_recorded() -> None:
     assert "record_agent_versions" in {path.stem for path in HISTORIES}
     # A coordinator's workflow run, and the run itself (tests/record_histories.py, scenario `runs`).
     assert {"runs", "runs_run"} <= {path.stem for path in HISTORIES}
+    # A session with a file, a skill and a memory store, and a dream over it (scenario `knowledge`).
+    assert {"knowledge", "dream", "dream_session"} <= {path.stem for path in HISTORIES}
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[path.stem for path in HISTORIES])
