@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from starlette.requests import Request
 
-from corral.memory_records import Actor, InvalidMemoryRequest, MemoryConflict, MemoryObjectNotFound, api_actor
+from corral.memory_records import (
+    Actor,
+    InvalidMemoryRequest,
+    MemoryConflict,
+    MemoryObjectNotFound,
+    api_actor,
+    session_actor,
+)
 from corral.memory_stores import MemoryStores
 from gateway.errors import ApiError, invalid, not_found
 from gateway.owned import id_of
@@ -50,7 +57,8 @@ def store_id_of(request: Request) -> str:
 
 def actor_of(request: Request) -> Actor:
     """The API key the request was made with (its record id, never the secret), as the version's `created_by`."""
-    return api_actor(str(request.state.key_id))
+    session_id = getattr(request.state, "session_id", None)  # a self-hosted worker's session token (work_auth)
+    return session_actor(session_id) if session_id else api_actor(str(request.state.key_id))
 
 
 def full_view(request: Request, default: str) -> bool:

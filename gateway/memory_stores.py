@@ -90,6 +90,9 @@ def memory_store_routes(gateway: Gateway, authed: Authed) -> list[Route]:
     api = MemoryApi(gateway)
     return [
         *MemoryStoreRoutes(api).routes(authed),
-        *MemoryRoutes(api).routes(authed),
+        # A self-hosted worker syncs the memories of its session's stores with the session token (gateway/work_auth.py).
+        *MemoryRoutes(api).routes(
+            lambda handler: gateway.credentials.for_attached(handler, "memory_store", "memory_store_id")
+        ),
         *MemoryVersionRoutes(api).routes(authed),
     ]

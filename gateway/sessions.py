@@ -99,7 +99,7 @@ class Sessions:
             raise ApiError(400, f"environment {environment_id!r} is archived", error_code="environment_archived")
         hands = session_environment(environment, workspace)
         if isinstance(hands, SelfHostedEnvironment):
-            _check_self_hosted(repositories, agent)
+            _check_self_hosted(repositories, agent, knowledge_resources)
         initial = request.get("initial_events") or []
         if not isinstance(initial, list) or len(initial) > 50:
             raise invalid("initial_events must be a list of at most 50 events")
@@ -122,6 +122,8 @@ class Sessions:
             knowledge, knowledge_views, snapshot["skills"] = await self.knowledge.session(
                 workspace, knowledge_resources, agent.body.get("skills") or []
             )
+            if isinstance(hands, SelfHostedEnvironment):
+                knowledge.skills_dir = "skills"  # where the SDK's worker unpacks them, in its own directory
         elif knowledge_resources:
             raise invalid("resources: this gateway serves no files or memory stores")
         try:
@@ -253,8 +255,12 @@ def session_environment(environment: RecordView, workspace: str) -> Environment 
     return environment_recipe(environment.body)
 
 
-def _check_self_hosted(repositories: list[Any], agent: RecordView) -> None:
-    """What a session in a self-hosted environment cannot have (400, before anything is written)."""
+def _check_self_hosted(repositories: list[Any], agent: RecordView, knowledge: list[tuple[int, Any]]) -> None:
+    """What a session in a self-hosted environment cannot have (400, before anything is written). Its memory stores
+    and skills its worker syncs itself (with the session token: gateway/work_auth.py)."""
+    if any(resource.get("type") == "file" for _, resource in knowledge):
+        raise invalid("resources: a self-hosted environment's worker does not mount files (it runs the tools on its "
+                      "own machine): copy the file there, or use a cloud environment")  # fmt: skip
     if repositories:
         raise invalid("resources: a self-hosted environment's worker does not mount resources (it runs the tools in "
                       "its own directory, on its own machine): check the repository out there, or use a cloud "

@@ -226,7 +226,8 @@ class SkillsApi:
         headers = {"content-disposition": f'attachment; filename="{found.name}.zip"'}
         return Response(archive, media_type="application/zip", headers=headers)
 
-    def routes(self, authed: Authed) -> list[Route]:
+    def routes(self, authed: Authed, synced: Authed) -> list[Route]:
+        """`synced` also takes the session token of a self-hosted worker whose session's agent uses the skill."""
         base, one = "/v1/skills", "/v1/skills/{id}/versions/{version}"
         return [
             Route(base, authed(self.create), methods=["POST"]),
@@ -235,11 +236,11 @@ class SkillsApi:
             Route(base + "/{id}", authed(self.delete), methods=["DELETE"]),
             Route(base + "/{id}/versions", authed(self.add_version), methods=["POST"]),
             Route(base + "/{id}/versions", authed(self.versions), methods=["GET"]),
-            Route(one, authed(self.version), methods=["GET"]),
+            Route(one, synced(self.version), methods=["GET"]),
             Route(one, authed(self.delete_version), methods=["DELETE"]),
-            Route(one + "/content", authed(self.content), methods=["GET"]),
+            Route(one + "/content", synced(self.content), methods=["GET"]),
         ]
 
 
 def skill_routes(gateway: Gateway, authed: Authed) -> list[Route]:
-    return SkillsApi(gateway).routes(authed)
+    return SkillsApi(gateway).routes(authed, lambda handler: gateway.credentials.for_attached(handler, "skill", "id"))

@@ -7,8 +7,10 @@ Three credentials reach the gateway, each as `Authorization: Bearer <it>` (or `x
   (poll, ack, list, stats, and as a fallback heartbeat and stop) and the sessions in that environment (retrieve,
   events list, stream and send);
 - a **session token** (`sk-corral-work-<env>-<work>-…`, corral.contract.work), handed out in a work item's `secret`
-  on poll, opens that item (heartbeat, stop) and that item's session (retrieve, events list, stream and send). It is
-  good while its item is not stopped and is the item's latest delivery (the item keeps the token's SHA-256 only).
+  on poll, opens that item (heartbeat, stop), that item's session (retrieve, events list, stream and send), and what
+  the worker syncs for it: the memories of the stores attached to the session (its writes are the session's) and the
+  versions of the skills its agent uses. It is good while its item is not stopped and is the item's latest delivery
+  (the item keeps the token's SHA-256 only).
 
 A credential that is not valid is a 401. A valid one on a route it may not call is a 403 `permission_error` that
 says what it may call. A valid one naming a session or environment out of its reach is a 404, exactly as another
@@ -16,7 +18,8 @@ workspace's id is: a token never learns what else exists.
 
 Routes say which credentials they take when they are made: `Credentials.authed` (API keys: every resource family's
 routes, `gateway/app.py`), `Credentials.for_session` (the session routes a worker reads and writes), and
-`Credentials.scoped` (the work queue's routes, whose handlers get the `Caller`).
+`Credentials.scoped` (the work queue's routes, whose handlers get the `Caller`), and `Credentials.for_attached` (the
+memory and skill routes a worker syncs through).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from gateway.http import Handler
 from gateway.owned import WORKSPACE_HEADER, check_selected_workspace, id_of, own_session
 
 CallerKind = Literal["api_key", "environment_key", "session_token"]
+AttachedKind = Literal["memory_store", "skill"]
 API_KEY: CallerKind = "api_key"
 ENVIRONMENT_KEY: CallerKind = "environment_key"
 SESSION_TOKEN: CallerKind = "session_token"
@@ -50,8 +54,8 @@ MAY = {
     API_KEY: "an API key opens its workspace, but not the routes a self-hosted worker calls with its environment key",
     ENVIRONMENT_KEY: "an environment key opens only its environment's work queue (poll, ack, list, stats, heartbeat, "
     "stop) and the sessions in that environment (retrieve, events list, stream and send)",
-    SESSION_TOKEN: "a session token opens only its own work item (heartbeat, stop) and its own session (retrieve, "
-    "events list, stream and send)",
+    SESSION_TOKEN: "a session token opens only its own work item (heartbeat, stop), its own session (retrieve, "
+    "events list, stream and send), the memories of the stores attached to it and its agent's skills' versions",
 }
 """What each credential may call, as a 403 tells it."""
 NAMES = {API_KEY: "an API key", ENVIRONMENT_KEY: "an environment key", SESSION_TOKEN: "a session token"}
@@ -162,6 +166,23 @@ class Credentials:
 
         return endpoint
 
+    def for_attached(self, handler: Handler, kind: AttachedKind, param: str) -> Endpoint:
+        """`handler(request, workspace)` for an API key, or for a session token whose session the object named by
+        `param` is attached to: a memory store among its resources, a skill its agent uses (what the SDK's worker
+        syncs). A session token's writes are its session's (`request.state.session_id`). An environment key is a
+        403; an object the session does not have is a 404."""
+
+        async def endpoint(request: Request) -> Response:
+            caller = await self.caller(request)
+            if caller.kind == ENVIRONMENT_KEY:
+                raise _forbidden(request, caller, frozenset({API_KEY, SESSION_TOKEN}))
+            if caller.kind == SESSION_TOKEN:
+                await self._check_attached(caller, kind, request.path_params[param])
+                request.state.session_id = caller.session_id
+            return await handler(request, caller.workspace)
+
+        return endpoint
+
     # ---- verification --------------------------------------------------------------------------------------------
 
     async def _session_token(self, token: str) -> Caller:
@@ -199,6 +220,18 @@ class Credentials:
         memo = await description.memo()
         if memo.get("environment_id") != caller.environment_id:
             raise not_found("session", session_id)
+
+    async def _check_attached(self, caller: Caller, kind: AttachedKind, object_id: object) -> None:
+        """404 unless the token's session has the store among its resources, or its agent uses the skill (the
+        session's memo keeps both: gateway/sessions.py)."""
+        _, description = await own_session(self.records.client, caller.workspace, caller.session_id or "")
+        memo = await description.memo()
+        if kind == "memory_store":
+            attached = {resource.get("memory_store_id") for resource in memo.get("resources") or []}
+        else:
+            attached = {skill.get("skill_id") for skill in (memo.get("agent") or {}).get("skills") or []}
+        if object_id not in attached:
+            raise not_found(kind.replace("_", " "), str(object_id))
 
 
 def _presented(request: Request) -> str:

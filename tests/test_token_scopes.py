@@ -50,6 +50,13 @@ class World:
     s_work: str
     """S's work item (token S's)."""
     queues: WorkQueues
+    store: str
+    """A memory store attached to S (and to no other session)."""
+    other_store: str
+    """A memory store of the workspace attached to no session."""
+    skill: str
+    skill_version: str
+    """A skill S's agent uses (T's and U's agent uses none)."""
 
     async def heartbeat(self, client: anthropic.AsyncAnthropic) -> Any:
         """A heartbeat of S's item that echoes its lease's current token: only the credential decides the answer."""
@@ -82,6 +89,10 @@ ENV_KEY_ONLY = {API: 403, ENV_A: 200, ENV_B: 404, TOKEN_S: 403, TOKEN_T: 403}
 """A work route of environment A that only its worker's key calls (B's key reaches no environment A)."""
 S_ITEM = {API: 403, ENV_A: 200, ENV_B: 404, TOKEN_S: 200, TOKEN_T: 404}
 """S's work item, which its token and A's key reach (T's token reaches T's item only)."""
+SYNCED = {API: 200, ENV_A: 403, ENV_B: 403, TOKEN_S: 200, TOKEN_T: 404}
+"""What S's worker syncs with S's token (a store attached to S, a skill S's agent uses): T's token reaches none."""
+NOT_ATTACHED = {**SYNCED, TOKEN_S: 404}
+SKILL_MD = b"---\nname: notes\ndescription: Takes notes.\n---\n"
 HELLO: list[Any] = [{"type": "user.message", "content": [{"type": "text", "text": "hello"}]}]
 
 
@@ -120,6 +131,18 @@ def rows() -> list[Row]:
         Row("POST environment A's work item of S: ack", lambda c, w: c.beta.environments.work.ack(
             w.s_work, environment_id=w.a), ENV_KEY_ONLY),
         Row("POST environment A's work item of S: heartbeat", lambda c, w: w.heartbeat(c), S_ITEM),
+        # What a worker syncs for its session (gateway/work_auth.py `for_attached`): memories, skill versions.
+        Row("GET the memories of S's store", lambda c, w: c.beta.memory_stores.memories.list(w.store), SYNCED),
+        Row("POST a memory to S's store", lambda c, w: c.beta.memory_stores.memories.create(
+            w.store, path=f"/{secrets.token_hex(4)}.md", content="noted"), SYNCED),
+        Row("GET the memories of a store of no session",
+            lambda c, w: c.beta.memory_stores.memories.list(w.other_store), NOT_ATTACHED),
+        Row("GET the version of S's agent's skill", lambda c, w: c.beta.skills.versions.retrieve(
+            w.skill_version, skill_id=w.skill), SYNCED),
+        Row("GET the content of S's agent's skill", lambda c, w: c.beta.skills.versions.download(
+            w.skill_version, skill_id=w.skill), SYNCED),
+        Row("GET /v1/memory_stores/{store}", lambda c, w: c.beta.memory_stores.retrieve(w.store), API_ONLY),
+        Row("GET /v1/skills/{skill}", lambda c, w: c.beta.skills.retrieve(w.skill), API_ONLY),
         Row("POST environment A's work item of S: stop", lambda c, w: c.beta.environments.work.stop(
             w.s_work, environment_id=w.a, force=False), S_ITEM),
     ]  # fmt: skip
@@ -158,7 +181,13 @@ async def test_each_credential_opens_exactly_its_routes(stack: Stack, served: Ga
     agent = await client.beta.agents.create(name="helper", model=stack.script([{"text": "ok"}], loop=True))
     a = await client.beta.environments.create(name="a", config=SELF_HOSTED)  # type: ignore[arg-type]
     b = await client.beta.environments.create(name="b", config=SELF_HOSTED)  # type: ignore[arg-type]
-    s = await client.beta.sessions.create(agent=agent.id, environment_id=a.id)
+    skill = await client.beta.skills.create(files=[("notes/SKILL.md", SKILL_MD)])
+    skilled = await client.beta.agents.create(name="noter", model=stack.script([{"text": "ok"}], loop=True),
+                                              skills=[{"type": "custom", "skill_id": skill.id}])  # fmt: skip
+    store = await client.beta.memory_stores.create(name="S's notes")
+    other_store = await client.beta.memory_stores.create(name="nobody's")
+    attached: Any = [{"type": "memory_store", "memory_store_id": store.id}]
+    s = await client.beta.sessions.create(agent=skilled.id, environment_id=a.id, resources=attached)
     t = await client.beta.sessions.create(agent=agent.id, environment_id=a.id)
     u = await client.beta.sessions.create(agent=agent.id, environment_id=b.id)
 
@@ -170,7 +199,8 @@ async def test_each_credential_opens_exactly_its_routes(stack: Stack, served: Ga
     revoked = await key_of(a.id)
     stopped, stopped_work = await session_token(queues, b.id, u.id, workspace)
     token_s, s_work = await session_token(queues, a.id, s.id, workspace)
-    world = World(a.id, b.id, s.id, t.id, u.id, agent.id, s_work, queues)
+    world = World(a.id, b.id, s.id, t.id, u.id, agent.id, s_work, queues, store.id, other_store.id, skill.id,
+                  skill.latest_version_id or "")  # fmt: skip
     credentials = {
         API: api_key,
         ENV_A: (await key_of(a.id))["key"],
@@ -209,3 +239,7 @@ async def test_each_credential_opens_exactly_its_routes(stack: Stack, served: Ga
             elif status == 404 and not message.startswith("not_found_error"):
                 wrong.append(f"{row.route} with the {name}: {message}")
     assert wrong == [], "\n".join(wrong)
+    # What S's token wrote is S's: its version names the session, as an agent's write in S's sandbox would.
+    by_token = [v async for v in client.beta.memory_stores.memory_versions.list(store.id, session_id=s.id)]
+    assert len(by_token) == 1 and by_token[0].created_by is not None
+    assert by_token[0].created_by.type == "session_actor"

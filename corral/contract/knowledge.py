@@ -115,6 +115,9 @@ class SessionKnowledge(BaseModel):
     model_config = ConfigDict(extra="forbid")
     workspace: str = Field(min_length=1)
     """Whose files and memory stores these are: outputs are filed here, memory versions written here."""
+    skills_dir: str = SKILLS_DIR
+    """Where the skills' folders are, as the system prompt says it: a self-hosted environment's worker unpacks them
+    under `skills/` in its own directory."""
     files: list[FileMount] = Field(default_factory=list, max_length=100)
     skills: list[SkillPin] = Field(default_factory=list, max_length=64)
     memory_stores: list[MemoryStoreMount] = Field(default_factory=list, max_length=8)
@@ -133,9 +136,9 @@ def knowledge_prompt(knowledge: SessionKnowledge | None) -> str:
     if knowledge.skills:
         lines = [
             "# Skills",
-            f"You have these skills. Each is a folder under {SKILLS_DIR}/ with a SKILL.md that says how to use it: "
-            "when a task calls for a skill, read its SKILL.md first (with the read tool or `cat`), then the other "
-            "files it names, only as you need them.",
+            f"You have these skills. Each is a folder under {knowledge.skills_dir}/ with a SKILL.md that says how to "
+            "use it: when a task calls for a skill, read its SKILL.md first (with the read tool or `cat`), then "
+            "the other files it names, only as you need them.",
         ]
         lines += [
             f"- {skill.name} ({SKILLS_DIR}/{skill.name}/SKILL.md): {skill.description}" for skill in knowledge.skills
