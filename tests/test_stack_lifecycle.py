@@ -1,11 +1,15 @@
-"""The local stack's life cycle through the real CLI: vaults survive `corral down` / `corral up`, `down` leaves no
-process of the stack behind (children included), and `down --purge` removes everything, but only when confirmed."""
+"""The local stack's life cycle through the real CLI: vaults, files, skills and memory stores survive `corral down` /
+`corral up`, `down` leaves no process of the stack behind (children included), and `down --purge` removes
+everything, but only when confirmed."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
+from typing import Any
 
+import anthropic
 import pytest
 
 from tests.ports import free_port
@@ -26,6 +30,31 @@ def _processes() -> dict[int, tuple[int, int, str]]:
         if fields[0] != "Z":
             found[int(entry.name)] = (int(fields[1]), int(fields[2]), command)
     return found
+
+
+SKILL_MD = b"---\nname: kept\ndescription: Survives restarts.\n---\nStill here.\n"
+
+
+async def _make_knowledge(api: str, key: str) -> dict[str, str]:
+    """A file, a skill and a memory store with a memory, made through the stack's own gateway."""
+    async with anthropic.AsyncAnthropic(base_url=api, api_key=key, max_retries=0) as client:
+        uploaded = await client.beta.files.upload(file=("kept.txt", b"kept across restarts\n", "text/plain"))
+        skill = await client.beta.skills.create(files=[("kept/SKILL.md", SKILL_MD)])
+        store = await client.beta.memory_stores.create(name="kept")
+        await client.beta.memory_stores.memories.create(store.id, path="/kept.md", content="still here")
+        return {"file": uploaded.id, "skill": skill.id, "store": store.id}
+
+
+async def _read_knowledge(api: str, key: str, made: dict[str, str]) -> dict[str, Any]:
+    async with anthropic.AsyncAnthropic(base_url=api, api_key=key, max_retries=0) as client:
+        content = await (await client.beta.files.download(made["file"])).read()
+        skill = await client.beta.skills.retrieve(made["skill"])
+        memories = [m async for m in client.beta.memory_stores.memories.list(made["store"], view="full")]
+        return {
+            "file": content,
+            "skill": skill.display_name,
+            "memories": [(m.path, m.content) for m in memories if m.type == "memory"],
+        }
 
 
 def _stack_processes(roots: set[int], state_dir: Path) -> set[int]:
@@ -51,6 +80,7 @@ def test_vaults_survive_down_and_up_nothing_is_left_running_and_purge_asks_first
     ports = ["--temporal-port", str(free_port()), "--ui-port", str(free_port()), "--model-port", str(free_port())]
     ports += ["--stream-port", str(free_port()), "--git-proxy-port", str(free_port()), "--api-port", str(free_port())]
     canary = "canary-durable-" + os.urandom(8).hex()
+    api = f"http://127.0.0.1:{ports[ports.index('--api-port') + 1]}"
     try:
         up = corral(env, "up", *ports)
         assert up.returncode == 0, up.stdout + up.stderr
@@ -59,6 +89,8 @@ def test_vaults_survive_down_and_up_nothing_is_left_running_and_purge_asks_first
         added = corral(env, "vault", "add-credential", vault_id, "--mcp-server-url", "https://m.test/mcp", stdin=canary)
         assert added.returncode == 0, added.stderr
         credential_id = added.stdout.strip()
+        key = corral(env, "api-key", "create", "--workspace", "kept").stdout.strip()
+        knowledge = asyncio.run(_make_knowledge(api, key))
 
         running = _stack_processes(set(pids_in(state_dir).values()), state_dir)
         assert len(running) >= len(pids_in(state_dir)) >= 6
@@ -73,6 +105,11 @@ def test_vaults_survive_down_and_up_nothing_is_left_running_and_purge_asks_first
         assert "OpenBao unsealed with the key in" in " ".join(again.stdout.split())
         listed = corral(env, "vault", "ls", vault_id)
         assert listed.returncode == 0 and credential_id in listed.stdout, listed.stdout + listed.stderr
+        assert asyncio.run(_read_knowledge(api, key, knowledge)) == {
+            "file": b"kept across restarts\n",
+            "skill": "kept",
+            "memories": [("/kept.md", "still here")],
+        }
         for path in (state_dir / "openbao").rglob("*"):
             if path.is_file() and path.name != "init.json":
                 assert canary.encode() not in path.read_bytes(), f"{path} holds the secret in clear"
