@@ -3,8 +3,9 @@
 The commands live in `stack_commands.py` (up, down, status, demo, vault), `session_commands.py` (start, send,
 interrupt, events, tail, ls), `log_commands.py` (context, fork, export, output), `thread_commands.py` (threads),
 `outcome_commands.py` (outcomes), `run_commands.py` (runs), `api_keys.py` (api-key), `environment_commands.py`
-(environment: self-hosted environments' keys), `skill_commands.py` (skills), `hands.py` (hand) and `harness.py`
-(harness check); `main.py` puts them together.
+(environment: self-hosted environments' keys), `skill_commands.py` (skills), `memory_commands.py` (memory: memory
+stores), `dream_commands.py` (dreams), `hands.py` (hand) and `harness.py` (harness check); `main.py` puts them
+together.
 """
 
 from __future__ import annotations

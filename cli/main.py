@@ -17,6 +17,7 @@ import cli.environment_commands
 import cli.hands
 import cli.harness
 import cli.log_commands
+import cli.memory_commands
 import cli.outcome_commands
 import cli.run_commands
 import cli.session_commands

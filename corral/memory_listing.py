@@ -121,9 +121,10 @@ def list_memories(
             f"SELECT {columns} FROM memories WHERE store_id = ? AND path {operator} ? AND path < ? "
             "ORDER BY path LIMIT ?",
             (store_id, bound, end, wanted),
-        ).fetchall()
-        exhausted = len(rows) < wanted
+        )  # read row by row: after a roll-up the rest are not read, and the next read seeks past it
+        read = 0
         for row in rows:
+            read += 1
             rolled = rolled_prefix(row["path"], prefix, depth)
             if rolled is None:
                 items.append(memory_of(row, full))
@@ -131,8 +132,10 @@ def list_memories(
                 continue
             items.append(MemoryPrefix(rolled))
             operator, bound = ">=", prefix_end(rolled)
-            exhausted = False  # the rows after the roll-up were not read: seek past it and read on
             break
+        else:
+            exhausted = read < wanted
+        rows.close()
     more = (
         len(items) == limit
         and connection.execute(

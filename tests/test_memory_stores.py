@@ -278,7 +278,7 @@ def test_concurrent_writers_of_one_memory(tmp_path: Path) -> None:
                     continue
                 with lock:
                     written.append(content)
-        except BaseException as exc:
+        except BaseException as exc:  # reported by the assertion below
             errors.append(exc)
 
     threads = [threading.Thread(target=writer, args=(name,)) for name in ("ada", "bob", "session")]
@@ -296,3 +296,47 @@ def test_concurrent_writers_of_one_memory(tmp_path: Path) -> None:
     assert len(written) + conflicts[0] == 90
     final = stores.get_memory(WS, store.id, memory.id)
     assert final.content == versions[0].content and final.memory_version_id == versions[0].id
+
+
+def test_the_cli_lists_reads_writes_and_shows_history(tmp_path: Path) -> None:
+    """`corral memory` on the run's knowledge database (CORRAL_KNOWLEDGE_DB), as an operator uses it: what it
+    writes is attributed to the login name, and what the library wrote reads back through it."""
+    import getpass
+    import uuid
+
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    from corral.knowledge_db import open_knowledge_db
+
+    runner = CliRunner()
+    workspace = f"cli-{uuid.uuid4().hex[:8]}"
+
+    def corral(*args: str, stdin: str | None = None) -> tuple[int, str]:
+        result = runner.invoke(app, ["--state-dir", str(tmp_path), "memory", *args], input=stdin)
+        return result.exit_code, result.output
+
+    code, store_id = corral("create-store", "Ops notes", "--workspace", workspace)
+    assert code == 0 and store_id.strip().startswith("memstore_"), store_id
+    store_id = store_id.strip()
+    library = MemoryStores(open_knowledge_db())
+    library.create_memory(workspace, store_id, "/runbooks/deploy.md", "step 1", session_actor("sesn_cli"))
+    assert corral("put", store_id, "/runbooks/deploy.md", stdin="step 1\nstep 2\n")[0] == 0
+    assert corral("put", store_id, "/top.md", stdin="top")[0] == 0
+    code, listing = corral("ls", store_id, "--depth", "1")
+    assert code == 0 and listing.split() == ["-", "/runbooks/", "3", content_sha256("top")[:12], "/top.md"]
+    assert corral("cat", store_id, "/runbooks/deploy.md") == (0, "step 1\nstep 2\n")
+    assert corral("rm", store_id, "/top.md")[0] == 0
+    code, shown = corral("history", store_id, "/runbooks/deploy.md")
+    assert code == 0 and "modified" in shown and "created" in shown
+    assert f"user {getpass.getuser()}" in shown and "session sesn_cli" in shown
+    code, stores_shown = corral("stores", "--workspace", workspace)
+    assert code == 0 and store_id in stores_shown and "Ops notes" in stores_shown
+    deleted = library.list_versions(workspace, store_id, operation="deleted").data
+    assert [v.path for v in deleted] == ["/top.md"] and deleted[0].created_by == user_actor(getpass.getuser())
+    code, said = corral("put", store_id, "/bad/../path", stdin="x")
+    assert code == 2 and "'..'" in said
+    code, said = corral("cat", store_id, "/missing.md")
+    assert code == 1 and "was not found" in said
+    code, said = corral("ls", store_id, "--workspace", "someone-else")
+    assert code == 1 and f"no memory store {store_id} in workspace someone-else" in said
