@@ -24,6 +24,7 @@ from temporalio.client import Client
 from corral import telemetry
 from corral.blobs import BlobStore, open_blob_store
 from corral.errors import SessionEnded
+from corral.files import FileStore
 from corral.knowledge_db import KnowledgeDB, open_knowledge_db
 from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
 from corral.records import Records
@@ -33,6 +34,7 @@ from gateway.auth import ApiKeys
 from gateway.environments import environment_routes
 from gateway.errors import ApiError, api_error_handler, error_response
 from gateway.events import event_routes
+from gateway.files import file_routes
 from gateway.http import DEFAULT_STREAMS_PER_KEY, Authed, StreamSlots
 from gateway.multiagent_session import DEFAULT_LIMITS, SessionLimits
 from gateway.observed import ObservedRequests
@@ -73,6 +75,8 @@ class Gateway:
         """Files' metadata, skills and memory stores (corral.knowledge_db), shared with the workers."""
         self.blobs: BlobStore = open_blob_store()
         """The bytes of files and skill bundles (corral.blobs), shared with the workers."""
+        self.files = FileStore(self.knowledge, self.blobs)
+        """Files (corral.files): their quota and largest upload from `CORRAL_FILE_QUOTA_BYTES` and `…_MAX_BYTES`."""
 
     def own_queues(self) -> tuple[str, str]:
         """The task queues of this gateway's own workers, which no hand may name."""
@@ -89,6 +93,7 @@ FEATURES: list[Callable[[Gateway, Authed], list[Route]]] = [
     repository_routes,
     vault_routes,
     work_routes,
+    file_routes,
 ]
 """Each resource family's routes, in the order they are matched."""
 
