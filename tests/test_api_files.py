@@ -172,7 +172,7 @@ async def test_bad_uploads_and_ids_are_400s_and_another_workspaces_file_is_404_e
 ) -> None:
     client, other = await gateway.client("bad"), await gateway.client("bad-other")
     mine = await client.beta.files.upload(file=("mine.txt", b"mine"))
-    async with httpx2.AsyncClient(base_url=gateway.url, headers={"x-api-key": client.api_key}) as raw:
+    async with httpx2.AsyncClient(base_url=gateway.url, headers={"x-api-key": client.api_key or ""}) as raw:
         no_file = await raw.post("/v1/files", data={"expires_in_seconds": "3600"}, files={"other": ("a", b"a")})
         as_json = await raw.post("/v1/files", json={"file": "text"})
         bad_number = await raw.post("/v1/files", data={"expires_in_seconds": "soon"}, files={"file": ("a", b"a")})
