@@ -13,6 +13,7 @@ from __future__ import annotations
 # Importing the command modules registers their commands on the app.
 import cli.api_keys
 import cli.environment_commands
+import cli.file_commands
 import cli.hands
 import cli.harness
 import cli.log_commands

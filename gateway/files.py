@@ -20,7 +20,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from corral.file_expiry import schedule_file_expiry
-from corral.files import FileExpired, FileNotFound, FileRecord, FileStore, FileTooLarge, StorageQuotaExceeded
+from corral.files import (
+    MAX_EXPIRES_IN_SECONDS,
+    MIN_EXPIRES_IN_SECONDS,
+    FileExpired,
+    FileNotFound,
+    FileRecord,
+    FileStore,
+    FileTooLarge,
+    StorageQuotaExceeded,
+)
 from gateway.errors import ApiError, invalid, not_found
 from gateway.http import Authed
 from gateway.owned import id_of
@@ -29,9 +38,6 @@ from gateway.pages import page_limit
 if TYPE_CHECKING:
     from gateway.app import Gateway
 
-MIN_EXPIRES_IN_SECONDS = 3600
-MAX_EXPIRES_IN_SECONDS = 7_776_000
-"""An upload's `expires_in_seconds`: from one hour to 90 days (upstream's bounds)."""
 MAX_IDS = 100
 """A listing's `ids[]` names at most this many files."""
 MULTIPART_SLACK = 64 * 1024
@@ -63,7 +69,8 @@ async def own_file(files: FileStore, workspace: str, value: Any, field: str) -> 
 def upload_filename(given: str | None) -> str:
     """Only the last component of the client's file name (either slash), so no path of its machine is kept."""
     name = (given or "").replace("\\", "/").rsplit("/", 1)[-1].strip()
-    return "".join(character for character in name if character.isprintable()) or "unnamed"
+    name = "".join(character for character in name if character.isprintable())
+    return name if name not in ("", ".", "..") else "unnamed"
 
 
 def expires_in(value: Any) -> timedelta | None:

@@ -23,6 +23,9 @@ from typing import Any
 
 import anthropic
 import pytest
+from anthropic.types.beta.sessions.beta_managed_agents_user_define_outcome_event_params import (
+    BetaManagedAgentsUserDefineOutcomeEventParams as OutcomeParams,
+)
 from starlette.routing import Route
 
 from corral.apikeys import create_key
@@ -63,6 +66,7 @@ class Ids:
     worker_key: str = ""
     """The text of the environment key `env_key` (the caller's own, as its worker holds it: not an id position)."""
     env_key: str = ""
+    file: str = ""
 
 
 WRONG_KIND = {
@@ -78,6 +82,7 @@ WRONG_KIND = {
     "hosted": "agent",
     "env_key": "agent",
     "work": "session",
+    "file": "session",
 }
 """For each id position, the attribute of a real id of another kind (of the same workspace) to put there."""
 
@@ -116,6 +121,8 @@ def rows() -> list[Row]:
         o.session, events=[{"type": "user.interrupt", "session_thread_id": t.thread}]
     )
     work_queue = env + "/work"
+    files = "/v1/files"
+    file = files + "/{id}"
     work = work_queue + "/{work_id}"
 
     def worker(c: Client, own: Ids) -> Any:  # the caller's own environment key, as the SDK's worker holds it
@@ -252,7 +259,22 @@ def rows() -> list[Row]:
                  lambda c, t, o: c.beta.vaults.credentials.mcp_oauth_validate(t.credential, vault_id=t.vault)),
             )
         ),
+        Row("GET", file, "id", "file", "file_id", lambda c, t, o: c.beta.files.retrieve_metadata(t.file)),
+        Row("GET", file + "/content", "id", "file", "file_id", lambda c, t, o: c.beta.files.download(t.file)),
+        Row("DELETE", file, "id", "file", "file_id", lambda c, t, o: c.beta.files.delete(t.file)),
+        # A listing by ids drops another workspace's (checked in tests/test_api_files.py): no 404 to see here.
+        Row("GET", files, "query:ids[]", "file", "ids[0]", lambda c, t, o: c.beta.files.list(ids=[t.file]),
+            cross=None),
+        Row("POST", session + "/events", "body:rubric.file_id", "file", "events[0].rubric.file_id",
+            lambda c, t, o: c.beta.sessions.events.send(o.session, events=[file_rubric(t.file)])),
+        Row("POST", sessions, "body:initial_events.rubric.file_id", "file", "initial_events[0].rubric.file_id",
+            lambda c, t, o: c.beta.sessions.create(agent=o.agent, environment_id=o.environment,
+                                                   initial_events=[file_rubric(t.file)])),
     ]  # fmt: skip
+
+
+def file_rubric(file_id: str) -> OutcomeParams:
+    return {"type": "user.define_outcome", "description": "d", "rubric": {"type": "file", "file_id": file_id}}
 
 
 LISTINGS = {
@@ -260,9 +282,11 @@ LISTINGS = {
     ("GET", "/v1/environments"): "environment",
     ("GET", "/v1/sessions"): "session",
     ("GET", "/v1/vaults"): "vault",
+    ("GET", "/v1/files"): "file",
 }
 """Routes that take no id and list the caller's objects: B's listing must show none of A's."""
-NO_ID = {("POST", "/v1/agents"), ("POST", "/v1/environments"), ("POST", "/v1/vaults"), ("GET", "/healthz")}
+NO_ID = {("POST", "/v1/agents"), ("POST", "/v1/environments"), ("POST", "/v1/vaults"), ("POST", "/v1/files"),
+         ("GET", "/healthz")}  # fmt: skip
 """Routes that take no id at all (a create makes a new one in the caller's workspace)."""
 
 
@@ -346,7 +370,8 @@ async def objects(stack: Stack, client: Client) -> Ids:
     return dataclasses.replace(ids, repo_session=repo_session.id, resource=resource.id, credential=credential.id,
                                event=event.id, thread=primary_thread_id(session.id), hosted=hosted.id,
                                env_key=env_key["id"], worker_key=env_key["key"],
-                               work=await work_item(stack, hosted.id))  # fmt: skip
+                               work=await work_item(stack, hosted.id),
+                               file=(await client.beta.files.upload(file=("notes.md", b"notes"))).id)  # fmt: skip
 
 
 async def work_item(stack: Stack, environment_id: str) -> str:
@@ -379,6 +404,7 @@ async def snapshot(client: Client, a: Ids) -> dict[str, Any]:
         "vault": (await client.beta.vaults.retrieve(a.vault)).model_dump(),
         "credentials": [c.model_dump() async for c in client.beta.vaults.credentials.list(a.vault)],
         "environment keys": await environment_keys(client, a),
+        "file": (await client.beta.files.retrieve_metadata(a.file)).model_dump(),
         "listings": await listed(client),
     }
 
@@ -394,6 +420,7 @@ async def listed(client: Client) -> dict[str, list[str]]:
         "environment": [x.id async for x in client.beta.environments.list()],
         "session": [x.id async for x in client.beta.sessions.list()],
         "vault": [x.id async for x in client.beta.vaults.list()],
+        "file": [x.id async for x in client.beta.files.list()],
     }
 
 
@@ -417,7 +444,7 @@ async def test_another_workspaces_ids_are_404_and_the_wrong_kind_is_400_on_every
     client_a, client_b = await gateway.client("tenant-a"), await gateway.client("tenant-b")
     a, b = await objects(stack, client_a), await objects(stack, client_b)
     listings_a = {"agent": [a.agent], "environment": sorted([a.environment, a.hosted]), "vault": [a.vault],
-                  "session": sorted([a.session, a.repo_session])}  # fmt: skip
+                  "session": sorted([a.session, a.repo_session]), "file": [a.file]}  # fmt: skip
 
     async def listed_fully() -> bool:  # visibility has caught up with A's objects: B's listings now mean something
         found = await listed(client_a)
