@@ -14,6 +14,7 @@ from __future__ import annotations
 import cli.api_keys
 import cli.dream_commands
 import cli.environment_commands
+import cli.file_commands
 import cli.hands
 import cli.harness
 import cli.log_commands

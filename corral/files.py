@@ -47,6 +47,9 @@ DEFAULT_QUOTA_BYTES = 10 * 1024**3
 """The bytes of live files one workspace may hold, unless `CORRAL_FILE_QUOTA_BYTES` says otherwise."""
 DEFAULT_MAX_FILE_BYTES = 500 * 1024**2
 """The largest file one upload may carry (upstream's 500 MB), unless `CORRAL_FILE_MAX_BYTES` says otherwise."""
+MIN_EXPIRES_IN_SECONDS = 3600
+MAX_EXPIRES_IN_SECONDS = 7_776_000
+"""An upload's `expires_in_seconds`: from one hour to 90 days (upstream's bounds; the API and the CLI check them)."""
 BLOB_PREFIX = "files/sha256/"
 DEFAULT_MIME_TYPE = "application/octet-stream"
 STALE_UPLOAD = timedelta(hours=6)

@@ -24,6 +24,7 @@ from temporalio.client import Client
 from corral import telemetry
 from corral.blobs import BlobStore, open_blob_store
 from corral.errors import SessionEnded
+from corral.files import FileStore
 from corral.knowledge_db import KnowledgeDB, open_knowledge_db
 from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
 from corral.records import Records
@@ -34,6 +35,7 @@ from gateway.dreams import dream_routes
 from gateway.environments import environment_routes
 from gateway.errors import ApiError, api_error_handler, error_response
 from gateway.events import event_routes
+from gateway.files import file_routes
 from gateway.http import DEFAULT_STREAMS_PER_KEY, Authed, StreamSlots
 from gateway.memory_stores import memory_store_routes
 from gateway.multiagent_session import DEFAULT_LIMITS, SessionLimits
@@ -78,6 +80,8 @@ class Gateway:
         resolver = KnowledgeResolver(self.knowledge, self.blobs)
         self.sessions = Sessions(client, self.records, self.work_queues, harness_queue, model_queue, limits, resolver)
         self.streams = StreamSlots(streams_per_key)
+        self.files = FileStore(self.knowledge, self.blobs)
+        """Files (corral.files): their quota and largest upload from `CORRAL_FILE_QUOTA_BYTES` and `…_MAX_BYTES`."""
 
     def own_queues(self) -> tuple[str, str]:
         """The task queues of this gateway's own workers, which no hand may name."""
@@ -97,6 +101,7 @@ FEATURES: list[Callable[[Gateway, Authed], list[Route]]] = [
     memory_store_routes,
     dream_routes,
     skill_routes,
+    file_routes,
 ]
 """Each resource family's routes, in the order they are matched."""
 

@@ -19,6 +19,7 @@ from corral.client import read_events, send_batch, session_info
 from corral.contract.events import SessionEvent
 from corral.names import OUTCOME_IN_PROGRESS, refusal_type
 from gateway.errors import ApiError, invalid
+from gateway.file_rubrics import resolve_file_rubrics
 from gateway.hands import check_session_hands
 from gateway.http import Authed, body
 from gateway.owned import id_of, own_session
@@ -69,6 +70,7 @@ class Events:
         events = request.get("events")
         if not isinstance(events, list) or not events:
             raise invalid("events must be a non-empty list")
+        events = await resolve_file_rubrics(self.gateway.files, workspace, events, "events")
         memo = await description.memo()
         await check_session_hands(self.gateway.records, workspace, session_id, memo, events, self.gateway.own_queues())
         return {"data": await write_events(handle, events)}

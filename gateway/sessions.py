@@ -31,6 +31,7 @@ from corral.work_queue import WorkQueues
 from gateway.environment_config import SELF_HOSTED, config_type, environment_recipe
 from gateway.errors import ApiError, invalid
 from gateway.events import write_events
+from gateway.file_rubrics import resolve_file_rubrics
 from gateway.hands import check_hands
 from gateway.http import Authed, body
 from gateway.multiagent_session import DEFAULT_LIMITS, SessionLimits, resolve_multiagent
@@ -309,7 +310,11 @@ def session_routes(gateway: Gateway, authed: Authed) -> list[Route]:
     sessions: Sessions = gateway.sessions
 
     async def create(request: Request, workspace: str) -> Response:
-        return JSONResponse(await sessions.create(workspace, await body(request)))
+        given = await body(request)
+        if "initial_events" in given:  # a file rubric becomes its text before anything checks the events
+            given["initial_events"] = await resolve_file_rubrics(gateway.files, workspace, given["initial_events"],
+                                                                 "initial_events")  # fmt: skip
+        return JSONResponse(await sessions.create(workspace, given))
 
     async def retrieve(request: Request, workspace: str) -> Response:
         return JSONResponse(await sessions.retrieve(workspace, request.path_params["id"]))

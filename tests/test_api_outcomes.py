@@ -234,7 +234,6 @@ async def test_an_outcome_in_initial_events_is_pursued_and_the_default_model_gra
 
 
 BAD_OUTCOMES: list[tuple[Any, str]] = [
-    ({**outcome(), "rubric": {"type": "file", "file_id": "file_123"}}, r"rubric\.file\.file_id: .*as text"),
     (outcome(rubric="x" * (MAX_RUBRIC_CHARS + 1)), r"rubric\.text\.content: String should have at most 262144"),
     (outcome(max_iterations=0), r"max_iterations: Input should be greater than or equal to 1"),
     (outcome(max_iterations=21), r"max_iterations: Input should be less than or equal to 20"),

@@ -23,6 +23,9 @@ from typing import Any
 
 import anthropic
 import pytest
+from anthropic.types.beta.sessions.beta_managed_agents_user_define_outcome_event_params import (
+    BetaManagedAgentsUserDefineOutcomeEventParams as OutcomeParams,
+)
 from starlette.routing import Route
 
 from corral.apikeys import create_key
@@ -70,6 +73,7 @@ class Ids:
     skill: str = ""
     skill_version: str = ""
     """A version of `skill` (it has two, so that one could be deleted)."""
+    file: str = ""
 
 
 WRONG_KIND = {
@@ -90,6 +94,7 @@ WRONG_KIND = {
     "memory_version": "memory",
     "skill": "agent",
     "skill_version": "skill",
+    "file": "session",
 }
 """For each id position, the attribute of a real id of another kind (of the same workspace) to put there."""
 
@@ -128,6 +133,8 @@ def rows() -> list[Row]:
         o.session, events=[{"type": "user.interrupt", "session_thread_id": t.thread}]
     )
     work_queue = env + "/work"
+    files = "/v1/files"
+    file = files + "/{id}"
     work = work_queue + "/{work_id}"
     skill, skill_version = "/v1/skills/{id}", "/v1/skills/{id}/versions/{version}"
     skill_files = [("tools/SKILL.md", SKILL_MD)]
@@ -287,6 +294,17 @@ def rows() -> list[Row]:
                  lambda c, t, o: c.beta.vaults.credentials.mcp_oauth_validate(t.credential, vault_id=t.vault)),
             )
         ),
+        Row("GET", file, "id", "file", "file_id", lambda c, t, o: c.beta.files.retrieve_metadata(t.file)),
+        Row("GET", file + "/content", "id", "file", "file_id", lambda c, t, o: c.beta.files.download(t.file)),
+        Row("DELETE", file, "id", "file", "file_id", lambda c, t, o: c.beta.files.delete(t.file)),
+        # A listing by ids drops another workspace's (checked in tests/test_api_files.py): no 404 to see here.
+        Row("GET", files, "query:ids[]", "file", "ids[0]", lambda c, t, o: c.beta.files.list(ids=[t.file]),
+            cross=None),
+        Row("POST", session + "/events", "body:rubric.file_id", "file", "events[0].rubric.file_id",
+            lambda c, t, o: c.beta.sessions.events.send(o.session, events=[file_rubric(t.file)])),
+        Row("POST", sessions, "body:initial_events.rubric.file_id", "file", "initial_events[0].rubric.file_id",
+            lambda c, t, o: c.beta.sessions.create(agent=o.agent, environment_id=o.environment,
+                                                   initial_events=[file_rubric(t.file)])),
         *memory_rows(),
     ]  # fmt: skip
 
@@ -335,6 +353,10 @@ def memory_rows() -> list[Row]:
     ]  # fmt: skip
 
 
+def file_rubric(file_id: str) -> OutcomeParams:
+    return {"type": "user.define_outcome", "description": "d", "rubric": {"type": "file", "file_id": file_id}}
+
+
 LISTINGS = {
     ("GET", "/v1/agents"): "agent",
     ("GET", "/v1/environments"): "environment",
@@ -342,10 +364,11 @@ LISTINGS = {
     ("GET", "/v1/vaults"): "vault",
     ("GET", "/v1/memory_stores"): "memory_store",
     ("GET", "/v1/skills"): "skill",
+    ("GET", "/v1/files"): "file",
 }
 """Routes that take no id and list the caller's objects: B's listing must show none of A's."""
 NO_ID = {("POST", "/v1/agents"), ("POST", "/v1/environments"), ("POST", "/v1/vaults"), ("GET", "/healthz"),
-         ("POST", "/v1/memory_stores"), ("POST", "/v1/skills")}  # fmt: skip
+         ("POST", "/v1/memory_stores"), ("POST", "/v1/skills"), ("POST", "/v1/files")}  # fmt: skip
 SKILL_MD = b"---\nname: tools\ndescription: Useful tools.\n---\n"
 """Routes that take no id at all (a create makes a new one in the caller's workspace)."""
 
@@ -437,7 +460,8 @@ async def objects(stack: Stack, client: Client) -> Ids:
                                event=event.id, thread=primary_thread_id(session.id), hosted=hosted.id,
                                env_key=env_key["id"], worker_key=env_key["key"],
                                work=await work_item(stack, hosted.id), skill=skill.id,
-                               skill_version=skill_version.id)  # fmt: skip
+                               skill_version=skill_version.id,
+                               file=(await client.beta.files.upload(file=("notes.md", b"notes"))).id)  # fmt: skip
 
 
 async def work_item(stack: Stack, environment_id: str) -> str:
@@ -479,6 +503,7 @@ async def snapshot(client: Client, a: Ids) -> dict[str, Any]:
         ],
         "skill": (await client.beta.skills.retrieve(a.skill)).model_dump(),
         "skill versions": [v.model_dump() async for v in client.beta.skills.versions.list(a.skill)],
+        "file": (await client.beta.files.retrieve_metadata(a.file)).model_dump(),
         "listings": await listed(client),
     }
 
@@ -496,6 +521,7 @@ async def listed(client: Client) -> dict[str, list[str]]:
         "vault": [x.id async for x in client.beta.vaults.list()],
         "memory_store": [x.id async for x in client.beta.memory_stores.list()],
         "skill": [x.id async for x in client.beta.skills.list()],
+        "file": [x.id async for x in client.beta.files.list()],
     }
 
 
@@ -520,7 +546,7 @@ async def test_another_workspaces_ids_are_404_and_the_wrong_kind_is_400_on_every
     a, b = await objects(stack, client_a), await objects(stack, client_b)
     listings_a = {"agent": [a.agent], "environment": sorted([a.environment, a.hosted]), "vault": [a.vault],
                   "session": sorted([a.session, a.repo_session]), "memory_store": [a.memory_store],
-                  "skill": [a.skill]}  # fmt: skip
+                  "skill": [a.skill], "file": [a.file]}  # fmt: skip
 
     async def listed_fully() -> bool:  # visibility has caught up with A's objects: B's listings now mean something
         found = await listed(client_a)
