@@ -208,7 +208,9 @@ class Sessions:
         order = params.get("order", "desc")
         if order not in ("asc", "desc"):
             raise invalid("order must be asc or desc")
-        clauses = [f"WorkflowType = '{SESSION_WORKFLOW}'", f"{SEARCH_ATTRIBUTE_WORKSPACE} = '{workspace}'"]
+        # Not a dream's own session (a child workflow of its dream): it is the dream's, and `dreams.retrieve` names it.
+        clauses = [f"WorkflowType = '{SESSION_WORKFLOW}'", f"{SEARCH_ATTRIBUTE_WORKSPACE} = '{workspace}'",
+                   "ParentWorkflowId IS NULL"]  # fmt: skip
         made_by = await sessions_made_by(self.records, workspace, params)
         statuses = set(params.getlist("statuses[]"))
         bad = sorted(statuses - SESSION_STATUSES)

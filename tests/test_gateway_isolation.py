@@ -74,6 +74,7 @@ class Ids:
     skill_version: str = ""
     """A version of `skill` (it has two, so that one could be deleted)."""
     file: str = ""
+    dream: str = ""
 
 
 WRONG_KIND = {
@@ -95,6 +96,7 @@ WRONG_KIND = {
     "skill": "agent",
     "skill_version": "skill",
     "file": "session",
+    "dream": "memory_store",
 }
 """For each id position, the attribute of a real id of another kind (of the same workspace) to put there."""
 
@@ -306,6 +308,26 @@ def rows() -> list[Row]:
             lambda c, t, o: c.beta.sessions.create(agent=o.agent, environment_id=o.environment,
                                                    initial_events=[file_rubric(t.file)])),
         *memory_rows(),
+        *dream_rows(),
+    ]  # fmt: skip
+
+
+def dream_inputs(ids: Ids) -> Any:
+    return [{"type": "memory_store", "memory_store_id": ids.memory_store},
+            {"type": "sessions", "session_ids": [ids.session]}]  # fmt: skip
+
+
+def dream_rows() -> list[Row]:
+    dreams, dream = "/v1/dreams", "/v1/dreams/{dream_id}"
+    create: Call = lambda c, t, o: c.beta.dreams.create(inputs=dream_inputs(t), model="claude-sonnet-4-6")  # noqa: E731
+    return [
+        Row("POST", dreams, "body:inputs.memory_store_id", "memory_store", "inputs[memory_store].memory_store_id",
+            create),
+        Row("POST", dreams, "body:inputs.session_ids", "session", "inputs[sessions].session_ids[0]", create),
+        Row("GET", dream, "dream_id", "dream", "dream_id", lambda c, t, o: c.beta.dreams.retrieve(t.dream)),
+        Row("POST", dream + "/cancel", "dream_id", "dream", "dream_id", lambda c, t, o: c.beta.dreams.cancel(t.dream)),
+        Row("POST", dream + "/archive", "dream_id", "dream", "dream_id",
+            lambda c, t, o: c.beta.dreams.archive(t.dream)),
     ]  # fmt: skip
 
 
@@ -365,6 +387,7 @@ LISTINGS = {
     ("GET", "/v1/memory_stores"): "memory_store",
     ("GET", "/v1/skills"): "skill",
     ("GET", "/v1/files"): "file",
+    ("GET", "/v1/dreams"): "dream",
 }
 """Routes that take no id and list the caller's objects: B's listing must show none of A's."""
 NO_ID = {("POST", "/v1/agents"), ("POST", "/v1/environments"), ("POST", "/v1/vaults"), ("GET", "/healthz"),
@@ -461,7 +484,9 @@ async def objects(stack: Stack, client: Client) -> Ids:
                                env_key=env_key["id"], worker_key=env_key["key"],
                                work=await work_item(stack, hosted.id), skill=skill.id,
                                skill_version=skill_version.id,
-                               file=(await client.beta.files.upload(file=("notes.md", b"notes"))).id)  # fmt: skip
+                               file=(await client.beta.files.upload(file=("notes.md", b"notes"))).id,
+                               dream=(await client.beta.dreams.create(inputs=dream_inputs(ids),
+                                                                      model=agent.model.id)).id)  # fmt: skip
 
 
 async def work_item(stack: Stack, environment_id: str) -> str:
@@ -522,6 +547,7 @@ async def listed(client: Client) -> dict[str, list[str]]:
         "memory_store": [x.id async for x in client.beta.memory_stores.list()],
         "skill": [x.id async for x in client.beta.skills.list()],
         "file": [x.id async for x in client.beta.files.list()],
+        "dream": [x.id async for x in client.beta.dreams.list()],
     }
 
 
@@ -546,13 +572,18 @@ async def test_another_workspaces_ids_are_404_and_the_wrong_kind_is_400_on_every
     a, b = await objects(stack, client_a), await objects(stack, client_b)
     listings_a = {"agent": [a.agent], "environment": sorted([a.environment, a.hosted]), "vault": [a.vault],
                   "session": sorted([a.session, a.repo_session]), "memory_store": [a.memory_store],
-                  "skill": [a.skill], "file": [a.file]}  # fmt: skip
+                  "skill": [a.skill], "file": [a.file], "dream": [a.dream]}  # fmt: skip
 
     async def listed_fully() -> bool:  # visibility has caught up with A's objects: B's listings now mean something
         found = await listed(client_a)
         keys = [key["id"] for key in await environment_keys(client_a, a)]
-        sort = {"session": sorted(found["session"]), "environment": sorted(found["environment"])}
-        return {**found, **sort} == listings_a and keys == [a.env_key]
+        dream = await client_a.beta.dreams.retrieve(a.dream)  # its transcripts are files of A's, of its session's
+        transcripts = (
+            [f.id async for f in client_a.beta.files.list(scope_id=dream.session_id)] if dream.session_id else []
+        )
+        sort = {"session": sorted(found["session"]), "environment": sorted(found["environment"]),
+                "file": sorted(set(found["file"]) - set(transcripts))}  # fmt: skip
+        return {**found, **sort} == listings_a and keys == [a.env_key] and bool(transcripts)
 
     await until(listed_fully, "A's listings show A's objects")
     before = await snapshot(client_a, a)
