@@ -77,6 +77,8 @@ SCHEMA = [
         id TEXT PRIMARY KEY, store_id TEXT NOT NULL REFERENCES memory_stores (id) ON DELETE CASCADE,
         path TEXT NOT NULL, content TEXT NOT NULL, content_sha256 TEXT NOT NULL, content_size_bytes INTEGER NOT NULL,
         version_id TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL, UNIQUE (store_id, path))""",
+    """CREATE INDEX IF NOT EXISTS memories_listed ON memories (store_id, path, id, content_sha256,
+        content_size_bytes, version_id, created_at, updated_at)""",
     """CREATE TABLE IF NOT EXISTS memory_versions (
         seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE,
         store_id TEXT NOT NULL REFERENCES memory_stores (id) ON DELETE CASCADE,
@@ -87,7 +89,9 @@ SCHEMA = [
     "CREATE INDEX IF NOT EXISTS memory_versions_by_memory ON memory_versions (store_id, memory_id, seq)",
     "CREATE INDEX IF NOT EXISTS memory_versions_by_actor ON memory_versions (store_id, actor_id, seq)",
 ]
-"""`UNIQUE (store_id, path)` is also the index every path lookup, prefix range and skip-scan reads. A version's
+"""`UNIQUE (store_id, path)` is the index every path lookup reads; `memories_listed` is the same order holding
+every column a basic listing shows, so a prefix range or a skip-scan reads the index alone, not a row of the
+table per memory (at 100,000 memories those rows are spread over many pages). A version's
 `seq` is its place in the store's history (writes take turns, so it only grows; Postgres: a bigserial), which
 listings order by: ids made in the same millisecond do not sort by time."""
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from corral.knowledge_db import KnowledgeDB
 from corral.memory_listing import VERSION_COLUMNS, list_versions, version_of
-from corral.memory_paths import MAX_FULL_LIMIT, checked_limit
+from corral.memory_paths import DEFAULT_LIMIT, MAX_FULL_LIMIT, checked_limit
 from corral.memory_records import (
     Actor,
     InvalidMemoryRequest,
@@ -50,7 +50,7 @@ class MemoryVersions:
         operation: str | None = None,
         created_at_gte: datetime | None = None,
         created_at_lte: datetime | None = None,
-        limit: int = 20,
+        limit: int = DEFAULT_LIMIT,
         page: str | None = None,
         full: bool = False,
     ) -> Page[MemoryVersionRecord]:

@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from corral.memory_paths import DEFAULT_LIMIT
 from gateway.errors import invalid
 from gateway.http import Authed, body
 from gateway.memory_shapes import MemoryApi, actor_of, fields_of, full_view, store_id_of, whole_number
@@ -90,7 +91,7 @@ class MemoryRoutes:
             store_id,
             path_prefix=request.query_params.get("path_prefix"),
             depth=whole_number(request, "depth", 0),
-            limit=whole_number(request, "limit", 20),
+            limit=whole_number(request, "limit", DEFAULT_LIMIT),
             page=request.query_params.get("page"),
             full=full,
         )
@@ -127,7 +128,7 @@ class MemoryVersionRoutes:
             operation=params.get("operation"),
             created_at_gte=instant(params.get("created_at[gte]"), "created_at[gte]"),
             created_at_lte=instant(params.get("created_at[lte]"), "created_at[lte]", round_up=False),
-            limit=whole_number(request, "limit", 20),
+            limit=whole_number(request, "limit", DEFAULT_LIMIT),
             page=params.get("page"),
             full=full,
         )

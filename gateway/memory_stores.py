@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from corral.memory_paths import DEFAULT_LIMIT
 from corral.memory_records import MemoryStoreRecord
 from gateway.errors import invalid
 from gateway.http import Authed, body, flag
@@ -46,7 +47,7 @@ class MemoryStoreRoutes:
             include_archived=flag(params.get("include_archived")),
             created_at_gte=instant(params.get("created_at[gte]"), "created_at[gte]"),
             created_at_lte=instant(params.get("created_at[lte]"), "created_at[lte]", round_up=False),
-            limit=whole_number(request, "limit", 20),
+            limit=whole_number(request, "limit", DEFAULT_LIMIT),
             page=params.get("page"),
         )
         return JSONResponse({"data": [store.view() for store in page.data], "next_page": page.next_page})
