@@ -13,9 +13,6 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from corral.files import FileExpired, FileNotFound, FileStore
-from corral.memory_stores import MemoryStoreNotFound, MemoryStores
-from corral.skills import SkillNotFound, Skills
 from pydantic import ValidationError
 
 from corral.blobs import BlobStore
@@ -28,8 +25,12 @@ from corral.contract.knowledge import (
     default_file_mount,
     memory_slug,
 )
+from corral.errors import SkillNotFound
+from corral.files import FileExpired, FileNotFound, FileStore
 from corral.knowledge_db import KnowledgeDB
+from corral.memory_stores import MemoryStoreNotFound, MemoryStores
 from corral.names import FILE_RESOURCE_ID_PREFIX
+from corral.skills import Skills
 from gateway.errors import ApiError, invalid, not_found
 from gateway.owned import id_of
 from gateway.shapes import problem, when
@@ -112,11 +113,8 @@ class KnowledgeResolver:
         self, workspace: str, resource: dict[str, Any], where: str, taken: set[str]
     ) -> MemoryStoreMount:
         _only(resource, {"type", "memory_store_id", "access", "instructions"}, where)
-        store_id = id_of(resource.get("memory_store_id"), f"{where}.memory_store_id", "memory store")
-        try:
-            store = await self.db.run(self.stores.get_store, workspace, store_id)
-        except MemoryStoreNotFound as exc:
-            raise not_found("memory store", store_id) from exc
+        store_id = await self.own_store(workspace, resource.get("memory_store_id"), f"{where}.memory_store_id")
+        store = await self.db.run(self.stores.get_store, workspace, store_id)
         if store.archived_at is not None:
             raise invalid(f"{where}: memory store {store_id!r} is archived: it cannot be attached")
         slug, mount_path = memory_slug(store.name), ""
@@ -132,6 +130,15 @@ class KnowledgeResolver:
             )  # fmt: skip
         except ValidationError as exc:
             raise invalid(problem(exc, where)) from exc
+
+    async def own_store(self, workspace: str, value: Any, field: str) -> str:
+        """`value` as a memory store id of `workspace` (400 for another kind of id, 404 for no such store)."""
+        store_id = id_of(value, field, "memory store")
+        try:
+            await self.db.run(self.stores.get_store, workspace, store_id)
+        except MemoryStoreNotFound as exc:
+            raise not_found("memory store", store_id) from exc
+        return store_id
 
     async def _pin(self, workspace: str, skill: Any, where: str) -> SkillPin:
         if not isinstance(skill, dict):

@@ -234,6 +234,10 @@ class Sessions:
         shown = [(execution, await execution.memo()) for execution in found]
         shown = [(e, memo) for e, memo in shown if include_archived or not memo.get("archived_at")]
         shown = [(e, memo) for e, memo in shown if made_by(memo.get("agent") or {})]
+        store_id = await self._store_filter(workspace, params.get("memory_store_id"))
+        if store_id is not None:  # the sessions the store is attached to
+            shown = [(e, memo) for e, memo in shown
+                     if store_id in {r.get("memory_store_id") for r in memo.get("resources") or []}]  # fmt: skip
         if statuses:  # the status the view shows (a closed or archived session is terminated, whatever it last wrote)
             shown = [(e, memo) for e, memo in shown
                      if api_status(memo, e.close_time, None, e.typed_search_attributes) in statuses]  # fmt: skip
@@ -244,6 +248,14 @@ class Sessions:
         last = shown[limit - 1][0] if len(shown) > limit else None
         next_page = session_cursor(last.start_time, last.id) if last is not None else None
         return {"data": data, "next_page": next_page, "prev_page": None}
+
+    async def _store_filter(self, workspace: str, value: Any) -> str | None:
+        """A listing's `memory_store_id`: a memory store of the workspace (400 for another kind, 404 for none)."""
+        if value is None:
+            return None
+        if self.knowledge is None:
+            raise invalid("memory_store_id: this gateway serves no memory stores")
+        return await self.knowledge.own_store(workspace, value, "memory_store_id")
 
     def own_queues(self) -> tuple[str, str]:
         """The task queues of this gateway's own workers, which no hand may name."""

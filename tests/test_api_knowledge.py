@@ -185,6 +185,13 @@ async def test_a_skill_is_named_in_the_prompt_and_read_and_a_memory_written_is_a
     session = await client.beta.sessions.retrieve(session_id)
     assert [(s.skill_id, s.version) for s in session.agent.skills] == [(skill.id, skill.latest_version_id)]
 
+    async def listed_by_store() -> bool:  # sessions.list(memory_store_id=...): the sessions it is attached to
+        return [s.id async for s in client.beta.sessions.list(memory_store_id=store.id)] == [session_id]
+
+    await until(listed_by_store, "the session listed by its memory store")
+    with pytest.raises(anthropic.BadRequestError, match=r"memory_store_id: .* is a skill id, not a memory store id"):
+        await client.beta.sessions.list(memory_store_id=skill.id)
+
 
 async def memories_of(client: Client, store_id: str) -> dict[str, str | None]:
     found = [m async for m in client.beta.memory_stores.memories.list(store_id, view="full")]
