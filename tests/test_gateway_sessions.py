@@ -317,15 +317,27 @@ async def test_an_agent_with_overrides_changes_the_session_and_not_the_agent(sta
             await client.beta.sessions.create(agent=wrong, environment_id=environment.id)
 
 
-async def test_session_resources_cannot_be_added_yet(stack: Stack, gateway: Gateway) -> None:  # noqa: F811
-    """Adding a `file` resource is refused with the reason (deleting a repository: tests/test_gateway_vaults.py)."""
+async def test_a_resource_added_badly_is_refused_with_the_reason(stack: Stack, gateway: Gateway) -> None:  # noqa: F811
+    """Only a file of the session's workspace can be added, at a mount path under /mnt/ (adding and mounting one:
+    tests/test_api_knowledge.py; deleting a repository: tests/test_gateway_vaults.py)."""
     client = await gateway.client("team-resources")
     session_id = await new_session(client, stack.script([{"text": "hi"}]), [])
-    with pytest.raises(anthropic.BadRequestError, match="does not serve files yet"):
+    uploaded = await client.beta.files.upload(file=("a.txt", b"a"))
+    with pytest.raises(anthropic.NotFoundError, match="file 'file_x' was not found"):
         await client.beta.sessions.resources.add(session_id, type="file", file_id="file_x")
+    with pytest.raises(anthropic.BadRequestError, match="is a session id, not a file id"):
+        await client.beta.sessions.resources.add(session_id, type="file", file_id=session_id)
+    with pytest.raises(anthropic.BadRequestError, match="mount_path must be an absolute path under /mnt/"):
+        await client.beta.sessions.resources.add(session_id, type="file", file_id=uploaded.id, mount_path="/etc/x")
+    with pytest.raises(anthropic.BadRequestError, match="only file resources can be added"):
+        await client.post(f"/v1/sessions/{session_id}/resources", cast_to=object,
+                          body={"type": "github_repository", "url": "https://git.example/a/b.git"})  # fmt: skip
     with pytest.raises(anthropic.NotFoundError):
         await client.beta.sessions.resources.delete("repo1", session_id=session_id)
     assert [r async for r in client.beta.sessions.resources.list(session_id)] == [], "nothing was added"
     stranger = await gateway.client("team-elsewhere")
     with pytest.raises(anthropic.NotFoundError):
-        await stranger.beta.sessions.resources.add(session_id, type="file", file_id="file_x")
+        await stranger.beta.sessions.resources.add(session_id, type="file", file_id=uploaded.id)
+    theirs = await stranger.beta.files.upload(file=("b.txt", b"b"))
+    with pytest.raises(anthropic.NotFoundError):
+        await client.beta.sessions.resources.add(session_id, type="file", file_id=theirs.id)
