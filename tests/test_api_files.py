@@ -35,7 +35,7 @@ def library() -> FileStore:
 
 
 def workspace_of(gateway: Gateway, name: str) -> str:  # noqa: F811
-    """The workspace `gateway.client(name)` acts in."""
+    """The workspace the gateway's client for `name` acts in."""
     return f"{name}-{gateway.suffix}"
 
 
