@@ -1,7 +1,7 @@
 """`corral files`: a workspace's files from the operator's side (corral.files), on this machine's knowledge database
 and blob store (those `corral up` gives its gateway and workers), so they are the files the API serves.
 
-`upload` with stdout captured prints the new file's id alone, so `FILE=$(corral files upload notes.md)` works. An
+`upload` with stdout captured prints the new file's id alone, so `FILE=$(corral files upload notes.txt)` works. An
 upload with `--expires-in` starts the file's expiry timer on Temporal, as the API does.
 """
 

@@ -117,7 +117,7 @@ def blob_key_of(sha256: str) -> str:
 
 
 def guess_mime_type(filename: str) -> str:
-    """The type a file's name says (`notes.md` -> text/markdown), else application/octet-stream."""
+    """The type a file's name says (`notes.txt` -> text/plain), else application/octet-stream."""
     guessed, _ = mimetypes.guess_type(filename, strict=False)
     return guessed or DEFAULT_MIME_TYPE
 

@@ -8,6 +8,7 @@ answers its content with 400 `file_not_downloadable`; uploads and the files sess
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,8 @@ MAX_IDS = 100
 MULTIPART_SLACK = 64 * 1024
 """What a multipart body adds to its file (boundaries, headers, the form's small fields)."""
 PAGE_PREFIX = "page_"
+MEDIA_TYPE = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,63}/[a-z0-9][a-z0-9!#$&^_.+-]{0,126}")
+"""A media type as RFC 6838 spells it (lower-cased here), which is safe to send back as a Content-Type."""
 
 
 def file_error(exc: Exception, file_id: str) -> ApiError:
@@ -137,7 +140,10 @@ class Files:
             given_type = (part.content_type or "").split(";")[0].strip().lower()
         finally:
             await form.close()
-        mime_type = given_type if given_type and given_type != "application/octet-stream" else None
+        # A type of the media-type grammar is kept; none, the generic one or a malformed one is guessed from the name.
+        mime_type = (
+            given_type if MEDIA_TYPE.fullmatch(given_type) and given_type != "application/octet-stream" else None
+        )
         expires_at = datetime.now(UTC) + lifetime if lifetime is not None else None
         try:
             record = await self.files.db.run(lambda: self.files.create(workspace, filename, data, mime_type,
@@ -183,7 +189,8 @@ class Files:
             raise ApiError(400, f"file {record.id!r} is not downloadable (it may only be mounted into sessions)",
                            error_code="file_not_downloadable")  # fmt: skip
         data = await self.files.db.run(self.files.read, record)
-        headers = {"content-disposition": content_disposition(record.filename)}
+        # An attachment, never sniffed: a file's bytes are not a page of this origin's, whatever its type says.
+        headers = {"content-disposition": content_disposition(record.filename), "x-content-type-options": "nosniff"}
         return Response(data, media_type=record.mime_type, headers=headers)
 
     async def delete(self, request: Request, workspace: str) -> Response:

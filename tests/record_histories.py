@@ -13,12 +13,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import sys
+import tempfile
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +29,9 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, Work
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
+from activities.files import FileActivities
 from activities.sandbox import SandboxActivities
-from corral.blobs import open_blob_store
+from corral.blobs import LocalBlobStore, open_blob_store
 from corral.client import read_events, send_events, send_text, start_session, update_session, wait_for_idle
 from corral.contract.dreams import TERMINAL_DREAM_STATUSES, DreamInput, DreamModel, DreamState
 from corral.contract.events import AgentMessage, AgentToolUse
@@ -44,9 +47,10 @@ from corral.contract.session import (
 )
 from corral.contract.threads import ThreadInfo
 from corral.contract.work import NO_HEARTBEAT, ClaimWork, HeartbeatWork, SelfHostedEnvironment, StopWork, work_queue_id
+from corral.file_expiry import schedule_file_expiry
 from corral.files import FileStore
 from corral.hands import make_execute_activity
-from corral.knowledge_db import open_knowledge_db
+from corral.knowledge_db import KnowledgeDB, open_knowledge_db
 from corral.memory_records import user_actor
 from corral.memory_stores import MemoryStores
 from corral.names import (
@@ -574,7 +578,27 @@ async def agent_versions(records: Records) -> str:
     return created.id
 
 
-RECORD_SCENARIOS: dict[str, Callable[[Records], Awaitable[str]]] = {"record_agent_versions": agent_versions}
+@functools.cache
+def _file_store() -> FileStore:
+    """A file store of the recording's own, in a scratch directory, which the expiry activity serves too."""
+    scratch = Path(tempfile.mkdtemp(prefix="corral-record-files-"))
+    return FileStore(KnowledgeDB(scratch / "knowledge.db"), LocalBlobStore(scratch / "blobs"))
+
+
+async def file_expiry(records: Records) -> str:
+    """A file's expiry timer: started with a short delay, then its one activity removes the file."""
+    files = _file_store()
+    record = await files.db.run(lambda: files.create("recorded", "soon.txt", b"soon",
+                                                     expires_at=datetime.now(UTC) + timedelta(seconds=2)))  # fmt: skip
+    workflow_id = await schedule_file_expiry(records.client, record, HARNESS_QUEUE, MODEL_QUEUE)
+    assert await records.client.get_workflow_handle(workflow_id).result() is True
+    return workflow_id
+
+
+RECORD_SCENARIOS: dict[str, Callable[[Records], Awaitable[str]]] = {
+    "record_agent_versions": agent_versions,
+    "file_expiry": file_expiry,
+}
 """Record scenarios: each plays one record's life and returns its id (its workflow's)."""
 
 
@@ -628,13 +652,16 @@ async def record(client: Client, server: ModelServerThread, names: list[str]) ->
 
 async def record_records(client: Client, names: list[str]) -> None:
     HISTORIES.mkdir(exist_ok=True)
-    async with harness_worker(client, HARNESS_QUEUE):
+    files = _file_store()
+    expiring = Worker(client, task_queue=MODEL_QUEUE, activities=[FileActivities(files.blobs, files.db).expire_file])
+    async with harness_worker(client, HARNESS_QUEUE), expiring:
         for name in names:
             handle = client.get_workflow_handle(await RECORD_SCENARIOS[name](Records(client, HARNESS_QUEUE)))
             history = await handle.fetch_history()
             recorded = _without_stack_traces(json.loads(history.to_json()))
             (HISTORIES / f"{name}.json").write_text(json.dumps(recorded, indent=1) + "\n")
-            await handle.terminate("recorded")
+            with contextlib.suppress(RPCError):  # a scenario's workflow may have completed
+                await handle.terminate("recorded")
             print(f"recorded {name}: {len(history.events)} history events")
 
 

@@ -35,7 +35,7 @@ def library() -> FileStore:
 
 
 def workspace_of(gateway: Gateway, name: str) -> str:  # noqa: F811
-    """The workspace `gateway.client(name)` acts in."""
+    """The workspace the gateway's client for `name` acts in."""
     return f"{name}-{gateway.suffix}"
 
 
@@ -56,6 +56,10 @@ async def test_a_file_is_uploaded_described_downloaded_listed_and_deleted(stack:
     content, headers = await download(client, made.id)
     assert content == data and headers["content-type"].startswith("text/markdown")
     assert "attachment" in headers["content-disposition"] and "notes.md" in headers["content-disposition"]
+    assert headers["x-content-type-options"] == "nosniff"
+    odd = await client.beta.files.upload(file=("odd.txt", b"odd", "not a media type"))
+    assert odd.mime_type == "text/plain", "a malformed type is guessed from the name instead"
+    await client.beta.files.delete(odd.id)
 
     typed = await client.beta.files.upload(file=("uploads/", b"\x00\x01binary", "application/x-thing"))
     assert (typed.filename, typed.mime_type) == ("unnamed", "application/x-thing")

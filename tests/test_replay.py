@@ -10,10 +10,11 @@ from temporalio.worker import Replayer
 
 from corral.contract.records import RECORD_WORKFLOW
 from corral.contract.work import WORK_QUEUE_WORKFLOW
-from corral.names import DREAM_WORKFLOW, SESSION_WORKFLOW, WORKFLOW_RUN_WORKFLOW
+from corral.names import DREAM_WORKFLOW, FILE_EXPIRY_WORKFLOW, SESSION_WORKFLOW, WORKFLOW_RUN_WORKFLOW
 from corral.temporal import data_converter
 from workflows import SessionWorkflow, WorkflowRun
 from workflows.dreams import DreamWorkflow
+from workflows.file_expiry import FileExpiryWorkflow
 from workflows.records import RecordWorkflow
 from workflows.work_queue import EnvironmentWorkQueue
 
@@ -24,6 +25,7 @@ WORKFLOWS: dict[str, type] = {
     RECORD_WORKFLOW: RecordWorkflow,
     WORK_QUEUE_WORKFLOW: EnvironmentWorkQueue,
     DREAM_WORKFLOW: DreamWorkflow,
+    FILE_EXPIRY_WORKFLOW: FileExpiryWorkflow,
 }
 """The class that replays a history, by the workflow type its first event names."""
 
@@ -38,6 +40,8 @@ def test_histories_are_recorded() -> None:
     assert "tool_confirmation" in {path.stem for path in HISTORIES}
     # A record created, updated twice and archived (tests/record_histories.py, RECORD_SCENARIOS).
     assert "record_agent_versions" in {path.stem for path in HISTORIES}
+    # A file's expiry timer that removed its file (tests/record_histories.py, RECORD_SCENARIOS).
+    assert "file_expiry" in {path.stem for path in HISTORIES}
     # A coordinator's workflow run, and the run itself (tests/record_histories.py, scenario `runs`).
     assert {"runs", "runs_run"} <= {path.stem for path in HISTORIES}
     # A session with a file, a skill and a memory store, and a dream over it (scenario `knowledge`).
