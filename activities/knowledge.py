@@ -14,13 +14,13 @@ import io
 import logging
 import tarfile
 
-from corral.files import FileStore
-from corral.memory_stores import MemoryChange, MemoryStores
 from temporalio import activity
 
 from corral.blobs import BlobStore, open_blob_store
 from corral.contract.knowledge import CommitInput, CommitResult, ExportInput, MemoryExport
+from corral.files import FileStore, FileTooLarge, StorageQuotaExceeded
 from corral.knowledge_db import KnowledgeDB, open_knowledge_db
+from corral.memory_stores import MemoryChange, MemoryStores
 from corral.names import ACTIVITY_COMMIT_KNOWLEDGE, ACTIVITY_EXPORT_MEMORY
 
 log = logging.getLogger(__name__)
@@ -71,10 +71,14 @@ class KnowledgeActivities:
         for output in input.collected.outputs:
             if output.blob_key is None:
                 continue
-            made = files.create(
-                input.workspace, output.path.rsplit("/", 1)[-1], self._blobs.get(output.blob_key),
-                scope_session_id=input.session_id,
-            )  # fmt: skip
+            try:
+                made = files.create(
+                    input.workspace, output.path.rsplit("/", 1)[-1], self._blobs.get(output.blob_key),
+                    scope_session_id=input.session_id,
+                )  # fmt: skip
+            except (StorageQuotaExceeded, FileTooLarge) as exc:  # kept next turn if room is made; never retried now
+                result.notes.append(f"output {output.path} is not kept as a file: {exc}")
+                continue
             result.outputs[output.path] = made.id
         bases = {export.memory_store_id: export.manifest for export in input.memory}
         stores = MemoryStores(self._db)

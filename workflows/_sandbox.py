@@ -224,7 +224,7 @@ class SessionSandbox:
         self.generation += 1
 
     async def keep_knowledge(self) -> None:
-        """Keep what the agent wrote to its outputs and memory stores, if the container runs (workflows/_knowledge.py)."""
+        """Keep what the agent wrote to its outputs and memory stores, if the container runs (_knowledge.py)."""
         if self.running:
             await self.knowledge.collect(self.handle)
 
