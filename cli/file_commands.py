@@ -115,6 +115,9 @@ def upload(
 def ls(
     ctx: typer.Context,
     workspace: WorkspaceOption = DEFAULT_WORKSPACE,
+    session: Annotated[
+        str | None, typer.Option(help="Only the files of this session's scope: what its agent left in its outputs.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON lines, one file per line (the API's view).")] = False,
 ) -> None:
     """List the workspace's files, newest first (expired ones are not shown)."""
@@ -131,7 +134,7 @@ def ls(
         records: list[FileRecord] = []
         before: int | None = None
         while True:
-            page, before = store.list(workspace, limit=1000, before=before)
+            page, before = store.list(workspace, limit=1000, before=before, scope_session_id=session)
             records += page
             if before is None:
                 break
@@ -140,7 +143,7 @@ def ls(
                 print(safe_json_line(json.dumps(record.view())), flush=False)
             return
         if not records:
-            settings.out.print(f"no files in workspace {workspace}")
+            settings.out.print(f"no files in workspace {workspace}" + (f" of session {session}" if session else ""))
             return
         table = Table()
         for column in ("id", "filename", "bytes", "type", "created", "expires"):

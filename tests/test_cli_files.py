@@ -36,6 +36,10 @@ async def test_files_are_uploaded_listed_shown_downloaded_and_removed(stack: Sta
     assert [json.loads(line)["id"] for line in listed.stdout.splitlines()] == [file_id]
     table = await corral(stack, "files", "ls", "--workspace", workspace)
     assert file_id in table.stdout and "notes.md" in table.stdout
+    output = FileStore(open_knowledge_db(), open_blob_store()).create(workspace, "day.txt", b"friday",
+                                                                      scope_session_id="sesn_cli")  # fmt: skip
+    scoped = await corral(stack, "files", "ls", "--workspace", workspace, "--session", "sesn_cli", "--json")
+    assert [json.loads(line)["id"] for line in scoped.stdout.splitlines()] == [output.id]
     shown = await corral(stack, "files", "info", file_id, "--workspace", workspace)
     assert shown.returncode == 0 and json.loads(shown.stdout) == record.view()
     elsewhere = await corral(stack, "files", "info", file_id, "--workspace", unique("cli-other"))
