@@ -10,14 +10,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from corral.memory_stores import MemoryStoreNotFound, MemoryStores
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
-from temporalio.service import RPCError, RPCStatusCode
 
 from corral.contract.dreams import (
     MAX_DREAM_INSTRUCTIONS,
@@ -31,6 +29,7 @@ from corral.contract.dreams import (
 from corral.contract.records import SEARCH_ATTRIBUTE_ARCHIVED, SEARCH_ATTRIBUTE_WORKSPACE
 from corral.contract.search_attributes import ARCHIVED_KEY, STATUS_KEY, WORKSPACE_KEY
 from corral.knowledge_db import KnowledgeDB
+from corral.memory_stores import MemoryStoreNotFound, MemoryStores
 from corral.names import (
     DREAM_ID_PREFIX,
     DREAM_WORKFLOW,
@@ -42,7 +41,7 @@ from corral.names import (
 from corral.record_ids import new_record_id
 from gateway.errors import invalid, not_found
 from gateway.http import Authed, body, flag
-from gateway.owned import MAX_ID_LENGTH, id_of, own_session
+from gateway.owned import id_of, own_session, own_workflow
 from gateway.pages import page_limit, timestamp
 from gateway.shapes import problem
 
@@ -104,21 +103,7 @@ class Dreams:
         return JSONResponse(dream_view(input, DreamState()))
 
     async def _own(self, workspace: str, value: Any) -> tuple[WorkflowHandle, DreamInput]:
-        dream_id = id_of(value, "dream_id", "dream")
-        if len(dream_id) > MAX_ID_LENGTH or not dream_id.isascii() or not dream_id.isprintable():
-            raise not_found("dream", dream_id)
-        handle = self.client.get_workflow_handle(dream_id)
-        try:
-            description = await handle.describe()
-        except RPCError as exc:
-            if exc.status == RPCStatusCode.NOT_FOUND:
-                raise not_found("dream", dream_id) from exc
-            raise
-        if (
-            description.workflow_type != DREAM_WORKFLOW
-            or description.typed_search_attributes.get(WORKSPACE_KEY) != workspace
-        ):
-            raise not_found("dream", dream_id)
+        handle, description = await own_workflow(self.client, workspace, value, "dream_id", "dream", DREAM_WORKFLOW)
         return handle, DreamInput.model_validate((await description.memo())["input"])
 
     async def retrieve(self, request: Request, workspace: str) -> Response:

@@ -64,21 +64,29 @@ async def own_session(
 ) -> tuple[WorkflowHandle, WorkflowExecutionDescription]:
     """The session's handle and description, if `session_id` is a session id (else 400) of `workspace`'s (else
     404, the same as for no session)."""
-    session_id = id_of(session_id, field, "session")
-    if len(session_id) > MAX_ID_LENGTH or not session_id.isascii() or not session_id.isprintable():
-        raise not_found("session", session_id)
-    handle = client.get_workflow_handle(session_id)
+    return await own_workflow(client, workspace, session_id, field, "session", SESSION_WORKFLOW)
+
+
+async def own_workflow(
+    client: Client, workspace: str, value: Any, field: str, kind: str, workflow_type: str
+) -> tuple[WorkflowHandle, WorkflowExecutionDescription]:
+    """The handle and description of the object `value` names, when its workflow's id is the object's id (a session,
+    a dream): an id of `kind` (else 400), of a `workflow_type` workflow of `workspace`'s (else 404, as for none)."""
+    object_id = id_of(value, field, kind)
+    if len(object_id) > MAX_ID_LENGTH or not object_id.isascii() or not object_id.isprintable():
+        raise not_found(kind, object_id)
+    handle = client.get_workflow_handle(object_id)
     try:
         description = await handle.describe()
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
-            raise not_found("session", session_id) from exc
+            raise not_found(kind, object_id) from exc
         raise
     if (
-        description.workflow_type != SESSION_WORKFLOW
+        description.workflow_type != workflow_type
         or description.typed_search_attributes.get(WORKSPACE_KEY) != workspace
     ):
-        raise not_found("session", session_id)
+        raise not_found(kind, object_id)
     return handle, description
 
 
