@@ -134,18 +134,10 @@ class SandboxActivities:
                         self._git_proxy_port,
                         input.volume,
                     )
-                if input.knowledge:
-                    await asyncio.to_thread(
-                        knowledge.place_knowledge, self._docker, made.container_id, self._blobs, input.knowledge,
-                        input.memory,
-                    )  # fmt: skip
             except SandboxSetupError as exc:
                 raise ApplicationError(str(exc), type=SANDBOX_UNAVAILABLE, non_retryable=True) from exc
-            except BlobNotFound as exc:
-                raise ApplicationError(
-                    f"a file, skill or memory store of this session is gone from the blob store: {exc}",
-                    type=SANDBOX_UNAVAILABLE, non_retryable=True,
-                ) from exc  # fmt: skip
+            if input.knowledge:
+                await self._place(made.container_id, input)
         environment = input.environment
         warm = " (from the warm pool)" if made.from_pool else ""
         log.info("sandbox %s ready for %s%s", made.container_name, input.session_id, warm)
@@ -161,6 +153,21 @@ class SandboxActivities:
             bash_timeout_seconds=environment.bash_timeout_seconds,
             bash_max_timeout_seconds=environment.bash_max_timeout_seconds,
         )
+
+    async def _place(self, container_id: str, input: ProvisionInput) -> None:
+        """The session's files, skills and memory stores, under the container's `/mnt` (sandbox/knowledge.py)."""
+        assert input.knowledge is not None
+        try:
+            await asyncio.to_thread(knowledge.place_knowledge, self._docker, container_id, self._blobs, input.knowledge,
+                                    input.memory)  # fmt: skip
+        except BlobNotFound as exc:
+            raise ApplicationError(f"a file, skill or memory store of this session is gone from the blob store: {exc}",
+                                   type=SANDBOX_UNAVAILABLE, non_retryable=True) from exc  # fmt: skip
+        except SandboxGone:
+            raise  # the container went: provisioning again makes another
+        except SandboxError as exc:  # a tar that failed in the container: the same again would fail again
+            raise ApplicationError(f"the session's files, skills or memory stores could not be placed: {exc}",
+                                   type=SANDBOX_UNAVAILABLE, non_retryable=True) from exc  # fmt: skip
 
     async def _from_pool(self, input: ProvisionInput) -> containers.Provisioned | None:
         """A claimed pool member, for a session that has no workspace yet: on a network of the session's own and

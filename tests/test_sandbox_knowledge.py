@@ -11,14 +11,18 @@ from pathlib import Path
 
 import docker
 import pytest
+from temporalio.exceptions import ApplicationError
 
+from activities.sandbox import SandboxActivities
 from corral.blobs import LocalBlobStore
+from corral.contract.errors import SANDBOX_UNAVAILABLE
 from corral.contract.knowledge import FileMount, MemoryExport, MemoryStoreMount, SessionKnowledge, SkillPin
-from corral.contract.sandbox import CollectInput, Environment, SandboxHandle
+from corral.contract.sandbox import CollectInput, Environment, ProvisionInput, SandboxHandle
 from sandbox.containers import ensure_container
+from sandbox.errors import SandboxError
 from sandbox.knowledge import collect_knowledge, place_knowledge
 from sandbox.sessions import remove_session
-from sandbox.workspace import SANDBOX_GID, SANDBOX_UID
+from sandbox.workspace import SANDBOX_GID, SANDBOX_UID, hardened_run_options
 
 NOW = "2026-12-06T00:00:00Z"
 
@@ -155,3 +159,32 @@ def test_files_skills_and_stores_are_placed_read_only_or_writable_and_only_chang
         ),
     )
     assert again_outputs == [] and again_stores[0].changed == []
+
+
+async def test_a_container_with_no_room_under_mnt_is_a_clear_error_not_a_retry(
+    docker_client: docker.DockerClient, sandbox_image: str, tmp_path: Path
+) -> None:
+    """A container made before sandboxes had `/mnt` (a read-only root, nothing mounted there): placing fails, and
+    the provision says why once instead of retrying a tar that would fail again."""
+    volume = f"corral-test-knowledge-{uuid.uuid4().hex[:8]}"
+    container = docker_client.containers.run(sandbox_image, ["sleep", "60"], detach=True, name=volume,
+                                             **hardened_run_options(volume))  # fmt: skip
+    try:
+        blobs = LocalBlobStore(tmp_path / "blobs")
+        blobs.put("files/a", b"a")
+        knowledge = SessionKnowledge(workspace="w", files=[FileMount(
+            id="sres_1", file_id="file_1", mount_path="/mnt/session/uploads/file_1", blob_key="files/a", size_bytes=1,
+            created_at=NOW, updated_at=NOW)])  # fmt: skip
+        with pytest.raises(SandboxError, match="tar in the sandbox failed"):
+            place_knowledge(docker_client, container.id or "", blobs, knowledge, [])
+        activities = SandboxActivities(docker_client, sandbox_image, blobs=blobs)
+        provision = ProvisionInput(session_id="sesn_x", environment=Environment(), generation=0, knowledge=knowledge)
+        with pytest.raises(ApplicationError, match="could not be placed") as raised:
+            await activities._place(container.id or "", provision)
+        assert raised.value.non_retryable and raised.value.type == SANDBOX_UNAVAILABLE
+        blobs.delete("files/a")
+        with pytest.raises(ApplicationError, match="gone from the blob store"):
+            await activities._place(container.id or "", provision)
+    finally:
+        container.remove(force=True)
+        docker_client.volumes.get(volume).remove(force=True)
