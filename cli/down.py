@@ -65,7 +65,7 @@ async def bring_down(
         kept.append(f", vaults and credentials in {local_vault_dir(paths.root)} (sealed)")
     blobs = os.environ.get(ENV_BLOB_STORE, "")
     if blobs:  # set by the CLI: the state dir's, or the user's own store
-        kept.append(f", long sessions' earlier runs, large payloads, files and skills in {blobs}")
+        kept.append(f", long sessions' earlier runs and large payloads in {blobs} (files' and skills' bytes too)")
     knowledge = os.environ.get(ENV_KNOWLEDGE_DB, "")
     if knowledge:
         kept.append(f", files' metadata, skills and memory stores in {knowledge}")

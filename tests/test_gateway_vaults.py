@@ -504,7 +504,7 @@ async def test_a_repository_token_goes_to_vault_and_never_into_the_session(
         await client.beta.sessions.create(
             agent=agent.id, environment_id=environment.id, resources=[{"type": "github_repository", "url": url}]
         )
-    with pytest.raises(anthropic.BadRequestError, match="file"):
+    with pytest.raises(anthropic.NotFoundError, match="file 'file_1' was not found"):  # files: test_api_knowledge
         await client.beta.sessions.create(
             agent=agent.id, environment_id=environment.id, resources=[{"type": "file", "file_id": "file_1"}]
         )
