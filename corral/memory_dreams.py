@@ -10,24 +10,14 @@ import json
 import sqlite3
 from typing import Any
 
-from corral.memory_listing import store_of
 from corral.memory_paths import check_content, check_path
-from corral.memory_records import Actor, MemoryStoreNotFound, MemoryStoreRecord, now
+from corral.memory_records import Actor, now
 from corral.memory_stores import MemoryStores
 from corral.memory_writes import read_memory, refuse_archived, write
 from corral.names import MEMORY_STORE_ID_PREFIX
 from corral.record_ids import new_record_id
 
 MAX_STORE_NAME = 255
-
-
-def _store(connection: sqlite3.Connection, workspace: str, store_id: str) -> MemoryStoreRecord:
-    row = connection.execute(
-        "SELECT * FROM memory_stores WHERE id = ? AND workspace = ?", (store_id, workspace)
-    ).fetchone()
-    if row is None:
-        raise MemoryStoreNotFound(store_id)
-    return store_of(row)
 
 
 def _checked(contents: dict[str, str]) -> dict[str, str]:
@@ -57,7 +47,7 @@ def replace_contents(
     """`update_existing`: the store holds exactly `contents` afterwards; how many memories changed."""
     checked = _checked(contents)
     with stores.db.write() as connection:
-        store = _store(connection, workspace, store_id)
+        store = MemoryStores.store_in(connection, workspace, store_id)
         refuse_archived(store, "dream over")
         return _write_all(connection, store.id, checked, actor)
 

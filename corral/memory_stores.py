@@ -103,7 +103,7 @@ class MemoryStores:
     def __init__(self, db: KnowledgeDB) -> None:
         self.db = db
         db.migrate("memory_stores", SCHEMA)
-        self.versions = MemoryVersions(db, self._store)
+        self.versions = MemoryVersions(db, self.store_in)
 
     # ---- stores -----------------------------------------------------------------------------------------------
 
@@ -124,7 +124,7 @@ class MemoryStores:
     def get_store(self, workspace: str, store_id: str) -> MemoryStoreRecord:
         """The store, or `MemoryStoreNotFound` (also for another workspace's)."""
         with self.db.read() as connection:
-            return self._store(connection, workspace, store_id)
+            return self.store_in(connection, workspace, store_id)
 
     def locate_store(self, store_id: str) -> MemoryStoreRecord:
         """The store whatever its workspace: for the operator's CLI only, never for an API caller."""
@@ -139,7 +139,7 @@ class MemoryStores:
         """Change what is given: `description` "" clears it, `metadata` is a patch (a null value deletes its key).
         An archived store refuses (`InvalidMemoryRequest`)."""
         with self.db.write() as connection:
-            store = self._store(connection, workspace, store_id)
+            store = self.store_in(connection, workspace, store_id)
             refuse_archived(store, "update")
             merged = patched_metadata(store.metadata, metadata) if metadata is not None else store.metadata
             connection.execute(
@@ -148,7 +148,7 @@ class MemoryStores:
                  store.description if description is None else check_description(description),
                  json.dumps(merged), now(), store.id),
             )  # fmt: skip
-            return self._store(connection, workspace, store_id)
+            return self.store_in(connection, workspace, store_id)
 
     def list_stores(
         self,
@@ -167,17 +167,17 @@ class MemoryStores:
     def archive_store(self, workspace: str, store_id: str) -> MemoryStoreRecord:
         """Archive the store (irreversible; archiving again changes nothing)."""
         with self.db.write() as connection:
-            store = self._store(connection, workspace, store_id)
+            store = self.store_in(connection, workspace, store_id)
             if store.archived_at is None:
                 moment = now()
                 connection.execute("UPDATE memory_stores SET archived_at = ?, updated_at = ? WHERE id = ?",
                                    (moment, moment, store.id))  # fmt: skip
-            return self._store(connection, workspace, store_id)
+            return self.store_in(connection, workspace, store_id)
 
     def delete_store(self, workspace: str, store_id: str) -> None:
         """Delete the store, its memories and all their versions."""
         with self.db.write() as connection:
-            store = self._store(connection, workspace, store_id)
+            store = self.store_in(connection, workspace, store_id)
             connection.execute("DELETE FROM memory_stores WHERE id = ?", (store.id,))
 
     # ---- memories ---------------------------------------------------------------------------------------------
@@ -186,7 +186,7 @@ class MemoryStores:
         """A new memory at `path` (`MemoryConflict` if the store has one there)."""
         path, content = check_path(path), check_content(content)
         with self.db.write() as connection:
-            store = self._store(connection, workspace, store_id)
+            store = self.store_in(connection, workspace, store_id)
             refuse_archived(store, "create memories in")
             if at_path(connection, store.id, path) is not None:
                 raise MemoryConflict(f"path {path!r} already holds a memory in {store.id}", PATH_TAKEN)
@@ -195,14 +195,14 @@ class MemoryStores:
 
     def get_memory(self, workspace: str, store_id: str, memory_id: str, full: bool = True) -> MemoryRecord:
         with self.db.read() as connection:
-            store = self._store(connection, workspace, store_id)
+            store = self.store_in(connection, workspace, store_id)
             return read_memory(connection, store.id, memory_id, full)
 
     def find_memory_id(self, workspace: str, store_id: str, path: str) -> str:
         """The id of the memory at `path`, or of the last one that was there (deleted since; its history stays),
         else `MemoryNotFound`: how a person names a memory (`corral memory cat / history`)."""
         with self.db.read() as connection:
-            store = self._store(connection, workspace, store_id)
+            store = self.store_in(connection, workspace, store_id)
             found = at_path(connection, store.id, path)
             if found is None:
                 row = connection.execute(
@@ -231,7 +231,7 @@ class MemoryStores:
         new_content = None if content is None else check_content(content)
         expected = None if expected_sha256 is None else check_sha256(expected_sha256, "precondition.content_sha256")
         with self.db.write() as connection:
-            store = self._store(connection, workspace, store_id)
+            store = self.store_in(connection, workspace, store_id)
             refuse_archived(store, "update memories in")
             memory = read_memory(connection, store.id, memory_id, full=True)
             check_precondition(memory, expected)
@@ -251,7 +251,7 @@ class MemoryStores:
         content is still that (else `MemoryConflict`). An archived store allows it."""
         expected = None if expected_sha256 is None else check_sha256(expected_sha256, "expected_content_sha256")
         with self.db.write() as connection:
-            store = self._store(connection, workspace, store_id)
+            store = self.store_in(connection, workspace, store_id)
             memory = read_memory(connection, store.id, memory_id, full=False)
             check_precondition(memory, expected)
             write(connection, store.id, memory, memory.path, None, actor)
@@ -274,14 +274,14 @@ class MemoryStores:
             raise InvalidMemoryRequest("depth must be a whole number from 0 (0: every memory below the prefix)")
         limit = checked_limit(limit)
         with self.db.read() as connection:
-            store = self._store(connection, workspace, store_id)
+            store = self.store_in(connection, workspace, store_id)
             return list_memories(connection, store.id, prefix, depth,
                                  min(limit, MAX_FULL_LIMIT) if full else limit, page, full)  # fmt: skip
 
     def export(self, workspace: str, store_id: str) -> list[MemorySnapshot]:
         """Every current memory of the store, in path order: what a session's sandbox is given at mount."""
         with self.db.read() as connection:
-            store = self._store(connection, workspace, store_id)
+            store = self.store_in(connection, workspace, store_id)
             rows = connection.execute(
                 "SELECT path, content, content_sha256 FROM memories WHERE store_id = ? ORDER BY path", (store.id,)
             ).fetchall()
@@ -309,7 +309,7 @@ class MemoryStores:
         actor: Actor = {"type": "session_actor", "session_id": session_id}
         report: list[str] = []
         with self.db.write() as connection:
-            store = self._store(connection, workspace, store_id)
+            store = self.store_in(connection, workspace, store_id)
             refuse_archived(store, "write session changes to")
             for change in changes:
                 report.append(apply(connection, store.id, change, actor))
@@ -320,7 +320,7 @@ class MemoryStores:
         and for the benchmark. A path already taken is a `MemoryConflict` and nothing is written."""
         checked = [(check_path(path), check_content(content)) for path, content in items]
         with self.db.write() as connection:
-            store = self._store(connection, workspace, store_id)
+            store = self.store_in(connection, workspace, store_id)
             refuse_archived(store, "create memories in")
             memory_rows, version_rows = [], []
             moment, created_by = now(), json.dumps(actor)
@@ -354,7 +354,8 @@ class MemoryStores:
     # ---- helpers ----------------------------------------------------------------------------------------------
 
     @staticmethod
-    def _store(connection: sqlite3.Connection, workspace: str, store_id: str) -> MemoryStoreRecord:
+    def store_in(connection: sqlite3.Connection, workspace: str, store_id: str) -> MemoryStoreRecord:
+        """The store as `connection` reads it, in a transaction of the caller's; `MemoryStoreNotFound` as get_store."""
         row = connection.execute(
             "SELECT * FROM memory_stores WHERE id = ? AND workspace = ?", (store_id, workspace)
         ).fetchone()
