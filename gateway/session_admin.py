@@ -77,7 +77,7 @@ def session_admin_routes(gateway: Any, authed: Authed) -> list[Route]:
         for workflow_id in [session_id, *threads]:
             try:
                 await gateway.records.client.workflow_service.delete_workflow_execution(
-                    _delete_request(gateway.records.client.namespace, workflow_id)
+                    _delete_request(gateway.records.client.namespace, workflow_id), retry=True
                 )
             except RPCError as exc:
                 if exc.status != RPCStatusCode.NOT_FOUND:
