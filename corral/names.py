@@ -12,6 +12,9 @@ MODEL_TASK_QUEUE: Final = "corral-model"
 SANDBOX_TASK_QUEUE: Final = "corral-sandbox"
 PROXY_TASK_QUEUE: Final = "corral-proxy"
 UTILITY_HAND_TASK_QUEUE: Final = "corral-utility"
+GATEWAY_TASK_QUEUE: Final = "corral-gateway"
+"""The gateway's own activities (a deployment run opens its session through the gateway's session creation, with the
+same checks and errors as `POST /v1/sessions`): every gateway process serves it."""
 
 CORRAL_TASK_QUEUES: Final = (
     HARNESS_TASK_QUEUE,
@@ -19,6 +22,7 @@ CORRAL_TASK_QUEUES: Final = (
     SANDBOX_TASK_QUEUE,
     PROXY_TASK_QUEUE,
     UTILITY_HAND_TASK_QUEUE,
+    GATEWAY_TASK_QUEUE,
 )
 RESERVED_TASK_QUEUE_PREFIXES: Final = ("corral-", "/_sys/")
 """Task queues no hand may use, by anyone: every `corral-` queue is corral's (the roles above, the sandbox engine
@@ -65,6 +69,10 @@ def sandbox_provision_queue(engine: str | None) -> str:
 
 # Workflow type and its handlers.
 SESSION_WORKFLOW: Final = "SessionWorkflow"
+DEPLOYMENT_FIRE_WORKFLOW: Final = "DeploymentFireWorkflow"
+"""What a deployment's Temporal Schedule starts at each fire (and a manual run starts): it opens one deployment run."""
+WEBHOOK_DELIVERY_WORKFLOW: Final = "WebhookDeliveryWorkflow"
+"""One per (webhook event, endpoint): it owes the endpoint that delivery until it lands or is given up."""
 SIGNAL_USER_MESSAGE: Final = "user_message"
 SIGNAL_INTERRUPT: Final = "interrupt"
 UPDATE_SEND_EVENTS: Final = "send_events"
@@ -239,6 +247,13 @@ MEMORY_STORE_ID_PREFIX: Final = "memstore_"
 MEMORY_ID_PREFIX: Final = "mem_"
 MEMORY_VERSION_ID_PREFIX: Final = "memver_"
 DREAM_ID_PREFIX: Final = "drm_"
+DEPLOYMENT_ID_PREFIX: Final = "depl_"
+"""Not documented upstream; corral's. A deployment's Temporal Schedule has the deployment's id."""
+DEPLOYMENT_RUN_ID_PREFIX: Final = "drun_"
+WEBHOOK_ENDPOINT_ID_PREFIX: Final = "whep_"
+"""A workspace's webhook endpoint (a corral API extension: the SDK has organisation endpoints only)."""
+WEBHOOK_EVENT_ID_PREFIX: Final = "wevt_"
+"""A webhook event: the `id` of its payload and the `webhook-id` of every delivery of it, retries included."""
 ID_KINDS: Final = {
     SESSION_ID_PREFIX: "session",
     EVENT_ID_PREFIX: "event",
@@ -262,6 +277,10 @@ ID_KINDS: Final = {
     MEMORY_ID_PREFIX: "memory",
     MEMORY_VERSION_ID_PREFIX: "memory version",
     DREAM_ID_PREFIX: "dream",
+    DEPLOYMENT_ID_PREFIX: "deployment",
+    DEPLOYMENT_RUN_ID_PREFIX: "deployment run",
+    WEBHOOK_ENDPOINT_ID_PREFIX: "webhook endpoint",
+    WEBHOOK_EVENT_ID_PREFIX: "webhook event",
 }
 """What each prefix names, for errors that say which kind of id was given where another was expected."""
 
