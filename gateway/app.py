@@ -28,6 +28,7 @@ from corral.files import FileStore
 from corral.knowledge_db import KnowledgeDB, open_knowledge_db
 from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
 from corral.records import Records
+from corral.webhooks import Webhooks
 from corral.work_queue import WorkQueues
 from gateway.agents import agent_routes
 from gateway.auth import ApiKeys
@@ -82,6 +83,8 @@ class Gateway:
         self.streams = StreamSlots(streams_per_key)
         self.files = FileStore(self.knowledge, self.blobs)
         """Files (corral.files): their quota and largest upload from `CORRAL_FILE_QUOTA_BYTES` and `…_MAX_BYTES`."""
+        self.webhooks = Webhooks(client, self.knowledge, harness_queue)
+        """The workspace's webhook endpoints, and `emit` for what the API changes (corral.webhooks)."""
 
     def own_queues(self) -> tuple[str, str]:
         """The task queues of this gateway's own workers, which no hand may name."""
