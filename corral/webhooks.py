@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -41,7 +42,11 @@ from corral.contract.webhooks import (
 )
 from corral.knowledge_db import KnowledgeDB
 from corral.names import (
+    ENV_WEBHOOK_FIRST_RETRY,
+    ENV_WEBHOOK_GIVE_UP_AFTER,
+    ENV_WEBHOOK_LONGEST_WAIT,
     HARNESS_TASK_QUEUE,
+    PROXY_TASK_QUEUE,
     WEBHOOK_DELIVERY_WORKFLOW,
     WEBHOOK_ENDPOINT_ID_PREFIX,
     WEBHOOK_EVENT_ID_PREFIX,
@@ -226,16 +231,46 @@ def webhook_event(type: str, subject_id: str, workspace: str, *, key: str | None
                         created_at=created_at or datetime.now(UTC), extra=extra)  # fmt: skip
 
 
+def delivery_policy(env: Mapping[str, str] | None = None) -> DeliveryPolicy:
+    """The delivery policy of the deliveries this process starts: the defaults (first retry after 5 s, doubling up
+    to an hour between tries, given up after 26 hours), or `CORRAL_WEBHOOK_FIRST_RETRY_SECONDS`,
+    `CORRAL_WEBHOOK_LONGEST_WAIT_SECONDS` and `CORRAL_WEBHOOK_GIVE_UP_AFTER_SECONDS`. Read once, where emitting
+    starts, and carried in each delivery's input: a delivery keeps the policy it was started with. A value that is
+    not a positive number, or a longest wait shorter than the first, is a ValueError naming the variable."""
+    env = os.environ if env is None else env
+    policy = DeliveryPolicy()
+    fields = {ENV_WEBHOOK_FIRST_RETRY: "first_retry", ENV_WEBHOOK_LONGEST_WAIT: "longest_wait",
+              ENV_WEBHOOK_GIVE_UP_AFTER: "give_up_after"}  # fmt: skip
+    changes: dict[str, timedelta] = {}
+    for name, field in fields.items():
+        raw = env.get(name)
+        if not raw:
+            continue
+        try:
+            seconds = float(raw)
+        except ValueError:
+            seconds = -1.0
+        if not 0 < seconds < 10 * 365 * 86400:
+            raise ValueError(f"{name} is a positive number of seconds, not {raw!r}")
+        changes[field] = timedelta(seconds=seconds)
+    policy = policy.model_copy(update=changes)
+    if policy.longest_wait < policy.first_retry:
+        raise ValueError(f"{ENV_WEBHOOK_LONGEST_WAIT} is at least the first retry's wait ({ENV_WEBHOOK_FIRST_RETRY})")
+    return policy
+
+
 class Webhooks:
     """Emits events: what every emitting process (gateway, model workers, proxy) holds, over one Temporal client."""
 
     def __init__(self, client: Client, db: KnowledgeDB, task_queue: str = HARNESS_TASK_QUEUE,
-                 policy: DeliveryPolicy | None = None) -> None:  # fmt: skip
+                 policy: DeliveryPolicy | None = None, proxy_queue: str = PROXY_TASK_QUEUE) -> None:  # fmt: skip
         self.client = client
         self.endpoints = WebhookEndpoints(db)
         self.task_queue = task_queue
         """Where delivery workflows run: the harness queue (they are workflow code; the proxy sends)."""
-        self.policy = policy or DeliveryPolicy()
+        self.policy = policy or delivery_policy()
+        self.proxy_queue = proxy_queue
+        """Where the deliveries' attempts run: the proxy role's queue (it alone holds the signing secrets)."""
 
     async def emit(self, events: Sequence[WebhookEvent]) -> list[str]:
         """Start the deliveries `events` are owed; the ids of the delivery workflows (started now or before)."""
@@ -248,7 +283,8 @@ class Webhooks:
 
     async def _deliver(self, event: WebhookEvent, endpoint: Endpoint) -> str:
         workflow_id = delivery_workflow_id(event.id, endpoint.id)
-        delivery = WebhookDeliveryInput(event=event, endpoint_id=endpoint.id, policy=self.policy)
+        delivery = WebhookDeliveryInput(event=event, endpoint_id=endpoint.id, policy=self.policy,
+                                        proxy_task_queue=self.proxy_queue)  # fmt: skip
         try:
             await self.client.start_workflow(
                 WEBHOOK_DELIVERY_WORKFLOW, delivery, id=workflow_id, task_queue=self.task_queue,

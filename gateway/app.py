@@ -49,6 +49,7 @@ from gateway.sessions import Sessions, session_routes
 from gateway.skills import skill_routes
 from gateway.threads import thread_routes
 from gateway.vaults import vault_routes
+from gateway.webhooks import webhook_routes
 from gateway.work import work_routes
 from gateway.work_auth import Credentials
 
@@ -105,6 +106,7 @@ FEATURES: list[Callable[[Gateway, Authed], list[Route]]] = [
     dream_routes,
     skill_routes,
     file_routes,
+    webhook_routes,
 ]
 """Each resource family's routes, in the order they are matched."""
 

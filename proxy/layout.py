@@ -11,6 +11,7 @@ KV layout under the mount (all JSON documents)::
     bindings/<sha256(reference)>                {session_id, vault_ids, created_at, revoked_at}
     sessions/<sesn_id>/binding                  {reference_sha256}: the one live reference of the session
     sessions/<sesn_id>/repositories/<repo_id>   {url, scheme, username, token}
+    webhook_secrets/<whep_id>                   {secret}: a webhook endpoint's signing secret (proxy.webhooks)
 
 A secret lives apart from its public part so that a Vault policy can let a writer (the gateway) create and replace
 it, and read everything else, without ever reading it back (`proxy.access`). A folder's name ends with '/'; a key
@@ -33,6 +34,7 @@ SERVER_URLS: Final = "server_urls"
 BINDINGS: Final = "bindings"
 SESSIONS: Final = "sessions"
 REPOSITORIES: Final = "repositories"
+WEBHOOK_SECRETS: Final = "webhook_secrets"
 
 
 def vaults_folder() -> str:
@@ -91,3 +93,8 @@ def repositories_folder(session_id: str) -> str:
 def repository_path(session_id: str, repo_id: str) -> str:
     """A session's git token for one repository."""
     return f"{SESSIONS}/{session_id}/{REPOSITORIES}/{repo_id}"
+
+
+def webhook_secret_path(endpoint_id: str) -> str:
+    """A webhook endpoint's signing secret: written by the gateway, read by the proxy alone, which signs with it."""
+    return f"{WEBHOOK_SECRETS}/{endpoint_id}"

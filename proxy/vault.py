@@ -47,14 +47,16 @@ from proxy.models import (
     Vault,
 )
 from proxy.sessions import SessionScope
+from proxy.webhooks import WebhookSecretScope
 
 VAULT_PREFIX = VAULT_ID_PREFIX
 CREDENTIAL_PREFIX = CREDENTIAL_ID_PREFIX
 _STALE_CLAIM = timedelta(minutes=1)
 
 
-class VaultStore(SessionScope):
-    """Vaults, credentials, session bindings and git tokens in one KV v2 mount (`corral/` by default)."""
+class VaultStore(SessionScope, WebhookSecretScope):
+    """Vaults, credentials, session bindings, git tokens and webhook signing secrets in one KV v2 mount (`corral/`
+    by default)."""
 
     def __init__(self, client: hvac.Client, mount: str = DEFAULT_MOUNT) -> None:
         self._kv = KvStore(client, mount)

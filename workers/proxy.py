@@ -1,5 +1,6 @@
 """`corral-proxy`: the only process with Vault access (and no Docker access). Serves the proxy activities on
-`corral-proxy`: session bindings and MCP calls made with credentials that never leave this process.
+`corral-proxy`: session bindings and MCP calls made with credentials that never leave this process, and webhook
+deliveries signed with secrets that never leave it either (activities/webhooks.py).
 
 It also serves the git smart-HTTP proxy (`CORRAL_GIT_PROXY_HOST`, default 0.0.0.0, and `CORRAL_GIT_PROXY_PORT`,
 default 8767) that adds a session's repository token to `git pull`/`git push` made inside its sandbox, and runs
@@ -14,11 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.proxy import ProxyActivities
+from activities.webhooks import WebhookActivities
 from corral.names import PROXY_TASK_QUEUE
 from proxy import GitProxyServer, ProxyError, VaultStore
 from workers._reaper import reap_once, reaping
@@ -61,7 +65,16 @@ async def revoke_closed_sessions(temporal: Client, store: VaultStore) -> list[st
     return await reap_once(temporal, reaper.sessions, reaper.revoke)
 
 
-def proxy_worker(client: Client, activities: ProxyActivities, task_queue: str = PROXY_TASK_QUEUE) -> Worker:
+def proxy_worker(
+    client: Client,
+    activities: ProxyActivities,
+    task_queue: str = PROXY_TASK_QUEUE,
+    webhooks: WebhookActivities | None = None,
+) -> Worker:
+    """The proxy's activities; with `webhooks`, it also sends webhook deliveries (it alone reads their secrets)."""
+    sending: list[Callable[..., Any]] = (
+        [webhooks.deliver_webhook, webhooks.give_up_webhook] if webhooks is not None else []
+    )
     return Worker(
         client,
         task_queue=task_queue,
@@ -71,6 +84,7 @@ def proxy_worker(client: Client, activities: ProxyActivities, task_queue: str = 
             activities.mcp_call_tool,
             activities.release_session,
             activities.validate_credential,
+            *sending,
         ],
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
     )
@@ -95,7 +109,8 @@ async def _serve(settings: ProxyWorkerSettings) -> None:
             reaper.revoke,
             job="revoking the references of closed sessions",
         ):
-            await run_until_stopped([proxy_worker(temporal, ProxyActivities(store))])
+            webhooks = WebhookActivities(store)
+            await run_until_stopped([proxy_worker(temporal, ProxyActivities(store), webhooks=webhooks)])
     finally:
         git.stop()
 

@@ -42,6 +42,7 @@ from workflows.file_expiry import FileExpiryWorkflow
 from workflows.records import RecordWorkflow, VersionedRecordWorkflow
 from workflows.signals import SignalArgumentsInterceptor
 from workflows.validation import CredentialValidationWorkflow
+from workflows.webhooks import WebhookDeliveryWorkflow
 from workflows.work_queue import EnvironmentWorkQueue, VersionedEnvironmentWorkQueue
 
 HARNESS_WORKFLOW_RUNNER = SandboxedWorkflowRunner(
@@ -67,6 +68,7 @@ HARNESS_WORKFLOWS: tuple[type, ...] = (
     EnvironmentWorkQueue,
     DreamWorkflow,
     FileExpiryWorkflow,
+    WebhookDeliveryWorkflow,
 )
 """The workflow classes the harness worker runs (and `corral harness check` replays with)."""
 

@@ -115,9 +115,34 @@ class WebhookDeliveryInput(BaseModel):
     event: WebhookEvent
     endpoint_id: str
     policy: DeliveryPolicy = Field(default_factory=DeliveryPolicy)
+    proxy_task_queue: str = "corral-proxy"
+    """Where the attempts run: the proxy's queue (`corral.names.PROXY_TASK_QUEUE`; a test's own, in tests)."""
 
 
 def delivery_workflow_id(event_id: str, endpoint_id: str) -> str:
     """One delivery workflow per (event, endpoint): starting it twice (a retried emit, a replayed workflow) is a
     no-op, so an event is never delivered twice to one endpoint by corral's doing."""
     return f"webhook-{event_id}-{endpoint_id}"
+
+
+DELIVERED = "delivered"
+STOPPED = "stopped"
+GAVE_UP = "gave_up"
+
+
+class WebhookDeliveryResult(BaseModel):
+    """How a delivery ended: `delivered` (a 2xx), `stopped` (its endpoint was disabled or deleted meanwhile) or
+    `gave_up` (still failing after `give_up_after`: the endpoint is disabled). The activity's result too."""
+
+    outcome: str
+    reason: str | None = None
+    """Why it stopped or gave up, for the deliveries view; never a secret."""
+    attempts: int = 0
+
+
+class GiveUpWebhookInput(BaseModel):
+    """What `give_up_webhook` needs: the delivery's event and endpoint, and the attempts made."""
+
+    event: WebhookEvent
+    endpoint_id: str
+    give_up_after: timedelta
