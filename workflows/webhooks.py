@@ -23,7 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from corral.names import (
         ACTIVITY_DELIVER_WEBHOOK,
         ACTIVITY_GIVE_UP_WEBHOOK,
-            WEBHOOK_DELIVERY_WORKFLOW,
+        WEBHOOK_DELIVERY_WORKFLOW,
     )
 
 ATTEMPT_TIMEOUT = timedelta(minutes=1)
