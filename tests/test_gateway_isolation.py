@@ -75,6 +75,7 @@ class Ids:
     """A version of `skill` (it has two, so that one could be deleted)."""
     file: str = ""
     dream: str = ""
+    webhook_endpoint: str = ""
 
 
 WRONG_KIND = {
@@ -97,6 +98,7 @@ WRONG_KIND = {
     "skill_version": "skill",
     "file": "session",
     "dream": "memory_store",
+    "webhook_endpoint": "vault",
 }
 """For each id position, the attribute of a real id of another kind (of the same workspace) to put there."""
 
@@ -309,6 +311,7 @@ def rows() -> list[Row]:
                                                    initial_events=[file_rubric(t.file)])),
         *memory_rows(),
         *dream_rows(),
+        *webhook_rows(),
     ]  # fmt: skip
 
 
@@ -328,6 +331,27 @@ def dream_rows() -> list[Row]:
         Row("POST", dream + "/cancel", "dream_id", "dream", "dream_id", lambda c, t, o: c.beta.dreams.cancel(t.dream)),
         Row("POST", dream + "/archive", "dream_id", "dream", "dream_id",
             lambda c, t, o: c.beta.dreams.archive(t.dream)),
+    ]  # fmt: skip
+
+
+def webhook_action(action: str) -> Call:
+    return lambda c, t, o: c.post(f"/v1/webhook_endpoints/{t.webhook_endpoint}/{action}", cast_to=JSON)
+
+
+def webhook_rows() -> list[Row]:
+    """The webhook endpoints (a corral extension: the SDK's own client, with no method of its own for it)."""
+    one = "/v1/webhook_endpoints/{id}"
+    path = "/v1/webhook_endpoints/"
+    by_id = ("id", "webhook_endpoint", "webhook_endpoint_id")
+    return [
+        Row("GET", one, *by_id, lambda c, t, o: c.get(path + t.webhook_endpoint, cast_to=JSON)),
+        Row("POST", one, *by_id,
+            lambda c, t, o: c.post(path + t.webhook_endpoint, body={"description": "taken"}, cast_to=JSON)),
+        Row("DELETE", one, *by_id, lambda c, t, o: c.delete(path + t.webhook_endpoint, cast_to=JSON)),
+        *(Row("POST", one + "/" + action, *by_id, webhook_action(action))
+          for action in ("rotate_secret", "enable", "disable")),
+        Row("GET", one + "/deliveries", *by_id,
+            lambda c, t, o: c.get(path + t.webhook_endpoint + "/deliveries", cast_to=JSON)),
     ]  # fmt: skip
 
 
@@ -388,10 +412,12 @@ LISTINGS = {
     ("GET", "/v1/skills"): "skill",
     ("GET", "/v1/files"): "file",
     ("GET", "/v1/dreams"): "dream",
+    ("GET", "/v1/webhook_endpoints"): "webhook_endpoint",
 }
 """Routes that take no id and list the caller's objects: B's listing must show none of A's."""
 NO_ID = {("POST", "/v1/agents"), ("POST", "/v1/environments"), ("POST", "/v1/vaults"), ("GET", "/healthz"),
-         ("POST", "/v1/memory_stores"), ("POST", "/v1/skills"), ("POST", "/v1/files")}  # fmt: skip
+         ("POST", "/v1/memory_stores"), ("POST", "/v1/skills"), ("POST", "/v1/files"),
+         ("POST", "/v1/webhook_endpoints")}  # fmt: skip
 SKILL_MD = b"---\nname: tools\ndescription: Useful tools.\n---\n"
 """Routes that take no id at all (a create makes a new one in the caller's workspace)."""
 
@@ -478,6 +504,9 @@ async def objects(stack: Stack, client: Client) -> Ids:
     await client.beta.memory_stores.memories.update(memory.id, memory_store_id=store.id, content="two")
     ids = dataclasses.replace(ids, memory_store=store.id, memory=memory.id, memory_version=memory.memory_version_id)
     skill = await client.beta.skills.create(files=[("tools/SKILL.md", SKILL_MD)])
+    hook = await client.post("/v1/webhook_endpoints", body={"url": "https://hooks.example/in", "events": ["all"]},
+                             cast_to=JSON)  # fmt: skip
+    ids = dataclasses.replace(ids, webhook_endpoint=hook["id"])
     skill_version = await client.beta.skills.versions.create(skill.id, files=[("tools/SKILL.md", SKILL_MD)])
     return dataclasses.replace(ids, repo_session=repo_session.id, resource=resource.id, credential=credential.id,
                                event=event.id, thread=primary_thread_id(session.id), hosted=hosted.id,
@@ -529,6 +558,7 @@ async def snapshot(client: Client, a: Ids) -> dict[str, Any]:
         "skill": (await client.beta.skills.retrieve(a.skill)).model_dump(),
         "skill versions": [v.model_dump() async for v in client.beta.skills.versions.list(a.skill)],
         "file": (await client.beta.files.retrieve_metadata(a.file)).model_dump(),
+        "webhook endpoint": await client.get(f"/v1/webhook_endpoints/{a.webhook_endpoint}", cast_to=JSON),
         "listings": await listed(client),
     }
 
@@ -548,6 +578,7 @@ async def listed(client: Client) -> dict[str, list[str]]:
         "skill": [x.id async for x in client.beta.skills.list()],
         "file": [x.id async for x in client.beta.files.list()],
         "dream": [x.id async for x in client.beta.dreams.list()],
+        "webhook_endpoint": [x["id"] for x in (await client.get("/v1/webhook_endpoints", cast_to=JSON))["data"]],
     }
 
 
@@ -572,7 +603,8 @@ async def test_another_workspaces_ids_are_404_and_the_wrong_kind_is_400_on_every
     a, b = await objects(stack, client_a), await objects(stack, client_b)
     listings_a = {"agent": [a.agent], "environment": sorted([a.environment, a.hosted]), "vault": [a.vault],
                   "session": sorted([a.session, a.repo_session]), "memory_store": [a.memory_store],
-                  "skill": [a.skill], "file": [a.file], "dream": [a.dream]}  # fmt: skip
+                  "skill": [a.skill], "file": [a.file], "dream": [a.dream],
+                  "webhook_endpoint": [a.webhook_endpoint]}  # fmt: skip
 
     async def listed_fully() -> bool:  # visibility has caught up with A's objects: B's listings now mean something
         found = await listed(client_a)
