@@ -30,7 +30,9 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from activities.files import FileActivities
+from activities.proxy import ProxyActivities
 from activities.sandbox import SandboxActivities
+from activities.webhooks import WebhookActivities
 from corral.blobs import LocalBlobStore, open_blob_store
 from corral.client import read_events, send_events, send_text, start_session, update_session, wait_for_idle
 from corral.contract.dreams import TERMINAL_DREAM_STATUSES, DreamInput, DreamModel, DreamState
@@ -46,6 +48,7 @@ from corral.contract.session import (
     UpdateSessionInput,
 )
 from corral.contract.threads import ThreadInfo
+from corral.contract.webhooks import DeliveryPolicy
 from corral.contract.work import NO_HEARTBEAT, ClaimWork, HeartbeatWork, SelfHostedEnvironment, StopWork, work_queue_id
 from corral.file_expiry import schedule_file_expiry
 from corral.files import FileStore
@@ -66,11 +69,16 @@ from corral.names import (
 from corral.records import Records
 from corral.skill_bundles import bundle_tar, skill_bundle
 from corral.temporal import cluster_id, start_local_temporal
+from corral.webhooks import WebhookEndpoints, Webhooks, webhook_event
 from corral.work_queue import WorkQueues
 from modelserver import ModelServerThread
+from proxy import VaultStore, new_webhook_secret
+from proxy.devvault import start_dev_vault
 from sandbox import ensure_docker_engine, ensure_sandbox_image
 from tests.hand_tools import TEST_TOOLS
+from tests.proxy_servers.webhook_receiver import WebhookReceiver
 from tests.waits import until
+from workers.proxy import proxy_worker
 from workers.roles import harness_worker, model_workers, sandbox_workers
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -78,6 +86,7 @@ STATE_DIR = Path(__file__).resolve().parents[1] / ".corral"
 HAND_QUEUE = "record-hand"
 MODEL_QUEUE = "record-model"
 HARNESS_QUEUE = "record-harness"
+PROXY_QUEUE = "record-proxy"
 
 SELF_HOSTED = SelfHostedEnvironment(environment_id="env_recorded", workspace="default")
 RECORDING: list[Client] = []
@@ -595,9 +604,49 @@ async def file_expiry(records: Records) -> str:
     return workflow_id
 
 
+async def _webhook_delivery(records: Records, answers: list[int], give_up_after: timedelta) -> str:
+    """One webhook delivery sent by a proxy worker of the recording's own (a dev Vault holds the secret) to a
+    receiver that answers `answers` in turn (the last one from then on)."""
+    db = _file_store().db
+    workspace = f"recorded-{uuid.uuid4().hex[:6]}"  # one endpoint per scenario in the shared scratch database
+    receiver = WebhookReceiver()
+    with start_dev_vault(Path(tempfile.mkdtemp(prefix="corral-record-vault-"))) as vault:
+        store = VaultStore(vault.client(), vault.mount)
+        endpoint = WebhookEndpoints(db).create(workspace, receiver.url("/in"), ["all"])
+        secret = new_webhook_secret()
+        store.store_webhook_secret(endpoint.id, secret)
+        receiver.keys["/in"] = secret.get_secret_value()
+        receiver.answer = answers[0]
+        policy = DeliveryPolicy(first_retry=timedelta(milliseconds=200), longest_wait=timedelta(seconds=1),
+                                give_up_after=give_up_after)  # fmt: skip
+        webhooks = Webhooks(records.client, db, HARNESS_QUEUE, policy, PROXY_QUEUE)
+        event = webhook_event("session.status_idled", "sesn_recorded0000000000000000", workspace)
+        async with proxy_worker(records.client, ProxyActivities(store), PROXY_QUEUE,
+                                webhooks=WebhookActivities(store, db)):  # fmt: skip
+            [workflow_id] = await webhooks.emit([event])
+            for answer in answers[1:]:
+                await until(lambda: bool(receiver.received), "the receiver got the first attempt")
+                receiver.answer = answer
+            await records.client.get_workflow_handle(workflow_id).result()
+    receiver.close()
+    return workflow_id
+
+
+async def webhook_delivery(records: Records) -> str:
+    """A webhook delivery whose first attempt got a 503 and whose retry was delivered."""
+    return await _webhook_delivery(records, [503, 200], timedelta(hours=26))
+
+
+async def webhook_given_up(records: Records) -> str:
+    """A webhook delivery that kept failing until its policy gave up (its endpoint disabled)."""
+    return await _webhook_delivery(records, [503], timedelta(seconds=3))
+
+
 RECORD_SCENARIOS: dict[str, Callable[[Records], Awaitable[str]]] = {
     "record_agent_versions": agent_versions,
     "file_expiry": file_expiry,
+    "webhook_delivery": webhook_delivery,
+    "webhook_given_up": webhook_given_up,
 }
 """Record scenarios: each plays one record's life and returns its id (its workflow's)."""
 

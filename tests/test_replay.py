@@ -10,12 +10,19 @@ from temporalio.worker import Replayer
 
 from corral.contract.records import RECORD_WORKFLOW
 from corral.contract.work import WORK_QUEUE_WORKFLOW
-from corral.names import DREAM_WORKFLOW, FILE_EXPIRY_WORKFLOW, SESSION_WORKFLOW, WORKFLOW_RUN_WORKFLOW
+from corral.names import (
+    DREAM_WORKFLOW,
+    FILE_EXPIRY_WORKFLOW,
+    SESSION_WORKFLOW,
+    WEBHOOK_DELIVERY_WORKFLOW,
+    WORKFLOW_RUN_WORKFLOW,
+)
 from corral.temporal import data_converter
 from workflows import SessionWorkflow, WorkflowRun
 from workflows.dreams import DreamWorkflow
 from workflows.file_expiry import FileExpiryWorkflow
 from workflows.records import RecordWorkflow
+from workflows.webhooks import WebhookDeliveryWorkflow
 from workflows.work_queue import EnvironmentWorkQueue
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
@@ -26,6 +33,7 @@ WORKFLOWS: dict[str, type] = {
     WORK_QUEUE_WORKFLOW: EnvironmentWorkQueue,
     DREAM_WORKFLOW: DreamWorkflow,
     FILE_EXPIRY_WORKFLOW: FileExpiryWorkflow,
+    WEBHOOK_DELIVERY_WORKFLOW: WebhookDeliveryWorkflow,
 }
 """The class that replays a history, by the workflow type its first event names."""
 
@@ -42,6 +50,8 @@ def test_histories_are_recorded() -> None:
     assert "record_agent_versions" in {path.stem for path in HISTORIES}
     # A file's expiry timer that removed its file (tests/record_histories.py, RECORD_SCENARIOS).
     assert "file_expiry" in {path.stem for path in HISTORIES}
+    # A webhook delivery retried then delivered, and one given up (RECORD_SCENARIOS).
+    assert {"webhook_delivery", "webhook_given_up"} <= {path.stem for path in HISTORIES}
     # A coordinator's workflow run, and the run itself (tests/record_histories.py, scenario `runs`).
     assert {"runs", "runs_run"} <= {path.stem for path in HISTORIES}
     # A session with a file, a skill and a memory store, and a dream over it (scenario `knowledge`).
