@@ -25,6 +25,7 @@ import cli.session_commands
 import cli.skill_commands
 import cli.stack_commands
 import cli.thread_commands
+import cli.webhook_commands
 import cli.work_commands  # noqa: F401 (the name `cli` is bound by the lines above too)
 from cli.app import app
 

@@ -16,6 +16,8 @@ from typing import Any, Final
 
 from pydantic import BaseModel, Field
 
+from corral.names import PROXY_TASK_QUEUE
+
 ORGANIZATION_ID: Final = "corral"
 """The payload's `organization_id`: one corral installation is one organisation (workspaces are its tenants)."""
 
@@ -115,7 +117,7 @@ class WebhookDeliveryInput(BaseModel):
     event: WebhookEvent
     endpoint_id: str
     policy: DeliveryPolicy = Field(default_factory=DeliveryPolicy)
-    proxy_task_queue: str = "corral-proxy"
+    proxy_task_queue: str = PROXY_TASK_QUEUE
     """Where the attempts run: the proxy's queue (`corral.names.PROXY_TASK_QUEUE`; a test's own, in tests)."""
 
 
