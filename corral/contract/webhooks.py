@@ -4,7 +4,7 @@ An event names its subject by id only, never the object: a receiver reads the ob
 (`wevt_…`) is the payload's `id` and the `webhook-id` header of every delivery of it, retries included, so a
 receiver de-duplicates by it. Events are made where the change happens (the gateway for what the API writes, the
 session workflow for what a session does, the deployment fire for runs, the proxy for credentials) and handed to
-`corral.webhooks.emit`, which starts one `WebhookDeliveryWorkflow` per subscribed endpoint.
+`Webhooks.emit` (corral/webhooks.py), which starts one `WebhookDeliveryWorkflow` per subscribed endpoint.
 
 Persisted schemas (they are workflow inputs): add optional fields, never repurpose one.
 """
