@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-import uuid
 from typing import Any
 
 import anthropic
@@ -33,7 +32,7 @@ from bench._report import add_run_options, begin_run, markdown_table, percentile
 from corral.knowledge_db import open_knowledge_db
 from corral.serving import ServerThread
 from corral.temporal import connect
-from corral.webhooks import Webhooks, webhook_event
+from corral.webhooks import Webhooks, webhook_event, webhook_event_id
 from proxy import signed_request
 
 WORKSPACE = "bench-webhooks"
@@ -72,7 +71,7 @@ async def run_arm(send: Any, rate: float, count: int, receiver: Receiver) -> tup
         delay = origin + i / rate - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        event_id = f"wevt_{uuid.uuid4().hex[:26]}"
+        event_id = webhook_event_id()
         started[event_id] = time.perf_counter()
         tasks.append(asyncio.create_task(timed(event_id)))
     await asyncio.gather(*tasks)

@@ -32,7 +32,7 @@ from temporalio.worker import Worker
 from activities.files import FileActivities
 from activities.proxy import ProxyActivities
 from activities.sandbox import SandboxActivities
-from activities.webhooks import WebhookActivities
+from activities.webhook_delivery import WebhookDeliveryActivities
 from corral.blobs import LocalBlobStore, open_blob_store
 from corral.client import read_events, send_events, send_text, start_session, update_session, wait_for_idle
 from corral.contract.dreams import TERMINAL_DREAM_STATUSES, DreamInput, DreamModel, DreamState
@@ -622,7 +622,7 @@ async def _webhook_delivery(records: Records, answers: list[int], give_up_after:
         webhooks = Webhooks(records.client, db, HARNESS_QUEUE, policy, PROXY_QUEUE)
         event = webhook_event("session.status_idled", "sesn_recorded0000000000000000", workspace)
         async with proxy_worker(records.client, ProxyActivities(store), PROXY_QUEUE,
-                                webhooks=WebhookActivities(store, db)):  # fmt: skip
+                                webhooks=WebhookDeliveryActivities(store, db)):  # fmt: skip
             [workflow_id] = await webhooks.emit([event])
             for answer in answers[1:]:
                 await until(lambda: bool(receiver.received), "the receiver got the first attempt")

@@ -13,7 +13,7 @@ from datetime import timedelta
 import pytest
 
 from activities.proxy import ProxyActivities
-from activities.webhooks import WebhookActivities
+from activities.webhook_delivery import WebhookDeliveryActivities
 from corral.contract.webhooks import GAVE_UP, WEBHOOK_EVENT_TYPES, WebhookDeliveryResult
 from corral.knowledge_db import open_knowledge_db
 from corral.webhooks import DISABLED, ENABLED, WebhookEndpoints, Webhooks, webhook_event
@@ -64,7 +64,9 @@ async def test_webhook_commands(stack: Stack) -> None:
         proxy_queue = unique("proxy")
         policy = QUICK.model_copy(update={"give_up_after": timedelta(seconds=3)})
         emitter = Webhooks(stack.client, open_knowledge_db(), stack.harness_queue, policy, proxy_queue)
-        async with proxy_worker(stack.client, ProxyActivities(store), proxy_queue, webhooks=WebhookActivities(store)):
+        async with proxy_worker(
+            stack.client, ProxyActivities(store), proxy_queue, webhooks=WebhookDeliveryActivities(store)
+        ):
             good = webhook_event("session.status_idled", "sesn_0123456789abcdefghijklmn", workspace)
             [workflow_id] = await emitter.emit([good])
             await stack.client.get_workflow_handle(workflow_id).result()

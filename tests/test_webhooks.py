@@ -21,9 +21,10 @@ from anthropic.types.beta import (
     BetaWebhookSessionThreadIdledEventData,
 )
 from pydantic import SecretStr
+from temporalio.worker import Worker
 
 from activities.proxy import ProxyActivities
-from activities.webhooks import WebhookActivities
+from activities.webhook_delivery import WebhookDeliveryActivities
 from corral.contract.webhooks import DELIVERED, GAVE_UP, STOPPED, DeliveryPolicy, WebhookDeliveryResult
 from corral.knowledge_db import open_knowledge_db
 from corral.webhook_deliveries import DELIVERED as ROW_DELIVERED
@@ -62,10 +63,17 @@ def proxy_queue() -> str:
     return unique("proxy")
 
 
+def sending_proxy(stack: Stack, store: VaultStore, queue: str) -> Worker:
+    """A proxy worker, in this process, that sends webhook deliveries (it alone reads their secrets)."""
+    return proxy_worker(stack.client, ProxyActivities(store), queue, webhooks=WebhookDeliveryActivities(store))
+
+
 @pytest.fixture
 async def proxy(stack: Stack, store: VaultStore, proxy_queue: str) -> AsyncIterator[None]:
     """The proxy worker, in this process: the one worker that reads the signing secrets."""
-    async with proxy_worker(stack.client, ProxyActivities(store), proxy_queue, webhooks=WebhookActivities(store)):
+    async with proxy_worker(
+        stack.client, ProxyActivities(store), proxy_queue, webhooks=WebhookDeliveryActivities(store)
+    ):
         yield
 
 

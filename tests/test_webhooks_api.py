@@ -15,7 +15,7 @@ import anthropic
 import pytest
 
 from activities.proxy import ProxyActivities
-from activities.webhooks import WebhookActivities
+from activities.webhook_delivery import WebhookDeliveryActivities
 from corral.apikeys import create_key
 from corral.contract.webhooks import DELIVERED, WebhookDeliveryResult
 from corral.knowledge_db import open_knowledge_db
@@ -103,7 +103,9 @@ async def test_endpoints_over_http_sign_with_the_secret_shown_once(
         handle = stack.client.get_workflow_handle(workflow_id, result_type=WebhookDeliveryResult)
         return event.id, await handle.result()
 
-    async with proxy_worker(stack.client, ProxyActivities(store), proxy_queue, webhooks=WebhookActivities(store)):
+    async with proxy_worker(
+        stack.client, ProxyActivities(store), proxy_queue, webhooks=WebhookDeliveryActivities(store)
+    ):
         event_id, result = await deliver()
         assert result.outcome == DELIVERED and receiver.ids("/in") == [event_id]
 

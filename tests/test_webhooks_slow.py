@@ -19,7 +19,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 
 from activities.proxy import ProxyActivities
-from activities.webhooks import WebhookActivities
+from activities.webhook_delivery import WebhookDeliveryActivities
 from corral.contract.webhooks import DELIVERED, WebhookDeliveryResult, WebhookEvent
 from corral.knowledge_db import open_knowledge_db
 from corral.names import ENV_WEBHOOK_FIRST_RETRY, ENV_WEBHOOK_LONGEST_WAIT
@@ -72,7 +72,9 @@ async def test_receiver_down_for_five_minutes(stack: Stack, receiver: WebhookRec
         return [webhook_event(TYPES[i % len(TYPES)], f"sesn_{unique('s').replace('-', '')[:26]}", workspace)
                 for i in range(n)]  # fmt: skip
 
-    async with proxy_worker(stack.client, ProxyActivities(store), proxy_queue, webhooks=WebhookActivities(store)):
+    async with proxy_worker(
+        stack.client, ProxyActivities(store), proxy_queue, webhooks=WebhookDeliveryActivities(store)
+    ):
         first = batch(6)
         started = await emitter.emit(first)
         owed = {(e.id, everything.id) for e in first} | {(e.id, idles.id) for e in first if e.type == TYPES[0]}

@@ -8,7 +8,7 @@ import argparse
 import asyncio
 
 from activities.proxy import ProxyActivities
-from activities.webhooks import WebhookActivities
+from activities.webhook_delivery import WebhookDeliveryActivities
 from corral.temporal import connect
 from proxy import VaultLogin
 from workers.proxy import proxy_worker
@@ -18,7 +18,7 @@ from workers.run import run_until_stopped, setup_logging
 async def _main(args: argparse.Namespace) -> None:
     store = VaultLogin.from_environment().open_store()
     client = await connect(args.address)
-    worker = proxy_worker(client, ProxyActivities(store), args.queue, webhooks=WebhookActivities(store))
+    worker = proxy_worker(client, ProxyActivities(store), args.queue, webhooks=WebhookDeliveryActivities(store))
     await run_until_stopped([worker])
 
 

@@ -1,6 +1,6 @@
 """`corral-proxy`: the only process with Vault access (and no Docker access). Serves the proxy activities on
 `corral-proxy`: session bindings and MCP calls made with credentials that never leave this process, and webhook
-deliveries signed with secrets that never leave it either (activities/webhooks.py).
+deliveries signed with secrets that never leave it either (activities/webhook_delivery.py).
 
 It also serves the git smart-HTTP proxy (`CORRAL_GIT_PROXY_HOST`, default 0.0.0.0, and `CORRAL_GIT_PROXY_PORT`,
 default 8767) that adds a session's repository token to `git pull`/`git push` made inside its sandbox, and runs
@@ -22,7 +22,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.proxy import ProxyActivities
-from activities.webhooks import WebhookActivities
+from activities.webhook_delivery import WebhookDeliveryActivities
 from corral.names import PROXY_TASK_QUEUE
 from proxy import GitProxyServer, ProxyError, VaultStore
 from workers._reaper import reap_once, reaping
@@ -69,7 +69,7 @@ def proxy_worker(
     client: Client,
     activities: ProxyActivities,
     task_queue: str = PROXY_TASK_QUEUE,
-    webhooks: WebhookActivities | None = None,
+    webhooks: WebhookDeliveryActivities | None = None,
 ) -> Worker:
     """The proxy's activities; with `webhooks`, it also sends webhook deliveries (it alone reads their secrets)."""
     sending: list[Callable[..., Any]] = (
@@ -109,7 +109,7 @@ async def _serve(settings: ProxyWorkerSettings) -> None:
             reaper.revoke,
             job="revoking the references of closed sessions",
         ):
-            webhooks = WebhookActivities(store)
+            webhooks = WebhookDeliveryActivities(store)
             await run_until_stopped([proxy_worker(temporal, ProxyActivities(store), webhooks=webhooks)])
     finally:
         git.stop()

@@ -36,7 +36,7 @@ DELIVERY_FAILED = "WebhookDeliveryFailed"
 """The error type of a failed attempt (retryable: the workflow's retry policy tries again)."""
 
 
-class WebhookActivities:
+class WebhookDeliveryActivities:
     """Holds the sender (the Vault store, one HTTP pool) and the endpoint and delivery tables."""
 
     def __init__(self, store: VaultStore, db: KnowledgeDB | None = None, sender: WebhookSender | None = None) -> None:
