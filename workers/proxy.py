@@ -19,7 +19,9 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.proxy import ProxyActivities
+from corral.knowledge_db import open_knowledge_db
 from corral.names import PROXY_TASK_QUEUE
+from corral.webhooks import Webhooks
 from proxy import GitProxyServer, ProxyError, VaultStore
 from workers._reaper import reap_once, reaping
 from workers.run import GRACEFUL_SHUTDOWN, WorkerStartError, connect_to_temporal, run_until_stopped, run_worker
@@ -95,7 +97,8 @@ async def _serve(settings: ProxyWorkerSettings) -> None:
             reaper.revoke,
             job="revoking the references of closed sessions",
         ):
-            await run_until_stopped([proxy_worker(temporal, ProxyActivities(store))])
+            webhooks = Webhooks(temporal, open_knowledge_db())  # refresh failures are told as webhook events
+            await run_until_stopped([proxy_worker(temporal, ProxyActivities(store, webhooks=webhooks))])
     finally:
         git.stop()
 
