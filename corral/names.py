@@ -12,7 +12,7 @@ MODEL_TASK_QUEUE: Final = "corral-model"
 SANDBOX_TASK_QUEUE: Final = "corral-sandbox"
 PROXY_TASK_QUEUE: Final = "corral-proxy"
 UTILITY_HAND_TASK_QUEUE: Final = "corral-utility"
-GATEWAY_TASK_QUEUE: Final = "corral-gateway"
+GATEWAY_TASK_QUEUE: Final = "corral-api"
 """The gateway's own activities (a deployment run opens its session through the gateway's session creation, with the
 same checks and errors as `POST /v1/sessions`): every gateway process serves it."""
 
