@@ -25,6 +25,7 @@ from corral.contract.proxy import (
     ValidateCredentialInput,
     ValidateCredentialResult,
 )
+from corral.contract.search_attributes import WORKSPACE_KEY
 from corral.hands.heartbeat import heartbeating
 from corral.hands.output import cut_output
 from corral.names import (
@@ -34,6 +35,7 @@ from corral.names import (
     ACTIVITY_PROXY_RELEASE_SESSION,
     ACTIVITY_PROXY_VALIDATE_CREDENTIAL,
 )
+from corral.webhooks import Webhooks, webhook_event
 from proxy import (
     CredentialNotFound,
     McpAuthenticationFailed,
@@ -68,12 +70,28 @@ def _translate(exc: ProxyError) -> ApplicationError:
 class ProxyActivities:
     """Holds the Vault store and the MCP client; one instance per proxy worker."""
 
-    def __init__(self, store: VaultStore, mcp: McpProxy | None = None) -> None:
+    def __init__(self, store: VaultStore, mcp: McpProxy | None = None, webhooks: Webhooks | None = None) -> None:
         self._store = store
-        self._mcp = mcp or McpProxy(store)
+        self._webhooks = webhooks
+        """Where `vault_credential.refresh_failed` goes (None: nowhere, as for a proxy without the database)."""
+        self._mcp = mcp or McpProxy(store, on_refresh_refused=self._refresh_refused)
         # A validation answers an API request: 20 s per MCP answer, not a session call's 60 (a refresh racing a
         # session's is settled by Vault's check-and-set, as between two proxy workers).
         self._validator = McpProxy(store, timeout=VALIDATION_PROBE_TIMEOUT, connect_timeout=10.0)
+
+    async def _refresh_refused(self, vault_id: str, credential_id: str) -> None:
+        """Tell the session's workspace that a credential's refresh was refused (`vault_credential.refresh_failed`):
+        its owner must authorise again. The event's key is the call's, so a retried call tells it once."""
+        if self._webhooks is None:
+            return
+        info = activity.info()
+        described = await self._webhooks.client.get_workflow_handle(info.workflow_id or "").describe()
+        workspace = described.typed_search_attributes.get(WORKSPACE_KEY)
+        if workspace is not None:
+            key = f"{credential_id}/refresh_failed/{info.workflow_id}/{info.activity_id}"
+            extra = {"vault_id": vault_id}
+            await self._webhooks.tell(webhook_event("vault_credential.refresh_failed", credential_id, workspace,
+                                                    key=key, extra=extra))  # fmt: skip
 
     @activity.defn(name=ACTIVITY_PROXY_BIND_SESSION)
     async def bind_session(self, input: BindSessionInput) -> BindSessionResult:

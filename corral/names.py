@@ -12,7 +12,7 @@ MODEL_TASK_QUEUE: Final = "corral-model"
 SANDBOX_TASK_QUEUE: Final = "corral-sandbox"
 PROXY_TASK_QUEUE: Final = "corral-proxy"
 UTILITY_HAND_TASK_QUEUE: Final = "corral-utility"
-GATEWAY_TASK_QUEUE: Final = "corral-gateway"
+GATEWAY_TASK_QUEUE: Final = "corral-api"
 """The gateway's own activities (a deployment run opens its session through the gateway's session creation, with the
 same checks and errors as `POST /v1/sessions`): every gateway process serves it."""
 
@@ -178,6 +178,9 @@ ACTIVITY_APPLY_DREAM: Final = "apply_dream"
 """Write what a dream's session wrote as the output store, in one transaction (model workers)."""
 ACTIVITY_COMMIT_KNOWLEDGE: Final = "commit_knowledge"
 """Make collected outputs files and collected memory changes versions (served by the model workers)."""
+ACTIVITY_EMIT_WEBHOOKS: Final = "emit_webhooks"
+"""Hand a session's webhook events to the endpoints that want them (served by the model workers, which hold the
+knowledge database where endpoints are)."""
 ACTIVITY_PROXY_BIND_SESSION: Final = "proxy_bind_session"
 ACTIVITY_PROXY_RELEASE_SESSION: Final = "proxy_release_session"
 ACTIVITY_MCP_LIST_TOOLS: Final = "mcp_list_tools"
@@ -209,6 +212,8 @@ WorkflowRunStatus = Literal["running", "idle", "ended"]
 WORKING_STATUSES: Final[frozenset[SessionStatus]] = frozenset({"running", "rescheduling"})
 """The statuses of a session at work (a turn in progress, or waiting to retry one): it is not deleted then."""
 
+SIGNAL_WEBHOOKS: Final = "webhooks"
+"""Tell a running session that its workspace now has a webhook endpoint: it emits its events from then on."""
 HANDING_OVER: Final = "SessionHandingOver"
 """The error type of a `send_events` update refused while the session continues as new: send it again."""
 

@@ -18,8 +18,8 @@ Errors::
 
 from __future__ import annotations
 
-import hashlib
 import json
+import logging
 import os
 import sqlite3
 from collections.abc import Mapping, Sequence
@@ -31,13 +31,16 @@ from urllib.parse import urlsplit
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 
+from corral.contract.records import SEARCH_ATTRIBUTE_WORKSPACE
 from corral.contract.webhooks import (
     ALL_EVENTS,
     DeliveryPolicy,
     WebhookDeliveryInput,
     WebhookEvent,
     delivery_workflow_id,
+    keyed_event_id,
     webhook_event_types_problem,
 )
 from corral.knowledge_db import KnowledgeDB
@@ -47,11 +50,15 @@ from corral.names import (
     ENV_WEBHOOK_LONGEST_WAIT,
     HARNESS_TASK_QUEUE,
     PROXY_TASK_QUEUE,
+    SESSION_WORKFLOW,
+    SIGNAL_WEBHOOKS,
     WEBHOOK_DELIVERY_WORKFLOW,
     WEBHOOK_ENDPOINT_ID_PREFIX,
     WEBHOOK_EVENT_ID_PREFIX,
 )
-from corral.record_ids import new_record_id
+from corral.record_ids import check_workspace, new_record_id
+
+logger = logging.getLogger(__name__)
 
 ENABLED = "enabled"
 DISABLED = "disabled"
@@ -219,16 +226,14 @@ class WebhookEndpoints:
 def webhook_event_id(key: str | None = None) -> str:
     """A new event id, or, given a `key` (what the event is: `"<run id>/succeeded"`), always the same id for it, so
     that an event made again after a crash is the same event."""
-    if key is None:
-        return new_record_id(WEBHOOK_EVENT_ID_PREFIX.rstrip("_"))
-    return WEBHOOK_EVENT_ID_PREFIX + hashlib.sha256(key.encode()).hexdigest()[:26]
+    return new_record_id(WEBHOOK_EVENT_ID_PREFIX.rstrip("_")) if key is None else keyed_event_id(key)
 
 
 def webhook_event(type: str, subject_id: str, workspace: str, *, key: str | None = None,
-                  created_at: datetime | None = None, **extra: str) -> WebhookEvent:  # fmt: skip
+                  created_at: datetime | None = None, extra: dict[str, str] | None = None) -> WebhookEvent:  # fmt: skip
     """An event that happens now (outside workflow code, which makes its events with its own id and time)."""
     return WebhookEvent(id=webhook_event_id(key), type=type, subject_id=subject_id, workspace=workspace,
-                        created_at=created_at or datetime.now(UTC), extra=extra)  # fmt: skip
+                        created_at=created_at or datetime.now(UTC), extra=extra or {})  # fmt: skip
 
 
 def delivery_policy(env: Mapping[str, str] | None = None) -> DeliveryPolicy:
@@ -272,22 +277,46 @@ class Webhooks:
         self.proxy_queue = proxy_queue
         """Where the deliveries' attempts run: the proxy role's queue (it alone holds the signing secrets)."""
 
-    async def emit(self, events: Sequence[WebhookEvent]) -> list[str]:
-        """Start the deliveries `events` are owed; the ids of the delivery workflows (started now or before)."""
+    async def emit(self, events: Sequence[WebhookEvent], task_queue: str | None = None) -> list[str]:
+        """Start the deliveries `events` are owed (their workflows on `task_queue`, default this emitter's); the
+        ids of the delivery workflows, started now or before."""
         started: list[str] = []
         for event in events:
             endpoints = await self.endpoints.db.run(self.endpoints.subscribers, event.workspace, event.type)
             for endpoint in endpoints:
-                started.append(await self._deliver(event, endpoint))
+                started.append(await self._deliver(event, endpoint, task_queue or self.task_queue))
         return started
 
-    async def _deliver(self, event: WebhookEvent, endpoint: Endpoint) -> str:
+    async def wake_sessions(self, workspace: str) -> int:
+        """Tell the workspace's running sessions that it has an endpoint now (`SIGNAL_WEBHOOKS`): a session made
+        before emitted nothing, since nobody listened. How many were told."""
+        query = (f"WorkflowType = '{SESSION_WORKFLOW}' AND ExecutionStatus = 'Running' "
+                 f"AND {SEARCH_ATTRIBUTE_WORKSPACE} = '{check_workspace(workspace)}'")  # fmt: skip
+        told = 0
+        async for execution in self.client.list_workflows(query):
+            try:
+                await self.client.get_workflow_handle(execution.id).signal(SIGNAL_WEBHOOKS, True)
+                told += 1
+            except RPCError as exc:  # ended meanwhile: nothing to tell
+                if exc.status != RPCStatusCode.NOT_FOUND:
+                    raise
+        return told
+
+    async def tell(self, event: WebhookEvent) -> None:
+        """Emit one event of a change already made (an API write): a failure to emit (Temporal unreachable a moment)
+        is logged, never turned into an error for a request that did what it asked."""
+        try:
+            await self.emit([event])
+        except Exception as exc:  # any failure to emit is logged: the change stands
+            logger.warning("webhook event %s of %s not emitted: %s", event.type, event.subject_id, exc)
+
+    async def _deliver(self, event: WebhookEvent, endpoint: Endpoint, task_queue: str) -> str:
         workflow_id = delivery_workflow_id(event.id, endpoint.id)
         delivery = WebhookDeliveryInput(event=event, endpoint_id=endpoint.id, policy=self.policy,
                                         proxy_task_queue=self.proxy_queue)  # fmt: skip
         try:
             await self.client.start_workflow(
-                WEBHOOK_DELIVERY_WORKFLOW, delivery, id=workflow_id, task_queue=self.task_queue,
+                WEBHOOK_DELIVERY_WORKFLOW, delivery, id=workflow_id, task_queue=task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             )  # fmt: skip

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 class Agents(RecordResource):
     kind = "agent"
+    webhook_kind = "agent"
     plural = "agents"
     versioned = True
     created_at_bounds = ("created_at[gte]", "created_at[lte]")

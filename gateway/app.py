@@ -28,7 +28,7 @@ from corral.files import FileStore
 from corral.knowledge_db import KnowledgeDB, open_knowledge_db
 from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
 from corral.records import Records
-from corral.webhooks import Webhooks
+from corral.webhooks import Webhooks, webhook_event
 from corral.work_queue import WorkQueues
 from gateway.agents import agent_routes
 from gateway.auth import ApiKeys
@@ -79,13 +79,18 @@ class Gateway:
         """Files' metadata, skills and memory stores (corral.knowledge_db), shared with the workers."""
         self.blobs: BlobStore = open_blob_store()
         """The bytes of files and skill bundles (corral.blobs), shared with the workers."""
+        self.webhooks = Webhooks(client, self.knowledge, harness_queue)
+        """The workspace's webhook endpoints, and `emit` for what the API changes (corral.webhooks)."""
         resolver = KnowledgeResolver(self.knowledge, self.blobs)
-        self.sessions = Sessions(client, self.records, self.work_queues, harness_queue, model_queue, limits, resolver)
+        self.sessions = Sessions(client, self.records, self.work_queues, harness_queue, model_queue, limits, resolver,
+                                 self.webhooks)  # fmt: skip
         self.streams = StreamSlots(streams_per_key)
         self.files = FileStore(self.knowledge, self.blobs)
         """Files (corral.files): their quota and largest upload from `CORRAL_FILE_QUOTA_BYTES` and `…_MAX_BYTES`."""
-        self.webhooks = Webhooks(client, self.knowledge, harness_queue)
-        """The workspace's webhook endpoints, and `emit` for what the API changes (corral.webhooks)."""
+
+    async def tell(self, type: str, subject_id: str, workspace: str, **extra: str) -> None:
+        """Emit what the API just changed to the workspace's webhook endpoints (`Webhooks.tell`)."""
+        await self.webhooks.tell(webhook_event(type, subject_id, workspace, extra=extra))
 
     def own_queues(self) -> tuple[str, str]:
         """The task queues of this gateway's own workers, which no hand may name."""

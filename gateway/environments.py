@@ -31,6 +31,7 @@ MAX_KEY_NAME = 256
 
 class Environments(RecordResource):
     kind = "environment"
+    webhook_kind = "environment"
     plural = "environments"
     created_at_bounds = ()
     """The SDK's `environments.list` has none, so a listing refuses them all."""
@@ -49,6 +50,7 @@ class Environments(RecordResource):
         record = await self.gateway.records.create(self.kind, workspace, made, record_prefix(self.kind))
         if config_type(record.body) == SELF_HOSTED:
             await self.gateway.work_queues.ensure(record.id, workspace)
+        await self.tell("created", record.id, workspace)
         return JSONResponse(self.show(record))
 
 

@@ -26,6 +26,8 @@ STREAM_RETRY_AFTER_SECONDS = 5
 Handler = Callable[[Request, str], Awaitable[Response]]
 """An endpoint that is given the caller's workspace (see `gateway.auth.ApiKeys.workspace`)."""
 Authed = Callable[[Handler], Callable[[Request], Awaitable[Response]]]
+Tell = Callable[..., Awaitable[None]]
+"""`Gateway.tell(type, subject_id, workspace, **extra)`: emit a webhook event for what a route just changed."""
 """Wraps a `Handler` into a Starlette endpoint that authenticates first."""
 
 

@@ -38,6 +38,8 @@ class MemoryApi:
     def __init__(self, gateway: Gateway) -> None:
         self.db = gateway.knowledge
         self.stores = MemoryStores(gateway.knowledge)
+        self.tell = gateway.tell
+        """Emits a webhook event (`Gateway.tell`)."""
 
     async def answer(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """`function(*args, **kwargs)` of the library on a worker thread, its refusals as the API's errors."""

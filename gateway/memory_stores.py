@@ -37,6 +37,7 @@ class MemoryStoreRoutes:
             raise invalid("name is required")
         store = await self.api.answer(self.stores.create_store, workspace, given["name"], given.get("description"),
                                       given.get("metadata"))  # fmt: skip
+        await self.api.tell("memory_store.created", store.id, workspace)
         return JSONResponse(store.view())
 
     async def listing(self, request: Request, workspace: str) -> Response:
@@ -67,11 +68,13 @@ class MemoryStoreRoutes:
 
     async def archive(self, request: Request, workspace: str) -> Response:
         store: MemoryStoreRecord = await self.api.answer(self.stores.archive_store, workspace, store_id_of(request))
+        await self.api.tell("memory_store.archived", store.id, workspace)
         return JSONResponse(store.view())
 
     async def delete(self, request: Request, workspace: str) -> Response:
         store_id = store_id_of(request)
         await self.api.answer(self.stores.delete_store, workspace, store_id)
+        await self.api.tell("memory_store.deleted", store_id, workspace)
         return JSONResponse({"id": store_id, "type": "memory_store_deleted"})
 
     def routes(self, authed: Authed) -> list[Route]:

@@ -34,6 +34,8 @@ class RecordResource:
     versioned = False
     """Whether an update may name the `version` it changes (409 when it is not the latest), and old versions are
     listed and read."""
+    webhook_kind: str | None = None
+    """The kind of its webhook events (`agent` makes `agent.created`, ...); None: it emits none."""
     created_at_bounds: tuple[str, ...] = ()
     """The creation-time bounds a listing takes, as the SDK sends them; any other is refused, not ignored."""
 
@@ -80,6 +82,7 @@ class RecordResource:
         made = await self.settle(workspace, self.make_body(await body(request)), None)
         await self.check(workspace, made)
         record = await self.gateway.records.create(self.kind, workspace, made, record_prefix(self.kind))
+        await self.tell("created", record.id, workspace)
         return JSONResponse(self.show(record))
 
     async def retrieve(self, request: Request, workspace: str) -> Response:
@@ -105,18 +108,26 @@ class RecordResource:
             raise invalid(f"{self.kind} {record_id!r} is archived and cannot change") from exc
         except RecordNotFound as exc:
             raise not_found(self.kind, record_id) from exc
+        await self.tell("updated", record_id, workspace)
         return JSONResponse(self.show(record))
 
     async def archive(self, request: Request, workspace: str) -> Response:
         record_id = request.path_params["id"]
         await self.get(workspace, record_id)
-        return JSONResponse(self.show(await self.gateway.records.archive(record_id, workspace, kind=self.kind)))
+        archived = await self.gateway.records.archive(record_id, workspace, kind=self.kind)
+        await self.tell("archived", record_id, workspace)
+        return JSONResponse(self.show(archived))
 
     async def delete(self, request: Request, workspace: str) -> Response:
         record_id = request.path_params["id"]
         await self.get(workspace, record_id)
         await self.gateway.records.delete(record_id, workspace, kind=self.kind)
+        await self.tell("deleted", record_id, workspace)
         return JSONResponse({"id": record_id, "type": f"{self.kind}_deleted"})
+
+    async def tell(self, change: str, record_id: str, workspace: str) -> None:
+        if self.webhook_kind is not None:
+            await self.gateway.tell(f"{self.webhook_kind}.{change}", record_id, workspace)
 
     async def list(self, request: Request, workspace: str) -> Response:
         params = request.query_params

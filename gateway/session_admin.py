@@ -83,6 +83,8 @@ def session_admin_routes(gateway: Any, authed: Authed) -> list[Route]:
                 if exc.status != RPCStatusCode.NOT_FOUND:
                     raise
             await _until_gone(gateway.client.get_workflow_handle(workflow_id))
+            if workflow_id == session_id:
+                await gateway.tell("session.deleted", session_id, workspace)
             try:  # what the blob store keeps of it (earlier runs, whole tool outputs) goes too
                 await asyncio.to_thread(forget_session, open_blob_store(), workflow_id)
             except (BlobStoreError, OSError) as exc:
@@ -105,10 +107,14 @@ def session_admin_routes(gateway: Any, authed: Authed) -> list[Route]:
         budget = budget_limit(changes.get("budget"))
         change = UpdateSessionInput(title_set="title" in changes, title=title, metadata=patch,
                                     budget_set="budget" in changes, budget=budget)  # fmt: skip
-        return await _apply(request, workspace, change)
+        answer = await _apply(request, workspace, change)
+        await gateway.tell("session.updated", request.path_params["id"], workspace)
+        return answer
 
     async def archive(request: Request, workspace: str) -> Response:
-        return await _apply(request, workspace, UpdateSessionInput(archive=True))
+        answer = await _apply(request, workspace, UpdateSessionInput(archive=True))
+        await gateway.tell("session.archived", request.path_params["id"], workspace)
+        return answer
 
     async def _apply(request: Request, workspace: str, change: UpdateSessionInput) -> Response:
         session_id = request.path_params["id"]

@@ -27,6 +27,7 @@ from corral.contract.session import SendEventsInput, SessionBudget, SessionInput
 from corral.contract.work import SelfHostedEnvironment
 from corral.names import SESSION_WORKFLOW
 from corral.records import Records, RecordView
+from corral.webhooks import Webhooks, webhook_event
 from corral.work_queue import WorkQueues
 from gateway.environment_config import SELF_HOSTED, config_type, environment_recipe
 from gateway.errors import ApiError, invalid
@@ -70,8 +71,10 @@ class Sessions:
 
     def __init__(self, client: Client, records: Records, work_queues: WorkQueues, harness_queue: str,
                  model_queue: str, limits: SessionLimits = DEFAULT_LIMITS,
-                 knowledge: KnowledgeResolver | None = None) -> None:  # fmt: skip
+                 knowledge: KnowledgeResolver | None = None, webhooks: Webhooks | None = None) -> None:  # fmt: skip
         self.client = client
+        self.webhooks = webhooks
+        """The workspace's webhook endpoints: a session made where one is emits its events (None: never)."""
         self.knowledge = knowledge
         """Resolves files, memory stores and skills (gateway/session_knowledge.py); None: a session has none."""
         self.records = records
@@ -138,6 +141,7 @@ class Sessions:
                 knowledge=knowledge,
                 model_task_queue=self.model_queue,
                 budget=budget,
+                webhooks=await self._webhooks_on(workspace),
             )
         except ValidationError as exc:
             raise invalid(str(exc)) from exc
@@ -163,10 +167,21 @@ class Sessions:
         except BaseException:
             await forget_repository_tokens(session_id, repositories)
             raise
+        await self._tell("session.created", handle.id, workspace)
         if initial:
             await write_events(handle, initial)
         handle, description = await own_session(self.client, workspace, handle.id)
         return {**await view(handle, description), "resources": resources}
+
+    async def _webhooks_on(self, workspace: str) -> bool:
+        if self.webhooks is None:
+            return False
+        endpoints = self.webhooks.endpoints
+        return await endpoints.db.run(endpoints.any_in, workspace)
+
+    async def _tell(self, type: str, session_id: str, workspace: str) -> None:
+        if self.webhooks is not None:
+            await self.webhooks.tell(webhook_event(type, session_id, workspace, key=f"{session_id}/{type}"))
 
     async def _agent(self, workspace: str, reference: Any) -> RecordView:
         """The agent version a session runs: by id (the latest), `{type: "agent", id, version}`, or

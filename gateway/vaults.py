@@ -29,7 +29,7 @@ from starlette.routing import Route
 
 from corral.records import RecordArchived, RecordNotFound, Records, RecordView
 from gateway.errors import invalid, not_found
-from gateway.http import Authed, body, flag, whole
+from gateway.http import Authed, Tell, body, flag, whole
 from gateway.owned import id_of, own_record, record_prefix
 from gateway.shapes import check_metadata, patch_metadata, problem, when
 from gateway.vault_access import ACCESS, VaultAccess, in_vault, validate_in_proxy
@@ -149,9 +149,11 @@ def _cursor_after(items: list[T], key: Callable[[T], str], page: str | None) -> 
 class Vaults:
     """The vault and credential endpoints: records for scope and labels, Vault for credentials."""
 
-    def __init__(self, records: Records, access: VaultAccess) -> None:
+    def __init__(self, records: Records, access: VaultAccess, tell: Tell) -> None:
         self.records = records
         self.access = access
+        self.tell = tell
+        """Emits a webhook event (`Gateway.tell`)."""
 
     async def own(self, workspace: str, vault_id: str) -> RecordView:
         return await own_record(self.records, workspace, vault_id, VAULT_KIND, "vault_id")
@@ -176,6 +178,7 @@ class Vaults:
         except BaseException:
             await self.records.delete(record.id, workspace)
             raise
+        await self.tell("vault.created", record.id, workspace)
         return JSONResponse(vault_view(record))
 
     async def retrieve(self, request: Request, workspace: str) -> Response:
@@ -205,7 +208,9 @@ class Vaults:
         await self.own(workspace, vault_id)
         store = await self.access.store()
         await in_vault(store.archive_vault, vault_id)
-        return JSONResponse(vault_view(await self.records.archive(vault_id, workspace, kind=VAULT_KIND)))
+        archived = await self.records.archive(vault_id, workspace, kind=VAULT_KIND)
+        await self.tell("vault.archived", vault_id, workspace)
+        return JSONResponse(vault_view(archived))
 
     async def delete(self, request: Request, workspace: str) -> Response:
         """The credentials are destroyed first, so a failure half-way leaves a record, never a secret."""
@@ -214,6 +219,7 @@ class Vaults:
         store = await self.access.store()
         await in_vault(store.delete_vault, vault_id)
         await self.records.delete(vault_id, workspace, kind=VAULT_KIND)
+        await self.tell("vault.deleted", vault_id, workspace)
         return JSONResponse({"id": vault_id, "type": "vault_deleted"})
 
     async def list(self, request: Request, workspace: str) -> Response:
@@ -242,6 +248,7 @@ class Vaults:
         metadata = check_metadata(changes.get("metadata"))
         store = await self.access.store()
         credential = await in_vault(store.add_credential, vault_id, params, display_name=name, metadata=metadata)
+        await self.tell("vault_credential.created", credential.id, workspace, vault_id=vault_id)
         return JSONResponse(credential_view(credential))
 
     async def get_credential(self, request: Request, workspace: str) -> Response:
@@ -273,13 +280,16 @@ class Vaults:
     async def archive_credential(self, request: Request, workspace: str) -> Response:
         vault_id, credential_id = await self.own_credential(request, workspace)
         store = await self.access.store()
-        return JSONResponse(credential_view(await in_vault(store.archive_credential, vault_id, credential_id)))
+        archived = await in_vault(store.archive_credential, vault_id, credential_id)
+        await self.tell("vault_credential.archived", credential_id, workspace, vault_id=vault_id)
+        return JSONResponse(credential_view(archived))
 
     async def delete_credential(self, request: Request, workspace: str) -> Response:
         vault_id, credential_id = await self.own_credential(request, workspace)
         store = await self.access.store()
         await in_vault(store.get_credential, vault_id, credential_id)  # 404 for one that is not there
         await in_vault(store.delete_credential, vault_id, credential_id)
+        await self.tell("vault_credential.deleted", credential_id, workspace, vault_id=vault_id)
         return JSONResponse({"id": credential_id, "type": "vault_credential_deleted"})
 
     async def validate_credential(self, request: Request, workspace: str) -> Response:
@@ -328,7 +338,7 @@ async def check_vault_ids(records: Records, workspace: str, vault_ids: list[str]
 
 def vault_routes(gateway: Any, authed: Authed) -> list[Route]:
     """Vaults and their credentials (`gateway` is the app's `Gateway`; its records scope every vault)."""
-    vaults = Vaults(gateway.records, ACCESS)
+    vaults = Vaults(gateway.records, ACCESS, gateway.tell)
     base, one = "/v1/vaults", "/v1/vaults/{id}/credentials/{credential_id}"
     return [
         Route(base, authed(vaults.create), methods=["POST"]),

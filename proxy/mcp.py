@@ -50,7 +50,13 @@ from proxy._ids import now
 from proxy._kv import CasMismatch
 from proxy._mcp_answers import _connection_failure, _leaves, _malformed_answer, _result_text, _tool_spec
 from proxy._oauth import TokenEndpointRefusal, exchange_refresh_token
-from proxy.errors import CredentialNotFound, McpAuthenticationFailed, McpConnectionFailed, McpError
+from proxy.errors import (
+    CredentialNotFound,
+    McpAuthenticationFailed,
+    McpConnectionFailed,
+    McpError,
+    McpTokenRefreshFailed,
+)
 from proxy.models import McpServer, SessionBinding, ToolOutcome, ToolSpec
 from proxy.validation import (
     CredentialValidation,
@@ -104,8 +110,11 @@ class McpProxy:
         timeout: float = 60.0,
         connect_timeout: float = 10.0,
         expiry_margin: timedelta = timedelta(seconds=30),
+        on_refresh_refused: Callable[[str, str], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
+        self.on_refresh_refused = on_refresh_refused
+        """Told `(vault_id, credential_id)` when a call's token endpoint refuses a refresh (a webhook event)."""
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.expiry_margin = expiry_margin
@@ -187,6 +196,8 @@ class McpProxy:
     async def _refresh(self, stale: ResolvedMcpCredential) -> ResolvedMcpCredential:
         outcome = await self._refresh_or_adopt(stale)
         if isinstance(outcome, TokenEndpointRefusal):
+            if isinstance(outcome.error, McpTokenRefreshFailed) and self.on_refresh_refused is not None:
+                await self.on_refresh_refused(stale.vault_id, stale.credential_id)
             raise outcome.error
         return outcome.credential
 

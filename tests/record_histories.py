@@ -26,6 +26,7 @@ from typing import Any
 
 import anthropic
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowHistory
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
@@ -39,6 +40,7 @@ from corral.contract.dreams import TERMINAL_DREAM_STATUSES, DreamInput, DreamMod
 from corral.contract.events import AgentMessage, AgentToolUse
 from corral.contract.knowledge import FileMount, MemoryStoreMount, SessionKnowledge, SkillPin
 from corral.contract.plans import WorkflowRunInfo
+from corral.contract.search_attributes import WORKSPACE_KEY
 from corral.contract.session import (
     AgentConfig,
     SendEventsInput,
@@ -62,6 +64,7 @@ from corral.names import (
     QUERY_THREADS,
     QUERY_WORKFLOW_RUNS,
     SIGNAL_INTERRUPT,
+    SIGNAL_WEBHOOKS,
     UPDATE_ARCHIVE_DREAM,
     UPDATE_SEND_EVENTS,
     UPDATE_SESSION,
@@ -202,6 +205,15 @@ async def idle_hand_over(handle: WorkflowHandle) -> list[str]:
             await update_session(handle, UpdateSessionInput(title_set=True, title="in the second run"))
             return runs
     raise AssertionError("the session did not continue as new while idle")
+
+
+async def webhooks(handle: WorkflowHandle) -> None:
+    """A session of a workspace with no endpoint (it emits nothing), then told it has one (`SIGNAL_WEBHOOKS`): its
+    next turn's running and idle go to the model workers' `emit_webhooks`."""
+    events = await wait_for_idle(handle)
+    await handle.signal(SIGNAL_WEBHOOKS, True)
+    await send_text(handle, "and again", client_id="client-2")
+    await wait_for_idle(handle, after=events[-1].position)
 
 
 async def threads(handle: WorkflowHandle) -> None:
@@ -558,6 +570,7 @@ SCENARIOS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], Scenario]
         self_hosted,
     ),
     "renamed_and_archived": ([{"text": "hello"}], [], renamed_and_archived),
+    "webhooks": ([{"text": "hello"}, {"text": "again"}], [], webhooks),
     "budget_changed_then_deleted": ([{"text": "hello"}], [], budget_changed_then_deleted),
     "idle_hand_over": ([{"text": "hello"}], [], idle_hand_over),
     "refusal": (
@@ -681,8 +694,9 @@ async def record(client: Client, server: ModelServerThread, names: list[str]) ->
         options = SESSION_OPTIONS.get(name, {}) | (await SESSION_SETUP[name]() if name in SESSION_SETUP else {})
         input = SessionInput(agent=agent, message="hello", model_task_queue=MODEL_QUEUE, title=name, **options)
         handle = await start_session(
-            client, input, session_id=f"sesn_{name}_{uuid.uuid4().hex[:6]}", task_queue=HARNESS_QUEUE
-        )
+            client, input, session_id=f"sesn_{name}_{uuid.uuid4().hex[:6]}", task_queue=HARNESS_QUEUE,
+            search_attributes=TypedSearchAttributes([SearchAttributePair(WORKSPACE_KEY, "recorded")]),
+        )  # fmt: skip
         runs = await scenario(handle)
         files = (
             {f"{name}.json": handle}

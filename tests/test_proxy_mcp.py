@@ -236,8 +236,15 @@ async def test_a_refused_refresh_is_an_authentication_failure(world: McpWorld) -
     credential_id = world.add_oauth(access=access, refresh=refresh)
     world.authority.expire(access)
     world.authority.revoke_refresh_token(refresh)
+    refused: list[tuple[str, str]] = []
+
+    async def tell(vault_id: str, credential_id: str) -> None:  # the proxy worker emits a webhook event here
+        refused.append((vault_id, credential_id))
+
+    proxy = McpProxy(world.store, timeout=20, on_refresh_refused=tell)
     with pytest.raises(McpTokenRefreshFailed) as caught:
-        await world.proxy.call_tool(world.binding, world.server, "echo", {"text": "x"})
+        await proxy.call_tool(world.binding, world.server, "echo", {"text": "x"})
+    assert refused == [(world.vault.id, credential_id)], "a refused refresh is told once, naming the credential"
     assert isinstance(caught.value, McpAuthenticationFailed) and not caught.value.retryable
     assert "invalid_grant" in str(caught.value)
     assert world.stored_secret(credential_id)["access_token"] == access  # nothing written back

@@ -56,6 +56,8 @@ def test_histories_are_recorded() -> None:
     assert {"runs", "runs_run"} <= {path.stem for path in HISTORIES}
     # A session with a file, a skill and a memory store, and a dream over it (scenario `knowledge`).
     assert {"knowledge", "dream", "dream_session"} <= {path.stem for path in HISTORIES}
+    # A session told mid-life that its workspace has a webhook endpoint, which then emits (scenario `webhooks`).
+    assert '"emit_webhooks"' in (Path(__file__).parent / "histories" / "webhooks.json").read_text()
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[path.stem for path in HISTORIES])

@@ -111,7 +111,7 @@ async def test_emitted_events_arrive_signed_in_the_sdk_types(
             "session.thread_idled",
             "sesn_0123456789abcdefghijklmn",
             workspace,
-            session_thread_id=THREAD_ID,
+            extra={"session_thread_id": THREAD_ID},
         ),
     ]
     sender = webhooks(stack, proxy_queue)

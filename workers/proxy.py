@@ -23,7 +23,9 @@ from temporalio.worker import Worker
 
 from activities.proxy import ProxyActivities
 from activities.webhook_delivery import WebhookDeliveryActivities
+from corral.knowledge_db import open_knowledge_db
 from corral.names import PROXY_TASK_QUEUE
+from corral.webhooks import Webhooks
 from proxy import GitProxyServer, ProxyError, VaultStore
 from workers._reaper import reap_once, reaping
 from workers.run import GRACEFUL_SHUTDOWN, WorkerStartError, connect_to_temporal, run_until_stopped, run_worker
@@ -109,8 +111,10 @@ async def _serve(settings: ProxyWorkerSettings) -> None:
             reaper.revoke,
             job="revoking the references of closed sessions",
         ):
-            webhooks = WebhookDeliveryActivities(store)
-            await run_until_stopped([proxy_worker(temporal, ProxyActivities(store), webhooks=webhooks)])
+            webhooks = Webhooks(temporal, open_knowledge_db())  # refresh failures are told as webhook events
+            proxy = ProxyActivities(store, webhooks=webhooks)
+            sending = WebhookDeliveryActivities(store)  # and it sends every delivery
+            await run_until_stopped([proxy_worker(temporal, proxy, webhooks=sending)])
     finally:
         git.stop()
 

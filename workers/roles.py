@@ -20,6 +20,7 @@ from activities.knowledge import KnowledgeActivities
 from activities.log import LogActivities
 from activities.model import ModelActivities
 from activities.sandbox import SandboxActivities
+from activities.webhooks import WebhookActivities
 from activities.work import WorkActivities
 from corral.blobs import BlobStore
 from corral.hands import make_execute_activity
@@ -132,11 +133,12 @@ def model_worker(
 
 
 def knowledge_activities(client: Client, blobs: BlobStore | None = None) -> list[Callable[..., Any]]:
-    """The knowledge stores' activities (files, memory stores, dreams), served by the model workers: they hold the
-    blob store and the knowledge database, which sandbox workers never do."""
+    """The knowledge stores' activities (files, memory stores, dreams, webhook events), served by the model workers:
+    they hold the blob store and the knowledge database, which sandbox workers never do."""
     knowledge, dreams, files = KnowledgeActivities(blobs), DreamActivities(client, blobs), FileActivities(blobs)
+    webhooks = WebhookActivities(client)
     return [knowledge.export_memory, knowledge.commit_knowledge, dreams.prepare_dream, dreams.await_session_idle,
-            dreams.apply_dream, files.expire_file]  # fmt: skip
+            dreams.apply_dream, files.expire_file, webhooks.emit_webhooks]  # fmt: skip
 
 
 def model_workers(

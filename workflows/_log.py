@@ -63,6 +63,8 @@ class SessionLog:
         self._sizes: dict[int, int] = {}
         self.max_block_chars: int | None = None
         """The view's largest whole block (set by the session's context from its budget)."""
+        self.observer: Callable[[SessionEvent], None] | None = None
+        """Told of every event written here (not those adopted): the session's webhooks (workflows/_webhooks.py)."""
 
     @property
     def last_position(self) -> int:
@@ -80,6 +82,8 @@ class SessionLog:
             **fields,
         )
         self.events.append(event)
+        if self.observer is not None:
+            self.observer(event)
         return event
 
     def adopt(self, event: SessionEvent) -> None:

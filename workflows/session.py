@@ -110,6 +110,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows._self_hosted import SelfHostedHands
     from workflows._threads import SessionThreads, primary_info
     from workflows._tool_calls import ToolCalls
+    from workflows._webhooks import SessionWebhooks
 
 
 @workflow.defn(name=SESSION_WORKFLOW)
@@ -122,6 +123,7 @@ class SessionWorkflow:
         self._prompted = prompted_agent(input.agent, input.knowledge)  # the system prompt names skills and stores
         self._tools: dict[str, ResolvedTool] = {t.name: t for t in input.agent.resolved_tools()}
         self._log = SessionLog(new_id=lambda: EVENT_ID_PREFIX + workflow.uuid4().hex, now=workflow.now)
+        self._webhooks = SessionWebhooks(input, self._log)  # what the workspace's endpoints are told (_webhooks)
         self._created_at = workflow.now()
         self._inbox = UserInbox(self._log, workflow.now, self._interrupt_turn, self._describe)
         self._status: SessionStatus = "idle"
@@ -214,6 +216,7 @@ class SessionWorkflow:
             self._set_status("terminated")
             if not self._deleting:  # a deleted session's last event is its `session.deleted`
                 self._log.append(SessionStatusTerminated)
+            await self._webhooks.drained()
             raise
 
     # ---- hand-over to the next run (workflows/_handover.py) ----------------------------------------------------
@@ -231,6 +234,7 @@ class SessionWorkflow:
             return
         if not self._outbox.empty():  # what handlers queued meanwhile (an interrupt for threads) goes before
             await self._outbox.drained()
+        await self._webhooks.drained()  # the events this run owes the endpoints are not carried
         carry = SessionCarry(
             run=self._runs.run + 1,
             phase=phase,
@@ -255,8 +259,7 @@ class SessionWorkflow:
         """Start from the state the previous run handed over."""
         self._runs.restore(carry, self._parts())
         self._model.usage, self._model.turns, self._created_at = carry.usage, carry.turns, carry.created_at
-        self._status, self._stop_reason = carry.status, carry.stop_reason
-        self._archived_at = carry.archived_at
+        self._status, self._stop_reason, self._archived_at = carry.status, carry.stop_reason, carry.archived_at
         self._threads.resume(carry.threads)
         self._outcomes.resume(carry.outcomes)
         self._model.delta_start = len(self._log.conversation)  # the model worker reads the carried view through a query
@@ -483,10 +486,7 @@ class SessionWorkflow:
 
     def _interrupt_turn(self) -> bool:
         """Cancel the turn in progress, if there is one (the interrupt is then settled when it ends)."""
-        if self._turn_task is None or self._turn_task.done():
-            return False
-        self._turn_task.cancel()
-        return True
+        return self._turn_task is not None and not self._turn_task.done() and self._turn_task.cancel()
 
     # ---- threads (workflows/_threads.py: the session's side; workflows/_seat.py: a thread's) -------------------
 

@@ -117,6 +117,9 @@ class SessionInput(SendableInput):
     when Temporal suggests it): what a harness restart replays stays small whatever the session's length."""
     budget: SessionBudget | None = None
     """Stop taking model turns once they have cost this much at list price (see `SessionBudget`)."""
+    webhooks: bool = False
+    """Emit the session's webhook events (corral.contract.webhooks): the gateway sets it when the session's workspace
+    has an endpoint, and a session started before its workspace had one is told so (`SIGNAL_WEBHOOKS`)."""
     thread: ThreadSeat | None = None
     """Set on a thread's start input by the session that spawns it (corral.contract.threads): never by users."""
     carry: SessionCarry | None = None

@@ -11,12 +11,13 @@ Persisted schemas (they are workflow inputs): add optional fields, never repurpo
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime, timedelta
 from typing import Any, Final
 
 from pydantic import BaseModel, Field
 
-from corral.names import PROXY_TASK_QUEUE
+from corral.names import PROXY_TASK_QUEUE, WEBHOOK_EVENT_ID_PREFIX
 
 ORGANIZATION_ID: Final = "corral"
 """The payload's `organization_id`: one corral installation is one organisation (workspaces are its tenants)."""
@@ -125,6 +126,21 @@ def delivery_workflow_id(event_id: str, endpoint_id: str) -> str:
     """One delivery workflow per (event, endpoint): starting it twice (a retried emit, a replayed workflow) is a
     no-op, so an event is never delivered twice to one endpoint by corral's doing."""
     return f"webhook-{event_id}-{endpoint_id}"
+
+
+def keyed_event_id(key: str) -> str:
+    """The id of the event `key` names (`"<session event id>/session.idled"`, `"<run id>/succeeded"`): the same key
+    always gives the same id, so an event made again (a replayed workflow, a retried activity) is the same event.
+    Pure, so workflow code uses it too."""
+    return WEBHOOK_EVENT_ID_PREFIX + hashlib.sha256(key.encode()).hexdigest()[:26]
+
+
+class EmitWebhooks(BaseModel):
+    """The input of the `emit_webhooks` activity (model workers): a session's events, in order."""
+
+    events: list[WebhookEvent]
+    task_queue: str
+    """Where the delivery workflows run: the harness queue of the session that emits."""
 
 
 DELIVERED = "delivered"
