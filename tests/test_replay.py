@@ -10,9 +10,16 @@ from temporalio.worker import Replayer
 
 from corral.contract.records import RECORD_WORKFLOW
 from corral.contract.work import WORK_QUEUE_WORKFLOW
-from corral.names import DREAM_WORKFLOW, FILE_EXPIRY_WORKFLOW, SESSION_WORKFLOW, WORKFLOW_RUN_WORKFLOW
+from corral.names import (
+    DEPLOYMENT_FIRE_WORKFLOW,
+    DREAM_WORKFLOW,
+    FILE_EXPIRY_WORKFLOW,
+    SESSION_WORKFLOW,
+    WORKFLOW_RUN_WORKFLOW,
+)
 from corral.temporal import data_converter
 from workflows import SessionWorkflow, WorkflowRun
+from workflows.deployments import DeploymentFireWorkflow
 from workflows.dreams import DreamWorkflow
 from workflows.file_expiry import FileExpiryWorkflow
 from workflows.records import RecordWorkflow
@@ -26,6 +33,7 @@ WORKFLOWS: dict[str, type] = {
     WORK_QUEUE_WORKFLOW: EnvironmentWorkQueue,
     DREAM_WORKFLOW: DreamWorkflow,
     FILE_EXPIRY_WORKFLOW: FileExpiryWorkflow,
+    DEPLOYMENT_FIRE_WORKFLOW: DeploymentFireWorkflow,
 }
 """The class that replays a history, by the workflow type its first event names."""
 
@@ -42,6 +50,8 @@ def test_histories_are_recorded() -> None:
     assert "record_agent_versions" in {path.stem for path in HISTORIES}
     # A file's expiry timer that removed its file (tests/record_histories.py, RECORD_SCENARIOS).
     assert "file_expiry" in {path.stem for path in HISTORIES}
+    # A deployment's scheduled fire, which opened its run (tests/record_histories.py, RECORD_SCENARIOS).
+    assert "deployment_fire" in {path.stem for path in HISTORIES}
     # A coordinator's workflow run, and the run itself (tests/record_histories.py, scenario `runs`).
     assert {"runs", "runs_run"} <= {path.stem for path in HISTORIES}
     # A session with a file, a skill and a memory store, and a dream over it (scenario `knowledge`).

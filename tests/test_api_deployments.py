@@ -1,0 +1,164 @@
+"""Deployments with the official SDK against a real gateway process (which serves the fire's activity on its own
+queue) on the Temporal dev server: a one-minute cron that fires for real, a manual run, pause and unpause, an
+archived agent whose next fire records `agent_archived_error` and pauses the deployment, and the 400s of the edge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+
+from corral.records import Records
+from tests.chaos._processes import role_process, until_healthy
+from tests.conftest import Stack, unique
+from tests.ports import free_port
+from tests.test_gateway import Gateway, gateway_argv
+from tests.waits import until
+
+pytestmark = pytest.mark.timeout(400)
+
+EVERY_MINUTE = {"type": "cron", "expression": "* * * * *", "timezone": "UTC"}
+
+
+def message(text: str) -> Any:
+    return {"type": "user.message", "content": [{"type": "text", "text": text}]}
+
+
+@pytest.fixture
+async def gateway(stack: Stack, tmp_path: Path) -> AsyncIterator[Gateway]:
+    """A gateway process whose own worker (deployment fires) polls a queue of this test's."""
+    port = free_port()
+    argv = gateway_argv(stack, port, "--gateway-queue", unique("gateway"))
+    with role_process("gateway", argv, tmp_path) as process:
+        url = f"http://127.0.0.1:{port}"
+        await until_healthy(url, process)
+        running = Gateway(url, process, Records(stack.client, task_queue=stack.harness_queue))
+        yield running
+        for client in running.clients:
+            await client.close()
+
+
+async def deployable(client: anthropic.AsyncAnthropic, stack: Stack) -> tuple[Any, Any]:
+    agent = await client.beta.agents.create(name="nightly", model=stack.script([{"text": "done"}], loop=True))
+    environment = await client.beta.environments.create(name="plain")
+    return agent, environment
+
+
+async def first_run(client: anthropic.AsyncAnthropic, deployment_id: str, **filters: Any) -> Any:
+    """The deployment's newest run with these filters, once there is one (a fire is a minute away at most)."""
+    found: list[Any] = []
+
+    async def listed() -> bool:
+        found[:] = [run async for run in client.beta.deployment_runs.list(deployment_id=deployment_id, **filters)]
+        return bool(found)
+
+    await until(listed, f"a run of {deployment_id} with {filters}", within=150)
+    return found[0]
+
+
+async def test_a_cron_deployment_fires_and_runs_by_hand_and_pauses(stack: Stack, gateway: Gateway) -> None:
+    client = await gateway.client("deploy")
+    agent, environment = await deployable(client, stack)
+    deployment = await client.beta.deployments.create(
+        agent=agent.id, environment_id=environment.id, name="every minute",
+        initial_events=[message("check the dependencies")], schedule=EVERY_MINUTE, metadata={"team": "infra"},
+    )  # fmt: skip
+    assert deployment.id.startswith("depl_") and deployment.status == "active" and deployment.paused_reason is None
+    assert deployment.agent.id == agent.id and deployment.agent.version == agent.version  # the id pinned the latest
+    assert deployment.schedule is not None and len(deployment.schedule.upcoming_runs_at or []) == 5
+
+    scheduled = await first_run(client, deployment.id, trigger_type="schedule")
+    assert scheduled.error is None and scheduled.session_id is not None
+    assert scheduled.trigger_context.type == "schedule"
+    assert scheduled.trigger_context.scheduled_at in deployment.schedule.upcoming_runs_at
+    session = await client.beta.sessions.retrieve(scheduled.session_id)
+    assert session.deployment_id == deployment.id and session.agent.id == agent.id
+    assert (await client.beta.deployments.retrieve(deployment.id)).schedule.last_run_at is not None
+
+    manual = await client.beta.deployments.run(deployment.id)
+    assert manual.trigger_context.type == "manual" and manual.error is None and manual.session_id
+    assert (await client.beta.sessions.retrieve(manual.session_id)).deployment_id == deployment.id
+    assert (await client.beta.deployment_runs.retrieve(manual.id)).session_id == manual.session_id
+    manual_runs = [r.id async for r in client.beta.deployment_runs.list(deployment_id=deployment.id,
+                                                                       trigger_type="manual")]  # fmt: skip
+    assert manual_runs == [manual.id]
+
+    paused = await client.beta.deployments.pause(deployment.id)
+    assert paused.status == "paused" and paused.paused_reason is not None and paused.paused_reason.type == "manual"
+    assert paused.schedule is not None and paused.schedule.upcoming_runs_at  # what it would do, unpaused
+    assert [d.id async for d in client.beta.deployments.list(status="paused")] == [deployment.id]
+    unpaused = await client.beta.deployments.unpause(deployment.id)
+    assert unpaused.status == "active" and unpaused.paused_reason is None
+    assert [d.id async for d in client.beta.deployments.list(status="paused")] == []
+
+    archived = await client.beta.deployments.archive(deployment.id)
+    assert archived.archived_at is not None and archived.status == "active"
+    assert archived.schedule is not None and archived.schedule.upcoming_runs_at == []
+    assert archived.schedule.last_run_at is not None
+    assert [d.id async for d in client.beta.deployments.list()] == []
+    assert [d.id async for d in client.beta.deployments.list(include_archived=True)] == [deployment.id]
+
+
+async def test_an_archived_agent_fails_the_next_fire_and_pauses_the_deployment(stack: Stack, gateway: Gateway) -> None:
+    client = await gateway.client("deploy")
+    agent, environment = await deployable(client, stack)
+    deployment = await client.beta.deployments.create(
+        agent=agent.id, environment_id=environment.id, name="doomed", initial_events=[message("go")],
+        schedule=EVERY_MINUTE,
+    )  # fmt: skip
+    await client.beta.agents.archive(agent.id)
+    run = await first_run(client, deployment.id, has_error=True)
+    assert run.session_id is None and run.error is not None and run.error.type == "agent_archived_error"
+    assert run.trigger_context.type == "schedule"
+
+    async def paused() -> bool:
+        return (await client.beta.deployments.retrieve(deployment.id)).status == "paused"
+
+    await until(paused, "the deployment paused after its failed fire")
+    current = await client.beta.deployments.retrieve(deployment.id)
+    assert current.paused_reason is not None and current.paused_reason.type == "error"
+    assert current.paused_reason.error.type == "agent_archived_error"
+    assert [r.id async for r in client.beta.deployment_runs.list(deployment_id=deployment.id, has_error=False)] == []
+    await client.beta.deployments.archive(deployment.id)
+
+
+async def test_bad_deployments_are_400s_that_name_the_problem(stack: Stack, gateway: Gateway) -> None:
+    client = await gateway.client("deploy")
+    agent, environment = await deployable(client, stack)
+    base: dict[str, Any] = {"agent": agent.id, "environment_id": environment.id, "name": "n",
+                            "initial_events": [message("hi")]}  # fmt: skip
+    refused = {
+        "5 fields": {"schedule": {**EVERY_MINUTE, "expression": "* * * * * *"}},
+        "shortcuts": {"schedule": {**EVERY_MINUTE, "expression": "@daily"}},
+        "L, W, #": {"schedule": {**EVERY_MINUTE, "expression": "0 0 L * *"}},
+        "outside 0-7": {"schedule": {**EVERY_MINUTE, "expression": "0 0 * * 8"}},
+        "not an IANA time zone": {"schedule": {**EVERY_MINUTE, "timezone": "Mars/Olympus"}},
+        "1 to 50 events": {"initial_events": []},
+        "system.message is not supported": {"initial_events": [{"type": "system.message",
+                                                                "content": [{"type": "text", "text": "x"}]}]},
+        "is an environment id, not an agent id": {"agent": environment.id},
+        "name must be": {"name": ""},
+    }  # fmt: skip
+    for needle, change in refused.items():
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            await client.beta.deployments.create(**{**base, **change})
+        assert needle in str(caught.value), (needle, str(caught.value))
+    for missing in ("agent", "environment_id", "name", "initial_events"):
+        with pytest.raises(anthropic.BadRequestError, match=f"{missing} is required"):
+            await client.post("/v1/deployments", body={k: v for k, v in base.items() if k != missing}, cast_to=object)
+    deployment = await client.beta.deployments.create(**base, schedule={**EVERY_MINUTE, "expression": "0 9 * * 5-7"})
+    with pytest.raises(anthropic.BadRequestError, match="name cannot be cleared"):
+        await client.post(f"/v1/deployments/{deployment.id}", body={"name": None}, cast_to=object)
+    cleared = await client.beta.deployments.update(deployment.id, schedule=None, metadata={"a": "b"})
+    assert cleared.schedule is None and cleared.metadata == {"a": "b"}
+    with pytest.raises(anthropic.BadRequestError, match="include_archived"):
+        await client.get("/v1/deployments?status=paused&include_archived=true", cast_to=object)
+    with pytest.raises(anthropic.BadRequestError, match="page"):
+        await client.get("/v1/deployment_runs?page=bogus", cast_to=object)
+    with pytest.raises(anthropic.BadRequestError, match="trigger_type"):
+        await client.get("/v1/deployment_runs?trigger_type=cron", cast_to=object)
+    await client.beta.deployments.archive(deployment.id)
