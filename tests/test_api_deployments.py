@@ -5,6 +5,7 @@ archived agent whose next fire records `agent_archived_error` and pauses the dep
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from tests.chaos._processes import role_process, until_healthy
 from tests.conftest import Stack, unique
 from tests.ports import free_port
 from tests.test_gateway import Gateway, gateway_argv
+from tests.test_threads_api import corral
 from tests.waits import until
 
 pytestmark = pytest.mark.timeout(400)
@@ -28,15 +30,20 @@ def message(text: str) -> Any:
     return {"type": "user.message", "content": [{"type": "text", "text": text}]}
 
 
+class DeployGateway(Gateway):
+    gateway_queue = ""
+    """The queue its own worker (deployment fires) polls: the test's own."""
+
+
 @pytest.fixture
-async def gateway(stack: Stack, tmp_path: Path) -> AsyncIterator[Gateway]:
+async def gateway(stack: Stack, tmp_path: Path) -> AsyncIterator[DeployGateway]:
     """A gateway process whose own worker (deployment fires) polls a queue of this test's."""
-    port = free_port()
-    argv = gateway_argv(stack, port, "--gateway-queue", unique("gateway"))
-    with role_process("gateway", argv, tmp_path) as process:
+    port, queue = free_port(), unique("gateway")
+    with role_process("gateway", gateway_argv(stack, port, "--gateway-queue", queue), tmp_path) as process:
         url = f"http://127.0.0.1:{port}"
         await until_healthy(url, process)
-        running = Gateway(url, process, Records(stack.client, task_queue=stack.harness_queue))
+        running = DeployGateway(url, process, Records(stack.client, task_queue=stack.harness_queue))
+        running.gateway_queue = queue
         yield running
         for client in running.clients:
             await client.close()
@@ -161,4 +168,37 @@ async def test_bad_deployments_are_400s_that_name_the_problem(stack: Stack, gate
         await client.get("/v1/deployment_runs?page=bogus", cast_to=object)
     with pytest.raises(anthropic.BadRequestError, match="trigger_type"):
         await client.get("/v1/deployment_runs?trigger_type=cron", cast_to=object)
+    await client.beta.deployments.archive(deployment.id)
+
+
+async def test_the_cli_lists_runs_pauses_and_unpauses_a_deployment(stack: Stack, gateway: DeployGateway) -> None:
+    client = await gateway.client("deploy")
+    workspace = f"deploy-{gateway.suffix}"
+    agent, environment = await deployable(client, stack)
+    deployment = await client.beta.deployments.create(
+        agent=agent.id, environment_id=environment.id, name="by hand", initial_events=[message("go")],
+        schedule={**EVERY_MINUTE, "expression": "0 3 * * 0-7"},
+    )  # fmt: skip
+    listed = await corral(stack, "deployments", "ls", "--workspace", workspace)
+    assert listed.returncode == 0, listed.stderr
+    assert deployment.id in listed.stdout and "0 3 * * 0-7 UTC" in listed.stdout
+    ran = await corral(stack, "deployments", "run", deployment.id, "--harness-queue", stack.harness_queue,
+                       "--gateway-queue", gateway.gateway_queue)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    run = json.loads(ran.stdout)
+    assert run["trigger_context"] == {"type": "manual"} and run["session_id"]
+    assert (await client.beta.sessions.retrieve(run["session_id"])).deployment_id == deployment.id
+    runs = await corral(stack, "deployments", "runs", deployment.id)
+    assert runs.returncode == 0 and run["id"] in runs.stdout and run["session_id"] in runs.stdout
+    paused = await corral(stack, "deployments", "pause", deployment.id)
+    assert paused.returncode == 0 and "paused" in paused.stdout
+    shown = await client.beta.deployments.retrieve(deployment.id)
+    assert shown.status == "paused" and shown.paused_reason is not None and shown.paused_reason.type == "manual"
+    assert (await stack.client.get_schedule_handle(deployment.id).describe()).schedule.state.paused
+    unpaused = await corral(stack, "deployments", "unpause", deployment.id)
+    assert unpaused.returncode == 0
+    assert (await client.beta.deployments.retrieve(deployment.id)).status == "active"
+    assert not (await stack.client.get_schedule_handle(deployment.id).describe()).schedule.state.paused
+    wrong = await corral(stack, "deployments", "runs", agent.id)
+    assert wrong.returncode == 2 and "not a deployment id" in wrong.stderr
     await client.beta.deployments.archive(deployment.id)
