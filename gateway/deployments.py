@@ -6,6 +6,7 @@ schedule, a Temporal Schedule of the same id (`gateway/deployment_schedules.py`)
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -64,7 +65,8 @@ class Deployments(RecordResource):
         await check_vault_ids(self.gateway.records, workspace, made["vault_ids"])
 
     async def view(self, record: RecordView) -> dict[str, Any]:
-        last, upcoming = (None, [])
+        last: datetime | None = None
+        upcoming: list[datetime] = []
         if record.body.get("schedule") is not None and record.archived_at is None:
             last, upcoming = await self.gateway.schedules.times(record.id)
         return deployment_view(record, last, upcoming)

@@ -23,7 +23,11 @@ from tests.waits import until
 
 pytestmark = pytest.mark.timeout(400)
 
-EVERY_MINUTE = {"type": "cron", "expression": "* * * * *", "timezone": "UTC"}
+EVERY_MINUTE: Any = {"type": "cron", "expression": "* * * * *", "timezone": "UTC"}
+
+
+def cron(expression: str) -> Any:
+    return {**EVERY_MINUTE, "expression": expression}
 
 
 def message(text: str) -> Any:
@@ -81,10 +85,11 @@ async def test_a_cron_deployment_fires_and_runs_by_hand_and_pauses(stack: Stack,
     scheduled = await first_run(client, deployment.id, trigger_type="schedule")
     assert scheduled.error is None and scheduled.session_id is not None
     assert scheduled.trigger_context.type == "schedule"
-    assert scheduled.trigger_context.scheduled_at in deployment.schedule.upcoming_runs_at
+    assert scheduled.trigger_context.scheduled_at in (deployment.schedule.upcoming_runs_at or [])
     session = await client.beta.sessions.retrieve(scheduled.session_id)
     assert session.deployment_id == deployment.id and session.agent.id == agent.id
-    assert (await client.beta.deployments.retrieve(deployment.id)).schedule.last_run_at is not None
+    shown = (await client.beta.deployments.retrieve(deployment.id)).schedule
+    assert shown is not None and shown.last_run_at is not None
 
     manual = await client.beta.deployments.run(deployment.id)
     assert manual.trigger_context.type == "manual" and manual.error is None and manual.session_id
@@ -138,7 +143,7 @@ async def test_bad_deployments_are_400s_that_name_the_problem(stack: Stack, gate
     agent, environment = await deployable(client, stack)
     base: dict[str, Any] = {"agent": agent.id, "environment_id": environment.id, "name": "n",
                             "initial_events": [message("hi")]}  # fmt: skip
-    refused = {
+    refused: dict[str, dict[str, Any]] = {
         "5 fields": {"schedule": {**EVERY_MINUTE, "expression": "* * * * * *"}},
         "shortcuts": {"schedule": {**EVERY_MINUTE, "expression": "@daily"}},
         "L, W, #": {"schedule": {**EVERY_MINUTE, "expression": "0 0 L * *"}},
@@ -157,7 +162,7 @@ async def test_bad_deployments_are_400s_that_name_the_problem(stack: Stack, gate
     for missing in ("agent", "environment_id", "name", "initial_events"):
         with pytest.raises(anthropic.BadRequestError, match=f"{missing} is required"):
             await client.post("/v1/deployments", body={k: v for k, v in base.items() if k != missing}, cast_to=object)
-    deployment = await client.beta.deployments.create(**base, schedule={**EVERY_MINUTE, "expression": "0 9 * * 5-7"})
+    deployment = await client.beta.deployments.create(**base, schedule=cron("0 9 * * 5-7"))
     with pytest.raises(anthropic.BadRequestError, match="name cannot be cleared"):
         await client.post(f"/v1/deployments/{deployment.id}", body={"name": None}, cast_to=object)
     cleared = await client.beta.deployments.update(deployment.id, schedule=None, metadata={"a": "b"})
@@ -177,7 +182,7 @@ async def test_the_cli_lists_runs_pauses_and_unpauses_a_deployment(stack: Stack,
     agent, environment = await deployable(client, stack)
     deployment = await client.beta.deployments.create(
         agent=agent.id, environment_id=environment.id, name="by hand", initial_events=[message("go")],
-        schedule={**EVERY_MINUTE, "expression": "0 3 * * 0-7"},
+        schedule=cron("0 3 * * 0-7"),
     )  # fmt: skip
     listed = await corral(stack, "deployments", "ls", "--workspace", workspace)
     assert listed.returncode == 0, listed.stderr

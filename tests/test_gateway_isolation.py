@@ -320,7 +320,7 @@ def rows() -> list[Row]:
 
 def deployment_rows() -> list[Row]:
     deployments, deployment = "/v1/deployments", "/v1/deployments/{id}"
-    hello = [{"type": "user.message", "content": [{"type": "text", "text": "hello"}]}]
+    hello: Any = [{"type": "user.message", "content": [{"type": "text", "text": "hello"}]}]
     create: Call = lambda c, t, o: c.beta.deployments.create(  # noqa: E731
         agent=t.agent, environment_id=t.environment, name="d", initial_events=hello, vault_ids=[t.vault]
     )
