@@ -5,7 +5,10 @@ archived agent whose next fire records `agent_archived_error` and pauses the dep
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,8 +16,10 @@ from typing import Any
 import anthropic
 import pytest
 
+from corral.knowledge_db import knowledge_db_path
+from corral.names import HARNESS_TASK_QUEUE
 from corral.records import Records
-from tests.chaos._processes import role_process, until_healthy
+from tests.chaos._processes import role_process, temporal_env, until_healthy, worker_argv
 from tests.conftest import Stack, unique
 from tests.ports import free_port
 from tests.test_gateway import Gateway, gateway_argv
@@ -207,3 +212,85 @@ async def test_the_cli_lists_runs_pauses_and_unpauses_a_deployment(stack: Stack,
     wrong = await corral(stack, "deployments", "runs", agent.id)
     assert wrong.returncode == 2 and "not a deployment id" in wrong.stderr
     await client.beta.deployments.archive(deployment.id)
+
+
+async def test_a_fire_killed_mid_run_makes_one_run_and_one_session(stack: Stack, tmp_path: Path) -> None:
+    """SIGKILL of the gateway (which runs the fire's activity) and of the harness worker (which runs the fire) after
+    the run's session started and before the run was recorded: the activity is held there by the knowledge
+    database's write lock, which the test takes, and its log line says the session started. Restarted, the fire
+    retries, finds its session, and records the one run; the session has its initial message once."""
+    queue = unique("gateway")
+    harness_stack = dataclasses.replace(stack, harness_queue=HARNESS_TASK_QUEUE)  # the entrypoint's own queue
+    address = stack.client.service_client.config.target_host
+    port = free_port()
+    argv = gateway_argv(harness_stack, port, "--gateway-queue", queue)
+    with (
+        role_process("harness", worker_argv("harness"), tmp_path, **temporal_env(address)) as harness,
+        role_process("gateway", argv, tmp_path) as gateway_process,
+    ):
+        url = f"http://127.0.0.1:{port}"
+        await until_healthy(url, gateway_process)
+        gateway = Gateway(url, gateway_process, Records(stack.client, task_queue=HARNESS_TASK_QUEUE))
+        client = await gateway.client("crash")
+        agent, environment = await deployable(client, stack)
+        lock = sqlite3.connect(knowledge_db_path(), isolation_level=None)
+        lock.execute("BEGIN IMMEDIATE")  # the run's row waits for this: the fault lands between session and row
+        deployment = await client.beta.deployments.create(
+            agent=agent.id, environment_id=environment.id, name="crashing", initial_events=[message("once")],
+            schedule=EVERY_MINUTE,
+        )  # fmt: skip
+        started: list[str] = []
+
+        def session_started() -> bool:
+            found = re.findall(
+                r"deployment run (drun_\w+): session (sesn_\w+) started", gateway_process.log.read_text()
+            )
+            started[:] = found[0] if found else []
+            return bool(found)
+
+        await until(session_started, "the fire's activity started the run's session", within=150)
+        run_id, session_id = started
+        gateway_process.kill()
+        harness.kill()
+        assert lock.execute("SELECT count(*) FROM deployment_runs WHERE deployment_id = ?",
+                            (deployment.id,)).fetchone() == (0,), "the run was recorded before the fault"  # fmt: skip
+        lock.execute("ROLLBACK")
+        lock.close()
+        harness.start()
+        gateway_process.start()
+        await until_healthy(url, gateway_process)
+
+        async def recorded() -> bool:
+            try:
+                await client.beta.deployment_runs.retrieve(run_id)
+            except anthropic.NotFoundError:
+                return False
+            return True
+
+        await until(recorded, "the retried fire recorded its run", within=200)
+        await client.beta.deployments.pause(deployment.id)  # no more fires while the test reads
+        run = await client.beta.deployment_runs.retrieve(run_id)
+        assert run.session_id == session_id and run.error is None
+        assert run.trigger_context.type == "schedule"
+        same_time = [r async for r in client.beta.deployment_runs.list(deployment_id=deployment.id)
+                     if r.trigger_context.type == "schedule"
+                     and r.trigger_context.scheduled_at == run.trigger_context.scheduled_at]  # fmt: skip
+        assert [r.id for r in same_time] == [run_id]
+        session = await client.beta.sessions.retrieve(session_id)
+        assert session.deployment_id == deployment.id
+        runs = [r async for r in client.beta.deployment_runs.list(deployment_id=deployment.id)]
+        of_runs = {r.session_id for r in runs if r.session_id}
+        made: set[str] = set()
+
+        async def listed() -> bool:  # every session of the deployment is one run's: none made twice
+            made.clear()
+            made.update([s.id async for s in client.beta.sessions.list() if s.deployment_id == deployment.id])
+            return made == of_runs
+
+        await until(listed, "the deployment's sessions are its runs' sessions")
+        assert session_id in made
+        logged = [e async for e in client.beta.sessions.events.list(session_id)]
+        assert [e.type for e in logged].count("user.message") == 1, "the initial message was sent twice"
+        assert gateway_process.log.read_text().count(f"deployment run {run_id}: session {session_id} started") >= 1
+        await client.beta.deployments.archive(deployment.id)
+        await client.close()

@@ -24,8 +24,9 @@ with workflow.unsafe.imports_passed_through():
     )
     from corral.names import ACTIVITY_OPEN_DEPLOYMENT_RUN, DEPLOYMENT_FIRE_WORKFLOW
 
-OPEN_TIMEOUT = timedelta(minutes=2)
-"""One session created (reads of a few records, a workflow start, one update): seconds, even under load."""
+OPEN_TIMEOUT = timedelta(minutes=1)
+"""One session created (reads of a few records, a workflow start, one update): seconds, even under load. Also how
+long a fire waits before it retries on another gateway when the one running it died."""
 OPEN_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(minutes=1))
 """Until the gateway answers (no attempt limit: the activity records `unknown_error` itself past its own limit)."""
 SCHEDULED_AT = SearchAttributeKey.for_datetime(SCHEDULED_START_TIME)
