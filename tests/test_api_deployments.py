@@ -16,9 +16,12 @@ from typing import Any
 import anthropic
 import pytest
 
-from corral.knowledge_db import knowledge_db_path
-from corral.names import HARNESS_TASK_QUEUE
+from corral.contract.webhooks import WebhookDeliveryInput, delivery_workflow_id
+from corral.knowledge_db import knowledge_db_path, open_knowledge_db
+from corral.names import HARNESS_TASK_QUEUE, WEBHOOK_DELIVERY_WORKFLOW
 from corral.records import Records
+from corral.temporal import data_converter
+from corral.webhooks import WebhookEndpoints, webhook_event_id
 from tests.chaos._processes import role_process, temporal_env, until_healthy, worker_argv
 from tests.conftest import Stack, unique
 from tests.ports import free_port
@@ -294,3 +297,43 @@ async def test_a_fire_killed_mid_run_makes_one_run_and_one_session(stack: Stack,
         assert gateway_process.log.read_text().count(f"deployment run {run_id}: session {session_id} started") >= 1
         await client.beta.deployments.archive(deployment.id)
         await client.close()
+
+
+async def test_deployment_changes_and_runs_are_owed_to_the_workspaces_webhook_endpoints(
+    stack: Stack, gateway: DeployGateway
+) -> None:
+    """Each change and each run hands its event to `emit`: one delivery workflow per (event, endpoint), whose input
+    names the event; a run's events have ids made from the run's, so a retried fire owes the same delivery."""
+    client = await gateway.client("hooks")
+    workspace = f"hooks-{gateway.suffix}"
+    endpoints = WebhookEndpoints(open_knowledge_db())
+    endpoint = endpoints.create(workspace, "https://receiver.example/hooks", ["all"])
+    agent, environment = await deployable(client, stack)
+    deployment = await client.beta.deployments.create(agent=agent.id, environment_id=environment.id, name="hooked",
+                                                      initial_events=[message("go")])  # fmt: skip
+    await client.beta.deployments.update(deployment.id, description="now described")
+    await client.beta.deployments.pause(deployment.id)
+    await client.beta.deployments.unpause(deployment.id)
+    run = await client.beta.deployments.run(deployment.id)
+    await client.beta.deployments.archive(deployment.id)
+    owed: list[tuple[str, str]] = []
+
+    async def deliveries() -> bool:
+        query = f"WorkflowType = '{WEBHOOK_DELIVERY_WORKFLOW}' AND WorkflowId STARTS_WITH 'webhook-'"
+        owed.clear()
+        async for execution in stack.client.list_workflows(query):
+            if execution.id.endswith(endpoint.id):
+                started = await stack.client.get_workflow_handle(execution.id).fetch_history()
+                payload = started.events[0].workflow_execution_started_event_attributes.input.payloads[0]
+                delivery = data_converter().payload_converter.from_payload(payload, WebhookDeliveryInput)
+                owed.append((delivery.event.type, delivery.event.subject_id))
+        return len(owed) >= 7
+
+    await until(deliveries, "the deployment's events were handed to the endpoint")
+    expected = {(f"deployment.{change}", deployment.id) for change in
+                ("created", "updated", "paused", "unpaused", "archived")}  # fmt: skip
+    expected |= {("deployment_run.started", run.id), ("deployment_run.succeeded", run.id)}
+    assert expected <= set(owed) and len(owed) == len(set(owed)), owed
+    key = webhook_event_id(f"{run.id}/succeeded")
+    await stack.client.get_workflow_handle(delivery_workflow_id(key, endpoint.id)).describe()  # the run's own id
+    await endpoints.db.run(endpoints.delete, workspace, endpoint.id)
