@@ -85,14 +85,14 @@ class DeploymentFires:
     async def open_deployment_run(self, input: OpenDeploymentRunInput) -> DeploymentRunResult:
         gateway, run_id, workspace = self.gateway, input.run_id, input.workspace
         done = await gateway.knowledge.run(gateway.runs.find, run_id)
-        if done is not None:  # recorded by an attempt that died before it answered
-            return DeploymentRunResult(run=done)
+        if done is not None:  # recorded by an attempt that died before it answered: finish what it did after
+            return await self._finish(input, done)
         try:
             deployment = await gateway.records.get(input.deployment_id, workspace, kind=KIND)
         except RecordNotFound:
             agent: dict[str, Any] = {"type": "agent", "id": "", "version": 0}
-            return await self._record(input, agent, None, {"type": "unknown_error", "message": "the deployment was "
-                                                                                               "deleted"})  # fmt: skip
+            gone = {"type": "unknown_error", "message": "the deployment was deleted"}
+            return await self._finish(input, await self._record(input, agent, None, gone))
         body, agent = deployment.body, deployment.body["agent"]
         await gateway.webhooks.emit([webhook_event("deployment_run.started", run_id, workspace,
                                                    key=f"{run_id}/started")])  # fmt: skip
@@ -122,21 +122,28 @@ class DeploymentFires:
             if activity.info().attempt < MAX_ATTEMPTS:
                 raise
             error = {"type": "unknown_error", "message": f"the session could not be made ({type(exc).__name__})"}
-        result = await self._record(input, agent, None if error else session_id, error)
-        if error is not None and input.trigger == TRIGGER_SCHEDULE:
-            current = await gateway.records.get(deployment.id, workspace, kind=KIND)
-            if current.archived_at is None:
-                await pause_deployment(gateway, current, {"type": "error", "error": error})
-        return result
+        return await self._finish(input, await self._record(input, agent, None if error else session_id, error))
 
     async def _record(self, input: OpenDeploymentRunInput, agent: dict[str, Any], session_id: str | None,
-                      error: dict[str, Any] | None) -> DeploymentRunResult:  # fmt: skip
+                      error: dict[str, Any] | None) -> dict[str, Any]:  # fmt: skip
         gateway = self.gateway
-        run = await gateway.knowledge.run(gateway.runs.record, input.workspace, input.run_id, input.deployment_id,
-                                          input.trigger, input.scheduled_at, agent, session_id, error)  # fmt: skip
-        outcome = "failed" if run["error"] is not None else "succeeded"
+        return await gateway.knowledge.run(gateway.runs.record, input.workspace, input.run_id, input.deployment_id,
+                                           input.trigger, input.scheduled_at, agent, session_id, error)  # fmt: skip
+
+    async def _finish(self, input: OpenDeploymentRunInput, run: dict[str, Any]) -> DeploymentRunResult:
+        """What follows a recorded run, safe to do again (an attempt that died after recording it): its event (the
+        same id every time) and, for a failed scheduled fire, its deployment paused (already paused: unchanged)."""
+        gateway, error = self.gateway, run["error"]
+        outcome = "failed" if error is not None else "succeeded"
         await gateway.webhooks.emit([webhook_event(f"deployment_run.{outcome}", run["id"], input.workspace,
                                                    key=f"{run['id']}/{outcome}")])  # fmt: skip
+        if error is not None and input.trigger == TRIGGER_SCHEDULE:
+            try:
+                current = await gateway.records.get(input.deployment_id, input.workspace, kind=KIND)
+            except RecordNotFound:
+                return DeploymentRunResult(run=run)
+            if current.archived_at is None:
+                await pause_deployment(gateway, current, {"type": "error", "error": error})
         return DeploymentRunResult(run=run)
 
 
