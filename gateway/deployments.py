@@ -92,7 +92,11 @@ class Deployments(RecordResource):
         made = await self.settle(workspace, self.make_body(await body(request)), None)
         await self.check(workspace, made)
         record = await self.gateway.records.create(KIND, workspace, made, record_prefix(KIND))
-        await self.gateway.schedules.sync(record.id, workspace, record.body)
+        try:
+            await self.gateway.schedules.sync(record.id, workspace, record.body)
+        except BaseException:  # no deployment whose schedule does not exist: it is archived, and the error shown
+            await self.gateway.records.archive(record.id, workspace, kind=KIND)
+            raise
         await self.emit("deployment.created", record.id, workspace)
         return JSONResponse(await self.view(record))
 

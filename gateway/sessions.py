@@ -257,6 +257,10 @@ class Sessions:
         shown = [(execution, await execution.memo()) for execution in found]
         shown = [(e, memo) for e, memo in shown if include_archived or not memo.get("archived_at")]
         shown = [(e, memo) for e, memo in shown if made_by(memo.get("agent") or {})]
+        deployment_id = params.get("deployment_id")
+        if deployment_id is not None:  # the sessions its runs made (a deployment of the workspace's, else 404)
+            await own_record(self.records, workspace, deployment_id, "deployment", "deployment_id")
+            shown = [(e, memo) for e, memo in shown if memo.get("deployment_id") == deployment_id]
         store_id = await self._store_filter(workspace, params.get("memory_store_id"))
         if store_id is not None:  # the sessions the store is attached to
             shown = [(e, memo) for e, memo in shown

@@ -102,6 +102,13 @@ async def test_a_cron_deployment_fires_and_runs_by_hand_and_pauses(stack: Stack,
     manual = await client.beta.deployments.run(deployment.id)
     assert manual.trigger_context.type == "manual" and manual.error is None and manual.session_id
     assert (await client.beta.sessions.retrieve(manual.session_id)).deployment_id == deployment.id
+
+    async def listed_by_deployment() -> bool:  # the sessions its runs made, and no other
+        found = [s async for s in client.beta.sessions.list(deployment_id=deployment.id)]
+        ids = {s.id for s in found}
+        return {scheduled.session_id, manual.session_id} <= ids and {s.deployment_id for s in found} == {deployment.id}
+
+    await until(listed_by_deployment, "the deployment's sessions listed by deployment_id")
     assert (await client.beta.deployment_runs.retrieve(manual.id)).session_id == manual.session_id
     manual_runs = [r.id async for r in client.beta.deployment_runs.list(deployment_id=deployment.id,
                                                                        trigger_type="manual")]  # fmt: skip

@@ -341,6 +341,8 @@ def deployment_rows() -> list[Row]:
         Row("POST", deployment + "/run", *by_id, lambda c, t, o: c.beta.deployments.run(t.deployment)),
         Row("GET", "/v1/deployment_runs/{id}", "id", "deployment_run", "deployment_run_id",
             lambda c, t, o: c.beta.deployment_runs.retrieve(t.deployment_run)),
+        Row("GET", "/v1/sessions", "query:deployment_id", "deployment", "deployment_id",
+            lambda c, t, o: c.beta.sessions.list(deployment_id=t.deployment)),
         # Upstream: a deployment_id that does not exist lists no runs (200); another workspace's is the same.
         Row("GET", "/v1/deployment_runs", "query:deployment_id", "deployment", "deployment_id",
             lambda c, t, o: c.beta.deployment_runs.list(deployment_id=t.deployment), cross=None),
@@ -666,7 +668,7 @@ async def test_another_workspaces_ids_are_404_and_the_wrong_kind_is_400_on_every
     assert await made_by(agent_id=a.agent) == sorted([a.session, a.repo_session])
     assert await made_by(agent_id=a.agent, agent_version=1) == [a.session]
     assert await made_by(agent_id=a.agent, agent_version=2) == [a.repo_session]
-    for refused_filter in ({"agent_version": 1}, {"extra_query": {"deployment_id": "depl_x"}}):
+    for refused_filter in ({"agent_version": 1},):
         with pytest.raises(anthropic.BadRequestError):  # a filter corral cannot apply is refused, never ignored
             await made_by(**refused_filter)
 
