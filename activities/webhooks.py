@@ -8,13 +8,13 @@ from temporalio.client import Client
 
 from corral.contract.webhooks import EmitWebhooks
 from corral.knowledge_db import KnowledgeDB, open_knowledge_db
-from corral.names import ACTIVITY_EMIT_WEBHOOKS
+from corral.names import ACTIVITY_EMIT_WEBHOOKS, PROXY_TASK_QUEUE
 from corral.webhooks import Webhooks
 
 
 class WebhookActivities:
-    def __init__(self, client: Client, db: KnowledgeDB | None = None) -> None:
-        self._webhooks = Webhooks(client, db or open_knowledge_db())
+    def __init__(self, client: Client, db: KnowledgeDB | None = None, proxy_queue: str = PROXY_TASK_QUEUE) -> None:
+        self._webhooks = Webhooks(client, db or open_knowledge_db(), proxy_queue=proxy_queue)
 
     @activity.defn(name=ACTIVITY_EMIT_WEBHOOKS)
     async def emit_webhooks(self, input: EmitWebhooks) -> int:

@@ -29,6 +29,7 @@ from corral.names import (
     GATEWAY_TASK_QUEUE,
     HARNESS_TASK_QUEUE,
     MODEL_TASK_QUEUE,
+    PROXY_TASK_QUEUE,
 )
 from corral.temporal import connect, ensure_search_attributes, temporal_address
 from gateway.app import DEFAULT_PORT, create_app
@@ -62,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gateway-queue", default=GATEWAY_TASK_QUEUE,
                         help="the task queue of this gateway's own worker, which opens deployment runs "
                              f"(default: {GATEWAY_TASK_QUEUE})")  # fmt: skip
+    parser.add_argument("--proxy-queue", default=PROXY_TASK_QUEUE,
+                        help="the proxy role's task queue, which sends the webhook deliveries this gateway starts "
+                             f"(default: {PROXY_TASK_QUEUE})")  # fmt: skip
     parser.add_argument("--stream-url", default=os.environ.get(ENV_STREAM_URL) or None, type=_relays,
                         help="the stream relay of live text, for `event_deltas[]`, or a comma-separated list of "
                              "relays (the model workers' list: every one is followed) (default: $CORRAL_STREAM_URL; "
@@ -145,7 +149,8 @@ async def serve(args: argparse.Namespace) -> None:
     client = await connect(args.temporal or temporal_address())
     await ensure_search_attributes(client)
     limits = SessionLimits(args.max_threads, args.max_runs, args.max_threads_per_run)
-    app = create_app(client, args.harness_queue, args.model_queue, args.max_streams_per_key, limits, args.gateway_queue)
+    app = create_app(client, args.harness_queue, args.model_queue, args.max_streams_per_key, limits, args.gateway_queue,
+                     args.proxy_queue)  # fmt: skip
     app.state.stream_url = args.stream_url  # read by the events stream (gateway/stream.py)
     app.state.stream_token = os.environ.get(ENV_STREAM_TOKEN) or None
     app.state.work_lease_seconds = args.work_lease_seconds  # read by the heartbeat route (gateway/work.py)

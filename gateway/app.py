@@ -27,7 +27,7 @@ from corral.deployment_runs import DeploymentRuns
 from corral.errors import SessionEnded
 from corral.files import FileStore
 from corral.knowledge_db import KnowledgeDB, open_knowledge_db
-from corral.names import GATEWAY_TASK_QUEUE, HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
+from corral.names import GATEWAY_TASK_QUEUE, HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE, PROXY_TASK_QUEUE
 from corral.records import Records
 from corral.webhooks import Webhooks, webhook_event
 from corral.work_queue import WorkQueues
@@ -71,6 +71,7 @@ class Gateway:
         streams_per_key: int = DEFAULT_STREAMS_PER_KEY,
         limits: SessionLimits = DEFAULT_LIMITS,
         gateway_queue: str = GATEWAY_TASK_QUEUE,
+        proxy_queue: str = PROXY_TASK_QUEUE,
     ) -> None:
         self.client = client
         self.gateway_queue = gateway_queue
@@ -86,7 +87,7 @@ class Gateway:
         """Files' metadata, skills and memory stores (corral.knowledge_db), shared with the workers."""
         self.blobs: BlobStore = open_blob_store()
         """The bytes of files and skill bundles (corral.blobs), shared with the workers."""
-        self.webhooks = Webhooks(client, self.knowledge, harness_queue)
+        self.webhooks = Webhooks(client, self.knowledge, harness_queue, proxy_queue=proxy_queue)
         """The workspace's webhook endpoints, and `emit` for what the API changes (corral.webhooks)."""
         resolver = KnowledgeResolver(self.knowledge, self.blobs)
         self.sessions = Sessions(client, self.records, self.work_queues, harness_queue, model_queue, limits, resolver,
@@ -136,8 +137,9 @@ def create_app(
     streams_per_key: int = DEFAULT_STREAMS_PER_KEY,
     limits: SessionLimits = DEFAULT_LIMITS,
     gateway_queue: str = GATEWAY_TASK_QUEUE,
+    proxy_queue: str = PROXY_TASK_QUEUE,
 ) -> Starlette:
-    gateway = Gateway(client, harness_queue, model_queue, streams_per_key, limits, gateway_queue)
+    gateway = Gateway(client, harness_queue, model_queue, streams_per_key, limits, gateway_queue, proxy_queue)
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})

@@ -240,6 +240,9 @@ class Stack:
     hand_queue: str
     stream_relay: StreamRelayThread
     started: list[WorkflowHandle] = field(default_factory=list)
+    proxy_queue: str = field(default_factory=lambda: unique("proxy"))
+    """Where the deliveries of the webhook events its sessions emit are sent from (no proxy serves it unless a test
+    starts one: the shared `corral-proxy` queue is no test's)."""
 
     def hand_tool(self, name: str, **schema: Any) -> dict[str, Any]:
         return {
@@ -308,7 +311,9 @@ async def stack(
     publisher = StreamPublisher(str(stream_relay.base_url))
     async with AsyncExitStack() as workers:
         await workers.enter_async_context(harness_worker(client, stack.harness_queue))
-        await workers.enter_async_context(model_worker(client, model, stack.model_queue, stream=publisher))
+        await workers.enter_async_context(
+            model_worker(client, model, stack.model_queue, stream=publisher, proxy_queue=stack.proxy_queue)
+        )
         await workers.enter_async_context(
             Worker(client, task_queue=stack.hand_queue, activities=[make_execute_activity(TEST_TOOLS)])
         )

@@ -29,6 +29,7 @@ from corral.names import (
     DEFAULT_MODEL_STALL_TIMEOUT_SECONDS,
     HARNESS_TASK_QUEUE,
     MODEL_TASK_QUEUE,
+    PROXY_TASK_QUEUE,
     SANDBOX_TASK_QUEUE,
     UTILITY_HAND_TASK_QUEUE,
 )
@@ -111,6 +112,7 @@ def model_worker(
     stream: StreamPublisher | None = None,
     blobs: BlobStore | None = None,
     stall_timeout_seconds: float = DEFAULT_MODEL_STALL_TIMEOUT_SECONDS,
+    proxy_queue: str = PROXY_TASK_QUEUE,
 ) -> Worker:
     """Model-turn activities on one queue, without a queue of its own: sessions' turns are not routed to it (see
     `model_workers` for the deployed role). The only role that holds the model API key. With a stream relay, text
@@ -127,18 +129,20 @@ def model_worker(
             logs.read_log,
             logs.archive_log,
             work.request_work,
-            *knowledge_activities(client, blobs),
+            *knowledge_activities(client, blobs, proxy_queue),
         ],
         max_heartbeat_throttle_interval=MODEL_HEARTBEAT_THROTTLE,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
     )
 
 
-def knowledge_activities(client: Client, blobs: BlobStore | None = None) -> list[Callable[..., Any]]:
+def knowledge_activities(
+    client: Client, blobs: BlobStore | None = None, proxy_queue: str = PROXY_TASK_QUEUE
+) -> list[Callable[..., Any]]:
     """The knowledge stores' activities (files, memory stores, dreams, webhook events), served by the model workers:
     they hold the blob store and the knowledge database, which sandbox workers never do."""
     knowledge, dreams, files = KnowledgeActivities(blobs), DreamActivities(client, blobs), FileActivities(blobs)
-    webhooks = WebhookActivities(client)
+    webhooks = WebhookActivities(client, proxy_queue=proxy_queue)  # the deliveries' attempts go to `proxy_queue`
     return [knowledge.export_memory, knowledge.commit_knowledge, dreams.prepare_dream, dreams.await_session_idle,
             dreams.apply_dream, files.expire_file, webhooks.emit_webhooks]  # fmt: skip
 
