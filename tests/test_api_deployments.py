@@ -243,6 +243,10 @@ async def test_a_fire_killed_mid_run_makes_one_run_and_one_session(stack: Stack,
         gateway = Gateway(url, gateway_process, Records(stack.client, task_queue=HARNESS_TASK_QUEUE))
         client = await gateway.client("crash")
         agent, environment = await deployable(client, stack)
+        endpoints = WebhookEndpoints(open_knowledge_db())
+        endpoint = endpoints.create(
+            f"crash-{gateway.suffix}", "https://receiver.example/hooks", ["deployment_run.succeeded"]
+        )
         lock = sqlite3.connect(knowledge_db_path(), isolation_level=None)
         lock.execute("BEGIN IMMEDIATE")  # the run's row waits for this: the fault lands between session and row
         deployment = await client.beta.deployments.create(
@@ -299,6 +303,10 @@ async def test_a_fire_killed_mid_run_makes_one_run_and_one_session(stack: Stack,
 
         await until(listed, "the deployment's sessions are its runs' sessions")
         assert session_id in made
+        # The run's success is owed to the endpoint once: by an id made from the run's, whichever attempt emitted it.
+        succeeded = delivery_workflow_id(webhook_event_id(f"{run_id}/succeeded"), endpoint.id)
+        await stack.client.get_workflow_handle(succeeded).describe()
+        await endpoints.db.run(endpoints.delete, endpoint.workspace, endpoint.id)
         logged = [e async for e in client.beta.sessions.events.list(session_id)]
         assert [e.type for e in logged].count("user.message") == 1, "the initial message was sent twice"
         assert gateway_process.log.read_text().count(f"deployment run {run_id}: session {session_id} started") >= 1
