@@ -1,7 +1,7 @@
 """`corral deployments`: deployments as the operator sees them, through Temporal and this machine's knowledge
 database: `ls`, `run` (a manual run, waited for), `pause`, `unpause` and `runs`. Deployments are made through the
 API (`client.beta.deployments.create`), which checks them; a run's activity is served by the gateway's own worker
-(queue `corral-gateway`), so `run` needs the gateway `corral up` started.
+(on its own task queue), so `run` needs the gateway `corral up` started.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ app.add_typer(deployments_app, rich_help_panel="The gateway")
 DeploymentId = Annotated[str, typer.Argument(metavar="DEPLOYMENT", help="The deployment's id (depl_…).",
                                              show_default=False)]  # fmt: skip
 HarnessQueue = Annotated[str | None, typer.Option(help="The harness task queue (default: corral-harness).")]
-GatewayQueue = Annotated[str | None, typer.Option(help="The gateway's own task queue (default: corral-gateway).")]
+GatewayQueue = Annotated[str | None, typer.Option(help="The gateway's own task queue (default: `corral up`'s).")]
 
 
 async def _deployment(client: Client, deployment_id: str) -> RecordView:

@@ -55,7 +55,7 @@ class FireDeploymentInput(BaseModel):
     deployment_id: str
     workspace: str
     gateway_task_queue: str
-    """Where `open_deployment_run` runs: the gateway's own worker (`corral-gateway`; a test's own queue)."""
+    """Where `open_deployment_run` runs: the gateway's own worker (`GATEWAY_TASK_QUEUE`; a test's own queue)."""
     trigger: Literal["schedule", "manual"] = TRIGGER_SCHEDULE
     run_id: str | None = None
     """A manual run's (fresh) id; None for a scheduled fire."""
