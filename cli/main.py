@@ -12,6 +12,7 @@ from __future__ import annotations
 
 # Importing the command modules registers their commands on the app.
 import cli.api_keys
+import cli.deployment_commands
 import cli.dream_commands
 import cli.environment_commands
 import cli.file_commands

@@ -4,9 +4,11 @@ the client so that the ids, which callers check without a Temporal client, read 
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 import time
+from datetime import datetime
 
 from corral.contract.records import (
     ID_ALPHABET,
@@ -30,6 +32,18 @@ def new_record_id(id_prefix: str) -> str:
     if not _ID_PREFIX.match(id_prefix):
         raise InvalidRecord(f"{id_prefix!r} is not an id prefix (lower-case letters, digits and _)")
     value = (time.time_ns() // 1_000_000) << 80 | secrets.randbits(80)
+    suffix = "".join(ID_ALPHABET[(value >> shift) & 31] for shift in range(5 * (ID_SUFFIX_LENGTH - 1), -1, -5))
+    return f"{id_prefix}_{suffix}"
+
+
+def record_id_at(id_prefix: str, when: datetime, key: str) -> str:
+    """The id `new_record_id` would make at `when`, with the random bits taken from a hash of `key`: the same
+    (`when`, `key`) always name the same object, so a fire retried after a crash finds the run it made before, and
+    the id still sorts by time as every other record id does."""
+    if not _ID_PREFIX.match(id_prefix):
+        raise InvalidRecord(f"{id_prefix!r} is not an id prefix (lower-case letters, digits and _)")
+    millis = int(when.timestamp() * 1000)
+    value = millis << 80 | int.from_bytes(hashlib.sha256(key.encode()).digest()[:10], "big")
     suffix = "".join(ID_ALPHABET[(value >> shift) & 31] for shift in range(5 * (ID_SUFFIX_LENGTH - 1), -1, -5))
     return f"{id_prefix}_{suffix}"
 

@@ -26,11 +26,13 @@ from corral.names import (
     ENV_STREAM_TOKEN,
     ENV_STREAM_URL,
     ENV_WORK_LEASE_SECONDS,
+    GATEWAY_TASK_QUEUE,
     HARNESS_TASK_QUEUE,
     MODEL_TASK_QUEUE,
 )
 from corral.temporal import connect, ensure_search_attributes, temporal_address
 from gateway.app import DEFAULT_PORT, create_app
+from gateway.deployment_runs import gateway_worker
 from gateway.http import DEFAULT_STREAMS_PER_KEY
 from gateway.multiagent_session import DEFAULT_LIMITS, SessionLimits, limit_problem
 from gateway.vault_access import configured_login
@@ -57,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--temporal", default=None, help="Temporal address (default: $CORRAL_TEMPORAL_ADDRESS)")
     parser.add_argument("--harness-queue", default=HARNESS_TASK_QUEUE)
     parser.add_argument("--model-queue", default=MODEL_TASK_QUEUE)
+    parser.add_argument("--gateway-queue", default=GATEWAY_TASK_QUEUE,
+                        help="the task queue of this gateway's own worker, which opens deployment runs "
+                             f"(default: {GATEWAY_TASK_QUEUE})")  # fmt: skip
     parser.add_argument("--stream-url", default=os.environ.get(ENV_STREAM_URL) or None, type=_relays,
                         help="the stream relay of live text, for `event_deltas[]`, or a comma-separated list of "
                              "relays (the model workers' list: every one is followed) (default: $CORRAL_STREAM_URL; "
@@ -140,7 +145,7 @@ async def serve(args: argparse.Namespace) -> None:
     client = await connect(args.temporal or temporal_address())
     await ensure_search_attributes(client)
     limits = SessionLimits(args.max_threads, args.max_runs, args.max_threads_per_run)
-    app = create_app(client, args.harness_queue, args.model_queue, args.max_streams_per_key, limits)
+    app = create_app(client, args.harness_queue, args.model_queue, args.max_streams_per_key, limits, args.gateway_queue)
     app.state.stream_url = args.stream_url  # read by the events stream (gateway/stream.py)
     app.state.stream_token = os.environ.get(ENV_STREAM_TOKEN) or None
     app.state.work_lease_seconds = args.work_lease_seconds  # read by the heartbeat route (gateway/work.py)
@@ -156,7 +161,8 @@ async def serve(args: argparse.Namespace) -> None:
         log.warning("no Vault configured (VAULT_ADDR, VAULT_ROLE_ID and VAULT_SECRET_ID): /v1/vaults answers 503")
     else:
         log.info("vaults in Vault at %s, mount %s", login.address, login.mount)
-    await uvicorn.Server(config).serve()
+    async with gateway_worker(app.state.gateway, client, args.gateway_queue):  # deployment fires' activity
+        await uvicorn.Server(config).serve()
 
 
 def main() -> None:

@@ -23,15 +23,19 @@ from temporalio.client import Client
 
 from corral import telemetry
 from corral.blobs import BlobStore, open_blob_store
+from corral.deployment_runs import DeploymentRuns
 from corral.errors import SessionEnded
 from corral.files import FileStore
 from corral.knowledge_db import KnowledgeDB, open_knowledge_db
-from corral.names import HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
+from corral.names import GATEWAY_TASK_QUEUE, HARNESS_TASK_QUEUE, MODEL_TASK_QUEUE
 from corral.records import Records
 from corral.webhooks import Webhooks, webhook_event
 from corral.work_queue import WorkQueues
 from gateway.agents import agent_routes
 from gateway.auth import ApiKeys
+from gateway.deployment_runs import deployment_run_routes
+from gateway.deployment_schedules import DeploymentSchedules
+from gateway.deployments import deployment_routes
 from gateway.dreams import dream_routes
 from gateway.environments import environment_routes
 from gateway.errors import ApiError, api_error_handler, error_response
@@ -66,8 +70,11 @@ class Gateway:
         model_queue: str = MODEL_TASK_QUEUE,
         streams_per_key: int = DEFAULT_STREAMS_PER_KEY,
         limits: SessionLimits = DEFAULT_LIMITS,
+        gateway_queue: str = GATEWAY_TASK_QUEUE,
     ) -> None:
         self.client = client
+        self.gateway_queue = gateway_queue
+        """The queue of this gateway's own worker (gateway/deployment_runs.py), where deployment fires open runs."""
         self.harness_queue = harness_queue
         self.model_queue = model_queue
         self.records = Records(client, task_queue=harness_queue)
@@ -87,6 +94,10 @@ class Gateway:
         self.streams = StreamSlots(streams_per_key)
         self.files = FileStore(self.knowledge, self.blobs)
         """Files (corral.files): their quota and largest upload from `CORRAL_FILE_QUOTA_BYTES` and `…_MAX_BYTES`."""
+        self.runs = DeploymentRuns(self.knowledge)
+        """Deployment runs (corral.deployment_runs), in the knowledge database."""
+        self.schedules = DeploymentSchedules(client, harness_queue, gateway_queue)
+        """Deployments' Temporal Schedules (gateway/deployment_schedules.py)."""
 
     async def tell(self, type: str, subject_id: str, workspace: str, **extra: str) -> None:
         """Emit what the API just changed to the workspace's webhook endpoints (`Webhooks.tell`)."""
@@ -112,6 +123,8 @@ FEATURES: list[Callable[[Gateway, Authed], list[Route]]] = [
     skill_routes,
     file_routes,
     webhook_routes,
+    deployment_routes,
+    deployment_run_routes,
 ]
 """Each resource family's routes, in the order they are matched."""
 
@@ -122,8 +135,9 @@ def create_app(
     model_queue: str = MODEL_TASK_QUEUE,
     streams_per_key: int = DEFAULT_STREAMS_PER_KEY,
     limits: SessionLimits = DEFAULT_LIMITS,
+    gateway_queue: str = GATEWAY_TASK_QUEUE,
 ) -> Starlette:
-    gateway = Gateway(client, harness_queue, model_queue, streams_per_key, limits)
+    gateway = Gateway(client, harness_queue, model_queue, streams_per_key, limits, gateway_queue)
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -139,7 +153,7 @@ def create_app(
         return error_response(405, f"{request.method} is not supported on {request.url.path}")
 
     observed = telemetry.current()
-    return Starlette(
+    app = Starlette(
         routes=routes,
         exception_handlers={
             ApiError: api_error_handler,
@@ -149,3 +163,5 @@ def create_app(
         },
         middleware=[Middleware(ObservedRequests)] if observed and (observed.tracing or observed.json_logs) else [],
     )
+    app.state.gateway = gateway  # its own worker's activities use it (gateway/__main__.py)
+    return app

@@ -92,11 +92,7 @@ async def own_workflow(
 
 async def sessions_made_by(records: Records, workspace: str, params: Any) -> Callable[[Mapping[str, Any]], bool]:
     """Which sessions (by their agent snapshot) a listing's `agent_id` and `agent_version` keep: the agent id is
-    checked like every other (400 for another kind, 404 for another workspace's). Filters corral has no objects for
-    are refused, never ignored: an unfiltered list must not pass for a filtered one."""
-    for unserved in ("deployment_id",):
-        if params.get(unserved) is not None:
-            raise invalid(f"{unserved}: corral has no {unserved.removesuffix('_id').replace('_', ' ')}s to list by")
+    checked like every other (400 for another kind, 404 for another workspace's)."""
     agent_id, version = params.get("agent_id"), whole(params.get("agent_version"), "agent_version")
     if agent_id is None:
         if version is not None:

@@ -116,7 +116,11 @@ class KnowledgeResolver:
         store_id = await self.own_store(workspace, resource.get("memory_store_id"), f"{where}.memory_store_id")
         store = await self.db.run(self.stores.get_store, workspace, store_id)
         if store.archived_at is not None:
-            raise invalid(f"{where}: memory store {store_id!r} is archived: it cannot be attached")
+            raise ApiError(
+                400,
+                f"{where}: memory store {store_id!r} is archived: it cannot be attached",
+                error_code="memory_store_archived",
+            )
         slug, mount_path = memory_slug(store.name), ""
         for suffix in range(1, MAX_MEMORY_STORES + 2):
             mount_path = f"{MEMORY_DIR}/{slug}" + (f"-{suffix}" if suffix > 1 else "")

@@ -105,7 +105,7 @@ def session_view(session_id: str, memo: Mapping[str, Any], started: datetime | N
         "vault_ids": memo.get("vault_ids") or [],
         "resources": memo.get("resources") or [],
         "budget": memo.get("budget"),
-        "deployment_id": None,
+        "deployment_id": memo.get("deployment_id"),
         "outcome_evaluations": [evaluation.model_dump(mode="json") for evaluation in info.outcome_evaluations]
         if info is not None
         else [],

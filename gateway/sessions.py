@@ -86,11 +86,19 @@ class Sessions:
 
     # ---- endpoints ------------------------------------------------------------------------------------------
 
-    async def create(self, workspace: str, request: dict[str, Any]) -> dict[str, Any]:
+    async def create(self, workspace: str, request: dict[str, Any], *, session_id: str | None = None,
+                     deployment_id: str | None = None) -> dict[str, Any]:  # fmt: skip
+        """`POST /v1/sessions`; a deployment run gives the `session_id` (made from the run's) and its
+        `deployment_id`: a session of that id that exists already (a retried run) is only given its initial events
+        again, which carry ids, so the session takes each once."""
         known = {"agent", "environment_id", "title", "metadata", "vault_ids", "resources", "initial_events", "budget"}
         unknown = sorted(set(request) - known)
         if unknown:
             raise invalid(f"unknown session field(s): {', '.join(unknown)}")
+        if session_id is not None:
+            existing = await self._existing(workspace, session_id, request.get("initial_events") or [])
+            if existing is not None:
+                return existing
         repository_resources, knowledge_resources = split_resources(request.get("resources"))
         repositories = session_repositories(repository_resources)  # checked here; their tokens go to Vault
         agent = await self._agent(workspace, request.get("agent"))
@@ -142,6 +150,7 @@ class Sessions:
                 model_task_queue=self.model_queue,
                 budget=budget,
                 webhooks=await self._webhooks_on(workspace),
+                deployment_id=deployment_id,
             )
         except ValidationError as exc:
             raise invalid(str(exc)) from exc
@@ -149,7 +158,9 @@ class Sessions:
         memo = {"agent": snapshot, "environment_id": environment_id, "vault_ids": vault_ids, "title": title,
                 "metadata": input.metadata, "resources": resources,
                 "budget": budget.model_dump(mode="json", exclude={"price"}) if budget else None}  # fmt: skip
-        session_id = new_session_id()
+        if deployment_id is not None:
+            memo["deployment_id"] = deployment_id
+        session_id = session_id or new_session_id()
         if isinstance(hands, SelfHostedEnvironment):  # its worker polls the queue before the first call asks it
             await self.work_queues.ensure(hands.environment_id, workspace)
         await store_repository_tokens(session_id, repositories)  # before the start, as `corral start --repo` does
@@ -183,6 +194,18 @@ class Sessions:
         if self.webhooks is not None:
             await self.webhooks.tell(webhook_event(type, session_id, workspace, key=f"{session_id}/{type}"))
 
+    async def _existing(self, workspace: str, session_id: str, initial: list[Any]) -> dict[str, Any] | None:
+        """The session of that id, given its initial events again (taken once each, by their ids); None: none yet."""
+        try:
+            handle, description = await own_session(self.client, workspace, session_id)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        if initial:
+            await write_events(handle, initial)
+        return await view(handle, description)
+
     async def _agent(self, workspace: str, reference: Any) -> RecordView:
         """The agent version a session runs: by id (the latest), `{type: "agent", id, version}`, or
         `{type: "agent_with_overrides", id, version?, model?, system?, tools?, mcp_servers?}`, whose fields replace
@@ -209,7 +232,7 @@ class Sessions:
         field = "agent" if isinstance(reference, str) else "agent.id"
         agent = await own_record(self.records, workspace, agent_id, "agent", field, version)
         if agent.archived_at is not None:
-            raise invalid(f"agent {agent_id!r} is archived")
+            raise ApiError(400, f"agent {agent_id!r} is archived", error_code="agent_archived")
         if overrides is not None:
             agent = agent.model_copy(update={"body": agent_body(overrides, current=agent.body)})
         return agent
@@ -249,6 +272,10 @@ class Sessions:
         shown = [(execution, await execution.memo()) for execution in found]
         shown = [(e, memo) for e, memo in shown if include_archived or not memo.get("archived_at")]
         shown = [(e, memo) for e, memo in shown if made_by(memo.get("agent") or {})]
+        deployment_id = params.get("deployment_id")
+        if deployment_id is not None:  # the sessions its runs made (a deployment of the workspace's, else 404)
+            await own_record(self.records, workspace, deployment_id, "deployment", "deployment_id")
+            shown = [(e, memo) for e, memo in shown if memo.get("deployment_id") == deployment_id]
         store_id = await self._store_filter(workspace, params.get("memory_store_id"))
         if store_id is not None:  # the sessions the store is attached to
             shown = [(e, memo) for e, memo in shown

@@ -28,7 +28,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from corral.records import RecordArchived, RecordNotFound, Records, RecordView
-from gateway.errors import invalid, not_found
+from gateway.errors import ApiError, invalid, not_found
 from gateway.http import Authed, Tell, body, flag, whole
 from gateway.owned import id_of, own_record, record_prefix
 from gateway.shapes import check_metadata, patch_metadata, problem, when
@@ -330,7 +330,9 @@ async def check_vault_ids(records: Records, workspace: str, vault_ids: list[str]
     for index, vault_id in enumerate(vault_ids):
         vault = await own_record(records, workspace, vault_id, VAULT_KIND, f"vault_ids[{index}]")
         if vault.archived_at is not None:
-            raise invalid(f"vault {vault_id!r} is archived: a new session cannot use it")
+            raise ApiError(
+                400, f"vault {vault_id!r} is archived: a new session cannot use it", error_code="vault_archived"
+            )
 
 
 # ---- routes -----------------------------------------------------------------------------------------------------

@@ -25,7 +25,17 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowHistory
+from temporalio import activity
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleSpec,
+    ScheduleState,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowHistory,
+)
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError
 from temporalio.worker import Worker
@@ -36,6 +46,13 @@ from activities.sandbox import SandboxActivities
 from activities.webhook_delivery import WebhookDeliveryActivities
 from corral.blobs import LocalBlobStore, open_blob_store
 from corral.client import read_events, send_events, send_text, start_session, update_session, wait_for_idle
+from corral.contract.deployments import (
+    DeploymentRunResult,
+    FireDeploymentInput,
+    OpenDeploymentRunInput,
+    fire_workflow_id,
+    run_session_id,
+)
 from corral.contract.dreams import TERMINAL_DREAM_STATUSES, DreamInput, DreamModel, DreamState
 from corral.contract.events import AgentMessage, AgentToolUse
 from corral.contract.knowledge import FileMount, MemoryStoreMount, SessionKnowledge, SkillPin
@@ -59,6 +76,8 @@ from corral.knowledge_db import KnowledgeDB, open_knowledge_db
 from corral.memory_records import user_actor
 from corral.memory_stores import MemoryStores
 from corral.names import (
+    ACTIVITY_OPEN_DEPLOYMENT_RUN,
+    DEPLOYMENT_FIRE_WORKFLOW,
     DREAM_WORKFLOW,
     QUERY_DREAM,
     QUERY_THREADS,
@@ -90,6 +109,7 @@ HAND_QUEUE = "record-hand"
 MODEL_QUEUE = "record-model"
 HARNESS_QUEUE = "record-harness"
 PROXY_QUEUE = "record-proxy"
+GATEWAY_QUEUE = "record-gateway"
 
 SELF_HOSTED = SelfHostedEnvironment(environment_id="env_recorded", workspace="default")
 RECORDING: list[Client] = []
@@ -655,11 +675,51 @@ async def webhook_given_up(records: Records) -> str:
     return await _webhook_delivery(records, [503], timedelta(seconds=3))
 
 
+@activity.defn(name=ACTIVITY_OPEN_DEPLOYMENT_RUN)
+async def _open_run(input: OpenDeploymentRunInput) -> DeploymentRunResult:
+    """Stands in for the gateway's activity (gateway/deployment_runs.py), which the history records only as its
+    input and result: the run the gateway would answer with."""
+    trigger = {"type": input.trigger, "scheduled_at": input.scheduled_at.isoformat() if input.scheduled_at else None}
+    return DeploymentRunResult(run={"type": "deployment_run", "id": input.run_id, "deployment_id": input.deployment_id,
+                                    "trigger_context": trigger, "session_id": run_session_id(input.run_id),
+                                    "error": None})  # fmt: skip
+
+
+async def deployment_fire(records: Records) -> str:
+    """A deployment's Schedule fired by hand (`trigger`), as a cron fire is: the fire workflow reads its scheduled
+    time and opens the run on the gateway's queue."""
+    client, deployment_id = records.client, f"depl_recorded{uuid.uuid4().hex[:8]}"
+    fire = FireDeploymentInput(deployment_id=deployment_id, workspace="recorded", gateway_task_queue=GATEWAY_QUEUE)
+    schedule = Schedule(
+        action=ScheduleActionStartWorkflow(DEPLOYMENT_FIRE_WORKFLOW, fire, id=fire_workflow_id(deployment_id),
+                                           task_queue=HARNESS_QUEUE),
+        spec=ScheduleSpec(cron_expressions=["0 3 * * *"]),
+        state=ScheduleState(paused=True),
+    )  # fmt: skip
+    handle = await client.create_schedule(deployment_id, schedule)
+    try:
+        async with Worker(client, task_queue=GATEWAY_QUEUE, activities=[_open_run]):
+            await handle.trigger()
+            actions: list[Any] = []
+
+            async def fired() -> bool:
+                actions[:] = (await handle.describe()).info.recent_actions
+                return bool(actions)
+
+            await until(fired, "the schedule's fire")
+            workflow_id = actions[0].action.workflow_id
+            await client.get_workflow_handle(workflow_id).result()
+    finally:
+        await handle.delete()
+    return workflow_id
+
+
 RECORD_SCENARIOS: dict[str, Callable[[Records], Awaitable[str]]] = {
     "record_agent_versions": agent_versions,
     "file_expiry": file_expiry,
     "webhook_delivery": webhook_delivery,
     "webhook_given_up": webhook_given_up,
+    "deployment_fire": deployment_fire,
 }
 """Record scenarios: each plays one record's life and returns its id (its workflow's)."""
 

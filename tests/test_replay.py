@@ -11,6 +11,7 @@ from temporalio.worker import Replayer
 from corral.contract.records import RECORD_WORKFLOW
 from corral.contract.work import WORK_QUEUE_WORKFLOW
 from corral.names import (
+    DEPLOYMENT_FIRE_WORKFLOW,
     DREAM_WORKFLOW,
     FILE_EXPIRY_WORKFLOW,
     SESSION_WORKFLOW,
@@ -19,6 +20,7 @@ from corral.names import (
 )
 from corral.temporal import data_converter
 from workflows import SessionWorkflow, WorkflowRun
+from workflows.deployments import DeploymentFireWorkflow
 from workflows.dreams import DreamWorkflow
 from workflows.file_expiry import FileExpiryWorkflow
 from workflows.records import RecordWorkflow
@@ -34,6 +36,7 @@ WORKFLOWS: dict[str, type] = {
     DREAM_WORKFLOW: DreamWorkflow,
     FILE_EXPIRY_WORKFLOW: FileExpiryWorkflow,
     WEBHOOK_DELIVERY_WORKFLOW: WebhookDeliveryWorkflow,
+    DEPLOYMENT_FIRE_WORKFLOW: DeploymentFireWorkflow,
 }
 """The class that replays a history, by the workflow type its first event names."""
 
@@ -52,6 +55,8 @@ def test_histories_are_recorded() -> None:
     assert "file_expiry" in {path.stem for path in HISTORIES}
     # A webhook delivery retried then delivered, and one given up (RECORD_SCENARIOS).
     assert {"webhook_delivery", "webhook_given_up"} <= {path.stem for path in HISTORIES}
+    # A deployment's scheduled fire, which opened its run (tests/record_histories.py, RECORD_SCENARIOS).
+    assert "deployment_fire" in {path.stem for path in HISTORIES}
     # A coordinator's workflow run, and the run itself (tests/record_histories.py, scenario `runs`).
     assert {"runs", "runs_run"} <= {path.stem for path in HISTORIES}
     # A session with a file, a skill and a memory store, and a dream over it (scenario `knowledge`).

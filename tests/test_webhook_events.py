@@ -126,7 +126,7 @@ async def test_a_session_emits_nothing_until_its_workspace_has_an_endpoint(
     agent = await client.beta.agents.create(name="helper", model=stack.script([{"text": "one"}, {"text": "two"}]))
     environment = await client.beta.environments.create(name="plain")
     session = await client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
-    message = {"type": "user.message", "content": [{"type": "text", "text": "go"}]}
+    message: Any = {"type": "user.message", "content": [{"type": "text", "text": "go"}]}
     await client.beta.sessions.events.send(session.id, events=[message])
     first = await events_until_idle(client, session.id, 0)
     assert await session_types(stack.client, stack.harness_queue, session.id) == []

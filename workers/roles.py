@@ -38,6 +38,7 @@ from workers.deployment import worker_config
 from workers.run import GRACEFUL_SHUTDOWN, STICKY_TIMEOUT
 from workers.settings import HarnessDeployment
 from workflows import SessionWorkflow, WorkflowRun
+from workflows.deployments import DeploymentFireWorkflow
 from workflows.dreams import DreamWorkflow
 from workflows.file_expiry import FileExpiryWorkflow
 from workflows.records import RecordWorkflow, VersionedRecordWorkflow
@@ -70,6 +71,7 @@ HARNESS_WORKFLOWS: tuple[type, ...] = (
     DreamWorkflow,
     FileExpiryWorkflow,
     WebhookDeliveryWorkflow,
+    DeploymentFireWorkflow,
 )
 """The workflow classes the harness worker runs (and `corral harness check` replays with)."""
 

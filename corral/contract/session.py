@@ -124,6 +124,8 @@ class SessionInput(SendableInput):
     """Set on a thread's start input by the session that spawns it (corral.contract.threads): never by users."""
     carry: SessionCarry | None = None
     """Set by the session itself when it continues as new: the state the next run starts from (never by users)."""
+    deployment_id: str | None = None
+    """The deployment whose run made this session (`depl_…`), None for one made by hand."""
 
     @field_validator("message")
     @classmethod
