@@ -27,9 +27,18 @@ from activities.proxy import ProxyActivities
 from activities.webhook_delivery import WebhookDeliveryActivities
 from corral.contract.webhooks import DELIVERED, GAVE_UP, STOPPED, DeliveryPolicy, WebhookDeliveryResult
 from corral.knowledge_db import open_knowledge_db
+from corral.names import ENV_WEBHOOK_FIRST_RETRY, ENV_WEBHOOK_GIVE_UP_AFTER, ENV_WEBHOOK_LONGEST_WAIT
 from corral.webhook_deliveries import DELIVERED as ROW_DELIVERED
 from corral.webhook_deliveries import FAILED, WebhookDeliveries
-from corral.webhooks import DISABLED, ENABLED, Endpoint, WebhookEndpoints, Webhooks, webhook_event
+from corral.webhooks import (
+    DISABLED,
+    ENABLED,
+    Endpoint,
+    WebhookEndpoints,
+    Webhooks,
+    delivery_policy,
+    webhook_event,
+)
 from proxy import VaultStore, new_webhook_secret
 from tests.chaos._processes import role_process
 from tests.conftest import Stack, history_text, unique
@@ -243,3 +252,25 @@ async def test_a_proxy_worker_killed_mid_delivery_loses_nothing(
     log = worker.log.read_text()
     history = await history_text(stack.client.get_workflow_handle(workflow_id))
     assert scan_for([secret.get_secret_value()], log, history) == []
+
+
+def test_the_delivery_policy_is_read_from_the_environment_and_checked() -> None:
+    assert delivery_policy({}) == DeliveryPolicy()
+    assert DeliveryPolicy().give_up_after >= timedelta(days=1), "retried for at least a day by default"
+    read = delivery_policy({ENV_WEBHOOK_FIRST_RETRY: "0.5", ENV_WEBHOOK_LONGEST_WAIT: "20",
+                            ENV_WEBHOOK_GIVE_UP_AFTER: "600"})  # fmt: skip
+    assert (read.first_retry, read.longest_wait, read.give_up_after) == (
+        timedelta(seconds=0.5),
+        timedelta(seconds=20),
+        timedelta(minutes=10),
+    )
+    for env, words in (
+        ({ENV_WEBHOOK_FIRST_RETRY: "soon"}, "CORRAL_WEBHOOK_FIRST_RETRY_SECONDS is a positive number of seconds"),
+        ({ENV_WEBHOOK_GIVE_UP_AFTER: "-1"}, "CORRAL_WEBHOOK_GIVE_UP_AFTER_SECONDS is a positive number of seconds"),
+        (
+            {ENV_WEBHOOK_FIRST_RETRY: "10", ENV_WEBHOOK_LONGEST_WAIT: "5"},
+            "CORRAL_WEBHOOK_LONGEST_WAIT_SECONDS is at least",
+        ),
+    ):
+        with pytest.raises(ValueError, match=words):
+            delivery_policy(env)
