@@ -43,6 +43,24 @@ def _endpoints(settings: Settings) -> WebhookEndpoints:
     )
 
 
+def _wake(settings: Settings, endpoints: WebhookEndpoints, workspace: str) -> None:
+    """Tell the workspace's running sessions to emit from now on; when Temporal cannot be reached, say so (the
+    endpoint is made all the same, and those sessions emit from their next start)."""
+    import asyncio
+
+    from cli.app import client_of
+    from corral.webhooks import Webhooks
+
+    async def wake() -> int:
+        return await Webhooks(await client_of(settings), endpoints.db).wake_sessions(workspace)
+
+    try:
+        asyncio.run(wake())
+    except Exception as exc:  # the endpoint stands: only the running sessions' events wait
+        settings.err.print(f"the running sessions of {workspace} were not told ({type(exc).__name__}: {exc}): "
+                           "they emit from their next start", style="yellow")  # fmt: skip
+
+
 def _endpoint(settings: Settings, endpoints: WebhookEndpoints, endpoint_id: str, workspace: str | None) -> Endpoint:
     from corral.webhooks import EndpointNotFound
 
@@ -110,6 +128,7 @@ def add(
     except BaseException as exc:
         endpoints.delete(workspace, endpoint.id)  # no endpoint without its secret
         fail(settings, exc if isinstance(exc, CliError) else CliError(str(exc)))
+    _wake(settings, endpoints, workspace)
     _show_secret(settings, secret, endpoint, "A new endpoint,")
 
 
@@ -158,6 +177,7 @@ def enable(ctx: typer.Context, endpoint_id: EndpointId, workspace: WorkspaceOpti
     endpoints = _endpoints(settings)
     endpoint = _endpoint(settings, endpoints, endpoint_id, workspace)
     endpoints.set_status(endpoint.id, ENABLED)
+    _wake(settings, endpoints, endpoint.workspace)
     settings.out.print(f"{endpoint.id} is enabled")
 
 

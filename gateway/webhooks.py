@@ -11,6 +11,7 @@ failed; an endpoint disabled after a delivery was given up is enabled again with
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -29,6 +30,7 @@ from proxy import new_webhook_secret
 if TYPE_CHECKING:
     from gateway.app import Gateway
 
+logger = logging.getLogger(__name__)
 KIND = "webhook endpoint"
 FIELDS = frozenset({"url", "events", "description"})
 MAX_DESCRIPTION = 1024
@@ -70,6 +72,7 @@ class WebhookEndpointRoutes:
         self.deliveries = WebhookDeliveries(gateway.knowledge)
         self.db = gateway.knowledge
         self.access = access
+        self.webhooks = gateway.webhooks
 
     async def _call(self, function: Any, *args: Any, **kwargs: Any) -> Any:
         """A table call off the event loop, its refusals as the API's."""
@@ -79,6 +82,14 @@ class WebhookEndpointRoutes:
             raise _not_found(exc.endpoint_id) from exc
         except InvalidEndpoint as exc:
             raise invalid(str(exc)) from exc
+
+    async def _wake(self, workspace: str) -> None:
+        """Tell the workspace's running sessions to emit from now on (`Webhooks.wake_sessions`). The endpoint stands
+        whatever happens here: a failure is logged, and those sessions emit from their next start."""
+        try:
+            await self.webhooks.wake_sessions(workspace)
+        except Exception as exc:  # the endpoint is made; only the running sessions' events wait for a new one
+            logger.warning("the running sessions of %s were not told of its endpoint: %s", workspace, exc)
 
     async def _own(self, request: Request, workspace: str) -> str:
         endpoint_id = id_of(request.path_params["id"], "webhook_endpoint_id", KIND)
@@ -96,6 +107,7 @@ class WebhookEndpointRoutes:
         except BaseException:
             await self._call(self.endpoints.delete, workspace, endpoint.id)  # no endpoint without its secret
             raise
+        await self._wake(workspace)
         return JSONResponse({**endpoint_view(endpoint), "secret": secret.get_secret_value()})
 
     async def listing(self, request: Request, workspace: str) -> Response:
@@ -131,7 +143,9 @@ class WebhookEndpointRoutes:
 
     async def enable(self, request: Request, workspace: str) -> Response:
         endpoint_id = await self._own(request, workspace)
-        return JSONResponse(endpoint_view(await self._call(self.endpoints.set_status, endpoint_id, ENABLED)))
+        endpoint = await self._call(self.endpoints.set_status, endpoint_id, ENABLED)
+        await self._wake(workspace)
+        return JSONResponse(endpoint_view(endpoint))
 
     async def disable(self, request: Request, workspace: str) -> Response:
         endpoint_id = await self._own(request, workspace)

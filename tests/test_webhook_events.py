@@ -23,7 +23,7 @@ from corral.contract.events import (
 from corral.contract.webhooks import WebhookDeliveryInput, WebhookEvent, delivery_workflow_id, keyed_event_id
 from corral.knowledge_db import open_knowledge_db
 from corral.names import WEBHOOK_DELIVERY_WORKFLOW
-from corral.webhooks import WebhookEndpoints, Webhooks
+from corral.webhooks import WebhookEndpoints
 from tests.conftest import Stack
 from tests.test_gateway import Gateway, gateway  # noqa: F401 - the fixture
 from tests.test_gateway_sessions import events_until_idle
@@ -115,31 +115,3 @@ async def test_the_api_and_a_sessions_log_emit_their_events_to_the_workspaces_en
     assert idled.payload()["data"] == {"type": "session.idled", "id": session.id, "organization_id": "corral",
                                        "workspace_id": workspace}  # fmt: skip
     await stack.client.get_workflow_handle(delivery_workflow_id(idled.id, endpoint.id)).describe()  # to this endpoint
-
-
-async def test_a_session_emits_nothing_until_its_workspace_has_an_endpoint(
-    stack: Stack,
-    gateway: Gateway,  # noqa: F811
-) -> None:
-    client = await gateway.client("quiet")
-    workspace = f"quiet-{gateway.suffix}"
-    agent = await client.beta.agents.create(name="helper", model=stack.script([{"text": "one"}, {"text": "two"}]))
-    environment = await client.beta.environments.create(name="plain")
-    session = await client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
-    message: Any = {"type": "user.message", "content": [{"type": "text", "text": "go"}]}
-    await client.beta.sessions.events.send(session.id, events=[message])
-    first = await events_until_idle(client, session.id, 0)
-    assert await session_types(stack.client, stack.harness_queue, session.id) == []
-
-    WebhookEndpoints(open_knowledge_db()).create(workspace, RECEIVER, ["session.idled"])
-    assert await Webhooks(stack.client, open_knowledge_db()).wake_sessions(workspace) == 1
-    await client.beta.sessions.events.send(session.id, events=[message])
-    second = await events_until_idle(client, session.id, len(first))
-
-    async def told() -> bool:
-        return await session_types(stack.client, stack.harness_queue, session.id) == ["session.idled"]
-
-    await until(told, "the second turn's idle delivered, to the endpoint that wants idles only")
-    (idled,) = [e for e in await deliveries(stack.client, stack.harness_queue) if e.subject_id == session.id]
-    idle = next(e for e in second if e.type == "session.status_idle")
-    assert idled.id == keyed_event_id(f"{idle.id}/session.idled"), "the second turn's, not the first's"

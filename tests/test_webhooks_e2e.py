@@ -19,6 +19,7 @@ import pytest
 from activities.proxy import ProxyActivities
 from activities.webhook_delivery import WebhookDeliveryActivities
 from corral.apikeys import create_key
+from corral.contract.webhooks import keyed_event_id
 from corral.records import Records
 from proxy import VaultStore
 from proxy.access import ensure_gateway_role
@@ -116,3 +117,26 @@ async def test_a_users_receiver_gets_the_events_of_real_work_signed(
     assert len(idles) == 2, "one per turn of the asking session: the wait for the tool's result, then the end"
     verified = receiver.ids("/hooks")
     assert len(verified) == len(set(verified)) == len(events), "each event once, by its webhook-id"
+
+
+async def test_a_session_emits_nothing_until_its_workspace_has_an_endpoint(
+    stack: Stack, api: anthropic.AsyncAnthropic, receiver: WebhookReceiver
+) -> None:
+    """A session made before its workspace had an endpoint is told when one is registered (the gateway signals the
+    workspace's running sessions): its next turn's idle arrives, its first turn's never does."""
+    agent = await api.beta.agents.create(name="helper", model=stack.script([{"text": "one"}, {"text": "two"}]))
+    environment = await api.beta.environments.create(name="plain")
+    session = await api.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+    await api.beta.sessions.events.send(session.id, events=[text("go")])
+    first = await events_until_idle(api, session.id, 0)
+
+    made: JSON = await api.post("/v1/webhook_endpoints", cast_to=JSON,
+                                body={"url": receiver.url("/late"), "events": ["session.idled"]})  # fmt: skip
+    receiver.keys["/late"] = made["secret"]
+    await api.beta.sessions.events.send(session.id, events=[text("again")])
+    second = await events_until_idle(api, session.id, len(first))
+    await until(lambda: receiver.events("/late"), "the second turn's idle, delivered")
+    (idled,) = receiver.events("/late")
+    idle = next(event for event in second if event.type == "session.status_idle")
+    assert (idled.data.type, idled.data.id) == ("session.idled", session.id)
+    assert idled.id == keyed_event_id(f"{idle.id}/session.idled"), "the second turn's, not the first's"
