@@ -230,3 +230,16 @@ def step(what: str, *, log: Path | None = None, address: str = "the configured a
     except Exception as error:
         hint = f"the log to read: {log}" if log is not None else None
         raise CliError(f"{what} failed: {describe_failure(error, address)}", hint=hint) from error
+
+
+def show_once(settings: Settings, secret: str, title: str, note: str) -> None:
+    """A secret shown this once (a key, a signing secret): alone on stdout when a script captures it; else whole
+    (never wrapped: a copied secret must be whole), with `note` saying what it opens and where it goes."""
+    if not settings.stdout_is_terminal:
+        print(secret, flush=True)
+        return
+    from rich.panel import Panel
+    from rich.text import Text
+
+    settings.out.print(Text(secret), soft_wrap=True)
+    settings.out.print(Panel(Text(note, style="yellow"), title=title))

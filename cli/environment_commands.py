@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cli.app import app, client_of
-from cli.context import CliError, run, settings_of
+from cli.context import CliError, run, settings_of, show_once
 
 if TYPE_CHECKING:
     from corral.records import Records, RecordView
@@ -77,18 +77,10 @@ def create(
         return key, environment.workspace
 
     key, owner = run(settings, go())
-    if not settings.stdout_is_terminal:
-        print(key, flush=True)  # only the key: what a script captures
-        return
-    from rich.panel import Panel
-    from rich.text import Text
-
-    settings.out.print(Text(key), soft_wrap=True)  # never wrapped: a copied key must be whole
-    settings.out.print(Panel(Text(
-        f"This key opens the work queue of {environment_id} (workspace {owner}) and the sessions in it, nothing "
-        "else. It is shown once: store it now, and give it to the environment's worker "
-        "(client.beta.environments.work.worker(environment_key=...)).", style="yellow",
-    ), title="environment key"))  # fmt: skip
+    show_once(settings, key, "environment key",
+              f"This key opens the work queue of {environment_id} (workspace {owner}) and the sessions in it, nothing "
+              "else. It is shown once: store it now, and give it to the environment's worker "
+              "(client.beta.environments.work.worker(environment_key=...)).")  # fmt: skip
 
 
 @key_app.command("ls")

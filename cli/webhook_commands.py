@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cli.app import app
-from cli.context import CliError, Settings, fail, settings_of
+from cli.context import CliError, Settings, fail, settings_of, show_once
 
 if TYPE_CHECKING:
     from corral.webhooks import Endpoint, WebhookEndpoints
@@ -76,18 +76,10 @@ def _endpoint(settings: Settings, endpoints: WebhookEndpoints, endpoint_id: str,
 
 
 def _show_secret(settings: Settings, secret: str, endpoint: Endpoint, what: str) -> None:
-    if not settings.stdout_is_terminal:
-        print(secret, flush=True)  # only the secret: what a script captures
-        return
-    from rich.panel import Panel
-    from rich.text import Text
-
-    settings.out.print(Text(secret), soft_wrap=True)  # never wrapped: a copied secret must be whole
-    settings.out.print(Panel(Text(
-        f"{what} {endpoint.id} ({endpoint.url}, workspace {endpoint.workspace}). This signing secret is shown once: "
-        "give it to your receiver, which verifies each delivery with it (client.beta.webhooks.unwrap(body, "
-        "headers=headers, key=secret)).", style="yellow",
-    ), title="webhook signing secret"))  # fmt: skip
+    show_once(settings, secret, "webhook signing secret",
+              f"{what} {endpoint.id} ({endpoint.url}, workspace {endpoint.workspace}). This signing secret is shown "
+              "once: give it to your receiver, which verifies each delivery with it (client.beta.webhooks.unwrap("
+              "body, headers=headers, key=secret)).")  # fmt: skip
 
 
 def _store_secret(settings: Settings, endpoint_id: str) -> str:

@@ -49,6 +49,7 @@ from sandbox.engine import install_dockerd
 from sandbox.sessions import remove_session
 from tests.hand_tools import TEST_TOOLS
 from tests.ports import free_port
+from tests.proxy_servers.webhook_receiver import WebhookReceiver
 from workers.roles import harness_worker, model_worker, sandbox_workers
 
 BLOB_STORE = tempfile.mkdtemp(prefix="corral-test-blobs-")
@@ -223,6 +224,14 @@ def model_server() -> Iterator[ModelServerThread]:
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def receiver() -> Iterator[WebhookReceiver]:
+    """A user's webhook receiver: a real HTTP server that verifies each delivery with the SDK (its `keys`)."""
+    receiver = WebhookReceiver()
+    yield receiver
+    receiver.close()
 
 
 def unique(prefix: str) -> str:

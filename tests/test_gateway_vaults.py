@@ -66,15 +66,19 @@ def gateway_argv(stack: Stack, port: int) -> list[str]:
             "--harness-queue", stack.harness_queue, "--model-queue", stack.model_queue]  # fmt: skip
 
 
+def vault_login_env() -> dict[str, str]:
+    """A gateway's environment as `corral up` gives it: the dev Vault, and the write-only AppRole's login."""
+    dev_vault = shared_dev_vault()
+    login = ensure_gateway_role(dev_vault.client(), dev_vault.mount)
+    return {"VAULT_ADDR": dev_vault.address, "VAULT_ROLE_ID": login.role_id,
+            "VAULT_SECRET_ID": login.secret_id.get_secret_value(), "CORRAL_VAULT_MOUNT": dev_vault.mount}  # fmt: skip
+
+
 @pytest.fixture
 async def gateway(stack: Stack, tmp_path: Path) -> AsyncIterator[Gateway]:
     """A gateway logged in to the dev Vault as `corral up`'s is: through its environment, with the write-only
     AppRole (proxy/access.py), so every test here also shows the routes need no read of a secret."""
-    dev_vault = shared_dev_vault()
-    login = ensure_gateway_role(dev_vault.client(), dev_vault.mount)
-    port = free_port()
-    env = {"VAULT_ADDR": dev_vault.address, "VAULT_ROLE_ID": login.role_id,
-           "VAULT_SECRET_ID": login.secret_id.get_secret_value(), "CORRAL_VAULT_MOUNT": dev_vault.mount}  # fmt: skip
+    port, env = free_port(), vault_login_env()
     with role_process("gateway", gateway_argv(stack, port), tmp_path, **env) as process:
         url = f"http://127.0.0.1:{port}"
         await until_healthy(url, process)

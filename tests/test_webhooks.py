@@ -9,7 +9,7 @@ The one slow test (`test_receiver_down_for_five_minutes`) is marked `slow`; see 
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -58,13 +58,6 @@ THREAD_ID = "sthr_0123456789abcdefghijklmn"
 def store() -> VaultStore:
     dev_vault = shared_dev_vault()
     return VaultStore(dev_vault.client(), dev_vault.mount)
-
-
-@pytest.fixture
-def receiver() -> Iterator[WebhookReceiver]:
-    receiver = WebhookReceiver()
-    yield receiver
-    receiver.close()
 
 
 @pytest.fixture

@@ -6,8 +6,7 @@ no later answer, no history and no gateway log line."""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +21,12 @@ from corral.knowledge_db import open_knowledge_db
 from corral.records import Records
 from corral.webhooks import Webhooks, webhook_event
 from proxy import VaultStore
-from proxy.access import ensure_gateway_role
 from tests.chaos._processes import role_process, until_healthy
 from tests.conftest import Stack, history_text, unique
 from tests.ports import free_port
 from tests.proxy_servers.devvault import scan_for, shared_dev_vault
 from tests.proxy_servers.webhook_receiver import WebhookReceiver
+from tests.test_gateway_vaults import gateway_argv, vault_login_env
 from tests.test_webhooks import QUICK
 from tests.waits import until
 from workers.proxy import proxy_worker
@@ -36,30 +35,13 @@ pytestmark = pytest.mark.timeout(300)
 JSON = dict[str, Any]
 
 
-def gateway_argv(stack: Stack, port: int) -> list[str]:
-    address = stack.client.service_client.config.target_host
-    return [sys.executable, "-m", "gateway", "--port", str(port), "--temporal", address,
-            "--harness-queue", stack.harness_queue, "--model-queue", stack.model_queue]  # fmt: skip
-
-
 @pytest.fixture
 async def gateway(stack: Stack, tmp_path: Path) -> AsyncIterator[tuple[str, Path]]:
-    dev_vault = shared_dev_vault()
-    login = ensure_gateway_role(dev_vault.client(), dev_vault.mount)
-    port = free_port()
-    env = {"VAULT_ADDR": dev_vault.address, "VAULT_ROLE_ID": login.role_id,
-           "VAULT_SECRET_ID": login.secret_id.get_secret_value(), "CORRAL_VAULT_MOUNT": dev_vault.mount}  # fmt: skip
+    port, env = free_port(), vault_login_env()
     with role_process("gateway", gateway_argv(stack, port), tmp_path, **env) as process:
         url = f"http://127.0.0.1:{port}"
         await until_healthy(url, process)
         yield url, process.log
-
-
-@pytest.fixture
-def receiver() -> Iterator[WebhookReceiver]:
-    receiver = WebhookReceiver()
-    yield receiver
-    receiver.close()
 
 
 async def client_for(stack: Stack, url: str, workspace: str) -> anthropic.AsyncAnthropic:

@@ -9,7 +9,7 @@ workflows run on the harness, and the proxy worker alone reads the secret and se
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,6 @@ from corral.apikeys import create_key
 from corral.contract.webhooks import keyed_event_id
 from corral.records import Records
 from proxy import VaultStore
-from proxy.access import ensure_gateway_role
 from tests.chaos._processes import role_process, until_healthy
 from tests.conftest import Stack, unique
 from tests.ports import free_port
@@ -31,6 +30,7 @@ from tests.proxy_servers.webhook_receiver import WebhookReceiver
 from tests.test_api_outcomes import outcome, verdict
 from tests.test_gateway import gateway_argv
 from tests.test_gateway_sessions import WEATHER, events_until_idle, result, text
+from tests.test_gateway_vaults import vault_login_env
 from tests.waits import until
 from workers.proxy import proxy_worker
 
@@ -42,21 +42,10 @@ TOOL: Any = WEATHER
 
 
 @pytest.fixture
-def receiver() -> Iterator[WebhookReceiver]:
-    receiver = WebhookReceiver()
-    yield receiver
-    receiver.close()
-
-
-@pytest.fixture
 async def api(stack: Stack, tmp_path: Path) -> AsyncIterator[anthropic.AsyncAnthropic]:
     """A gateway process as `corral up` runs it (Vault's write-only login), its deliveries sent from this test's
     proxy queue and its deployment fires opened on a queue of its own; a client of a new workspace."""
-    dev_vault = shared_dev_vault()
-    login = ensure_gateway_role(dev_vault.client(), dev_vault.mount)
-    env = {"VAULT_ADDR": dev_vault.address, "VAULT_ROLE_ID": login.role_id,
-           "VAULT_SECRET_ID": login.secret_id.get_secret_value(), "CORRAL_VAULT_MOUNT": dev_vault.mount}  # fmt: skip
-    port = free_port()
+    dev_vault, env, port = shared_dev_vault(), vault_login_env(), free_port()
     argv = gateway_argv(stack, port, "--gateway-queue", unique("gateway"), "--proxy-queue", stack.proxy_queue)
     store = VaultStore(dev_vault.client(), dev_vault.mount)
     sender = proxy_worker(stack.client, ProxyActivities(store), stack.proxy_queue,

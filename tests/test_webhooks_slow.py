@@ -12,7 +12,6 @@ with a longest wait of 20 s so the receiver is tried often; it gives up after th
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from datetime import datetime
 
 import pytest
@@ -37,13 +36,6 @@ pytestmark = pytest.mark.timeout(900)
 
 OUTAGE_SECONDS = 300.0
 TYPES = ["session.status_idled", "session.requires_action", "deployment_run.succeeded", "agent.created"]
-
-
-@pytest.fixture
-def receiver() -> Iterator[WebhookReceiver]:
-    receiver = WebhookReceiver()
-    yield receiver
-    receiver.close()
 
 
 def outage_recorded(deliveries: WebhookDeliveries, event_id: str, endpoint_id: str) -> float:
