@@ -1,18 +1,35 @@
 """`system.message` with the official SDK against a gateway process: the model request's top-level `system` holds
 the agent's prompt, then each system message, from the turn it came with on (never as a message); misplaced ones
-are 400s that name the rule and write nothing; a deployment's `initial_events` may end with one."""
+are 400s that name the rule and write nothing; a deployment's `initial_events` may end with one. And, on the pure
+parts: a summary never stands for one, and one still waiting is carried over a hand-over."""
 
 from __future__ import annotations
 
-from typing import Any
+import itertools
+from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any, cast
 
 import anthropic
 import pytest
 
+from activities.context import build_messages, build_system
+from corral.contract.carry import SessionCarry
+from corral.contract.context import view
+from corral.contract.events import (
+    AgentMessage,
+    AgentThreadContextCompacted,
+    SystemMessage,
+    TextBlock,
+    UserMessage,
+)
+from corral.contract.session import SendEventsInput
 from tests.conftest import Stack
 from tests.test_api_deployments import DeployGateway, deployable, gateway, message  # noqa: F401 - the fixture
 from tests.test_gateway_sessions import WEATHER, events_until_idle, result
 from tests.waits import until
+from workflows import SessionLog
+from workflows._inbox import UserInbox
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -129,3 +146,55 @@ async def test_a_deployment_starts_its_sessions_with_a_system_message(
     [first, *_] = stack.requests(model)
     assert system_texts(first)[-1] == "Report in one line."
     assert "check the dependencies" in message_texts(first) and "Report in one line." not in message_texts(first)
+
+
+def _log() -> SessionLog:
+    counter = itertools.count(1)
+    return SessionLog(new_id=lambda: f"sevt_{next(counter)}", now=lambda: datetime(2026, 1, 1, tzinfo=UTC))
+
+
+def test_a_summary_never_stands_for_a_system_message() -> None:
+    log = _log()
+    said = [
+        log.append(UserMessage, content=[TextBlock(text="old question")]),
+        log.append(SystemMessage, content=[TextBlock(text="Answer in French.")]),
+        log.append(AgentMessage, content=[TextBlock(text="old answer")]),
+    ]
+    summary = log.append(AgentThreadContextCompacted, summary="they talked", start_position=1, end_position=3)
+    latest = log.append(UserMessage, content=[TextBlock(text="new question")])
+    for event in [*said, summary, latest]:
+        log.add_to_conversation(event)
+    shown = view(log.conversation, watermark=0)
+    assert [e.type for e in shown] == ["agent.thread_context_compacted", "system.message", "user.message"]
+    assert build_system("prompt", shown) == [
+        {"type": "text", "text": "prompt"},
+        {"type": "text", "text": "Answer in French."},
+    ]
+    assert "Answer in French." not in str(build_messages(shown)) and "old answer" not in str(build_messages(shown))
+    assert build_system("prompt", view([latest], 0)) == "prompt", "no system message: the request is as before"
+
+
+def test_a_waiting_system_message_is_carried_over_a_hand_over() -> None:
+    log = _log()
+    inbox = UserInbox(
+        log, now=lambda: datetime(2026, 1, 1, tzinfo=UTC), interrupt_turn=lambda: True, changed=lambda: None
+    )
+    batch = [
+        {"type": "user.message", "content": "hi"},
+        {"type": "system.message", "content": [{"type": "text", "text": "Be terse."}]},
+    ]
+    inbox.accept_batch(SendEventsInput(events=batch))
+    carried = inbox.carried(window=10)
+    assert carried["pending"] == [1] and carried["system_messages"] == [2]
+    resumed = UserInbox(
+        log, now=lambda: datetime(2026, 1, 2, tzinfo=UTC), interrupt_turn=lambda: True, changed=lambda: None
+    )
+    resumed.resume(
+        cast(SessionCarry, SimpleNamespace(**{**carried, "awaiting_custom": [], "awaiting_confirmation": []}))
+    )
+    resumed.take_pending()
+    assert [(e.type, e.processed_at is not None) for e in log.conversation] == [
+        ("user.message", True),
+        ("system.message", True),
+    ]
+    assert resumed.system_messages == []
