@@ -1,7 +1,8 @@
 """`system.message` with the official SDK against a gateway process: the model request's top-level `system` holds
 the agent's prompt, then each system message, from the turn it came with on (never as a message); misplaced ones
 are 400s that name the rule and write nothing; a deployment's `initial_events` may end with one. And, on the pure
-parts: a summary never stands for one, and one still waiting is carried over a hand-over."""
+parts: a summary never stands for one, and one still waiting is carried over a hand-over. A multi-agent session
+refuses one with a result it routes to another thread (its system context is the primary thread's)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,17 @@ from typing import Any, cast
 
 import anthropic
 import pytest
+from temporalio.client import WorkflowUpdateFailedError
 
 from activities.context import build_messages, build_system
+from corral.client import read_events, send_events
 from corral.contract.carry import SessionCarry
 from corral.contract.context import view
 from corral.contract.events import (
+    AgentCustomToolUse,
     AgentMessage,
     AgentThreadContextCompacted,
+    SessionEvent,
     SystemMessage,
     TextBlock,
     UserMessage,
@@ -27,6 +32,7 @@ from corral.contract.session import SendEventsInput
 from tests.conftest import Stack
 from tests.test_api_deployments import DeployGateway, deployable, gateway, message  # noqa: F401 - the fixture
 from tests.test_gateway_sessions import WEATHER, events_until_idle, result
+from tests.test_threads import WAIT, coordinator, roster_agent, spawn
 from tests.waits import until
 from workflows import SessionLog
 from workflows._inbox import UserInbox
@@ -66,7 +72,7 @@ async def test_a_system_message_joins_the_system_prompt_from_its_turn_on(
     model = stack.script([{"text": "bonjour"}, {"text": "encore bonjour"}])
     session_id = await session_of(client, model)
     sent = await client.beta.sessions.events.send(session_id, events=[message("hi"), system("Answer in French.")])
-    assert [e.type for e in sent.data] == ["user.message", "system.message"]
+    assert [e.type for e in sent.data or []] == ["user.message", "system.message"]
     first = await events_until_idle(client, session_id, 0)
     await client.beta.sessions.events.send(session_id, events=[message("again")])
     await events_until_idle(client, session_id, len(first))
@@ -155,14 +161,15 @@ def _log() -> SessionLog:
 
 def test_a_summary_never_stands_for_a_system_message() -> None:
     log = _log()
-    said = [
+    said: list[SessionEvent] = [
         log.append(UserMessage, content=[TextBlock(text="old question")]),
         log.append(SystemMessage, content=[TextBlock(text="Answer in French.")]),
         log.append(AgentMessage, content=[TextBlock(text="old answer")]),
     ]
     summary = log.append(AgentThreadContextCompacted, summary="they talked", start_position=1, end_position=3)
     latest = log.append(UserMessage, content=[TextBlock(text="new question")])
-    for event in [*said, summary, latest]:
+    entries: list[SessionEvent] = [*said, summary, latest]
+    for event in entries:
         log.add_to_conversation(event)
     shown = view(log.conversation, watermark=0)
     assert [e.type for e in shown] == ["agent.thread_context_compacted", "system.message", "user.message"]
@@ -198,3 +205,27 @@ def test_a_waiting_system_message_is_carried_over_a_hand_over() -> None:
         ("system.message", True),
     ]
     assert resumed.system_messages == []
+
+
+async def test_a_system_message_may_not_ride_on_a_result_routed_to_a_thread(stack: Stack) -> None:
+    ask = {"type": "custom", "name": "ask_human", "input_schema": {"type": "object", "properties": {}}}
+    helper = stack.script([{"tool_uses": [{"name": "ask_human", "input": {}}]}, {"text": "the human said yes"}])
+    lead = stack.script([{"tool_uses": [spawn("helper", "ask")]}, {"tool_uses": [WAIT]}, {"text": "done"}])
+    handle = await stack.start(lead, "go", agent=coordinator(lead, [roster_agent("helper", helper, [ask])]))
+
+    async def cross_posted() -> list[AgentCustomToolUse]:
+        return [e for e in await read_events(handle) if isinstance(e, AgentCustomToolUse)]
+
+    await until(cross_posted, "the subagent's custom tool call on the session's log")
+    (use,) = await cross_posted()
+    answer = {
+        "type": "user.custom_tool_result",
+        "custom_tool_use_id": use.id,
+        "content": [{"type": "text", "text": "yes"}],
+    }
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await send_events(handle, [answer, system("Be terse.")])
+    assert "may not accompany a result routed to another thread" in str(refused.value.cause)
+    written = [e.type for e in await read_events(handle)]
+    assert "system.message" not in written and "user.custom_tool_result" not in written, "nothing was written"
+    await send_events(handle, [answer])  # the same result alone is taken

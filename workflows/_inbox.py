@@ -183,6 +183,15 @@ class UserInbox:
             if len(outcomes) > 1:
                 raise ValueError("events: one user.define_outcome at a time (a session pursues one outcome at once)")
             self.goals.check(outcomes[0])
+        if routes is not None and len(events) > 1 and isinstance(events[-1], SystemMessageParams):
+            accompanied = events[-2]
+            if isinstance(accompanied, UserCustomToolResultParams) and accompanied.custom_tool_use_id in (
+                routes.custom_routes
+            ):
+                raise ValueError(
+                    "system.message: it may not accompany a result routed to another thread (this session's "
+                    "system context is its primary thread's); send it with a user.message"
+                )
         for params in events:
             if isinstance(params, UserInterruptParams) and params.session_thread_id is not None:
                 if routes is None:
