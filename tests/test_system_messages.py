@@ -207,6 +207,17 @@ def test_a_waiting_system_message_is_carried_over_a_hand_over() -> None:
     assert resumed.system_messages == []
 
 
+def test_a_resent_batch_adds_its_system_message_once() -> None:
+    log = _log()
+    inbox = UserInbox(
+        log, now=lambda: datetime(2026, 1, 1, tzinfo=UTC), interrupt_turn=lambda: True, changed=lambda: None
+    )
+    batch = [{"type": "user.message", "content": "hi", "id": "c-1"}, system("Be terse.")]
+    first = inbox.accept_batch(SendEventsInput(events=batch))
+    assert inbox.accept_batch(SendEventsInput(events=batch)) == first, "the same ids, nothing new"
+    assert [e.type for e in log.events] == ["user.message", "system.message"]
+
+
 async def test_a_system_message_may_not_ride_on_a_result_routed_to_a_thread(stack: Stack) -> None:
     ask = {"type": "custom", "name": "ask_human", "input_schema": {"type": "object", "properties": {}}}
     helper = stack.script([{"tool_uses": [{"name": "ask_human", "input": {}}]}, {"text": "the human said yes"}])

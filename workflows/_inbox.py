@@ -213,7 +213,12 @@ class UserInbox:
             seen.add(params.tool_use_id)
 
     def accept_batch(self, input: SendEventsInput) -> list[str]:
-        return [self.accept(params) for params in parse_user_events(input)]
+        events = parse_user_events(input)
+        last = events[-1]
+        if isinstance(last, SystemMessageParams) and last.id is None and events[-2].id is not None:
+            # A resent batch must not add its system message twice: it is known by the id of the one it follows.
+            events[-1] = last.model_copy(update={"id": f"{events[-2].id}/system.message"})
+        return [self.accept(params) for params in events]
 
     def accept(self, params: UserEventParams) -> str:
         """Append one validated user event (or return the id it already has) and act on it."""
