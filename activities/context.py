@@ -21,6 +21,7 @@ from corral.contract.events import (
     ContentBlock,
     SessionEvent,
     SpanOutcomeEvaluationEnd,
+    SystemMessage,
     TextBlock,
     UserCustomToolResult,
     UserDefineOutcome,
@@ -110,6 +111,17 @@ def build_messages(entries: list[SessionEvent]) -> list[MessageParam]:
     return messages
 
 
+def build_system(agent_system: str | None, entries: list[SessionEvent]) -> str | list[dict[str, Any]] | None:
+    """The request's top-level `system`: the agent's prompt, then each `system.message` of the conversation, in
+    order, as a text block of its own (the session's system context grows; it is never a message, and never
+    replaces the prompt). Just the prompt, as before, when the conversation has none."""
+    added = [block for entry in entries if isinstance(entry, SystemMessage) for block in _blocks(entry.content)]
+    if not added:
+        return agent_system
+    prompt = [{"type": "text", "text": agent_system}] if agent_system else []
+    return [*prompt, *added]
+
+
 def build_tools(agent: AgentConfig, mcp_tools: list[McpToolSpec] | None = None) -> list[dict[str, Any]]:
     """Tool definitions for the Messages API: the agent's own, then the MCP tools discovered for the session."""
     tools = [
@@ -133,6 +145,8 @@ def with_cache_breakpoints(request: dict[str, Any]) -> dict[str, Any]:
         request["tools"][-1] = {**request["tools"][-1], "cache_control": CACHE_CONTROL}
     if isinstance(request.get("system"), str):
         request["system"] = [{"type": "text", "text": request["system"], "cache_control": CACHE_CONTROL}]
+    elif request.get("system"):
+        request["system"][-1] = {**request["system"][-1], "cache_control": CACHE_CONTROL}
     messages = request.get("messages") or []
     if messages and messages[-1]["content"]:
         content = messages[-1]["content"]

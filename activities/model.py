@@ -23,7 +23,7 @@ from anthropic.lib.streaming import AsyncMessageStream, ParsedMessageStreamEvent
 from temporalio import activity
 from temporalio.client import Client
 
-from activities.context import build_messages, build_tools, with_cache_breakpoints
+from activities.context import build_messages, build_system, build_tools, with_cache_breakpoints
 from activities.errors import ModelStreamBroken, classify, model_error, stream_broken
 from corral.contract.activities import (
     ModelContext,
@@ -36,7 +36,13 @@ from corral.contract.activities import (
     ModelTurnResult,
 )
 from corral.contract.context import SUMMARIZER_SYSTEM, SUMMARY_REQUEST, view
-from corral.contract.events import AgentThreadContextCompacted, ModelUsage, RefusalStopDetails, SessionEvent
+from corral.contract.events import (
+    AgentThreadContextCompacted,
+    ModelUsage,
+    RefusalStopDetails,
+    SessionEvent,
+    SystemMessage,
+)
 from corral.contract.proxy import McpToolSpec
 from corral.contract.session import AgentConfig
 from corral.hands.heartbeat import heartbeating
@@ -162,10 +168,8 @@ class ModelActivities:
             session, entries = await self._context(input)
             agent = session.agent
             if input.summarize_through is None:
-                messages, system = (
-                    build_messages(view(entries, input.elide_before, input.max_block_chars)),
-                    agent.system,
-                )
+                shown = view(entries, input.elide_before, input.max_block_chars)
+                messages, system = build_messages(shown), build_system(agent.system, shown)
             else:
                 messages, system = _summary_request(entries, input, agent.system)
             request: dict[str, Any] = {"model": agent.model, "max_tokens": agent.max_tokens, "messages": messages}
@@ -300,7 +304,9 @@ def _summary_request(
         messages[-1]["content"].append(ask)
     else:
         messages.append({"role": "user", "content": [ask]})
-    system = SUMMARIZER_SYSTEM + (f"\n\nThe agent's own instructions:\n{agent_system}" if agent_system else "")
+    added = "\n\n".join(block.text for e in shown if isinstance(e, SystemMessage) for block in e.content)
+    instructions = "\n\n".join(part for part in (agent_system, added) if part)
+    system = SUMMARIZER_SYSTEM + (f"\n\nThe agent's own instructions:\n{instructions}" if instructions else "")
     return messages, system
 
 

@@ -40,6 +40,7 @@ from corral.contract.events import (
     SpanOutcomeEvaluationEnd,
     SpanOutcomeEvaluationOngoing,
     SpanOutcomeEvaluationStart,
+    SystemMessage,
     UserCustomToolResult,
     UserDefineOutcome,
     UserMessage,
@@ -129,7 +130,7 @@ class EventRenderer:
         """What matters in one event, short: text, tool call, result, stop reason, error, or usage."""
         width = self.summary_width
         match event:
-            case UserMessage() | AgentMessage():
+            case UserMessage() | AgentMessage() | SystemMessage():
                 return Text(one_line(blocks_text(event.content), width))
             case AgentToolUse() | AgentCustomToolUse():
                 self.tool_names[event.id] = event.name

@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from gateway.app import Gateway
 
 
-INITIAL_EVENT_TYPES = frozenset({"user.message", "user.define_outcome"})
+INITIAL_EVENT_TYPES = frozenset({"user.message", "user.define_outcome", "system.message"})
 """What a session may be created with (upstream's `initial_events`)."""
 OVERRIDABLE = frozenset({"model", "system", "tools", "mcp_servers", "skills"})
 """What an `agent_with_overrides` may replace (skills are checked for their shape as on agents)."""
@@ -353,8 +353,8 @@ def _check_initial_events(events: list[Any]) -> None:
     outcomes = 0
     for index, event in enumerate(events):
         if event.get("type") not in INITIAL_EVENT_TYPES:
-            raise invalid(f"initial_events[{index}]: a session starts with user.message and user.define_outcome "
-                          "events only")  # fmt: skip
+            raise invalid(f"initial_events[{index}]: a session starts with user.message, user.define_outcome "
+                          "and system.message events only")  # fmt: skip
         outcomes += event["type"] == "user.define_outcome"
         if outcomes > 1:
             raise invalid(f"initial_events[{index}]: one outcome at a time (a session pursues one until it ends)")

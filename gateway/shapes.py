@@ -242,7 +242,7 @@ def event_view(event: SessionEvent) -> dict[str, Any]:
         data.pop("report", None)
     if data.get("session_thread_id", "") is None:  # set only where a thread's event is cross-posted or routed
         del data["session_thread_id"]
-    if data.get("processed_at") is None and not data["type"].startswith("user."):
+    if data.get("processed_at") is None and not data["type"].startswith(("user.", "system.")):
         data["processed_at"] = data.get("created_at")
     return data
 

@@ -153,6 +153,20 @@ async def custom_tools_answered_one_by_one(handle: WorkflowHandle) -> None:
         events = await wait_for_idle(handle, after=events[-1].position)
 
 
+async def system_message(handle: WorkflowHandle) -> None:
+    """A `system.message` with a custom tool's result, then with a user message: each joins the conversation."""
+    events = await wait_for_idle(handle)
+    use = next(e for e in events if e.type == "agent.custom_tool_use")
+    result = {"type": "user.custom_tool_result", "custom_tool_use_id": use.id, "content": "blue"}
+    system = {"type": "system.message", "content": [{"type": "text", "text": "Be terse."}]}
+    await handle.execute_update(UPDATE_SEND_EVENTS, SendEventsInput(events=[result, system]))
+    events = await wait_for_idle(handle, after=events[-1].position)
+    message = {"type": "user.message", "content": "and now?"}
+    again = {"type": "system.message", "content": [{"type": "text", "text": "Answer in French."}]}
+    await handle.execute_update(UPDATE_SEND_EVENTS, SendEventsInput(events=[message, again]))
+    await wait_for_idle(handle, after=events[-1].position)
+
+
 async def model_routing(handle: WorkflowHandle) -> None:
     """Turns after the first go to the model worker's own queue (`workflow.patched("model-turn-routing")`)."""
     after = (await wait_for_idle(handle))[-1].position
@@ -492,6 +506,11 @@ SCENARIOS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], Scenario]
         ],
         [{"type": "custom", "name": "lookup"}],
         custom_tool_and_interrupt,
+    ),
+    "system_message": (
+        [{"tool_uses": [{"name": "lookup", "input": {"key": "color"}}]}, {"text": "Blue."}, {"text": "Bleu."}],
+        [{"type": "custom", "name": "lookup"}],
+        system_message,
     ),
     "custom_tools_answered_one_by_one": (
         [

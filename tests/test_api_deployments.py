@@ -165,7 +165,7 @@ async def test_bad_deployments_are_400s_that_name_the_problem(stack: Stack, gate
         "outside 0-7": {"schedule": {**EVERY_MINUTE, "expression": "0 0 * * 8"}},
         "not an IANA time zone": {"schedule": {**EVERY_MINUTE, "timezone": "Mars/Olympus"}},
         "1 to 50 events": {"initial_events": []},
-        "system.message is not supported": {"initial_events": [{"type": "system.message",
+        "a system.message comes last in its batch": {"initial_events": [{"type": "system.message",
                                                                 "content": [{"type": "text", "text": "x"}]}]},
         "is an environment id, not an agent id": {"agent": environment.id},
         "name must be": {"name": ""},

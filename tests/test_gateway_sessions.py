@@ -229,7 +229,6 @@ async def test_event_types_corral_does_not_take_are_refused_with_the_reason(stac
     session_id = await new_session(client, stack.script([{"text": "hi"}]), [])
     unserved = {
         "self-hosted environment": {"type": "user.tool_result", "tool_use_id": "sevt_x", "content": []},
-        "system.message is not supported": {"type": "system.message", "content": [{"type": "text", "text": "x"}]},
     }
     for reason, event in unserved.items():
         with pytest.raises(anthropic.BadRequestError, match=reason):
@@ -249,7 +248,7 @@ async def test_a_session_with_bad_initial_events_is_not_created(stack: Stack, ga
         "initial_events[0].user.define_outcome.rubric: Input should be a valid dictionary": [
             {"type": "user.define_outcome", "description": "a poem", "rubric": "rhymes"}
         ],
-        "initial_events[0]: a session starts with user.message and user.define_outcome events only": [
+        "initial_events[0]: a session starts with user.message, user.define_outcome and system.message events only": [
             {"type": "user.interrupt"}
         ],
     }

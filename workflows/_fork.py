@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
         AgentToolResult,
         AgentToolUse,
         ErrorType,
+        SystemMessage,
         UserCustomToolResult,
         UserMessage,
         UserToolResult,
@@ -42,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
 
 _IN_CONVERSATION = (
     UserMessage,
+    SystemMessage,
     UserCustomToolResult,
     UserToolResult,
     AgentMessage,
@@ -76,6 +78,8 @@ async def copy_log(log: SessionLog, inbox: UserInbox, source: ForkSource, task_q
                 continue
             if isinstance(event, UserMessage | AgentThreadMessageReceived) and event.processed_at is None:
                 inbox.pending.append(event)
+            elif isinstance(event, SystemMessage) and event.processed_at is None:
+                inbox.system_messages.append(event)
             elif isinstance(event, _IN_CONVERSATION):
                 log.add_to_conversation(event)
         if not page.events:

@@ -20,6 +20,7 @@ from corral.contract.events import (
     AgentMcpToolUse,
     AgentThreadMessageReceived,
     AgentToolUse,
+    SystemMessage,
     UserCustomToolResult,
     UserDefineOutcome,
     UserInterrupt,
@@ -30,6 +31,7 @@ from corral.contract.events import (
 )
 from corral.contract.session import (
     SendEventsInput,
+    SystemMessageParams,
     UserCustomToolResultParams,
     UserDefineOutcomeParams,
     UserEventParams,
@@ -102,6 +104,9 @@ class UserInbox:
         """Input waiting for the next model call: the user's messages and outcomes, other threads' messages, the
         ends of workflow runs."""
         self.interrupts: list[UserInterrupt] = []
+        self.system_messages: list[SystemMessage] = []
+        """`system.message` events waiting to join the conversation with the next model call (they join after
+        the event each accompanies: a message, or a tool result that joins when its call is answered)."""
         self.awaiting_custom: dict[str, AgentCustomToolUse] = {}
         self.custom_results: dict[str, UserCustomToolResult] = {}
         self.awaiting_confirmation: dict[str, AgentToolUse | AgentMcpToolUse] = {}
@@ -119,6 +124,7 @@ class UserInbox:
         return {
             "pending": [message.position for message in self.pending],
             "interrupts": [interrupt.position for interrupt in self.interrupts],
+            "system_messages": [message.position for message in self.system_messages],
             "awaiting_custom": list(self.awaiting_custom.values()),
             "custom_results": {use_id: result.position for use_id, result in self.custom_results.items()},
             "awaiting_confirmation": list(self.awaiting_confirmation.values()),
@@ -136,6 +142,7 @@ class UserInbox:
             for position in carry.pending
         ]
         self.interrupts = [cast(UserInterrupt, self._log.at(position)) for position in carry.interrupts]
+        self.system_messages = [cast(SystemMessage, self._log.at(position)) for position in carry.system_messages]
         self.awaiting_custom = {use.id: use for use in carry.awaiting_custom}
         self.custom_results = {
             use_id: cast(UserCustomToolResult, self._log.at(at)) for use_id, at in carry.custom_results.items()
@@ -176,6 +183,15 @@ class UserInbox:
             if len(outcomes) > 1:
                 raise ValueError("events: one user.define_outcome at a time (a session pursues one outcome at once)")
             self.goals.check(outcomes[0])
+        if routes is not None and len(events) > 1 and isinstance(events[-1], SystemMessageParams):
+            accompanied = events[-2]
+            if isinstance(accompanied, UserCustomToolResultParams) and accompanied.custom_tool_use_id in (
+                routes.custom_routes
+            ):
+                raise ValueError(
+                    "system.message: it may not accompany a result routed to another thread (this session's "
+                    "system context is its primary thread's); send it with a user.message"
+                )
         for params in events:
             if isinstance(params, UserInterruptParams) and params.session_thread_id is not None:
                 if routes is None:
@@ -197,7 +213,12 @@ class UserInbox:
             seen.add(params.tool_use_id)
 
     def accept_batch(self, input: SendEventsInput) -> list[str]:
-        return [self.accept(params) for params in parse_user_events(input)]
+        events = parse_user_events(input)
+        last = events[-1]
+        if isinstance(last, SystemMessageParams) and last.id is None and events[-2].id is not None:
+            # A resent batch must not add its system message twice: it is known by the id of the one it follows.
+            events[-1] = last.model_copy(update={"id": f"{events[-2].id}/system.message"})
+        return [self.accept(params) for params in events]
 
     def accept(self, params: UserEventParams) -> str:
         """Append one validated user event (or return the id it already has) and act on it."""
@@ -248,6 +269,10 @@ class UserInbox:
             self.pending.append(outcome)
             self._changed()
             event_id = outcome.id
+        elif isinstance(params, SystemMessageParams):
+            system = self._log.append(SystemMessage, processed=False, content=params.content, client_id=params.id)
+            self.system_messages.append(system)
+            event_id = system.id
         elif isinstance(params, UserToolConfirmationParams):
             confirmation = self._log.append(
                 UserToolConfirmation,
@@ -315,11 +340,21 @@ class UserInbox:
         self._changed()
 
     def take_pending(self) -> None:
-        """Move queued user messages into the conversation, in arrival order."""
+        """Move queued user messages into the conversation, in arrival order, then the system messages that
+        came with them or with tool results already in it."""
         for message in self.pending:
             message.processed_at = self._now()
             self._log.add_to_conversation(message)
         self.pending.clear()
+        self._take_system_messages(self._log.last_position + 1)
+
+    def _take_system_messages(self, before: int) -> None:
+        """System messages written before log position `before` join the conversation (the model request shows
+        them in its system prompt, activities/context.py)."""
+        for system in [m for m in self.system_messages if m.position < before]:
+            system.processed_at = self._now()
+            self._log.add_to_conversation(system)
+            self.system_messages.remove(system)
 
     def settle_interrupts(self) -> None:
         """After an interrupt ended the turn: messages queued before the latest interrupt join the conversation
@@ -336,6 +371,7 @@ class UserInbox:
             message.processed_at = self._now()
             self._log.add_to_conversation(message)
             self.pending.remove(message)
+        self._take_system_messages(latest)
         for interrupt in self.interrupts:
             interrupt.processed_at = self._now()
         self.interrupts.clear()

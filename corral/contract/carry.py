@@ -81,6 +81,8 @@ class SessionCarry(BaseModel):
     pending: list[int] = Field(default_factory=list)
     """Positions (in `tail`) of queued user messages, in arrival order."""
     interrupts: list[int] = Field(default_factory=list)
+    system_messages: list[int] = Field(default_factory=list)
+    """Positions (in `tail`) of `system.message` events not in the conversation yet, in arrival order."""
     awaiting_custom: list[AgentCustomToolUse] = Field(default_factory=list)
     custom_results: dict[str, int] = Field(default_factory=dict)
     """Custom tool call id -> position (in `tail`) of the result that answers it."""

@@ -22,6 +22,7 @@ from corral.contract.events import (
     AgentToolResult,
     ContentBlock,
     SessionEvent,
+    SystemMessage,
     TextBlock,
     UserCustomToolResult,
     UserMessage,
@@ -86,12 +87,18 @@ KEEP_TURNS = 2
 
 
 def visible(entries: list[SessionEvent]) -> list[SessionEvent]:
-    """The conversation with the latest summary in place of the entries it stands for (first, as they were)."""
+    """The conversation with the latest summary in place of the entries it stands for (first, as they were), but for
+    the system messages, which the request shows in its system prompt and are kept whatever their age."""
     summaries = [entry for entry in entries if isinstance(entry, AgentThreadContextCompacted)]
     if not summaries:
         return list(entries)
     latest = summaries[-1]
-    rest = [e for e in entries if e.position > latest.end_position and not isinstance(e, AgentThreadContextCompacted)]
+    rest = [
+        e
+        for e in entries
+        if (e.position > latest.end_position or isinstance(e, SystemMessage))
+        and not isinstance(e, AgentThreadContextCompacted)
+    ]  # a system message is context for every later turn: no summary stands for it
     return [latest, *rest]
 
 

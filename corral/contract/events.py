@@ -61,6 +61,15 @@ class UserMessage(_Event):
     client_id: str | None = None
 
 
+class SystemMessage(_Event):
+    """Privileged context the user sent with the event before it (a message or a tool result): the model sees it
+    appended to the system prompt from that turn on, never as a message (activities/context.py)."""
+
+    type: Literal["system.message"] = "system.message"
+    content: list[TextBlock]
+    client_id: str | None = None
+
+
 class UserInterrupt(_Event):
     """Stop the current work; the session goes idle (a message in the same batch redirects it)."""
 
@@ -526,6 +535,7 @@ class WorkflowRunStatusEnded(_RunEvent):
 
 SessionEvent = Annotated[
     UserMessage
+    | SystemMessage
     | UserInterrupt
     | UserToolConfirmation
     | UserCustomToolResult

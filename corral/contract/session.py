@@ -35,6 +35,7 @@ from corral.contract.user_events import (  # noqa: F401 - re-exported: callers i
     MAX_MESSAGE_BYTES,
     MessageContent,
     SendEventsInput,
+    SystemMessageParams,
     UserCustomToolResultParams,
     UserDefineOutcomeParams,
     UserEventParams,

@@ -93,6 +93,26 @@ class UserToolResultParams(BaseModel):
     id: str | None = Field(default=None, min_length=1, max_length=128)
 
 
+class SystemMessageParams(BaseModel):
+    """Privileged context for the turn of the event it follows and every later one (the SDK's
+    `BetaManagedAgentsSystemMessageEventParams`): text only, since it joins the system prompt."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["system.message"]
+    content: list[TextBlock]
+    id: str | None = Field(default=None, min_length=1, max_length=128)
+
+    @field_validator("content")
+    @classmethod
+    def _content_not_empty(cls, value: list[TextBlock]) -> list[TextBlock]:
+        normalize_content(list(value))
+        return value
+
+
+ACCOMPANIED = ("user.message", "user.tool_result", "user.custom_tool_result")
+"""The events a `system.message` may follow (it is context for the turn that takes them)."""
+
+
 class TextRubricParams(TextRubric):
     content: str = Field(min_length=1, max_length=MAX_RUBRIC_CHARS)
 
@@ -138,7 +158,8 @@ UserEventParams = Annotated[
     | UserToolConfirmationParams
     | UserCustomToolResultParams
     | UserToolResultParams
-    | UserDefineOutcomeParams,
+    | UserDefineOutcomeParams
+    | SystemMessageParams,
     Field(discriminator="type"),
 ]
 
@@ -157,12 +178,6 @@ class SendEventsInput(SendableInput):
 
 _USER_EVENTS: TypeAdapter[list[UserEventParams]] = TypeAdapter(list[UserEventParams])
 
-UNSERVED_EVENTS = {
-    "system.message": "system.message is not supported yet: the agent's system prompt is the session's system "
-    "context (update the agent, or say it in a user.message)",
-}
-"""Event types of the Managed Agents API that a session does not take, with the reason a sender is given."""
-
 
 def parse_user_events(input: SendEventsInput) -> list[UserEventParams]:
     """Validate a `send_events` batch; raise ValueError with a message a person can act on."""
@@ -170,14 +185,11 @@ def parse_user_events(input: SendEventsInput) -> list[UserEventParams]:
         raise ValueError("events: send at least one event")
     if len(input.events) > MAX_EVENTS_PER_BATCH:
         raise ValueError(f"events: at most {MAX_EVENTS_PER_BATCH} events per batch, got {len(input.events)}")
-    for index, event in enumerate(input.events):
-        kind = event.get("type") if isinstance(event, dict) else None
-        if isinstance(kind, str) and kind in UNSERVED_EVENTS:
-            raise ValueError(f"events[{index}]: {UNSERVED_EVENTS[kind]}")
     try:
         params = _USER_EVENTS.validate_python(input.events)
     except ValidationError as exc:
         raise ValueError(readable_validation_error(exc, prefix="events")) from None
+    check_system_message(params)
     total = 0
     for index, param in enumerate(params):
         total += len(param.model_dump_json())
@@ -186,6 +198,22 @@ def parse_user_events(input: SendEventsInput) -> list[UserEventParams]:
                 f"events[{index}]: the batch is {total} bytes up to here, over the limit of {MAX_MESSAGE_BYTES} bytes"
             )
     return params
+
+
+def check_system_message(params: list[UserEventParams]) -> None:
+    """At most one `system.message` per batch, last, right after the event it accompanies (the API's rule)."""
+    at = [index for index, param in enumerate(params) if isinstance(param, SystemMessageParams)]
+    if not at:
+        return
+    index = at[-1]
+    rule = f"a system.message comes last in its batch, right after the {' or '.join(ACCOMPANIED)} it accompanies"
+    if len(at) > 1:
+        raise ValueError(f"events[{index}]: at most one system.message per batch ({rule})")
+    if index != len(params) - 1:
+        raise ValueError(f"events[{index}]: {rule}; it is followed by {params[index + 1].type}")
+    if index == 0 or params[index - 1].type not in ACCOMPANIED:
+        after = f"follows {params[index - 1].type}" if index else "is alone"
+        raise ValueError(f"events[{index}]: {rule}; here it {after}")
 
 
 def readable_validation_error(exc: ValidationError, prefix: str) -> str:
