@@ -62,8 +62,9 @@ def gateway_policy(mount: str) -> str:
     for folder in ("vaults", "credentials", "server_urls"):
         lines.append(f'path "{mount}/data/{folder}/*" {{ capabilities = ["create", "read", "update"] }}')
         lines.append(f'path "{mount}/metadata/{folder}/*" {{ capabilities = ["list", "delete"] }}')
-    lines.append(f'path "{mount}/data/secrets/*" {{ capabilities = ["create", "update"] }}')
-    lines.append(f'path "{mount}/metadata/secrets/*" {{ capabilities = ["list", "delete"] }}')
+    for folder in ("secrets", "webhook_secrets"):
+        lines.append(f'path "{mount}/data/{folder}/*" {{ capabilities = ["create", "update"] }}')
+        lines.append(f'path "{mount}/metadata/{folder}/*" {{ capabilities = ["list", "delete"] }}')
     lines.append(f'path "{mount}/data/sessions/+/repositories/*" {{ capabilities = ["create", "update"] }}')
     lines.append(f'path "{mount}/metadata/sessions/+/repositories/*" {{ capabilities = ["delete"] }}')
     return "\n".join(lines) + "\n"
