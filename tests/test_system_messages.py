@@ -20,7 +20,6 @@ from corral.client import read_events, send_events
 from corral.contract.carry import SessionCarry
 from corral.contract.context import view
 from corral.contract.events import (
-    AgentCustomToolUse,
     AgentMessage,
     AgentThreadContextCompacted,
     SessionEvent,
@@ -32,10 +31,9 @@ from corral.contract.session import SendEventsInput
 from tests.conftest import Stack
 from tests.test_api_deployments import DeployGateway, deployable, gateway, message  # noqa: F401 - the fixture
 from tests.test_gateway_sessions import WEATHER, events_until_idle, result
-from tests.test_threads import WAIT, coordinator, roster_agent, spawn
+from tests.test_threads import subagent_asking
 from tests.waits import until
-from workflows import SessionLog
-from workflows._inbox import UserInbox
+from workflows import SessionLog, UserInbox
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -219,16 +217,7 @@ def test_a_resent_batch_adds_its_system_message_once() -> None:
 
 
 async def test_a_system_message_may_not_ride_on_a_result_routed_to_a_thread(stack: Stack) -> None:
-    ask = {"type": "custom", "name": "ask_human", "input_schema": {"type": "object", "properties": {}}}
-    helper = stack.script([{"tool_uses": [{"name": "ask_human", "input": {}}]}, {"text": "the human said yes"}])
-    lead = stack.script([{"tool_uses": [spawn("helper", "ask")]}, {"tool_uses": [WAIT]}, {"text": "done"}])
-    handle = await stack.start(lead, "go", agent=coordinator(lead, [roster_agent("helper", helper, [ask])]))
-
-    async def cross_posted() -> list[AgentCustomToolUse]:
-        return [e for e in await read_events(handle) if isinstance(e, AgentCustomToolUse)]
-
-    await until(cross_posted, "the subagent's custom tool call on the session's log")
-    (use,) = await cross_posted()
+    handle, use = await subagent_asking(stack)
     answer = {
         "type": "user.custom_tool_result",
         "custom_tool_use_id": use.id,

@@ -122,7 +122,8 @@ async def test_a_coordinator_spawns_two_threads_and_collects_their_replies(stack
     ), "the session's usage rolls up its threads'"
 
 
-async def test_a_subagents_custom_tool_call_is_answered_on_the_session_by_its_id(stack: Stack) -> None:
+async def subagent_asking(stack: Stack) -> tuple[Any, AgentCustomToolUse]:
+    """A coordinator whose subagent calls a custom tool (`ask_human`): the session, and the call cross-posted to it."""
     ask = {"type": "custom", "name": "ask_human", "input_schema": {"type": "object", "properties": {}}}
     helper = stack.script([{"tool_uses": [{"name": "ask_human", "input": {}}]}, {"text": "the human said yes"}])
     lead = stack.script([{"tool_uses": [spawn("helper", "ask")]}, {"tool_uses": [WAIT]}, {"text": "done"}])
@@ -133,6 +134,11 @@ async def test_a_subagents_custom_tool_call_is_answered_on_the_session_by_its_id
 
     await until(cross_posted, "the subagent's custom tool call on the session's log")
     (use,) = await cross_posted()
+    return handle, use
+
+
+async def test_a_subagents_custom_tool_call_is_answered_on_the_session_by_its_id(stack: Stack) -> None:
+    handle, use = await subagent_asking(stack)
     assert use.session_thread_id is not None and use.session_thread_id.startswith("sthr_")
     await send_events(handle, [{"type": "user.custom_tool_result", "custom_tool_use_id": use.id,
                                 "content": [{"type": "text", "text": "yes"}]}])  # fmt: skip

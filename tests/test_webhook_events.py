@@ -28,7 +28,7 @@ from tests.conftest import Stack
 from tests.test_gateway import Gateway, gateway  # noqa: F401 - the fixture
 from tests.test_gateway_sessions import events_until_idle
 from tests.waits import until
-from workflows._webhooks import webhook_types
+from workflows import webhook_types
 
 pytestmark = pytest.mark.timeout(300)
 

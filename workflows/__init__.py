@@ -25,9 +25,11 @@ from workflows.session import SessionWorkflow
 with workflow.unsafe.imports_passed_through():  # as workflows/session.py imports them: one copy of each class
     from workflows._context import SessionContext
     from workflows._hands import MODEL_ROUTING_PATCH
+    from workflows._inbox import UserInbox
     from workflows._log import SessionLog, check_answers
     from workflows._outcomes import record_response
     from workflows._tool_calls import DENIED_RESULT, NEW_MESSAGE_RESULT
+    from workflows._webhooks import webhook_types
 
 __all__ = [
     "DENIED_RESULT",
@@ -36,7 +38,9 @@ __all__ = [
     "SessionContext",
     "SessionLog",
     "SessionWorkflow",
+    "UserInbox",
     "WorkflowRun",
     "check_answers",
     "record_response",
+    "webhook_types",
 ]
