@@ -27,6 +27,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError
 
+from bench import _profile as profile
 from bench._load_accounting import Checked
 from bench._report import cpu_seconds, rss_bytes
 from bench._workers import WorkerConfig, WorkerProcess
@@ -128,10 +129,16 @@ class Load:
     logs: dict[str, Path] = field(default_factory=dict)
     """Each process's log, by process name."""
     log_lines: dict[str, Counter[str]] = field(default_factory=dict)
+    profile_dir: Path | None = None
+    """With `--profile`: py-spy's collapsed stacks of each Python process during the load are written here."""
 
     def pid(self, name: str) -> int:
         process = self.processes[name]
         return process if isinstance(process, int) else process.pid
+
+    def python_pids(self) -> dict[str, int]:
+        """Our own processes (the Temporal dev server is Go: py-spy cannot read it)."""
+        return {name: process.pid for name, process in self.processes.items() if isinstance(process, WorkerProcess)}
 
 
 # ---- one session ----------------------------------------------------------------------------------------------
@@ -231,6 +238,7 @@ async def run_load(load: Load) -> None:
     for name in load.processes:
         load.rss[name] = {"before": rss_bytes(load.pid(name)) / 2**20}
     cpu_before = {name: cpu_seconds(load.pid(name)) for name in load.processes}
+    profilers = profile.start(load.python_pids(), load.profile_dir) if load.profile_dir else []
     stop = asyncio.Event()
     sampler = asyncio.create_task(sample(load, stop))
     began = time.monotonic()
@@ -238,6 +246,8 @@ async def run_load(load: Load) -> None:
     progress = asyncio.create_task(report_progress(load, began))
     await asyncio.gather(*(converse(load, session, args.turns, began) for session in load.loaded))
     load.wall = time.monotonic() - began
+    for profiler in profilers:
+        profiler.stop()
     load.load_average.append(os.getloadavg()[0])
     progress.cancel()
     stop.set()

@@ -48,6 +48,7 @@ import httpx
 from temporalio.client import Client
 
 from activities.sandbox import engine_task_queue
+from bench import _profile as profile
 from bench._load_accounting import account, scan_logs
 from bench._load_clients import Load, RpcErrors, Session, alone, converse, open_session, run_load
 from bench._load_report import report, summary
@@ -162,6 +163,8 @@ async def measure(args: argparse.Namespace) -> Load:
     load = Load(args, client, config, relay_url, StreamPublisher(relay_url), engine, processes, rpc_errors)
     load.logs = {name: process.log for name, process in processes.items() if isinstance(process, WorkerProcess)}
     load.logs["Temporal dev server"] = log_dir / "temporal.log"
+    if args.profile:
+        load.profile_dir = log_dir / "profile"
     try:
         for server, url in ((model_server, model_url), (relay, relay_url)):
             await wait_until_healthy(server, url)
@@ -192,6 +195,30 @@ async def measure(args: argparse.Namespace) -> Load:
     return load
 
 
+def profiles(load: Load, output: str) -> str:
+    """Each process's flame graph, written beside the results, and its hottest frames as a table."""
+    assert load.profile_dir is not None
+    graphs = ROOT / "bench" / "results" / "profile"
+    graphs.mkdir(parents=True, exist_ok=True)
+    turns = load.args.sessions * load.args.turns
+    sections = [
+        "## Where the CPU goes\n\nSampled by py-spy at "
+        f"{profile.SAMPLE_RATE} Hz during the load (samples of the thread holding the GIL only). ms/turn: samples / rate / {turns} turns; "
+        "`self` counts the innermost frame, `inclusive` every frame on the stack. The sampling itself takes CPU, so "
+        "the timings above are not comparable with a run without `--profile`."
+    ]
+    for name in load.python_pids():
+        raw = load.profile_dir / f"{profile.slug(name)}.txt"
+        if not raw.exists():
+            sections.append(f"**{name}**: no profile (py-spy wrote nothing; see {raw.with_suffix('.py-spy.log')})")
+            continue
+        found = profile.Profile.read(name, raw)
+        svg = graphs / f"{output}-{profile.slug(name)}.svg"
+        profile.flame_graph(found, svg)
+        sections.append(profile.table(found, load.wall, turns) + f"\n\nFlame graph: [{svg.name}](profile/{svg.name})")
+    return "\n\n".join(sections)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", type=int, default=200, help="sessions at once (default 200)")
@@ -204,6 +231,12 @@ def main() -> None:
     parser.add_argument("--turn-timeout", type=float, default=600.0, help="seconds a turn may take (default 600)")
     parser.add_argument("--output", default="load", help="results file name in bench/results/ (default load)")
     parser.add_argument("--quick", action="store_true", help="20 sessions x 3 turns, 4 with a sandbox: a smoke run")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="sample every Python process with py-spy during the load: flame graphs in bench/results/profile/, "
+        "the hottest frames in the report (the sampling costs CPU: time the figures without it)",
+    )
     add_run_options(parser)
     args = parser.parse_args()
     begin_run(args.allow_dirty)
@@ -215,6 +248,8 @@ def main() -> None:
     args.sandbox_sessions = min(args.sandbox_sessions, args.sessions)
     load = asyncio.run(measure(args))
     body = report(load)
+    if load.profile_dir is not None:
+        body += "\n\n" + profiles(load, args.output)
     print()
     print(body)
     path = write_results(args.output, "Load: concurrent sessions with tool calls", body, summary=summary(load))
