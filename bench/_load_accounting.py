@@ -45,6 +45,9 @@ class Checked:
     """Seconds each task waited in its queue (scheduled -> started), by queue: workflow tasks, each activity."""
     events: int = 0
     containers_left: int = 0
+    history: Counter[str] = field(default_factory=Counter)
+    """Per session run, summed: history events, workflow tasks completed, activity tasks scheduled, and the server's
+    state transitions (from each run's description: the unit a hosted Temporal bills by)."""
 
 
 def check_log(checked: Checked, session: Session, events: list[SessionEvent], turns: int) -> None:
@@ -82,9 +85,16 @@ async def check_history(checked: Checked, load: Load, session: Session) -> None:
     while True:
         handle = load.client.get_workflow_handle(session.id, run_id=run_id)
         history = await handle.fetch_history()
+        described = await handle.describe()
+        checked.history["state transitions"] += described.raw_description.workflow_execution_info.state_transition_count
         scheduled: dict[int, tuple[str, float]] = {}
         for event in history.events:
             at = event.event_time.ToMicroseconds() / 1e6
+            checked.history["history events"] += 1
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+                checked.history["workflow tasks completed"] += 1
+            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                checked.history["activity tasks scheduled"] += 1
             kind = HISTORY_COUNTED.get(event.event_type)
             if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
                 timeout = event.workflow_task_timed_out_event_attributes.timeout_type

@@ -28,6 +28,7 @@ from temporalio.client import (
 from temporalio.service import RPCError
 
 from bench import _profile as profile
+from bench import _server_metrics as server_metrics
 from bench._load_accounting import Checked
 from bench._report import cpu_seconds, rss_bytes
 from bench._workers import WorkerConfig, WorkerProcess
@@ -129,6 +130,10 @@ class Load:
     logs: dict[str, Path] = field(default_factory=dict)
     """Each process's log, by process name."""
     log_lines: dict[str, Counter[str]] = field(default_factory=dict)
+    metrics_url: str | None = None
+    """The Temporal dev server's Prometheus metrics: read before and after the load."""
+    server: server_metrics.Counters | None = None
+    """The server's counters over the load."""
     profile_dir: Path | None = None
     """With `--profile`: py-spy's collapsed stacks of each Python process during the load are written here."""
 
@@ -238,6 +243,7 @@ async def run_load(load: Load) -> None:
     for name in load.processes:
         load.rss[name] = {"before": rss_bytes(load.pid(name)) / 2**20}
     cpu_before = {name: cpu_seconds(load.pid(name)) for name in load.processes}
+    counters_before = await server_metrics.read(load.metrics_url) if load.metrics_url else None
     profilers = profile.start(load.python_pids(), load.profile_dir) if load.profile_dir else []
     stop = asyncio.Event()
     sampler = asyncio.create_task(sample(load, stop))
@@ -248,6 +254,8 @@ async def run_load(load: Load) -> None:
     load.wall = time.monotonic() - began
     for profiler in profilers:
         profiler.stop()
+    if load.metrics_url and counters_before is not None:
+        load.server = await server_metrics.read(load.metrics_url) - counters_before
     load.load_average.append(os.getloadavg()[0])
     progress.cancel()
     stop.set()

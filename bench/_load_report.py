@@ -7,6 +7,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from bench import _server_metrics as server_metrics
 from bench._report import markdown_table, percentile
 
 if TYPE_CHECKING:
@@ -107,6 +108,25 @@ def _went_wrong(load: Load, turns_done: int, expected: int) -> list[str]:
     return lines or ["- nothing: no failed turn, RPC error, task failure, retry or logged warning"]
 
 
+def _server_section(load: Load, turns: int) -> list[str]:
+    """What a turn asks of Temporal: the sessions' history events, and the server's own counters."""
+    per = 1 / max(turns, 1)
+    history = load.checked.history
+    lines = [
+        "What a turn asks of Temporal, over the load: from the sessions' histories, and from the dev server's "
+        "own metrics (RPCs by operation, store requests, state transitions; the clients' reads of the logs "
+        "included, as every reader of a session adds them).",
+        "",
+        "| per turn, from the histories | count |",
+        "| :--- | ---: |",
+        *(f"| {name} | {history[name] * per:.1f} |" for name in sorted(history)),
+        "",
+    ]
+    if load.server is not None:
+        lines += [server_metrics.table(load.server, turns), ""]
+    return lines
+
+
 def report(load: Load) -> str:
     args = load.args
     expected = args.sessions * args.turns
@@ -162,6 +182,7 @@ def report(load: Load) -> str:
             ["process", "RSS before", "peak", "after", "CPU s", "CPU ms per turn"], _process_rows(load, turns_done)
         ),
         "",
+        *_server_section(load, turns_done),
         "Every event accounted for (each session's whole log read back; sandbox marker files counted):",
         "",
         markdown_table(["check", "lost", "duplicated"], _accounting_rows(load)),
@@ -204,6 +225,9 @@ def summary(load: Load) -> dict[str, Any]:
             }
             for name in load.processes
         },
+        "history_per_turn": {name: count / max(1, turns_done) for name, count in load.checked.history.items()},
+        "server_per_turn": server_metrics.summary(load.server, turns_done) if load.server is not None else None,
+        "went_wrong": dict(load.checked.findings),
         "queue_wait_p50": {
             queue: {"alone": percentile(load.alone_checked.waits.get(queue, []), 0.5), "loaded": percentile(waits, 0.5)}
             for queue, waits in sorted(load.checked.waits.items())

@@ -59,6 +59,7 @@ from bench._report import (
     child_pid,
     write_results,
 )
+from bench._stack import free_port
 from bench._workers import (
     WorkerConfig,
     WorkerProcess,
@@ -141,8 +142,11 @@ async def measure(args: argparse.Namespace) -> Load:
     paced = [f"--first-token-latency={args.first_token_latency}", f"--tokens-per-second={args.tokens_per_second}"]
     model_server, model_url = spawn_server("modelserver", "model-server", log_dir, *paced, "--log-level=warning")
     relay, relay_url = spawn_server("relay", "stream-relay", log_dir, "--log-level=warning")
+    metrics_port = free_port(set())
     with output_to(log_dir / "temporal.log"):
-        env = await start_local_temporal(dev_server_log_level="warn")
+        env = await start_local_temporal(
+            dev_server_log_level="warn", dev_server_extra_args=["--metrics-port", str(metrics_port)]
+        )
     rpc_errors = RpcErrors()
     client = Client(
         env.client.service_client,
@@ -163,6 +167,7 @@ async def measure(args: argparse.Namespace) -> Load:
     load = Load(args, client, config, relay_url, StreamPublisher(relay_url), engine, processes, rpc_errors)
     load.logs = {name: process.log for name, process in processes.items() if isinstance(process, WorkerProcess)}
     load.logs["Temporal dev server"] = log_dir / "temporal.log"
+    load.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     if args.profile:
         load.profile_dir = log_dir / "profile"
     try:
@@ -203,7 +208,8 @@ def profiles(load: Load, output: str) -> str:
     turns = load.args.sessions * load.args.turns
     sections = [
         "## Where the CPU goes\n\nSampled by py-spy at "
-        f"{profile.SAMPLE_RATE} Hz during the load (samples of the thread holding the GIL only). ms/turn: samples / rate / {turns} turns; "
+        f"{profile.SAMPLE_RATE} Hz during the load (samples of the thread holding the GIL only). "
+        f"ms/turn: samples / rate / {turns} turns; "
         "`self` counts the innermost frame, `inclusive` every frame on the stack. The sampling itself takes CPU, so "
         "the timings above are not comparable with a run without `--profile`."
     ]
