@@ -35,41 +35,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import os
-import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
-from temporalio.client import Client
-
-from activities.sandbox import engine_task_queue
 from bench._load_accounting import account, scan_logs
-from bench._load_clients import Load, RpcErrors, Session, alone, converse, open_session, run_load
+from bench._load_clients import Load, alone, converse, open_session, run_load
 from bench._load_report import report, summary
-from bench._report import (
-    ROOT,
-    add_run_options,
-    begin_run,
-    child_pid,
-    write_results,
-)
-from bench._workers import (
-    WorkerConfig,
-    WorkerProcess,
-    spawn_server,
-    spawn_worker,
-    wait_until_healthy,
-    wait_until_polling,
-)
-from corral.temporal import start_local_temporal
-from relay import StreamPublisher
+from bench._load_stack import corral_stack, register_script
+from bench._report import ROOT, add_run_options, begin_run, write_results
 from sandbox import ensure_docker_engine, ensure_sandbox_image
-from sandbox.sessions import SESSION_LABEL, remove_session
 
 COMMAND = "echo run >> /workspace/runs"
 """The sandbox sessions' tool call: one line per run, counted by `bench.recovery.command_runs`."""
@@ -81,54 +57,12 @@ CALLS = {
 }
 
 
-# ---- the stack's output, and cleaning up --------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def output_to(log: Path) -> Iterator[None]:
-    """Point this process's stdout and stderr at `log` while a child process starts, so that the child writes
-    there: the SDK starts the Temporal dev server with our own output and has no option to change it."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    with log.open("ab") as out:
-        os.dup2(out.fileno(), 1)
-        os.dup2(out.fileno(), 2)
-    try:
-        yield
-    finally:
-        for fd, copy in zip((1, 2), saved, strict=True):
-            os.dup2(copy, fd)
-            os.close(copy)
-
-
-async def clean_up(load: Load) -> None:
-    """Terminate every session made and remove the sandboxes; counts the containers of ours left behind."""
-    gate = asyncio.Semaphore(8)
-
-    async def one(session: Session) -> None:
-        async with gate:
-            if session.listener is not None:
-                session.listener.cancel()
-            with contextlib.suppress(Exception):  # already closed
-                await session.handle.terminate("load benchmark done")
-            if session.sandbox and load.engine is not None:
-                await asyncio.to_thread(remove_session, load.engine, session.id, True)
-
-    await asyncio.gather(*(one(session) for session in load.sessions))
-    if load.engine is not None:
-        ours = {session.id for session in load.sessions}
-        left = await asyncio.to_thread(load.engine.containers.list, all=True, filters={"label": SESSION_LABEL})
-        load.checked.containers_left = sum(1 for c in left if c.labels.get(SESSION_LABEL) in ours)
-
-
 # ---- main ---------------------------------------------------------------------------------------------------
 
 
-async def register_script(model_url: str, name: str, sandbox: bool) -> None:
-    script = {"steps": [{"text": PREAMBLE, "tool_uses": [CALLS[sandbox]]}, {"text": ANSWER}], "loop": True}
-    async with httpx.AsyncClient() as http:
-        (await http.put(f"{model_url}/_corral/scripts/{name}", json=script)).raise_for_status()
+def script(sandbox: bool) -> dict[str, object]:
+    """A turn of a utility (False) or a sandbox (True) session: a preamble and one tool call, then an answer."""
+    return {"steps": [{"text": PREAMBLE, "tool_uses": [CALLS[sandbox]]}, {"text": ANSWER}], "loop": True}
 
 
 async def measure(args: argparse.Namespace) -> Load:
@@ -137,40 +71,11 @@ async def measure(args: argparse.Namespace) -> Load:
     if args.sandbox_sessions:
         engine = ensure_docker_engine(ROOT / ".corral")
         image = ensure_sandbox_image(engine, ROOT / ".corral")
-    paced = [f"--first-token-latency={args.first_token_latency}", f"--tokens-per-second={args.tokens_per_second}"]
-    model_server, model_url = spawn_server("modelserver", "model-server", log_dir, *paced, "--log-level=warning")
-    relay, relay_url = spawn_server("relay", "stream-relay", log_dir, "--log-level=warning")
-    with output_to(log_dir / "temporal.log"):
-        env = await start_local_temporal(dev_server_log_level="warn")
-    rpc_errors = RpcErrors()
-    client = Client(
-        env.client.service_client,
-        namespace=env.client.namespace,
-        data_converter=env.client.data_converter,
-        interceptors=[rpc_errors],
-    )
-    engine_queue = engine_task_queue(engine) if engine is not None else None
-    config = WorkerConfig.fresh(
-        env.client, log_dir, model_url=model_url, stream_url=relay_url, image=image, engine_queue=engine_queue
-    )
-    roles = ["harness", "model", "utility"] + (["sandbox"] if engine is not None else [])
-    workers = {f"{role} worker": spawn_worker(config, (role,), role) for role in roles}
-    processes: dict[str, WorkerProcess | int] = {**workers, "model server": model_server, "stream relay": relay}
-    temporal = child_pid("temporal")
-    if temporal is not None:
-        processes["Temporal dev server"] = temporal
-    load = Load(args, client, config, relay_url, StreamPublisher(relay_url), engine, processes, rpc_errors)
-    load.logs = {name: process.log for name, process in processes.items() if isinstance(process, WorkerProcess)}
-    load.logs["Temporal dev server"] = log_dir / "temporal.log"
-    try:
-        for server, url in ((model_server, model_url), (relay, relay_url)):
-            await wait_until_healthy(server, url)
-        for worker in workers.values():
-            await wait_until_polling(client, config, worker)
+    async with corral_stack(args, log_dir, engine=engine, image=image) as (load, model_url):
         kinds = (False, True) if engine is not None else (False,)
         for sandbox in kinds:
             load.scripts[sandbox] = f"load-{uuid.uuid4().hex[:8]}-{'sandbox' if sandbox else 'utility'}"
-            await register_script(model_url, load.scripts[sandbox], sandbox)
+            await register_script(model_url, load.scripts[sandbox], script(sandbox))
         print(f"stack up (logs in {log_dir}); warming up, then one session alone", flush=True)
         for sandbox in kinds:
             warm = await open_session(load, -2, sandbox)
@@ -179,15 +84,6 @@ async def measure(args: argparse.Namespace) -> Load:
         await run_load(load)
         print(f"load done in {load.wall:.1f}s; reading every log and history", flush=True)
         await account(load)
-    finally:
-        with contextlib.suppress(Exception):
-            await clean_up(load)
-        await load.publisher.aclose()
-        for worker in workers.values():
-            worker.stop()
-        await env.shutdown()
-        relay.stop()
-        model_server.stop()
     scan_logs(load)
     return load
 
