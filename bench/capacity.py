@@ -1,0 +1,241 @@
+"""Capacity: how many sessions this machine holds, each turning as fast as the model allows, before a turn's time
+to first token doubles; corral beside the fastest peer that installs offline (actant), in the same run.
+
+Both arms share one Temporal dev server (in memory) and one offline model server (first token after
+`--first-token-latency`, default 0.3 s, then `--tokens-per-second`, default 50), and play the same script: the
+load benchmark's turn (`bench.load`), a streamed one-line preamble, one `calculate` tool call, then an answer. A
+tool call, because that is the turn an agent runtime exists for (a plain text turn is a model call with a log).
+
+  - corral: the stack `bench.load` starts, each role a process of its own (harness, model worker, utility hand,
+    stream relay), built by `workers.roles` as shipped; the clients run in this process and follow each session's
+    text through the stream relay;
+  - actant (`bench/peers/actant.txt`, in a virtualenv of its own under `.corral/`, made on first use): one process
+    holding its worker, its in-memory stores and event publisher, and the clients, as its quickstart runs it (its
+    in-memory event source reaches no other process); its `AnthropicProvider` on the model server.
+
+The arms step the concurrency side by side (`--steps`, default 1, 8, 16, 32, 64, 128, 256, up to `--cap`): at each
+step N sessions turn back to back for `--step-seconds` (and at least `--min-turns` turns each). The first step, one
+session, is the single-session baseline of its arm. An arm stops stepping at the first N whose TTFT p50 is at least
+`--threshold` (2) times its baseline: its capacity, reported as N / cores ("sessions per core at 2x latency"). A
+session's first turn is left out of the TTFT figures. Every step's log is read back: lost and duplicated messages.
+
+    python -m bench.capacity            # both arms, the default steps
+    python -m bench.capacity --quick    # steps 1, 4, 8 of 8 s each: a smoke run (capacity-quick.md)
+
+No goal is asserted: the figures are printed side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench._capacity_arms import PeerArm, Step, corral_step, peer_python
+from bench._load_clients import Load, converse, open_session
+from bench._load_stack import corral_stack, register_script
+from bench._report import ROOT, add_run_options, begin_run, markdown_table, write_results
+from bench.load import script
+
+PEER = "actant"
+
+
+class Arm:
+    """One arm's steps so far, and where it stopped."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.steps: list[Step] = []
+        self.capacity: int | None = None
+        self.stopped: str | None = None
+
+    @property
+    def baseline(self) -> Step:
+        return self.steps[0]
+
+    def ratio(self, step: Step, p95: bool = False) -> float:
+        return (step.p95 / self.baseline.p95) if p95 else (step.p50 / self.baseline.p50)
+
+    def record(self, step: Step, threshold: float) -> None:
+        self.steps.append(step)
+        print(
+            f"  {self.name:7} {step.sessions:4} sessions: {step.turns} turns, {step.throughput:.1f}/s, TTFT p50 "
+            f"{step.p50:.3f}s ({self.ratio(step):.2f}x), p95 {step.p95:.3f}s; lost {step.lost}, dup "
+            f"{step.duplicated}, problems {len(step.problems)}",
+            flush=True,
+        )
+        if not step.ttfts:
+            self.stopped = f"no TTFT measured at {step.sessions} sessions"
+        elif len(self.steps) > 1 and self.ratio(step) >= threshold:
+            self.capacity = step.sessions
+
+
+async def measure(args: argparse.Namespace) -> list[Arm]:
+    log_dir = Path(tempfile.mkdtemp(prefix="corral-bench-capacity-"))
+    python = None if args.no_peer else peer_python(PEER, ROOT / ".corral")
+    arms = [Arm("corral")] + ([] if python is None else [Arm(PEER)])
+    async with corral_stack(args, log_dir) as (load, model_url):
+        load.scripts[False] = f"capacity-{uuid.uuid4().hex[:8]}"
+        await register_script(model_url, load.scripts[False], script(False))
+        peer = None
+        if python is not None:
+            options = ["--address", load.config.address, "--model-url", model_url, "--model"]
+            peer = await PeerArm.start(PEER, python, log_dir / f"{PEER}.log", *options, f"script:{load.scripts[False]}")
+        print(f"stack up (logs in {log_dir}); warming up each arm", flush=True)
+        try:
+            await warm_up(load, peer, args)
+            for sessions in args.steps:
+                for arm in arms:
+                    if arm.capacity is None and arm.stopped is None:
+                        arm.record(await one_step(load, peer, arm.name, sessions, args), args.threshold)
+                if all(arm.capacity is not None or arm.stopped is not None for arm in arms):
+                    break
+        finally:
+            if peer is not None:
+                await peer.stop()
+    for arm in arms:
+        if arm.capacity is None and arm.stopped is None:
+            arm.stopped = f"under {args.threshold:g}x at every step up to {arm.steps[-1].sessions} sessions"
+    return arms
+
+
+async def warm_up(load: Load, peer: PeerArm | None, args: argparse.Namespace) -> None:
+    """One turn of one session on each arm, not counted: connections, caches and the peer's first import."""
+    session = await open_session(load, -2, False)
+    await converse(load, session, 1, time.monotonic())
+    if peer is not None:
+        await peer.step(1, 0, 1, args.turn_timeout)
+
+
+async def one_step(load: Load, peer: PeerArm | None, arm: str, sessions: int, args: argparse.Namespace) -> Step:
+    if arm == "corral":
+        return await corral_step(load, sessions, args.step_seconds, args.min_turns)
+    assert peer is not None
+    return await peer.step(sessions, args.step_seconds, args.min_turns, args.step_seconds + args.turn_timeout)
+
+
+# ---- the report -----------------------------------------------------------------------------------------------
+
+
+def headline(arm: Arm, cores: int) -> str:
+    alone = f"TTFT p50 {arm.baseline.p50:.3f} s alone"
+    if arm.capacity is not None:
+        return f"**{arm.capacity / cores:g} sessions per core** ({arm.capacity} sessions on {cores} cores; {alone})"
+    last = arm.steps[-1].sessions
+    return f"at least {last / cores:g} sessions per core, not reached ({arm.stopped}; {alone})"
+
+
+def report(arms: list[Arm], args: argparse.Namespace) -> str:
+    cores = os.cpu_count() or 1
+    lines = [
+        f"The model server's first token after {args.first_token_latency:g} s, then {args.tokens_per_second:g} "
+        f"tokens/s; steps of {args.step_seconds:g} s (at least {args.min_turns} turns per session); capacity: the "
+        f"first step whose TTFT p50 is at least {args.threshold:g}x the arm's own single session; {cores} cores.",
+        "",
+    ]
+    lines += [f"- {arm.name}: {headline(arm, cores)}" for arm in arms]
+    rows = [
+        [
+            arm.name,
+            step.sessions,
+            step.turns,
+            f"{step.throughput:.1f}",
+            f"{step.p50:.3f}",
+            f"{step.p95:.3f}",
+            f"{arm.ratio(step):.2f}x",
+            f"{arm.ratio(step, p95=True):.2f}x",
+            step.lost,
+            step.duplicated,
+            len(step.problems) + step.no_text,
+        ]
+        for arm in arms
+        for step in arm.steps
+    ]
+    headers = ["arm", "sessions", "turns", "turns/s", "TTFT p50 s", "p95 s", "p50 vs alone", "p95 vs alone"]
+    lines += ["", markdown_table([*headers, "lost", "duplicated", "failed turns"], rows)]
+    problems = [
+        f"- {arm.name}, {step.sessions} sessions: {p}" for arm in arms for step in arm.steps for p in step.problems
+    ]
+    if problems:
+        lines += ["", "Failed turns (the first 10):", "", *problems[:10]]
+    lines += [
+        "",
+        "TTFT: the message sent -> the turn's first text delta at the client (corral: through the stream relay; "
+        "actant: its live `text_delta` event), each session's first turn left out. Lost and duplicated: corral's "
+        "from each session's whole log (`bench.load`'s checks), actant's from its stored messages (one user message "
+        "per message sent, one tool result and one final answer per turn done).",
+    ]
+    return "\n".join(lines)
+
+
+def summary(arms: list[Arm]) -> dict[str, Any]:
+    cores = os.cpu_count() or 1
+    figures: dict[str, Any] = {"cores": cores}
+    for arm in arms:
+        figures[arm.name] = {
+            "sessions_at_2x": arm.capacity,
+            "sessions_per_core": None if arm.capacity is None else arm.capacity / cores,
+            "stopped": arm.stopped,
+            "ttft_alone_p50": arm.baseline.p50,
+            "steps": [
+                {
+                    "sessions": step.sessions,
+                    "turns": step.turns,
+                    "turns_per_second": step.throughput,
+                    "ttft_p50": step.p50,
+                    "ttft_p95": step.p95,
+                    "p50_ratio": arm.ratio(step),
+                    "p95_ratio": arm.ratio(step, p95=True),
+                    "lost": step.lost,
+                    "duplicated": step.duplicated,
+                    "failed_turns": len(step.problems) + step.no_text,
+                }
+                for step in arm.steps
+            ],
+        }
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--steps", default="1,8,16,32,64,128,256", help="sessions per step, from 1 (default 1,8,...,256)"
+    )
+    parser.add_argument("--cap", type=int, default=256, help="most sessions a step may have (default 256)")
+    parser.add_argument("--step-seconds", type=float, default=30.0, help="each step's time budget (default 30)")
+    parser.add_argument("--min-turns", type=int, default=3, help="turns each session does at least (default 3)")
+    parser.add_argument("--threshold", type=float, default=2.0, help="TTFT p50 over alone that ends (default 2)")
+    parser.add_argument("--first-token-latency", type=float, default=0.3, help="model, seconds (default 0.3)")
+    parser.add_argument("--tokens-per-second", type=float, default=50.0, help="model streaming rate (default 50)")
+    parser.add_argument("--turn-timeout", type=float, default=600.0, help="seconds a turn may take (default 600)")
+    parser.add_argument("--no-peer", action="store_true", help="corral's arm only")
+    parser.add_argument("--output", default="capacity", help="results file name in bench/results/ (default capacity)")
+    parser.add_argument("--quick", action="store_true", help="steps 1, 4, 8 of 8 s each: a smoke run")
+    add_run_options(parser)
+    args = parser.parse_args()
+    if args.quick:
+        args.steps, args.step_seconds, args.min_turns = "1,4,8", 8.0, 2
+        args.output = "capacity-quick" if args.output == "capacity" else args.output  # keep the full run's results
+    try:
+        steps = sorted({int(part) for part in args.steps.split(",")})
+    except ValueError:
+        parser.error(f"--steps takes whole numbers separated by commas, not {args.steps!r}")
+    if steps[0] != 1 or args.min_turns < 2 or args.step_seconds < 0 or args.cap < 1 or args.threshold <= 1:
+        parser.error("--steps must start at 1 (the baseline); --min-turns at least 2; --threshold above 1")
+    args.steps = [n for n in steps if n <= args.cap]
+    begin_run(args.allow_dirty)
+    arms = asyncio.run(measure(args))
+    body = report(arms, args)
+    print()
+    print(body)
+    path = write_results(args.output, "Capacity: sessions per core at 2x latency", body, summary=summary(arms))
+    print(f"\nwritten to {path.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
