@@ -16,8 +16,10 @@ tool call, because that is the turn an agent runtime exists for (a plain text tu
 The arms step the concurrency side by side (`--steps`, default 1, 8, 16, 32, 64, 128, 256, up to `--cap`): at each
 step N sessions turn back to back for `--step-seconds` (and at least `--min-turns` turns each). The first step, one
 session, is the single-session baseline of its arm. An arm stops stepping at the first N whose TTFT p50 is at least
-`--threshold` (2) times its baseline: its capacity, reported as N / cores ("sessions per core at 2x latency"). A
-session's first turn is left out of the TTFT figures. Every step's log is read back: lost and duplicated messages.
+`--threshold` (2) times its baseline; then up to `--refine` (3) bisection steps between the most sessions under the
+threshold and the fewest at it narrow that down. The fewest sessions measured at the threshold is the arm's
+capacity, reported as N / cores ("sessions per core at 2x latency"). A session's first turn is left out of the TTFT
+figures. Every step's log is read back: lost and duplicated messages.
 
     python -m bench.capacity            # both arms, the default steps
     python -m bench.capacity --quick    # steps 1, 4, 8 of 8 s each: a smoke run (capacity-quick.md)
@@ -52,6 +54,9 @@ class Arm:
         self.name = name
         self.steps: list[Step] = []
         self.capacity: int | None = None
+        """The fewest sessions measured at the threshold or above."""
+        self.below = 1
+        """The most sessions measured under the threshold."""
         self.stopped: str | None = None
 
     @property
@@ -72,7 +77,17 @@ class Arm:
         if not step.ttfts:
             self.stopped = f"no TTFT measured at {step.sessions} sessions"
         elif len(self.steps) > 1 and self.ratio(step) >= threshold:
-            self.capacity = step.sessions
+            self.capacity = step.sessions if self.capacity is None else min(self.capacity, step.sessions)
+        else:
+            self.below = max(self.below, step.sessions)
+
+    def probe(self) -> int | None:
+        """The next bisection step: halfway between the most sessions under the threshold and the fewest at it;
+        None once they are next to each other (or the arm found no capacity)."""
+        if self.capacity is None or self.stopped is not None:
+            return None
+        middle = (self.below + self.capacity) // 2
+        return middle if self.below < middle < self.capacity else None
 
 
 async def measure(args: argparse.Namespace) -> list[Arm]:
@@ -95,6 +110,11 @@ async def measure(args: argparse.Namespace) -> list[Arm]:
                         arm.record(await one_step(load, peer, arm.name, sessions, args), args.threshold)
                 if all(arm.capacity is not None or arm.stopped is not None for arm in arms):
                     break
+            for _ in range(args.refine):
+                probes = [(arm, arm.probe()) for arm in arms]
+                for arm, sessions in probes:
+                    if sessions is not None:
+                        arm.record(await one_step(load, peer, arm.name, sessions, args), args.threshold)
         finally:
             if peer is not None:
                 await peer.stop()
@@ -134,8 +154,9 @@ def report(arms: list[Arm], args: argparse.Namespace) -> str:
     cores = os.cpu_count() or 1
     lines = [
         f"The model server's first token after {args.first_token_latency:g} s, then {args.tokens_per_second:g} "
-        f"tokens/s; steps of {args.step_seconds:g} s (at least {args.min_turns} turns per session); capacity: the "
-        f"first step whose TTFT p50 is at least {args.threshold:g}x the arm's own single session; {cores} cores.",
+        f"tokens/s; steps of {args.step_seconds:g} s (at least {args.min_turns} turns per session), then up to "
+        f"{args.refine} bisection steps; capacity: the fewest sessions measured with a TTFT p50 at least "
+        f"{args.threshold:g}x the arm's own single session; {cores} cores.",
         "",
     ]
     lines += [f"- {arm.name}: {headline(arm, cores)}" for arm in arms]
@@ -154,7 +175,7 @@ def report(arms: list[Arm], args: argparse.Namespace) -> str:
             len(step.problems) + step.no_text,
         ]
         for arm in arms
-        for step in arm.steps
+        for step in sorted(arm.steps, key=lambda step: step.sessions)
     ]
     headers = ["arm", "sessions", "turns", "turns/s", "TTFT p50 s", "p95 s", "p50 vs alone", "p95 vs alone"]
     lines += ["", markdown_table([*headers, "lost", "duplicated", "failed turns"], rows)]
@@ -195,7 +216,7 @@ def summary(arms: list[Arm]) -> dict[str, Any]:
                     "duplicated": step.duplicated,
                     "failed_turns": len(step.problems) + step.no_text,
                 }
-                for step in arm.steps
+                for step in sorted(arm.steps, key=lambda step: step.sessions)
             ],
         }
     return figures
@@ -209,24 +230,34 @@ def main() -> None:
     parser.add_argument("--cap", type=int, default=256, help="most sessions a step may have (default 256)")
     parser.add_argument("--step-seconds", type=float, default=30.0, help="each step's time budget (default 30)")
     parser.add_argument("--min-turns", type=int, default=3, help="turns each session does at least (default 3)")
+    parser.add_argument("--refine", type=int, default=3, help="bisection steps after the steps (default 3)")
     parser.add_argument("--threshold", type=float, default=2.0, help="TTFT p50 over alone that ends (default 2)")
     parser.add_argument("--first-token-latency", type=float, default=0.3, help="model, seconds (default 0.3)")
     parser.add_argument("--tokens-per-second", type=float, default=50.0, help="model streaming rate (default 50)")
     parser.add_argument("--turn-timeout", type=float, default=600.0, help="seconds a turn may take (default 600)")
     parser.add_argument("--no-peer", action="store_true", help="corral's arm only")
     parser.add_argument("--output", default="capacity", help="results file name in bench/results/ (default capacity)")
-    parser.add_argument("--quick", action="store_true", help="steps 1, 4, 8 of 8 s each: a smoke run")
+    parser.add_argument("--quick", action="store_true", help="steps 1, 4, 8 of 8 s each, 1 bisection: a smoke run")
     add_run_options(parser)
     args = parser.parse_args()
     if args.quick:
-        args.steps, args.step_seconds, args.min_turns = "1,4,8", 8.0, 2
+        args.steps, args.step_seconds, args.min_turns, args.refine = "1,4,8", 8.0, 2, 1
         args.output = "capacity-quick" if args.output == "capacity" else args.output  # keep the full run's results
     try:
         steps = sorted({int(part) for part in args.steps.split(",")})
     except ValueError:
         parser.error(f"--steps takes whole numbers separated by commas, not {args.steps!r}")
-    if steps[0] != 1 or args.min_turns < 2 or args.step_seconds < 0 or args.cap < 1 or args.threshold <= 1:
-        parser.error("--steps must start at 1 (the baseline); --min-turns at least 2; --threshold above 1")
+    if (
+        steps[0] != 1
+        or args.min_turns < 2
+        or args.step_seconds < 0
+        or args.refine < 0
+        or args.cap < 1
+        or args.threshold <= 1
+    ):
+        parser.error(
+            "--steps must start at 1 (the baseline); --min-turns at least 2; --cap at least 1; --threshold above 1"
+        )
     args.steps = [n for n in steps if n <= args.cap]
     begin_run(args.allow_dirty)
     arms = asyncio.run(measure(args))

@@ -12,7 +12,9 @@ from bench._capacity_arms import Step
 from bench._report import ROOT
 from bench.capacity import Arm, report, summary
 
-ARGS = argparse.Namespace(first_token_latency=0.3, tokens_per_second=50.0, step_seconds=8.0, min_turns=2, threshold=2.0)
+ARGS = argparse.Namespace(
+    first_token_latency=0.3, tokens_per_second=50.0, step_seconds=8.0, min_turns=2, threshold=2.0, refine=3
+)
 
 
 def step(arm: str, sessions: int, ttfts: list[float | None]) -> Step:
@@ -21,7 +23,7 @@ def step(arm: str, sessions: int, ttfts: list[float | None]) -> Step:
     return made
 
 
-def test_the_capacity_is_the_first_step_at_twice_the_single_session_p50() -> None:
+def test_the_capacity_is_the_fewest_sessions_at_twice_the_single_session_p50_narrowed_by_bisection() -> None:
     arm = Arm("corral")
     for sessions, ttft in ((1, 0.3), (8, 0.5), (16, 0.61), (32, 0.9)):
         if arm.capacity is None:
@@ -29,6 +31,11 @@ def test_the_capacity_is_the_first_step_at_twice_the_single_session_p50() -> Non
     assert arm.capacity == 16
     assert [s.sessions for s in arm.steps] == [1, 8, 16]
     assert arm.ratio(arm.steps[2]) == 0.61 / 0.3
+    assert arm.probe() == 12
+    arm.record(step("corral", 12, [9.0, 0.59]), ARGS.threshold)
+    assert arm.probe() == 14
+    arm.record(step("corral", 14, [9.0, 0.6]), ARGS.threshold)
+    assert arm.capacity == 14 and arm.probe() == 13
 
 
 def test_a_session_s_first_turn_and_turns_with_no_text_are_left_out_of_the_ttft_but_counted_as_turns() -> None:
