@@ -21,10 +21,17 @@ from typing import Any
 from bench._load_accounting import Checked, check_log
 from bench._load_clients import Load, Session, open_session, turn
 from bench._load_stack import clean_up
-from bench._report import median, percentile
+from bench._report import cpu_seconds, median, percentile
 from corral.client import read_events
 
 PEERS = Path(__file__).resolve().parent / "peers"
+SHARED = ("model server", "Temporal dev server")
+"""The processes both arms use: not counted as either arm's own CPU."""
+
+
+def cpu_of(pids: dict[str, list[int]]) -> dict[str, float]:
+    """CPU seconds used so far by each group of processes."""
+    return {part: sum(cpu_seconds(pid) for pid in group) for part, group in pids.items()}
 
 
 @dataclass
@@ -43,6 +50,11 @@ class Step:
     no_text: int = 0
     """Turns done with no text delta seen by the client."""
     problems: list[str] = field(default_factory=list)
+    cpu: dict[str, float] = field(default_factory=dict)
+    """CPU seconds while the sessions turned: the arm's own processes ("arm") and the Temporal server's."""
+
+    def cpu_ms_per_turn(self, part: str) -> float:
+        return 1000 * self.cpu[part] / self.turns if self.turns and part in self.cpu else float("nan")
 
     @property
     def p50(self) -> float:
@@ -76,6 +88,10 @@ async def corral_step(load: Load, sessions: int, seconds: float, min_turns: int)
 
     step = Step("corral", sessions)
     made = list(await asyncio.gather(*(opened(index) for index in range(sessions))))
+    pids = {"arm": [load.pid(name) for name in load.processes if name not in SHARED]}
+    if "Temporal dev server" in load.processes:
+        pids["temporal"] = [load.pid("Temporal dev server")]
+    cpu = cpu_of(pids)
     began = time.monotonic()
 
     async def converse(session: Session) -> None:
@@ -86,6 +102,7 @@ async def corral_step(load: Load, sessions: int, seconds: float, min_turns: int)
             session.problem = f"turn {len(session.turns) + 1}: {type(exc).__name__}: {exc}"
 
     await asyncio.gather(*(converse(session) for session in made))
+    step.cpu = {part: used - cpu[part] for part, used in cpu_of(pids).items()}
     step.wall = max((t.ended for s in made for t in s.turns), default=0.0)
     checked = Checked()
     for session in made:
@@ -120,17 +137,19 @@ def peer_python(name: str, state_dir: Path) -> Path:
 class PeerArm:
     """`bench/peers/<name>_arm.py` running in the peer's virtualenv: one step per request, on stdin and stdout."""
 
-    def __init__(self, name: str, process: asyncio.subprocess.Process, log: Path) -> None:
+    def __init__(self, name: str, process: asyncio.subprocess.Process, log: Path, temporal: int | None) -> None:
         self.name, self.process, self.log = name, process, log
+        self.pids = {"arm": [process.pid]} | ({} if temporal is None else {"temporal": [temporal]})
 
     @classmethod
-    async def start(cls, name: str, python: Path, log: Path, *options: str) -> PeerArm:
+    async def start(cls, name: str, python: Path, log: Path, temporal: int | None, *options: str) -> PeerArm:
+        """The arm's process, ready for a step; `temporal` is the Temporal server's pid, for its CPU time."""
         script = PEERS / f"{name}_arm.py"
         with log.open("ab") as err:
             process = await asyncio.create_subprocess_exec(
                 str(python), str(script), *options, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err
             )
-        arm = cls(name, process, log)
+        arm = cls(name, process, log, temporal)
         await arm._answer(timeout=120)
         return arm
 
@@ -146,9 +165,11 @@ class PeerArm:
         assert self.process.stdin is not None
         request = {"sessions": sessions, "seconds": seconds, "min_turns": min_turns}
         self.process.stdin.write(json.dumps(request).encode() + b"\n")
+        cpu = cpu_of(self.pids)
         await self.process.stdin.drain()
         answer = await self._answer(timeout)
         step = Step(self.name, sessions, wall=answer["wall"])
+        step.cpu = {part: used - cpu[part] for part, used in cpu_of(self.pids).items()}
         for session in answer["sessions"]:
             step.add_turns([ttft for ttft, _ in session["turns"]])
             step.lost += session["lost"]

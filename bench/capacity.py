@@ -100,7 +100,9 @@ async def measure(args: argparse.Namespace) -> list[Arm]:
         peer = None
         if python is not None:
             options = ["--address", load.config.address, "--model-url", model_url, "--model"]
-            peer = await PeerArm.start(PEER, python, log_dir / f"{PEER}.log", *options, f"script:{load.scripts[False]}")
+            temporal = load.pid("Temporal dev server") if "Temporal dev server" in load.processes else None
+            model = f"script:{load.scripts[False]}"
+            peer = await PeerArm.start(PEER, python, log_dir / f"{PEER}.log", temporal, *options, model)
         print(f"stack up (logs in {log_dir}); warming up each arm", flush=True)
         try:
             await warm_up(load, peer, args)
@@ -155,8 +157,8 @@ def report(arms: list[Arm], args: argparse.Namespace) -> str:
     lines = [
         f"The model server's first token after {args.first_token_latency:g} s, then {args.tokens_per_second:g} "
         f"tokens/s; steps of {args.step_seconds:g} s (at least {args.min_turns} turns per session), then up to "
-        f"{args.refine} bisection steps; capacity: the fewest sessions measured with a TTFT p50 at least "
-        f"{args.threshold:g}x the arm's own single session; {cores} cores.",
+        f"{args.refine} bisection step{'' if args.refine == 1 else 's'}; capacity: the fewest sessions measured "
+        f"with a TTFT p50 at least {args.threshold:g}x the arm's own single session; {cores} cores.",
         "",
     ]
     lines += [f"- {arm.name}: {headline(arm, cores)}" for arm in arms]
@@ -170,6 +172,8 @@ def report(arms: list[Arm], args: argparse.Namespace) -> str:
             f"{step.p95:.3f}",
             f"{arm.ratio(step):.2f}x",
             f"{arm.ratio(step, p95=True):.2f}x",
+            f"{step.cpu_ms_per_turn('arm'):.1f}",
+            f"{step.cpu_ms_per_turn('temporal'):.1f}",
             step.lost,
             step.duplicated,
             len(step.problems) + step.no_text,
@@ -178,7 +182,10 @@ def report(arms: list[Arm], args: argparse.Namespace) -> str:
         for step in sorted(arm.steps, key=lambda step: step.sessions)
     ]
     headers = ["arm", "sessions", "turns", "turns/s", "TTFT p50 s", "p95 s", "p50 vs alone", "p95 vs alone"]
-    lines += ["", markdown_table([*headers, "lost", "duplicated", "failed turns"], rows)]
+    lines += [
+        "",
+        markdown_table([*headers, "CPU ms/turn", "Temporal CPU ms/turn", "lost", "duplicated", "failed turns"], rows),
+    ]
     problems = [
         f"- {arm.name}, {step.sessions} sessions: {p}" for arm in arms for step in arm.steps for p in step.problems
     ]
@@ -189,7 +196,10 @@ def report(arms: list[Arm], args: argparse.Namespace) -> str:
         "TTFT: the message sent -> the turn's first text delta at the client (corral: through the stream relay; "
         "actant: its live `text_delta` event), each session's first turn left out. Lost and duplicated: corral's "
         "from each session's whole log (`bench.load`'s checks), actant's from its stored messages (one user message "
-        "per message sent, one tool result and one final answer per turn done).",
+        "per message sent, one tool result and one final answer per turn done). CPU per turn, while the sessions "
+        "turned: the arm's own processes (corral: the harness, model and utility workers and the stream relay, its "
+        "clients not counted; actant: its one process, clients included), and the Temporal server's; the model "
+        "server's is neither's.",
     ]
     return "\n".join(lines)
 
@@ -212,6 +222,8 @@ def summary(arms: list[Arm]) -> dict[str, Any]:
                     "ttft_p95": step.p95,
                     "p50_ratio": arm.ratio(step),
                     "p95_ratio": arm.ratio(step, p95=True),
+                    "cpu_ms_per_turn": step.cpu_ms_per_turn("arm"),
+                    "temporal_cpu_ms_per_turn": step.cpu_ms_per_turn("temporal"),
                     "lost": step.lost,
                     "duplicated": step.duplicated,
                     "failed_turns": len(step.problems) + step.no_text,
