@@ -32,6 +32,14 @@ from relay import StreamPublisher
 from sandbox.sessions import SESSION_LABEL, remove_session
 
 
+def add_stack_options(parser: argparse.ArgumentParser) -> None:
+    """The model server's pace and how long a turn may take: `--first-token-latency`, `--tokens-per-second`,
+    `--turn-timeout`."""
+    parser.add_argument("--first-token-latency", type=float, default=0.3, help="model, seconds (default 0.3)")
+    parser.add_argument("--tokens-per-second", type=float, default=50.0, help="model streaming rate (default 50)")
+    parser.add_argument("--turn-timeout", type=float, default=600.0, help="seconds a turn may take (default 600)")
+
+
 @contextlib.contextmanager
 def output_to(log: Path) -> Iterator[None]:
     """Point this process's stdout and stderr at `log` while a child process starts, so that the child writes

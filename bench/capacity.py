@@ -40,7 +40,7 @@ from typing import Any
 
 from bench._capacity_arms import PeerArm, Step, corral_step, peer_python
 from bench._load_clients import Load, converse, open_session
-from bench._load_stack import corral_stack, register_script
+from bench._load_stack import add_stack_options, corral_stack, register_script
 from bench._report import ROOT, add_run_options, begin_run, markdown_table, write_results
 from bench.load import script
 
@@ -244,9 +244,7 @@ def main() -> None:
     parser.add_argument("--min-turns", type=int, default=3, help="turns each session does at least (default 3)")
     parser.add_argument("--refine", type=int, default=3, help="bisection steps after the steps (default 3)")
     parser.add_argument("--threshold", type=float, default=2.0, help="TTFT p50 over alone that ends (default 2)")
-    parser.add_argument("--first-token-latency", type=float, default=0.3, help="model, seconds (default 0.3)")
-    parser.add_argument("--tokens-per-second", type=float, default=50.0, help="model streaming rate (default 50)")
-    parser.add_argument("--turn-timeout", type=float, default=600.0, help="seconds a turn may take (default 600)")
+    add_stack_options(parser)
     parser.add_argument("--no-peer", action="store_true", help="corral's arm only")
     parser.add_argument("--output", default="capacity", help="results file name in bench/results/ (default capacity)")
     parser.add_argument("--quick", action="store_true", help="steps 1, 4, 8 of 8 s each, 1 bisection: a smoke run")

@@ -43,7 +43,7 @@ from pathlib import Path
 from bench._load_accounting import account, scan_logs
 from bench._load_clients import Load, alone, converse, open_session, run_load
 from bench._load_report import report, summary
-from bench._load_stack import corral_stack, register_script
+from bench._load_stack import add_stack_options, corral_stack, register_script
 from bench._report import ROOT, add_run_options, begin_run, write_results
 from sandbox import ensure_docker_engine, ensure_sandbox_image
 
@@ -95,9 +95,7 @@ def main() -> None:
     parser.add_argument(
         "--sandbox-sessions", type=int, default=None, help="of them, calling bash in a sandbox (default 20; 0: none)"
     )
-    parser.add_argument("--first-token-latency", type=float, default=0.3, help="model, seconds (default 0.3)")
-    parser.add_argument("--tokens-per-second", type=float, default=50.0, help="model streaming rate (default 50)")
-    parser.add_argument("--turn-timeout", type=float, default=600.0, help="seconds a turn may take (default 600)")
+    add_stack_options(parser)
     parser.add_argument("--output", default="load", help="results file name in bench/results/ (default load)")
     parser.add_argument("--quick", action="store_true", help="20 sessions x 3 turns, 4 with a sandbox: a smoke run")
     add_run_options(parser)
