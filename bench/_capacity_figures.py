@@ -9,6 +9,8 @@ from bench._operations_figures import measured, source, summary
 
 
 def _arm(name: str, arm: dict[str, Any], cores: int) -> str:
+    if not arm["steps"]:
+        return f"{name} not measured ({arm['stopped']})"
     alone = f"TTFT p50 {arm['ttft_alone_p50']:.3f} s alone"
     if arm["sessions_per_core"] is not None:
         return (

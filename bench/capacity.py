@@ -109,20 +109,20 @@ async def measure(args: argparse.Namespace) -> list[Arm]:
             for sessions in args.steps:
                 for arm in arms:
                     if arm.capacity is None and arm.stopped is None:
-                        arm.record(await one_step(load, peer, arm.name, sessions, args), args.threshold)
+                        await advance(load, peer, arm, sessions, args)
                 if all(arm.capacity is not None or arm.stopped is not None for arm in arms):
                     break
             for _ in range(args.refine):
                 probes = [(arm, arm.probe()) for arm in arms]
                 for arm, sessions in probes:
                     if sessions is not None:
-                        arm.record(await one_step(load, peer, arm.name, sessions, args), args.threshold)
+                        await advance(load, peer, arm, sessions, args)
         finally:
             if peer is not None:
                 await peer.stop()
     for arm in arms:
         if arm.capacity is None and arm.stopped is None:
-            arm.stopped = f"under {args.threshold:g}x at every step up to {arm.steps[-1].sessions} sessions"
+            arm.stopped = f"under {args.threshold:g}x at every step up to {max(s.sessions for s in arm.steps)} sessions"
     return arms
 
 
@@ -134,21 +134,31 @@ async def warm_up(load: Load, peer: PeerArm | None, args: argparse.Namespace) ->
         await peer.step(1, 0, 1, args.turn_timeout)
 
 
-async def one_step(load: Load, peer: PeerArm | None, arm: str, sessions: int, args: argparse.Namespace) -> Step:
-    if arm == "corral":
-        return await corral_step(load, sessions, args.step_seconds, args.min_turns)
+async def advance(load: Load, peer: PeerArm | None, arm: Arm, sessions: int, args: argparse.Namespace) -> None:
+    """One step of the arm, recorded. A peer whose process fails stops its own arm, not the run."""
+    if arm.name == "corral":
+        arm.record(await corral_step(load, sessions, args.step_seconds, args.min_turns), args.threshold)
+        return
     assert peer is not None
-    return await peer.step(sessions, args.step_seconds, args.min_turns, args.step_seconds + args.turn_timeout)
+    try:
+        step = await peer.step(sessions, args.step_seconds, args.min_turns, args.step_seconds + args.turn_timeout)
+    except Exception as exc:  # reported with the results, never hidden
+        arm.stopped = f"its process failed at {sessions} sessions: {type(exc).__name__}: {exc}"
+        print(f"  {arm.name} failed; its log: {peer.log}", flush=True)
+        return
+    arm.record(step, args.threshold)
 
 
 # ---- the report -----------------------------------------------------------------------------------------------
 
 
 def headline(arm: Arm, cores: int) -> str:
+    if not arm.steps:
+        return f"not measured ({arm.stopped})"
     alone = f"TTFT p50 {arm.baseline.p50:.3f} s alone"
     if arm.capacity is not None:
         return f"**{arm.capacity / cores:g} sessions per core** ({arm.capacity} sessions on {cores} cores; {alone})"
-    last = arm.steps[-1].sessions
+    last = max(step.sessions for step in arm.steps)
     return f"at least {last / cores:g} sessions per core, not reached ({arm.stopped}; {alone})"
 
 
@@ -212,7 +222,7 @@ def summary(arms: list[Arm]) -> dict[str, Any]:
             "sessions_at_2x": arm.capacity,
             "sessions_per_core": None if arm.capacity is None else arm.capacity / cores,
             "stopped": arm.stopped,
-            "ttft_alone_p50": arm.baseline.p50,
+            "ttft_alone_p50": arm.baseline.p50 if arm.steps else None,
             "steps": [
                 {
                     "sessions": step.sessions,

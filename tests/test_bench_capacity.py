@@ -63,3 +63,10 @@ def test_steps_that_do_not_start_with_one_session_are_refused_before_anything_st
         [sys.executable, "-m", "bench.capacity", "--steps", "4,8"], cwd=ROOT, capture_output=True, text=True
     )
     assert done.returncode == 2 and "--steps must start at 1" in done.stderr
+
+
+def test_an_arm_whose_process_failed_before_any_step_is_reported_as_not_measured() -> None:
+    failed = Arm("actant")
+    failed.stopped = "its process failed at 1 sessions: RuntimeError: the actant arm exited"
+    assert "not measured (its process failed" in report([failed], ARGS)
+    assert summary([failed])["actant"]["ttft_alone_p50"] is None
