@@ -153,3 +153,24 @@ def flame_graph(profile: Profile, path: Path, width: int = 1600, row: int = 16) 
         f'font-size="11"><text x="4" y="14">{html.escape(profile.name)}: {profile.samples} samples on the CPU '
         f"(hover a frame for its share)</text>{''.join(rects)}</svg>\n"
     )
+
+
+def section(names: list[str], directory: Path, graphs: Path, output: str, seconds: float, turns: int) -> str:
+    """The report's section: each process's hottest frames, and its flame graph written to `graphs`."""
+    graphs.mkdir(parents=True, exist_ok=True)
+    sections = [
+        f"## Where the CPU goes\n\nSampled by py-spy at {SAMPLE_RATE} Hz during the load (samples of the thread "
+        f"holding the GIL only). ms/turn: samples / rate / {turns} turns; `self` counts the innermost frame, "
+        "`inclusive` every frame on the stack. The sampling itself takes CPU, so the timings above are not "
+        "comparable with a run without `--profile`."
+    ]
+    for name in names:
+        raw = directory / f"{slug(name)}.txt"
+        if not raw.exists():
+            sections.append(f"**{name}**: no profile (py-spy wrote nothing; see {raw.with_suffix('.py-spy.log')})")
+            continue
+        found = Profile.read(name, raw)
+        svg = graphs / f"{output}-{slug(name)}.svg"
+        flame_graph(found, svg)
+        sections.append(table(found, seconds, turns) + f"\n\nFlame graph: [{svg.name}](profile/{svg.name})")
+    return "\n\n".join(sections)

@@ -35,43 +35,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import os
-import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
-from temporalio.client import Client
-
-from activities.sandbox import engine_task_queue
 from bench import _profile as profile
 from bench._load_accounting import account, scan_logs
-from bench._load_clients import Load, RpcErrors, Session, alone, converse, open_session, run_load
+from bench._load_clients import Load, alone, converse, open_session, run_load
 from bench._load_report import report, summary
-from bench._report import (
-    ROOT,
-    add_run_options,
-    begin_run,
-    child_pid,
-    write_results,
-)
-from bench._stack import free_port
-from bench._workers import (
-    WorkerConfig,
-    WorkerProcess,
-    spawn_server,
-    spawn_worker,
-    wait_until_healthy,
-    wait_until_polling,
-)
-from corral.temporal import start_local_temporal
-from relay import StreamPublisher
+from bench._load_stack import add_stack_options, corral_stack, register_script
+from bench._report import ROOT, add_run_options, begin_run, write_results
 from sandbox import ensure_docker_engine, ensure_sandbox_image
-from sandbox.sessions import SESSION_LABEL, remove_session
 
 COMMAND = "echo run >> /workspace/runs"
 """The sandbox sessions' tool call: one line per run, counted by `bench.recovery.command_runs`."""
@@ -83,54 +58,12 @@ CALLS = {
 }
 
 
-# ---- the stack's output, and cleaning up --------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def output_to(log: Path) -> Iterator[None]:
-    """Point this process's stdout and stderr at `log` while a child process starts, so that the child writes
-    there: the SDK starts the Temporal dev server with our own output and has no option to change it."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    with log.open("ab") as out:
-        os.dup2(out.fileno(), 1)
-        os.dup2(out.fileno(), 2)
-    try:
-        yield
-    finally:
-        for fd, copy in zip((1, 2), saved, strict=True):
-            os.dup2(copy, fd)
-            os.close(copy)
-
-
-async def clean_up(load: Load) -> None:
-    """Terminate every session made and remove the sandboxes; counts the containers of ours left behind."""
-    gate = asyncio.Semaphore(8)
-
-    async def one(session: Session) -> None:
-        async with gate:
-            if session.listener is not None:
-                session.listener.cancel()
-            with contextlib.suppress(Exception):  # already closed
-                await session.handle.terminate("load benchmark done")
-            if session.sandbox and load.engine is not None:
-                await asyncio.to_thread(remove_session, load.engine, session.id, True)
-
-    await asyncio.gather(*(one(session) for session in load.sessions))
-    if load.engine is not None:
-        ours = {session.id for session in load.sessions}
-        left = await asyncio.to_thread(load.engine.containers.list, all=True, filters={"label": SESSION_LABEL})
-        load.checked.containers_left = sum(1 for c in left if c.labels.get(SESSION_LABEL) in ours)
-
-
 # ---- main ---------------------------------------------------------------------------------------------------
 
 
-async def register_script(model_url: str, name: str, sandbox: bool) -> None:
-    script = {"steps": [{"text": PREAMBLE, "tool_uses": [CALLS[sandbox]]}, {"text": ANSWER}], "loop": True}
-    async with httpx.AsyncClient() as http:
-        (await http.put(f"{model_url}/_corral/scripts/{name}", json=script)).raise_for_status()
+def script(sandbox: bool) -> dict[str, object]:
+    """A turn of a utility (False) or a sandbox (True) session: a preamble and one tool call, then an answer."""
+    return {"steps": [{"text": PREAMBLE, "tool_uses": [CALLS[sandbox]]}, {"text": ANSWER}], "loop": True}
 
 
 async def measure(args: argparse.Namespace) -> Load:
@@ -139,46 +72,11 @@ async def measure(args: argparse.Namespace) -> Load:
     if args.sandbox_sessions:
         engine = ensure_docker_engine(ROOT / ".corral")
         image = ensure_sandbox_image(engine, ROOT / ".corral")
-    paced = [f"--first-token-latency={args.first_token_latency}", f"--tokens-per-second={args.tokens_per_second}"]
-    model_server, model_url = spawn_server("modelserver", "model-server", log_dir, *paced, "--log-level=warning")
-    relay, relay_url = spawn_server("relay", "stream-relay", log_dir, "--log-level=warning")
-    metrics_port = free_port(set())
-    with output_to(log_dir / "temporal.log"):
-        env = await start_local_temporal(
-            dev_server_log_level="warn", dev_server_extra_args=["--metrics-port", str(metrics_port)]
-        )
-    rpc_errors = RpcErrors()
-    client = Client(
-        env.client.service_client,
-        namespace=env.client.namespace,
-        data_converter=env.client.data_converter,
-        interceptors=[rpc_errors],
-    )
-    engine_queue = engine_task_queue(engine) if engine is not None else None
-    config = WorkerConfig.fresh(
-        env.client, log_dir, model_url=model_url, stream_url=relay_url, image=image, engine_queue=engine_queue
-    )
-    roles = ["harness", "model", "utility"] + (["sandbox"] if engine is not None else [])
-    workers = {f"{role} worker": spawn_worker(config, (role,), role) for role in roles}
-    processes: dict[str, WorkerProcess | int] = {**workers, "model server": model_server, "stream relay": relay}
-    temporal = child_pid("temporal")
-    if temporal is not None:
-        processes["Temporal dev server"] = temporal
-    load = Load(args, client, config, relay_url, StreamPublisher(relay_url), engine, processes, rpc_errors)
-    load.logs = {name: process.log for name, process in processes.items() if isinstance(process, WorkerProcess)}
-    load.logs["Temporal dev server"] = log_dir / "temporal.log"
-    load.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
-    if args.profile:
-        load.profile_dir = log_dir / "profile"
-    try:
-        for server, url in ((model_server, model_url), (relay, relay_url)):
-            await wait_until_healthy(server, url)
-        for worker in workers.values():
-            await wait_until_polling(client, config, worker)
+    async with corral_stack(args, log_dir, engine=engine, image=image) as (load, model_url):
         kinds = (False, True) if engine is not None else (False,)
         for sandbox in kinds:
             load.scripts[sandbox] = f"load-{uuid.uuid4().hex[:8]}-{'sandbox' if sandbox else 'utility'}"
-            await register_script(model_url, load.scripts[sandbox], sandbox)
+            await register_script(model_url, load.scripts[sandbox], script(sandbox))
         print(f"stack up (logs in {log_dir}); warming up, then one session alone", flush=True)
         for sandbox in kinds:
             warm = await open_session(load, -2, sandbox)
@@ -187,42 +85,8 @@ async def measure(args: argparse.Namespace) -> Load:
         await run_load(load)
         print(f"load done in {load.wall:.1f}s; reading every log and history", flush=True)
         await account(load)
-    finally:
-        with contextlib.suppress(Exception):
-            await clean_up(load)
-        await load.publisher.aclose()
-        for worker in workers.values():
-            worker.stop()
-        await env.shutdown()
-        relay.stop()
-        model_server.stop()
     scan_logs(load)
     return load
-
-
-def profiles(load: Load, output: str) -> str:
-    """Each process's flame graph, written beside the results, and its hottest frames as a table."""
-    assert load.profile_dir is not None
-    graphs = ROOT / "bench" / "results" / "profile"
-    graphs.mkdir(parents=True, exist_ok=True)
-    turns = load.args.sessions * load.args.turns
-    sections = [
-        "## Where the CPU goes\n\nSampled by py-spy at "
-        f"{profile.SAMPLE_RATE} Hz during the load (samples of the thread holding the GIL only). "
-        f"ms/turn: samples / rate / {turns} turns; "
-        "`self` counts the innermost frame, `inclusive` every frame on the stack. The sampling itself takes CPU, so "
-        "the timings above are not comparable with a run without `--profile`."
-    ]
-    for name in load.python_pids():
-        raw = load.profile_dir / f"{profile.slug(name)}.txt"
-        if not raw.exists():
-            sections.append(f"**{name}**: no profile (py-spy wrote nothing; see {raw.with_suffix('.py-spy.log')})")
-            continue
-        found = profile.Profile.read(name, raw)
-        svg = graphs / f"{output}-{profile.slug(name)}.svg"
-        profile.flame_graph(found, svg)
-        sections.append(profile.table(found, load.wall, turns) + f"\n\nFlame graph: [{svg.name}](profile/{svg.name})")
-    return "\n\n".join(sections)
 
 
 def main() -> None:
@@ -232,9 +96,7 @@ def main() -> None:
     parser.add_argument(
         "--sandbox-sessions", type=int, default=None, help="of them, calling bash in a sandbox (default 20; 0: none)"
     )
-    parser.add_argument("--first-token-latency", type=float, default=0.3, help="model, seconds (default 0.3)")
-    parser.add_argument("--tokens-per-second", type=float, default=50.0, help="model streaming rate (default 50)")
-    parser.add_argument("--turn-timeout", type=float, default=600.0, help="seconds a turn may take (default 600)")
+    add_stack_options(parser)
     parser.add_argument("--output", default="load", help="results file name in bench/results/ (default load)")
     parser.add_argument("--quick", action="store_true", help="20 sessions x 3 turns, 4 with a sandbox: a smoke run")
     parser.add_argument(
@@ -255,7 +117,10 @@ def main() -> None:
     load = asyncio.run(measure(args))
     body = report(load)
     if load.profile_dir is not None:
-        body += "\n\n" + profiles(load, args.output)
+        graphs = ROOT / "bench" / "results" / "profile"
+        turns = load.args.sessions * load.args.turns
+        names = list(load.python_pids())
+        body += "\n\n" + profile.section(names, load.profile_dir, graphs, args.output, load.wall, turns)
     print()
     print(body)
     path = write_results(args.output, "Load: concurrent sessions with tool calls", body, summary=summary(load))

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from bench._capacity_figures import capacity
 from bench._operations_figures import OPERATIONS, measured, source, summary
 from bench._report import RESULTS_DIR, ROOT, read_summary
 from workflows.policies import (
@@ -331,6 +332,7 @@ RENDER: dict[str, Callable[[], str]] = {
     "sandbox": sandbox,
     "long": long,
     "load": load,
+    "capacity": capacity,
     "reliability": reliability,
     "cli-startup": cli_startup,
     "turn-latency": turn_latency,

@@ -44,6 +44,7 @@ FENCE = re.compile(r"^```(\w*)[^\n]*\n.*?^```$", re.DOTALL | re.MULTILINE)
 CHECKED_FENCES = ("", "sh", "bash", "console", "python", "text")
 NOT_IN_THE_TREE = {
     "load-quick.md": "the results file `python -m bench.load --quick` writes (bench/README.md)",
+    "capacity-quick.md": "the results file `python -m bench.capacity --quick` writes (bench/README.md)",
     "prometheus.yml": "the reader's own Prometheus configuration (README.md, docs/observability.md)",
 }
 
