@@ -17,14 +17,18 @@ from typing import Any
 
 import anthropic
 import pytest
+from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.worker import Worker
 
+from activities.model import ModelActivities
 from corral.client import wait_for_idle
+from corral.names import SIGNAL_INTERRUPT
 from corral.queues import ROLE_QUEUES, queue_load, session_waits
 from relay import StreamPublisher
 from tests.conftest import Stack, texts, unique
 from tests.test_gateway import Gateway, running_gateway
 from tests.waits import until
-from workers.roles import model_worker
+from workers.roles import knowledge_activities, model_worker
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -133,3 +137,42 @@ async def test_the_api_shows_a_waiting_turn_in_a_retrieve_then_clears(
         await until(idle_and_not_waiting, "the session is idle and waits for nothing")
         replies = [e async for e in client.beta.sessions.events.list(session.id) if e.type == "agent.message"]
         assert len(replies) == 1, "the turn that waited was answered once"
+
+
+async def turn_started(handle: Any) -> bool:
+    """Whether a worker has taken the session's model turn (its activity is pending and started)."""
+    pending = (await handle.describe()).raw_description.pending_activities
+    return any(a.activity_type.name == "model_turn" and a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+               for a in pending)  # fmt: skip
+
+
+async def test_turns_behind_a_busy_worker_wait_with_it_polling_and_run_once_it_is_free(stack: Stack) -> None:
+    """The machine is full: one model worker with one slot, held by a slow turn. Two more sessions' turns wait in the
+    queue, counted, with the worker still listed as polling; once the slow turn is interrupted, both run."""
+    queue = unique("model")
+    model = anthropic.AsyncAnthropic(base_url=stack.model_server.base_url, api_key="test-key", max_retries=0)
+    activities = [ModelActivities(stack.client, model).model_turn, *knowledge_activities(stack.client)]
+    busy = Worker(stack.client, task_queue=queue, activities=activities, max_concurrent_activities=1)
+    async with busy:
+        slow = stack.script([{"text": "never sent", "first_token_latency": 120.0}])
+        holder = await stack.start(slow, message="take your time", model_task_queue=queue)
+        await until(lambda: turn_started(holder), "the slow turn holds the worker's one slot")
+        quick = stack.script([{"text": "done"}], loop=True)
+        waiting = [await stack.start(quick, message=f"turn {n}", model_task_queue=queue) for n in range(2)]
+
+        async def counted() -> bool:
+            return (await queue_load(stack.client, queue, "activity")).backlog == 2
+
+        await until(counted, "both waiting turns are counted in the queue's backlog")
+        for handle in waiting:
+            [wait] = [w for w in await session_waits(stack.client, await handle.describe()) if w.activity_type]
+            assert (wait.queue, wait.role, wait.backlog(), wait.load.pollers) == (queue, "model", 2, 1)
+            assert 0 <= wait.ahead(datetime.now(UTC)) <= 1
+        shown = await corral(stack, "status", waiting[-1].id)
+        said = " ".join(shown.stdout.split())
+        assert shown.returncode == 0 and "~2 waiting in that queue" in said and "1 worker polling" in said, shown
+
+        await holder.signal(SIGNAL_INTERRUPT)
+        for handle in waiting:
+            assert texts(await wait_for_idle(handle)) == ["done"], "each waiting turn ran, once"
+        await until(lambda: backlog_is(stack, queue, 0), "the queue's backlog is empty again")
