@@ -23,12 +23,12 @@ from temporalio.worker import Worker
 from activities.model import ModelActivities
 from corral.client import wait_for_idle
 from corral.names import SIGNAL_INTERRUPT
-from corral.queues import ROLE_QUEUES, queue_load, session_waits
+from corral.queues import ROLE_QUEUES, QueueLoad, Waiting, queue_load, role_of, session_waits
 from relay import StreamPublisher
 from tests.conftest import Stack, texts, unique
 from tests.test_gateway import Gateway, running_gateway
 from tests.waits import until
-from workers.roles import knowledge_activities, model_worker
+from workers.roles import harness_worker, knowledge_activities, model_worker
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -176,3 +176,50 @@ async def test_turns_behind_a_busy_worker_wait_with_it_polling_and_run_once_it_i
         for handle in waiting:
             assert texts(await wait_for_idle(handle)) == ["done"], "each waiting turn ran, once"
         await until(lambda: backlog_is(stack, queue, 0), "the queue's backlog is empty again")
+
+
+async def test_a_session_no_harness_worker_has_taken_yet_is_shown_waiting_for_one(stack: Stack, tmp_path: Path) -> None:
+    """Its status is read from the server, not asked of the workflow: it answers with no harness worker free."""
+    queue = unique("harness")
+    handle = await dataclasses.replace(stack, harness_queue=queue).start(stack.script([{"text": "hi"}]), message="hi")
+
+    async def harness_waits() -> list[Waiting]:
+        return [w for w in await session_waits(stack.client, await handle.describe()) if w.kind == "workflow"]
+
+    await until(harness_waits, "the session's first workflow task is scheduled and not started")
+    [wait] = await harness_waits()
+    assert (wait.queue, wait.role, wait.activity_type, wait.load.pollers) == (queue, "harness", None, 0)
+    shown = await corral(stack, "--state-dir", str(tmp_path), "status", handle.id)
+    said = " ".join(shown.stdout.split())
+    assert shown.returncode == 0 and f"{handle.id} idle" in said, shown
+    assert "waiting for a harness worker for" in said and f"(the harness's next step, queue {queue})" in said
+    async with harness_worker(stack.client, queue):
+        await wait_for_idle(handle)
+        await until(lambda: harness_waits_are_none(stack, handle), "the session waits for no harness worker")
+
+
+async def harness_waits_are_none(stack: Stack, handle: Any) -> bool:
+    return not [w for w in await session_waits(stack.client, await handle.describe()) if w.kind == "workflow"]
+
+
+def load(backlog: int, oldest: float) -> QueueLoad:
+    return QueueLoad("corral-model", "activity", backlog, timedelta(seconds=oldest), 1, 0.0, 0.0)
+
+
+def test_tasks_ahead_is_the_share_of_the_backlog_older_than_the_task() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def waited(seconds: float, queue: QueueLoad) -> Waiting:
+        return Waiting("activity", queue.queue, "model_turn", now - timedelta(seconds=seconds), queue)
+
+    assert waited(5, load(10, 10)).ahead(now) == 5, "scheduled halfway through the oldest's wait"
+    assert waited(10, load(10, 10)).ahead(now) == 0, "the oldest has none ahead"
+    assert waited(0, load(10, 10)).ahead(now) == 9, "the newest has every other ahead"
+    stale = waited(3, load(0, 1))  # the server's cached count is older than the task
+    assert (stale.backlog(), stale.oldest(now), stale.ahead(now)) == (1, timedelta(seconds=3), 0)
+
+
+def test_a_queue_is_known_by_its_role_whatever_worker_or_pool_it_names() -> None:
+    assert [role_of(q) for q in ("corral-model", "corral-model@w1", "corral-sandbox.gpu", "corral-modelx")] == [
+        "model", "model", "sandbox", None
+    ]  # fmt: skip
