@@ -86,7 +86,7 @@ class Waiting:
         return max(self.load.backlog, 1)
 
     def oldest(self, now: datetime) -> timedelta:
-        """How long the queue's oldest task has waited: at least as long as this one (the cached age may be older)."""
+        """How long the queue's oldest task has waited: at least as long as this one (the server's age may be stale)."""
         return max(self.load.oldest, self.waited(now))
 
     def ahead(self, now: datetime) -> int:
