@@ -22,7 +22,7 @@ from temporalio.worker import Worker
 
 from activities.model import ModelActivities
 from corral.client import wait_for_idle
-from corral.names import SIGNAL_INTERRUPT
+from corral.names import CORRAL_TASK_QUEUES, SIGNAL_INTERRUPT
 from corral.queues import ROLE_QUEUES, QueueLoad, Waiting, queue_load, role_of, session_waits
 from relay import StreamPublisher
 from tests.conftest import Stack, texts, unique
@@ -220,6 +220,7 @@ def test_tasks_ahead_is_the_share_of_the_backlog_older_than_the_task() -> None:
 
 
 def test_a_queue_is_known_by_its_role_whatever_worker_or_pool_it_names() -> None:
+    assert [queue for queue, _, _ in ROLE_QUEUES] == list(CORRAL_TASK_QUEUES), "corral status shows every role's queue"
     assert [role_of(q) for q in ("corral-model", "corral-model@w1", "corral-sandbox.gpu", "corral-modelx")] == [
         "model", "model", "sandbox", None
     ]  # fmt: skip
