@@ -224,3 +224,10 @@ def test_a_queue_is_known_by_its_role_whatever_worker_or_pool_it_names() -> None
     assert [role_of(q) for q in ("corral-model", "corral-model@w1", "corral-sandbox.gpu", "corral-modelx")] == [
         "model", "model", "sandbox", None
     ]  # fmt: skip
+
+
+def test_corral_status_of_a_session_id_with_spaces_is_a_usage_error(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "cli.main", "--state-dir", str(tmp_path), "status", "sesn_a b"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    said = " ".join(done.stderr.replace("│", " ").split())
+    assert done.returncode == 2 and "it contains whitespace" in said and "Traceback" not in said, done
