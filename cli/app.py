@@ -120,7 +120,7 @@ async def client_of(settings: Settings) -> Client:
     return await connect(settings.address, settings.namespace)
 
 
-def _check_session_id(value: str) -> str:
+def check_session_id(value: str) -> str:
     """A session id is a workflow id: UTF-8 text, not empty, no whitespace (Temporal itself only says "WorkflowId is
     not set")."""
     if not value.strip():
@@ -135,5 +135,5 @@ def _check_session_id(value: str) -> str:
 
 
 SessionId = Annotated[
-    str, typer.Argument(metavar="SESSION", help="Session id.", show_default=False, callback=_check_session_id)
+    str, typer.Argument(metavar="SESSION", help="Session id.", show_default=False, callback=check_session_id)
 ]

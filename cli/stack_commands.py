@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from cli.app import app
+from cli.app import app, check_session_id
 from cli.context import run, settings_of
 from cli.vault import vault_app
 from corral.names import DEFAULT_GIT_PROXY_PORT
@@ -94,15 +94,45 @@ def down_command(
     run(settings, down.bring_down(settings.out, settings.paths, remove_sandboxes=sandboxes, purge=purge))
 
 
+def _optional_session_id(value: str | None) -> str | None:
+    return None if value is None else check_session_id(value)
+
+
 @app.command("status", rich_help_panel=PANEL)
-def status_command(ctx: typer.Context) -> None:
-    """Show the stack's processes (pid, alive) and addresses."""
+def status_command(
+    ctx: typer.Context,
+    session: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="SESSION",
+            help="A session: its status and what its turn is waiting for (a worker of which role, for how long, "
+            "about how many tasks ahead of it).",
+            show_default=False,
+            callback=_optional_session_id,
+        ),
+    ] = None,
+) -> None:
+    """Show the stack's processes (pid, alive), addresses and task queues: each role's backlog (tasks waiting for a
+    worker, approximately), how long the oldest has waited, and the workers polling. With SESSION, that session's
+    status and what its turn is waiting for."""
     from rich.table import Table
 
+    from cli.app import client_of
+    from cli.backlog import queues_table, session_lines
+    from cli.context import describe_failure
     from cli.processes import known_processes, process_state
     from cli.render import processes_table
+    from corral.queues import stack_load
 
     settings = settings_of(ctx)
+    if session is not None:
+
+        async def one() -> None:
+            for line in await session_lines(await client_of(settings), session):
+                settings.out.print(line)
+
+        run(settings, one(), session_id=session)
+        return
     names = known_processes(settings.paths)
     if names:
         settings.out.print(processes_table(process_state(settings.paths, name) for name in names))
@@ -121,6 +151,16 @@ def status_command(ctx: typer.Context) -> None:
             grid.add_row("API", f"{stack.api_url}  (Managed Agents API)")
     grid.add_row("Logs", str(settings.paths.logs))
     settings.out.print(grid)
+
+    async def queues() -> None:
+        try:
+            loads = await stack_load(await client_of(settings))
+        except Exception as error:  # a stack that is down is a state to report, not a failure of `status`
+            settings.out.print(f"task queues: unknown ({describe_failure(error, settings.address)})", style="dim")
+            return
+        settings.out.print(queues_table(loads))
+
+    run(settings, queues())
 
 
 @app.command("demo", rich_help_panel=PANEL)

@@ -19,12 +19,12 @@ is 410 too (`session_failed_at_start`), with the refusal, so that a client learn
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import TypedSearchAttributes
 from temporalio.service import RPCError
 
@@ -33,6 +33,7 @@ from corral.contract.search_attributes import STATUS_KEY
 from corral.contract.session import SessionInfo
 from corral.errors import SessionEnded, SessionStartFailed
 from corral.names import SESSION_STATUSES
+from corral.queues import Waiting, session_waits
 from gateway.errors import error_response
 from gateway.shapes import when
 
@@ -80,6 +81,33 @@ async def view(handle: WorkflowHandle, description: WorkflowExecutionDescription
     if ended is not None:
         data["ended"] = {"type": ended.how, "at": when(ended.at), "message": str(ended)}
     return data
+
+
+async def waiting(client: Client, description: WorkflowExecutionDescription) -> list[dict[str, Any]]:
+    """What a running session waits for a worker to take (`waiting`, corral's field: shown only while there is
+    something, so that a session that runs freely looks exactly as upstream's); nothing for one that has ended."""
+    if description.status not in _OPEN:
+        return []
+    now = datetime.now(UTC)
+    return [waiting_view(wait, now) for wait in await session_waits(client, description, now)]
+
+
+def waiting_view(wait: Waiting, now: datetime) -> dict[str, Any]:
+    """One task the session waits for a worker to take, with its queue's figures (approximate: corral/queues.py)."""
+    return {
+        "type": "activity" if wait.kind == "activity" else "workflow_task",
+        "activity_type": wait.activity_type,
+        "role": wait.role,
+        "task_queue": wait.queue,
+        "since": when(wait.since),
+        "waited_seconds": round(wait.waited(now).total_seconds(), 3),
+        "approximate_tasks_ahead": wait.ahead(now),
+        "queue": {
+            "approximate_backlog": wait.backlog(),
+            "oldest_seconds": round(wait.oldest(now).total_seconds(), 3),
+            "workers_polling": wait.load.pollers,
+        },
+    }
 
 
 def api_status(memo: Mapping[str, Any], closed: datetime | None, info: SessionInfo | None,

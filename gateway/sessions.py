@@ -46,7 +46,7 @@ from gateway.repositories import (
 )
 from gateway.session_knowledge import KnowledgeResolver
 from gateway.session_knowledge import knowledge_resources as split_resources
-from gateway.session_status import SESSION_STATUSES, STATUS_KEY, api_status, session_view, view
+from gateway.session_status import SESSION_STATUSES, STATUS_KEY, api_status, session_view, view, waiting
 from gateway.shapes import (
     agent_body,
     agent_config,
@@ -239,7 +239,10 @@ class Sessions:
 
     async def retrieve(self, workspace: str, session_id: str) -> dict[str, Any]:
         handle, description = await own_session(self.client, workspace, session_id)
-        return await view(handle, description)  # gateway/session_status.py: a status true at every point
+        data = await view(handle, description)  # gateway/session_status.py: a status true at every point
+        if waits := await waiting(self.client, description):
+            data["waiting"] = waits  # only in a retrieve: a create or a listing does not pay for the queue figures
+        return data
 
     async def list_sessions(self, workspace: str, params: Any) -> dict[str, Any]:
         limit = page_limit(params.get("limit"))
