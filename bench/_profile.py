@@ -90,7 +90,8 @@ class Profile:
 
 
 def short(frame: str) -> str:
-    """`function (path/to/module.py:123)` -> `function (module.py)`: lines move between commits, names less so."""
+    """A frame without its line number, and its file shortened to the package and module: lines move between
+    commits, names less so."""
     name, _, where = frame.partition(" (")
     path = where.rstrip(")").rsplit(":", 1)[0]
     parts = Path(path).parts
