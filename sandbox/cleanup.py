@@ -89,16 +89,20 @@ def list_sandbox_resources(client: docker.DockerClient, scope: str | None = None
     server's sessions; the egress proxy and its networks are shared by every sandbox of the engine, so they are
     included only when no other sandbox is left to need them.
     """
-    sandboxes = client.containers.list(all=True, filters={"label": SESSION_LABEL})
-    sandboxes += client.containers.list(all=True, filters={"label": POOL_LABEL})  # warm, or claimed by a session
+    # ignore_removed: a container another clean-up removes between the engine's list and its inspect is left out.
+    sandboxes = client.containers.list(all=True, filters={"label": SESSION_LABEL}, ignore_removed=True)
+    # Warm pool members, or claimed by a session.
+    sandboxes += client.containers.list(all=True, filters={"label": POOL_LABEL}, ignore_removed=True)
     if scope is not None:
         return _of_scope(client, scope, sandboxes)
     containers = {str(c.name) for c in sandboxes} | set(oneshots(client))
     # The proxy and its networks by label and by name (a name filter matches substrings, hence the equality).
-    egress = {str(c.name) for c in client.containers.list(all=True, filters={"label": EGRESS_LABEL})}
-    egress |= {str(c.name) for c in client.containers.list(all=True, filters={"name": EGRESS_CONTAINER})} & {
-        EGRESS_CONTAINER
+    egress = {
+        str(c.name) for c in client.containers.list(all=True, filters={"label": EGRESS_LABEL}, ignore_removed=True)
     }
+    egress |= {
+        str(c.name) for c in client.containers.list(all=True, filters={"name": EGRESS_CONTAINER}, ignore_removed=True)
+    } & {EGRESS_CONTAINER}
     volumes = {
         str(volume.name)
         for volume in client.volumes.list()

@@ -155,8 +155,11 @@ def refresh_policy(client: docker.DockerClient) -> dict[str, list[str]]:
     except docker.errors.NotFound:
         return {}
     policy: dict[str, list[str]] = {}
-    # Sandboxes made before the allow-lists moved onto the networks carry theirs as a container label.
-    for container in client.containers.list(filters={"label": ALLOWED_HOSTS_LABEL, "status": "running"}):
+    # Sandboxes made before the allow-lists moved onto the networks carry theirs as a container label. One that
+    # ends between the engine's list and its inspect is left out (ignore_removed), not a NotFound.
+    for container in client.containers.list(
+        filters={"label": ALLOWED_HOSTS_LABEL, "status": "running"}, ignore_removed=True
+    ):
         address = _address(container)
         if address:
             policy[address] = json.loads(container.labels[ALLOWED_HOSTS_LABEL])

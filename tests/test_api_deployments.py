@@ -1,6 +1,11 @@
 """Deployments with the official SDK against a real gateway process (which serves the fire's activity on its own
 queue) on the Temporal dev server: a one-minute cron that fires for real, a manual run, pause and unpause, an
 archived agent whose next fire records `agent_archived_error` and pauses the deployment, and the 400s of the edge.
+
+One test waits for the cron minute, to prove the spec fires end to end. The others that need a scheduled fire give
+the deployment a yearly spec (`NEVER_DURING_A_TEST`) and fire its Schedule now with Temporal's trigger: the same
+action, the same `DeploymentFireWorkflow` with trigger `schedule` and a `TemporalScheduledStartTime`, without the
+wait of up to a minute.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from tests.waits import until
 pytestmark = pytest.mark.timeout(400)
 
 EVERY_MINUTE: Any = {"type": "cron", "expression": "* * * * *", "timezone": "UTC"}
+NEVER_DURING_A_TEST: Any = {**EVERY_MINUTE, "expression": "0 0 1 1 *"}
+"""Midnight on New Year's Day: a spec that does not fire while a test runs, so its fires are the test's triggers."""
 
 
 def cron(expression: str) -> Any:
@@ -68,7 +75,7 @@ async def deployable(client: anthropic.AsyncAnthropic, stack: Stack) -> tuple[An
 
 
 async def first_run(client: anthropic.AsyncAnthropic, deployment_id: str, **filters: Any) -> Any:
-    """The deployment's newest run with these filters, once there is one (a fire is a minute away at most)."""
+    """The deployment's newest run with these filters, once there is one (a cron fire is a minute away at most)."""
     found: list[Any] = []
 
     async def listed() -> bool:
@@ -135,9 +142,10 @@ async def test_an_archived_agent_fails_the_next_fire_and_pauses_the_deployment(s
     agent, environment = await deployable(client, stack)
     deployment = await client.beta.deployments.create(
         agent=agent.id, environment_id=environment.id, name="doomed", initial_events=[message("go")],
-        schedule=EVERY_MINUTE,
+        schedule=NEVER_DURING_A_TEST,
     )  # fmt: skip
     await client.beta.agents.archive(agent.id)
+    await stack.client.get_schedule_handle(deployment.id).trigger()  # its Schedule fires now
     run = await first_run(client, deployment.id, has_error=True)
     assert run.session_id is None and run.error is not None and run.error.type == "agent_archived_error"
     assert run.trigger_context.type == "schedule"
@@ -251,8 +259,9 @@ async def test_a_fire_killed_mid_run_makes_one_run_and_one_session(stack: Stack,
         lock.execute("BEGIN IMMEDIATE")  # the run's row waits for this: the fault lands between session and row
         deployment = await client.beta.deployments.create(
             agent=agent.id, environment_id=environment.id, name="crashing", initial_events=[message("once")],
-            schedule=EVERY_MINUTE,
+            schedule=NEVER_DURING_A_TEST,
         )  # fmt: skip
+        await stack.client.get_schedule_handle(deployment.id).trigger()  # its Schedule fires now
         started: list[str] = []
 
         def session_started() -> bool:

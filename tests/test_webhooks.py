@@ -3,7 +3,7 @@ that verifies each one with the SDK (`client.beta.webhooks.unwrap`, as a user's 
 worker with the endpoint's secret from the real Vault (OpenBao dev server), retried by Temporal, given up with the
 endpoint disabled; and a proxy worker process SIGKILLed while the receiver holds its answer loses no delivery.
 
-The one slow test (`test_receiver_down_for_five_minutes`) is marked `slow`; see its docstring.
+A receiver down through many retries is `tests/test_webhooks_outage.py`.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ import anthropic
 import docker
 import httpx
 import pytest
+from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.client import WorkflowHandle
 
 from corral.client import start_session
@@ -46,7 +47,7 @@ from tests.ports import free_port
 from tests.proxy_servers.devvault import shared_dev_vault
 from tests.proxy_servers.mcp_server import create_mcp_app
 from tests.proxy_servers.tokens import TokenAuthority
-from tests.waits import following, until
+from tests.waits import following, polled_by, until
 from workers.roles import model_worker
 
 TOOLSET = [{"type": "agent_toolset_20260401"}]
@@ -124,6 +125,10 @@ async def test_harness_worker_sigkilled_mid_turn(stack: Stack, tmp_path: Path) -
         fault = datetime.now(UTC)
         killed_at = harness.kill()
         harness.start()
+        # The sessions are read by query, which the server refuses ("no poller seen") until a harness polls again.
+        workflow_tasks = TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW
+        await until(lambda: polled_by(stack.client, HARNESS_TASK_QUEUE, harness.current.pid, workflow_tasks),
+                    "the new harness polls", within=RECOVERY_WITHIN)  # fmt: skip
         logs, recovery = await recover(handles, killed_at)
 
     assert_whole(logs)
