@@ -36,7 +36,7 @@ from workers.harness_check import (
     list_executions,
     replay_executions,
 )
-from workers.roles import harness_worker
+from workers.roles import HARNESS_CHECK_RUNNER, HARNESS_WORKFLOW_RUNNER, harness_worker
 from workflows.records import RecordWorkflow
 
 runner = CliRunner()
@@ -176,7 +176,8 @@ async def test_the_replayer_runs_workflows_as_the_harness_worker_does(stack: Sta
         worker_config = worker.config()
     replayer_config = harness_replayer(stack.client).config()
     assert set(replayer_config["workflows"]) == set(worker_config["workflows"])
-    assert replayer_config["workflow_runner"] is worker_config["workflow_runner"]
+    assert worker_config["workflow_runner"] is HARNESS_WORKFLOW_RUNNER
+    assert replayer_config["workflow_runner"] is HARNESS_CHECK_RUNNER  # the same code, with the sandbox's checks
     assert [type(i) for i in replayer_config["interceptors"]] == [type(i) for i in worker_config["interceptors"]]
     assert replayer_config["data_converter"] is stack.client.data_converter  # a worker's is its client's
     for key in ("workflow_failure_exception_types", "debug_mode", "disable_safe_workflow_eviction"):

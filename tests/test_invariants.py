@@ -1,6 +1,6 @@
 """Workflow code does no I/O (docs/invariants.md, invariant 1). Checked two ways: the workflow modules import
-nothing that does I/O (a static scan), and the harness worker's sandbox still rejects a non-deterministic call at
-run time."""
+nothing that does I/O (a static scan), and the sandbox that `corral harness check` replays with still rejects a
+non-deterministic call (the harness itself runs without it: workers/roles.py `HARNESS_WORKFLOW_RUNNER`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from temporalio import workflow
 from temporalio.worker import Worker
 
 from tests.conftest import Stack, unique
-from workers.roles import HARNESS_WORKFLOW_RUNNER
+from workers.roles import HARNESS_CHECK_RUNNER
 
 WORKFLOWS = sorted((Path(__file__).resolve().parents[1] / "workflows").glob("*.py"))
 assert WORKFLOWS, "the workflow modules moved: this test would check nothing"
@@ -50,10 +50,10 @@ class ClockReadingWorkflow:
         return str(datetime.datetime.now())  # forbidden: not workflow time
 
 
-async def test_the_harness_sandbox_still_rejects_a_non_deterministic_call(stack: Stack) -> None:
+async def test_the_harness_checks_sandbox_still_rejects_a_non_deterministic_call(stack: Stack) -> None:
     queue = unique("invariant")
     probe = Worker(
-        stack.client, task_queue=queue, workflows=[ClockReadingWorkflow], workflow_runner=HARNESS_WORKFLOW_RUNNER
+        stack.client, task_queue=queue, workflows=[ClockReadingWorkflow], workflow_runner=HARNESS_CHECK_RUNNER
     )
     async with probe:
         handle = await stack.client.start_workflow(ClockReadingWorkflow.run, id=unique("clock"), task_queue=queue)

@@ -27,7 +27,7 @@ from temporalio.workflow import NondeterminismError
 
 from corral.contract.records import RECORD_WORKFLOW
 from corral.names import SESSION_WORKFLOW
-from workers.roles import HARNESS_WORKFLOW_RUNNER, HARNESS_WORKFLOWS, harness_interceptors
+from workers.roles import HARNESS_CHECK_RUNNER, HARNESS_WORKFLOWS, harness_interceptors
 
 HARNESS_WORKFLOW_TYPES: tuple[str, ...] = (SESSION_WORKFLOW, RECORD_WORKFLOW)
 """The workflow types the harness worker runs: what the check lists."""
@@ -40,10 +40,11 @@ Outcome = Literal["clean", "failed", "skipped"]
 
 def harness_replayer(client: Client, workflows: Sequence[type] | None = None) -> Replayer:
     """A Replayer that runs workflow code as the harness worker does: its workflow classes (or `workflows`), its
-    sandbox runner and interceptors, and the client's data converter (corral's, as every worker's)."""
+    interceptors and the client's data converter (corral's, as every worker's), in the sandbox the harness itself
+    does without (`HARNESS_CHECK_RUNNER`), so that a non-deterministic call is named here."""
     return Replayer(
         workflows=list(HARNESS_WORKFLOWS if workflows is None else workflows),
-        workflow_runner=HARNESS_WORKFLOW_RUNNER,
+        workflow_runner=HARNESS_CHECK_RUNNER,
         interceptors=harness_interceptors(),
         namespace=client.namespace,  # workflow code reads it (web UI links, sandbox labels)
         data_converter=client.data_converter,

@@ -11,7 +11,14 @@ from typing import Any
 
 import anthropic
 from temporalio.client import Client
-from temporalio.worker import FixedSizeSlotSupplier, Interceptor, Worker, WorkerTuner
+from temporalio.worker import (
+    FixedSizeSlotSupplier,
+    Interceptor,
+    PollerBehaviorAutoscaling,
+    UnsandboxedWorkflowRunner,
+    Worker,
+    WorkerTuner,
+)
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.dreams import DreamActivities
@@ -48,16 +55,34 @@ from workflows.validation import CredentialValidationWorkflow
 from workflows.webhooks import WebhookDeliveryWorkflow
 from workflows.work_queue import EnvironmentWorkQueue, VersionedEnvironmentWorkQueue
 
-HARNESS_WORKFLOW_RUNNER = SandboxedWorkflowRunner(
-    restrictions=SandboxRestrictions.default.with_passthrough_all_modules()
-)
-"""Keeps the sandbox's checks on non-deterministic calls, but imports no module anew per workflow run: our workflow
-modules hold no mutable module state, and this saves several ms on every session's first task (measured: first
-workflow task p50 ~17 ms -> ~10 ms), which users feel as time to first token."""
+HARNESS_WORKFLOW_RUNNER = UnsandboxedWorkflowRunner()
+"""What the harness runs workflow code with: no sandbox. The sandbox's checks on non-deterministic calls are paid on
+every activation of every session (under `bench.load --profile` its frames are the largest share of the harness's
+own workflow work), to catch a mistake that is caught where it costs nothing per turn: a static scan of the
+workflow modules for I/O and clock reads (tests/test_invariants.py), every recorded history replayed under the
+SDK's full sandbox (tests/test_replay.py), and `corral harness check`, which replays live histories with
+`HARNESS_CHECK_RUNNER`. The code runs the same either way: our workflow modules hold no mutable module state, and
+the sandbox was already told to import no module anew per run."""
+
+HARNESS_CHECK_RUNNER = SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_all_modules())
+"""The harness's workflow code with the sandbox's checks: a call that would break replay (the clock, randomness,
+I/O) fails the replay and is named. What `corral harness check` replays with."""
 
 
-MODEL_ACTIVITY_SLOTS = 100
-"""Model turns one model worker process runs at once, over its two queues (the SDK's default for one worker)."""
+MODEL_ACTIVITY_SLOTS = 200
+"""Model turns one model worker process runs at once, over its two queues. Each waits on the model's stream most of
+its time, so a full process is one whose event loop is busy, not one with 100 turns (the SDK's default, which made
+the 200 sessions of `bench.load` wait in the server's queue, and every turn routed to this worker time out there
+after `ROUTED_SCHEDULE_TO_START` and go round by the shared queue: an extra workflow task for nothing). Not more: at
+400 a loaded event loop sent some heartbeats late enough to time out (`MODEL_HEARTBEAT_TIMEOUT`) with no worker
+lost."""
+POLLERS = PollerBehaviorAutoscaling()
+"""As many polls at once as the server has tasks waiting for them (the SDK's autoscaling poller, up to 100). With a
+fixed 5 (the SDK's default), `bench.load`'s 200 sessions kept workflow tasks waiting seconds in the server's queue
+and timing out by the thousand on the harness's sticky queue (each then replayed in full from the shared one) while
+the harness used a third of a core: the polls were the bottleneck, not the worker. A live worker now takes a task
+within a poll's round trip, so a task that waits out `STICKY_TIMEOUT` or `ROUTED_SCHEDULE_TO_START` really is on a
+worker that is gone: fast recovery without punishing load (bench/results/load.md, recovery.md)."""
 MODEL_HEARTBEAT_THROTTLE = timedelta(seconds=1)
 """The SDK core sends an activity's heartbeats at most this often (by default 0.8 x the heartbeat timeout, which
 would leave a heartbeat only 0.4 s to reach a busy server before the 2 s model heartbeat timeout)."""
@@ -97,11 +122,12 @@ def harness_worker(
         client,
         task_queue=task_queue,
         workflows=list(workflows),
-        workflow_runner=HARNESS_WORKFLOW_RUNNER,
         interceptors=harness_interceptors(),
         deployment_config=worker_config(deployment) if deployment is not None else None,
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
+        workflow_task_poller_behavior=POLLERS,
+        workflow_runner=HARNESS_WORKFLOW_RUNNER,
     )
 
 
@@ -185,6 +211,7 @@ def model_workers(
                 *knowledge_activities(client, blobs),
             ],
             tuner=tuner,
+            activity_task_poller_behavior=POLLERS,
             max_heartbeat_throttle_interval=MODEL_HEARTBEAT_THROTTLE,
             graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
         ),
@@ -193,6 +220,7 @@ def model_workers(
             task_queue=own_queue,
             activities=[activities.model_turn],
             tuner=tuner,
+            activity_task_poller_behavior=POLLERS,
             max_heartbeat_throttle_interval=MODEL_HEARTBEAT_THROTTLE,
             graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
         ),
