@@ -102,7 +102,7 @@ def main() -> None:
     parser.add_argument(
         "--profile",
         action="store_true",
-        help="sample every Python process with py-spy during the load: flame graphs in bench/results/profile/, "
+        help="sample every Python process with py-spy during the load: flame graphs in the results folder's profile/, "
         "the hottest frames in the report (the sampling costs CPU: time the figures without it)",
     )
     add_run_options(parser)
