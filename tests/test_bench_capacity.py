@@ -8,9 +8,7 @@ import argparse
 import subprocess
 import sys
 
-from bench._capacity_arms import Step
-from bench._report import ROOT
-from bench.capacity import Arm, report, summary
+from bench.capacity import ROOT, Arm, Step, report, summary
 
 ARGS = argparse.Namespace(
     first_token_latency=0.3, tokens_per_second=50.0, step_seconds=8.0, min_turns=2, threshold=2.0, refine=3
