@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench._capacity_figures import capacity
+from bench._load_figures import under_load
 from bench._operations_figures import OPERATIONS, measured, source, summary
 from bench._report import RESULTS_DIR, ROOT, read_summary
 from workflows.policies import (
@@ -332,6 +333,7 @@ RENDER: dict[str, Callable[[], str]] = {
     "sandbox": sandbox,
     "long": long,
     "load": load,
+    "under-load": under_load,
     "capacity": capacity,
     "reliability": reliability,
     "cli-startup": cli_startup,
