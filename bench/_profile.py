@@ -90,13 +90,15 @@ class Profile:
 
 
 def short(frame: str) -> str:
-    """A frame without its line number, and its file shortened to the package and module: lines move between
-    commits, names less so."""
+    """A frame as `function (package.module)`: without its line number (lines move between commits, names less so)
+    and with its file as the module it is, not a path on the machine that sampled it."""
     name, _, where = frame.partition(" (")
     path = where.rstrip(")").rsplit(":", 1)[0]
-    parts = Path(path).parts
+    if not path.endswith(".py"):
+        return f"{name} ({path})" if path else name
+    parts = Path(path).with_suffix("").parts
     keep = parts[parts.index("site-packages") + 1 :] if "site-packages" in parts else parts[-2:]
-    return f"{name} ({'/'.join(keep)})" if path else name
+    return f"{name} ({'.'.join(keep)})"
 
 
 def table(profile: Profile, seconds: float, turns: int) -> str:
@@ -136,13 +138,18 @@ def flame_graph(profile: Profile, path: Path, width: int = 1600, row: int = 16) 
             w = child["#"] / total * width
             if w >= 0.5:
                 y = height - (level + 2) * row
-                label = html.escape(short(frame))
+                name = short(frame)
+                label = html.escape(name)
                 share = 100 * child["#"] / total
                 hue = 20 + zlib.crc32(frame.rsplit(" (", 1)[-1].encode()) % 40
                 rects.append(
                     f'<g><title>{label}: {share:.1f}%</title><rect x="{x:.1f}" y="{y}" width="{w:.1f}" '
                     f'height="{row - 1}" fill="hsl({hue},80%,60%)"/>'
-                    + (f'<text x="{x + 2:.1f}" y="{y + row - 4}">{label[: int(w / 7)]}</text>' if w > 30 else "")
+                    + (
+                        f'<text x="{x + 2:.1f}" y="{y + row - 4}">{html.escape(name[: int(w / 7)])}</text>'
+                        if w > 30
+                        else ""
+                    )
                     + "</g>"
                 )
             draw(child, x, level + 1)
