@@ -167,8 +167,9 @@ def report(load: Load) -> str:
         ),
         "",
         "Where the turns wait: each task's time in its queue (scheduled -> started, from the histories, first "
-        "attempts; seconds). Each worker runs at most 100 tasks of a kind at once (the SDK's default, which "
-        "`workers.roles` keeps).",
+        "attempts; seconds). Every worker polls with the SDK's autoscaling poller (`workers.run.POLLERS`); a model "
+        "worker runs up to `MODEL_ACTIVITY_SLOTS` turns at once, any other worker up to 100 tasks of a kind (the "
+        "SDK's default).",
         "",
         markdown_table(
             ["queue", "alone p50", "p95", "p99", "load p50", "p95", "p99", "load/alone p50", "p95", "p99"],

@@ -14,7 +14,6 @@ from temporalio.client import Client
 from temporalio.worker import (
     FixedSizeSlotSupplier,
     Interceptor,
-    PollerBehaviorAutoscaling,
     UnsandboxedWorkflowRunner,
     Worker,
     WorkerTuner,
@@ -43,7 +42,7 @@ from corral.names import (
 from relay import StreamPublisher
 from workers._slots import SharedSlots
 from workers.deployment import worker_config
-from workers.run import GRACEFUL_SHUTDOWN, STICKY_TIMEOUT
+from workers.run import GRACEFUL_SHUTDOWN, POLLERS, STICKY_TIMEOUT
 from workers.settings import HarnessDeployment
 from workflows import SessionWorkflow, WorkflowRun
 from workflows.deployments import DeploymentFireWorkflow
@@ -76,13 +75,6 @@ the 200 sessions of `bench.load` wait in the server's queue, and every turn rout
 after `ROUTED_SCHEDULE_TO_START` and go round by the shared queue: an extra workflow task for nothing). Not more: at
 400 a loaded event loop sent some heartbeats late enough to time out (`MODEL_HEARTBEAT_TIMEOUT`) with no worker
 lost."""
-POLLERS = PollerBehaviorAutoscaling()
-"""As many polls at once as the server has tasks waiting for them (the SDK's autoscaling poller, up to 100). With a
-fixed 5 (the SDK's default), `bench.load`'s 200 sessions kept workflow tasks waiting seconds in the server's queue
-and timing out by the thousand on the harness's sticky queue (each then replayed in full from the shared one) while
-the harness used a third of a core: the polls were the bottleneck, not the worker. A live worker now takes a task
-within a poll's round trip, so a task that waits out `STICKY_TIMEOUT` or `ROUTED_SCHEDULE_TO_START` really is on a
-worker that is gone: fast recovery without punishing load (bench/results/load.md, recovery.md)."""
 MODEL_HEARTBEAT_THROTTLE = timedelta(seconds=1)
 """The SDK core sends an activity's heartbeats at most this often (by default 0.8 x the heartbeat timeout, which
 would leave a heartbeat only 0.4 s to reach a busy server before the 2 s model heartbeat timeout)."""
@@ -238,6 +230,7 @@ def utility_hand_worker(client: Client, task_queue: str = UTILITY_HAND_TASK_QUEU
         client,
         task_queue=task_queue,
         activities=[make_execute_activity(UTILITY_TOOLS)],
+        activity_task_poller_behavior=POLLERS,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
     )
 
@@ -259,12 +252,14 @@ def sandbox_workers(
             task_queue=shared_queue,
             # release too: a session whose container was lost (no handle) releases through its pool's queue
             activities=[activities.provision_sandbox, activities.fork_workspace, activities.release_sandbox],
+            activity_task_poller_behavior=POLLERS,
             graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
         ),
         Worker(
             client,
             task_queue=activities.task_queue,
             activities=engine_activities,
+            activity_task_poller_behavior=POLLERS,
             graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
         ),
     ]
