@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import cast
 
 import anthropic
+import pytest
 from temporalio.api.enums.v1 import EventType, TaskQueueType, TimeoutType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
@@ -220,6 +221,26 @@ async def test_shared_slots_limit_both_workers_together_and_survive_a_cancelled_
     slots.release_slot(cast(SlotReleaseContext, None))
     slots.release_slot(cast(SlotReleaseContext, None))
     assert slots.free == 2
+
+
+async def test_a_loop_that_is_behind_takes_no_new_turn_until_it_has_caught_up() -> None:
+    """With `max_lag`, a reservation waits while the worker's event loop goes round slower than that (here, a
+    callback holds the loop for 0.3 s, as 200 streaming turns on a starved CPU do), then takes its slot."""
+    slots = SharedSlots(2, max_lag=0.05)
+    context = cast(SlotReserveContext, None)
+    await slots.reserve_slot(context)
+    assert slots.deferred == 0 and slots.lag <= 0.05  # an idle loop: admitted at once
+    reserving = asyncio.create_task(slots.reserve_slot(context))
+    asyncio.get_running_loop().call_soon(time.sleep, 0.3)  # runs between the reservation's look and its answer
+    await asyncio.wait_for(reserving, 5)
+    assert slots.deferred >= 1 and slots.free == 0
+    slots.release_slot_now()
+    slots.lag = 0.3
+    assert slots.try_reserve_slot(context) is None  # the SDK's non-waiting reservation refuses a loop behind
+    slots.lag = 0.0
+    assert slots.try_reserve_slot(context) is not None and slots.free == 0
+    with pytest.raises(ValueError, match="max_lag"):
+        SharedSlots(2, max_lag=0)
 
 
 async def test_warm_up_opens_a_connection_and_an_unreachable_api_does_not_stop_the_worker(stack: Stack) -> None:

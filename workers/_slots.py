@@ -1,5 +1,6 @@
 """One limit on the activities several workers of one process run at once (the model role's shared queue and its
-own queue share the SDK's default of 100): a burst on both must not run twice as many turns in one event loop."""
+own queue draw on one pool): a burst on both must not run twice as many turns in one event loop. And admission by
+the loop's own pace: a loop that is behind takes no new turn until it has caught up."""
 
 from __future__ import annotations
 
@@ -17,19 +18,50 @@ from temporalio.worker import (
 
 
 class SharedSlots(CustomSlotSupplier):
-    """A fixed number of slots, shared by every worker given this supplier (through `WorkerTuner`).
+    """A fixed number of slots, shared by every worker given this supplier (through `WorkerTuner`); with `max_lag`,
+    a slot is reserved only while the event loop runs a callback within `max_lag` seconds of its being scheduled.
+
+    The pace check is what keeps a full process working: every turn it runs streams deltas through this one loop,
+    and a loop that takes on more than it can go round in time sends its turns' heartbeats late, until the server
+    times them out and retries them elsewhere (more work, when work is the problem). A slot is reserved before the
+    SDK polls for a task, so a turn not admitted stays in the server's queue, in order, where `corral status` shows
+    it waiting, and is taken when the loop has caught up (or by another worker).
 
     The SDK may call `release_slot` and `try_reserve_slot` from its own threads, so the count is guarded by a lock,
     and a waiting `reserve_slot` is handed a slot in its own event loop (where its cancellation happens too)."""
 
-    def __init__(self, slots: int) -> None:
+    def __init__(self, slots: int, max_lag: float | None = None) -> None:
         if slots < 1:
             raise ValueError(f"slots must be at least 1, got {slots}")
+        if max_lag is not None and max_lag <= 0:
+            raise ValueError(f"max_lag must be positive, got {max_lag}")
         self._free = slots
+        self._max_lag = max_lag
+        self.lag = 0.0
+        """The loop's lag when a reservation last measured it (seconds)."""
+        self.deferred = 0
+        """Reservations that waited for the loop to catch up."""
         self._lock = threading.Lock()
         self._waiters: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = deque()
 
+    async def _caught_up(self) -> None:
+        """Return once the loop runs a callback scheduled now within `max_lag`: the time one round of the loop's
+        ready work takes, which is what a turn's next delta or heartbeat waits at least. Behind, wait that long
+        again before the next look (the round just measured is the loop's own estimate of its backlog)."""
+        if self._max_lag is None:
+            return
+        loop = asyncio.get_running_loop()
+        while True:
+            scheduled = loop.time()
+            await asyncio.sleep(0)
+            self.lag = loop.time() - scheduled
+            if self.lag <= self._max_lag:
+                return
+            self.deferred += 1
+            await asyncio.sleep(self.lag)
+
     async def reserve_slot(self, ctx: SlotReserveContext) -> SlotPermit:
+        await self._caught_up()
         loop = asyncio.get_running_loop()
         with self._lock:
             if self._free > 0 and not self._waiters:
@@ -46,6 +78,8 @@ class SharedSlots(CustomSlotSupplier):
         return SlotPermit()
 
     def try_reserve_slot(self, ctx: SlotReserveContext) -> SlotPermit | None:
+        if self._max_lag is not None and self.lag > self._max_lag:
+            return None
         with self._lock:
             if self._free > 0 and not self._waiters:
                 self._free -= 1

@@ -75,6 +75,10 @@ the 200 sessions of `bench.load` wait in the server's queue, and every turn rout
 after `ROUTED_SCHEDULE_TO_START` and go round by the shared queue: an extra workflow task for nothing). Not more: at
 400 a loaded event loop sent some heartbeats late enough to time out (`MODEL_HEARTBEAT_TIMEOUT`) with no worker
 lost."""
+MODEL_LOOP_LAG = 0.1
+"""A model worker takes a new turn only while its event loop goes round within this many seconds (`SharedSlots`).
+Without it, 200 turns streaming at once on a machine short of CPU put the loop seconds behind: thousands of turns
+missed their heartbeats under `bench.load` and ran again, more work for a process already behind."""
 MODEL_HEARTBEAT_THROTTLE = timedelta(seconds=1)
 """The SDK core sends an activity's heartbeats at most this often (by default 0.8 x the heartbeat timeout, which
 would leave a heartbeat only 0.4 s to reach a busy server before the 2 s model heartbeat timeout)."""
@@ -182,9 +186,9 @@ def model_workers(
     activities = ModelActivities(client, model, stream, stall_timeout_seconds, worker_task_queue=own_queue)
     logs = LogActivities(client, blobs)
     work = WorkActivities(client)
-    # Both queues draw on one pool of slots, the SDK's default for one worker: a burst on both queues runs no more
-    # model turns in this event loop than one worker would (more would starve their heartbeats).
-    slots = SharedSlots(MODEL_ACTIVITY_SLOTS)
+    # Both queues draw on one pool of slots, taken only while the loop keeps pace: a burst on both queues runs no
+    # more model turns in this event loop than one worker would (more would starve their heartbeats).
+    slots = SharedSlots(MODEL_ACTIVITY_SLOTS, max_lag=MODEL_LOOP_LAG)
     tuner = WorkerTuner.create_composite(
         workflow_supplier=FixedSizeSlotSupplier(1),
         activity_supplier=slots,
