@@ -41,6 +41,7 @@ class SharedSlots(CustomSlotSupplier):
         """The loop's lag when a reservation last measured it (seconds)."""
         self.deferred = 0
         """Reservations that waited for the loop to catch up."""
+        self._pacing = asyncio.Lock()  # one look at the loop at a time: admissions after a stall come one round apart
         self._lock = threading.Lock()
         self._waiters: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = deque()
 
@@ -51,14 +52,15 @@ class SharedSlots(CustomSlotSupplier):
         if self._max_lag is None:
             return
         loop = asyncio.get_running_loop()
-        while True:
-            scheduled = loop.time()
-            await asyncio.sleep(0)
-            self.lag = loop.time() - scheduled
-            if self.lag <= self._max_lag:
-                return
-            self.deferred += 1
-            await asyncio.sleep(self.lag)
+        async with self._pacing:
+            while True:
+                scheduled = loop.time()
+                await asyncio.sleep(0)
+                self.lag = loop.time() - scheduled
+                if self.lag <= self._max_lag:
+                    return
+                self.deferred += 1
+                await asyncio.sleep(self.lag)
 
     async def reserve_slot(self, ctx: SlotReserveContext) -> SlotPermit:
         await self._caught_up()
