@@ -43,11 +43,13 @@ def ttft() -> str:
         "direct": "direct (the SDK straight to the model server: the floor)",
         "coupled": "coupled (a sandbox and a clone before the first model call)",
         "decoupled": "decoupled (corral: the sandbox only when a tool needs it)",
+        "actant": "actant (a peer Temporal runtime, its worker and client in one process)",
     }
+    peers = figures.get("peers", [])
     rows = [
         f"| {label[arm]} | {arms[arm]['p50']:.3f} | {arms[arm]['p95']:.3f} | {arms[arm]['next_p50']:.3f} "
         f"| {arms[arm]['next_p95']:.3f} |"
-        for arm in ("direct", "coupled", "decoupled")
+        for arm in ("direct", "coupled", "decoupled", *peers)
     ]
     d, c, x = arms["decoupled"], arms["coupled"], arms["direct"]
     ratio = (d["p50"] / x["p50"], d["p95"] / x["p95"])
@@ -71,8 +73,23 @@ def ttft() -> str:
             f"- **Decoupled against coupled**, TTFT is {reduction[0]:.1f}% lower at p50 (goal ≥ "
             f"{goals['reduction_p50']:.0f}%, {_yes(reduction[0] >= goals['reduction_p50'])}) and {reduction[1]:.1f}% "
             f"lower at p95 (goal ≥ {goals['reduction_p95']:.0f}%, {_yes(reduction[1] >= goals['reduction_p95'])}).",
+            *(_beside_peer(peer, d, x, arms[peer]) for peer in peers),
             "",
         ]
+    )
+
+
+def _beside_peer(peer: str, ours: dict[str, float], direct: dict[str, float], theirs: dict[str, float]) -> str:
+    """corral and a peer measured in the same run, each against the bare call."""
+
+    def ratios(arm: dict[str, float], key: str) -> str:
+        return f"{arm[key + 'p50'] / direct[key + 'p50']:.2f} / {arm[key + 'p95'] / direct[key + 'p95']:.2f}"
+
+    ahead = ours["p50"] < theirs["p50"] and ours["p95"] < theirs["p95"]
+    return (
+        f"- **Beside {peer}** in the same run, against the bare call (p50 / p95): a new session {ratios(ours, '')} "
+        f"for corral, {ratios(theirs, '')} for {peer} (goal: ahead at both, {_yes(ahead)}); the next message "
+        f"{ratios(ours, 'next_')} against {ratios(theirs, 'next_')}."
     )
 
 
