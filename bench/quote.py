@@ -93,6 +93,30 @@ def _beside_peer(peer: str, ours: dict[str, float], direct: dict[str, float], th
     )
 
 
+def ttft_new_session() -> str:
+    """A new session's first token against the bare call (issue 29's goal), and beside each peer the run measured."""
+    figures = summary("ttft")["figures"]
+    arms, goals = figures["arms"], figures["goals"]
+
+    def ratio(arm: str, at: str) -> float:
+        return float(arms[arm][at] / arms["direct"][at])
+
+    ours = (ratio("decoupled", "p50"), ratio("decoupled", "p95"))
+    text = (
+        f"A new session's first token ({source('ttft')}, `{summary('ttft')['command']}`): {ours[0]:.2f}x the bare "
+        f"call to the model at p50 (goal ≤ {goals['ratio_p50']:.2f}, {_yes(ours[0] <= goals['ratio_p50'])}) and "
+        f"{ours[1]:.2f}x at p95 (goal ≤ {goals['ratio_p95']:.2f}, {_yes(ours[1] <= goals['ratio_p95'])})"
+    )
+    for peer in figures.get("peers", []):
+        theirs = (ratio(peer, "p50"), ratio(peer, "p95"))
+        ahead = ours[0] < theirs[0] and ours[1] < theirs[1]
+        text += (
+            f"; {peer}'s in the same run {theirs[0]:.2f}x and {theirs[1]:.2f}x (goal: corral ahead at both, "
+            f"{_yes(ahead)})"
+        )
+    return text + "."
+
+
 def ttft_no_routing() -> str:
     if not measured("ttft-no-routing"):
         return ""
@@ -339,6 +363,7 @@ def runs() -> str:
 
 RENDER: dict[str, Callable[[], str]] = {
     "ttft": ttft,
+    "ttft-new-session": ttft_new_session,
     "ttft-no-routing": ttft_no_routing,
     "ttft-repo50": ttft_repo50,
     "recovery": recovery,

@@ -84,8 +84,12 @@ def test_the_quoted_block_gives_the_peer_beside_corral_and_is_unchanged_without_
     block = _quoted(monkeypatch, with_peer)
     assert f"| {PEER} (a peer Temporal runtime" in block
     assert f"**Beside {PEER}** in the same run" in block and "(goal: ahead at both, not met)" in block
+    sentence = quote.ttft_new_session()
+    assert sentence.startswith("A new session's first token") and "1.10x the bare call" in sentence
+    assert f"; {PEER}'s in the same run 1.07x" in sentence and "(goal: corral ahead at both, not met)" in sentence
 
     without = summary(ARGS, samples(ARMS), {"coupled": 4, "decoupled": 2})
     del without["peers"]  # a results file from before the peer arm
     block = _quoted(monkeypatch, without)
     assert PEER not in block and "**Decoupled against direct**" in block
+    assert PEER not in quote.ttft_new_session()
