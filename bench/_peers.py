@@ -47,10 +47,10 @@ class PeerProcess:
         self._reader: asyncio.Task[None] | None = None
 
     @classmethod
-    async def launch(cls, name: str, python: Path, log: Path, *options: str) -> PeerProcess:
-        """Start `bench/peers/<name>_arm.py` with `options` and wait for its `ready` line (its imports and its
-        worker's connection)."""
-        script = PEERS / f"{name}_arm.py"
+    async def launch(cls, name: str, python: Path, log: Path, *options: str, script: Path | None = None) -> PeerProcess:
+        """Start `bench/peers/<name>_arm.py` (or `script`) with `options` and wait for its `ready` line (its imports
+        and its worker's connection)."""
+        script = script or PEERS / f"{name}_arm.py"
         with log.open("ab") as err:
             process = await asyncio.create_subprocess_exec(
                 str(python), str(script), *options, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err

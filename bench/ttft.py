@@ -156,7 +156,10 @@ async def measure(args: argparse.Namespace) -> tuple[dict[str, list[Sample]], di
             await wait_until_polling(env.client, config, worker)
         if python is not None:
             options = ["--address", config.address, "--model-url", model_url]
-            bench.peer = await PeerProcess.launch(PEER, python, config.log_dir / f"{PEER}.log", *options)
+            try:
+                bench.peer = await PeerProcess.launch(PEER, python, config.log_dir / f"{PEER}.log", *options)
+            except (RuntimeError, TimeoutError) as exc:
+                raise RuntimeError(f"the {PEER} arm did not start ({exc}); --no-peers runs without it") from exc
         async with Worker(env.client, task_queue=bench.pet_queue, workflows=[PetSetupWorkflow]):
             specs = workload(args.sessions, args.tool_share)
             warm_up = [SessionSpec(-1, False), SessionSpec(-2, True)]

@@ -1,16 +1,20 @@
 """The TTFT benchmark's report, summary and quoted block with a peer arm beside corral's, and without one
-(`--no-peers`). Figures here are made up, not timed: the benchmark itself runs with `python -m bench.ttft`
-(bench/README.md)."""
+(`--no-peers`); and the peer process's protocol, which carries one request per session in flight at once. Figures
+here are made up, not timed: the benchmark itself runs with `python -m bench.ttft` (bench/README.md)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import re
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bench import quote
-from bench.ttft import ARMS, PEER, Sample, SessionSpec, report, summary
+from bench.ttft import ARMS, PEER, PeerProcess, Sample, SessionSpec, report, summary
 
 ARGS = argparse.Namespace(
     first_token_latency=0.3,
@@ -93,3 +97,61 @@ def test_the_quoted_block_gives_the_peer_beside_corral_and_is_unchanged_without_
     block = _quoted(monkeypatch, without)
     assert PEER not in block and "**Decoupled against direct**" in block
     assert PEER not in quote.ttft_new_session()
+
+
+# A stand-in peer speaking the protocol: answers `echo` with its text, once the request whose text is `after` (if
+# any) has been answered, so a request's answer can be made to overtake an earlier one's; exits on `exit`.
+STAND_IN = """
+import asyncio, json, sys
+
+async def main():
+    print(json.dumps({"ready": True}), flush=True)
+    loop = asyncio.get_running_loop()
+    answered, tasks = {}, set()
+
+    async def answer(request):
+        after = request.get("after")
+        if after is not None:
+            await answered.setdefault(after, asyncio.Event()).wait()
+        print(json.dumps({"id": request["id"], "echo": request["text"]}), flush=True)
+        answered.setdefault(request["text"], asyncio.Event()).set()
+
+    while line := await loop.run_in_executor(None, sys.stdin.readline):
+        request = json.loads(line)
+        if request["command"] == "exit":
+            sys.exit(3)
+        task = asyncio.create_task(answer(request))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_peer_answers_requests_in_flight_together_each_to_its_own_and_a_dead_peer_fails_them(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "stand_in_arm.py"
+    script.write_text(STAND_IN)
+    log = tmp_path / "stand-in.log"
+    peer = await PeerProcess.launch("stand-in", Path(sys.executable), log, script=script)
+    try:
+        slow = asyncio.create_task(peer.request("echo", 60, text="slow", after="fast"))
+        fast = asyncio.create_task(peer.request("echo", 60, text="fast"))  # sent second (tasks run in order)
+        finished: list[str] = []
+
+        def note(task: asyncio.Task[dict[str, Any]]) -> None:
+            finished.append("slow" if task is slow else "fast")
+
+        slow.add_done_callback(note)
+        fast.add_done_callback(note)
+        answers = await asyncio.gather(slow, fast)
+        assert [a["echo"] for a in answers] == ["slow", "fast"]  # each request got its own answer
+        assert finished == ["fast", "slow"]  # the later request's answer came first
+        waiting = asyncio.create_task(peer.request("echo", 60, text="never", after="nothing"))
+        with pytest.raises(RuntimeError, match="stand-in arm"):
+            await peer.request("exit", 60)
+        with pytest.raises(RuntimeError, match=re.escape(str(log))):
+            await waiting
+    finally:
+        await peer.stop()
