@@ -9,22 +9,17 @@ the session's first model call; a new session's start is `bench.ttft`'s subject)
 from __future__ import annotations
 
 import asyncio
-import json
-import shutil
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from bench._load_accounting import Checked, check_log
 from bench._load_clients import Load, Session, open_session, turn
 from bench._load_stack import clean_up
+from bench._peers import PeerProcess
 from bench._report import cpu_seconds, median, percentile
 from corral.client import read_events
 
-PEERS = Path(__file__).resolve().parent / "peers"
 SHARED = ("model server", "Temporal dev server")
 """The processes both arms use: not counted as either arm's own CPU."""
 
@@ -118,56 +113,25 @@ async def corral_step(load: Load, sessions: int, seconds: float, min_turns: int)
 # ---- the peer ---------------------------------------------------------------------------------------------------
 
 
-def peer_python(name: str, state_dir: Path) -> Path:
-    """The peer's virtualenv `<state_dir>/peer-venv-<name>`, made and installed from `bench/peers/<name>.txt` when it
-    is missing or was installed from other requirements; returns its Python."""
-    requirements = PEERS / f"{name}.txt"
-    venv = state_dir / f"peer-venv-{name}"
-    python = venv / "bin" / "python"
-    installed = venv / "requirements.txt"
-    if python.exists() and installed.exists() and installed.read_text() == requirements.read_text():
-        return python
-    print(f"installing the peer {name} into {venv} (once)", flush=True)
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(requirements)], check=True)
-    shutil.copyfile(requirements, installed)
-    return python
+class PeerArm(PeerProcess):
+    """The peer's arm process (`bench._peers`), stepped like corral's: one `step` request at a time."""
 
-
-class PeerArm:
-    """`bench/peers/<name>_arm.py` running in the peer's virtualenv: one step per request, on stdin and stdout."""
-
-    def __init__(self, name: str, process: asyncio.subprocess.Process, log: Path, temporal: int | None) -> None:
-        self.name, self.process, self.log = name, process, log
-        self.pids = {"arm": [process.pid]} | ({} if temporal is None else {"temporal": [temporal]})
+    def __init__(self, name: str, process: asyncio.subprocess.Process, log: Path) -> None:
+        super().__init__(name, process, log)
+        self.pids: dict[str, list[int]] = {"arm": [process.pid]}
 
     @classmethod
     async def start(cls, name: str, python: Path, log: Path, temporal: int | None, *options: str) -> PeerArm:
         """The arm's process, ready for a step; `temporal` is the Temporal server's pid, for its CPU time."""
-        script = PEERS / f"{name}_arm.py"
-        with log.open("ab") as err:
-            process = await asyncio.create_subprocess_exec(
-                str(python), str(script), *options, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err
-            )
-        arm = cls(name, process, log, temporal)
-        await arm._answer(timeout=120)
+        arm = await cls.launch(name, python, log, *options)
+        assert isinstance(arm, PeerArm)
+        if temporal is not None:
+            arm.pids["temporal"] = [temporal]
         return arm
 
-    async def _answer(self, timeout: float) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        line = await asyncio.wait_for(self.process.stdout.readline(), timeout)
-        if not line:
-            raise RuntimeError(f"the {self.name} arm exited; see {self.log}")
-        answer: dict[str, Any] = json.loads(line)
-        return answer
-
     async def step(self, sessions: int, seconds: float, min_turns: int, timeout: float) -> Step:
-        assert self.process.stdin is not None
-        request = {"sessions": sessions, "seconds": seconds, "min_turns": min_turns}
-        self.process.stdin.write(json.dumps(request).encode() + b"\n")
         cpu = cpu_of(self.pids)
-        await self.process.stdin.drain()
-        answer = await self._answer(timeout)
+        answer = await self.request("step", timeout, sessions=sessions, seconds=seconds, min_turns=min_turns)
         step = Step(self.name, sessions, wall=answer["wall"])
         step.cpu = {part: used - cpu[part] for part, used in cpu_of(self.pids).items()}
         for session in answer["sessions"]:
@@ -177,12 +141,3 @@ class PeerArm:
             if session["problem"]:
                 step.problems.append(session["problem"])
         return step
-
-    async def stop(self) -> None:
-        if self.process.stdin is not None:
-            self.process.stdin.close()
-        try:
-            await asyncio.wait_for(self.process.wait(), 30)
-        except TimeoutError:
-            self.process.kill()
-            await self.process.wait()

@@ -20,7 +20,9 @@ from temporalio.client import Client, WithStartWorkflowOperation, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 
 from activities.context import build_tools
+from bench._peers import PeerProcess
 from bench._pet import PetSetupInput, PetSetupWorkflow
+from bench._ttft_peer import PEER, PEER_COMMAND, peer_session
 from bench._ttft_report import Sample, SessionSpec
 from corral.client import new_session_id, read_events, send_text, start_session, wait_for_idle
 from corral.contract.events import AgentToolResult
@@ -82,11 +84,11 @@ def workload(sessions: int, tool_share: float) -> list[SessionSpec]:
     return [SessionSpec(i, int((i + 1) * tool_share) > int(i * tool_share)) for i in range(sessions) if sessions > 0]
 
 
-def script_steps(spec: SessionSpec, preamble: bool) -> list[dict[str, Any]]:
+def script_steps(spec: SessionSpec, preamble: bool, command: str = "ls -la /workspace") -> list[dict[str, Any]]:
     """The first turn (a tool call first for tool-using sessions), then the answer to the next message."""
     if not spec.uses_tool:
         return [{"text": ANSWER}, {"text": NEXT_ANSWER}]
-    call = {"name": "bash", "input": {"command": "ls -la /workspace"}}
+    call = {"name": "bash", "input": {"command": command}}
     first: dict[str, Any] = {"tool_uses": [call]}
     if preamble:
         first["text"] = PREAMBLE
@@ -106,7 +108,10 @@ class Bench:
     model_queue: str
     pet_queue: str
     model: anthropic.AsyncAnthropic
+    peer: PeerProcess | None = None
+    """The peer's arm process (`--no-peers`: none)."""
     sessions_made: list[str] = field(default_factory=list)
+    peer_threads: list[str] = field(default_factory=list)
 
     @property
     def relay_url(self) -> str:
@@ -115,7 +120,8 @@ class Bench:
 
     def register(self, arm: str, spec: SessionSpec) -> str:
         name = f"{arm}-{spec.index}-{uuid.uuid4().hex[:8]}"
-        self.model_server.register(name, {"steps": script_steps(spec, self.args.preamble)})
+        command = PEER_COMMAND if arm == PEER else "ls -la /workspace"
+        self.model_server.register(name, {"steps": script_steps(spec, self.args.preamble, command)})
         return name
 
 
@@ -315,6 +321,8 @@ async def run_arm(bench: Bench, arm: str, specs: list[SessionSpec]) -> list[Samp
             try:
                 if arm == "direct":
                     return await direct_session(bench, spec)
+                if arm == PEER:
+                    return await peer_session(bench, spec, FIRST_MESSAGE, NEXT_MESSAGE)
                 return await session_run(bench, spec, arm)
             except Exception as exc:  # report it with the results, do not lose the run
                 return Sample(arm, spec, float("nan"), problem=f"{type(exc).__name__}: {exc}")

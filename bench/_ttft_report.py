@@ -9,6 +9,8 @@ from typing import Any
 from bench._report import markdown_table, mean, median, percentile
 
 ARMS = ("direct", "coupled", "decoupled")
+PEER_ARMS = ("actant",)
+"""Peer runtimes measured in the same run (`--no-peers` leaves them out)."""
 GOALS = {"reduction_p50": 60.0, "reduction_p95": 90.0, "ratio_p50": 1.10, "ratio_p95": 1.25}
 
 
@@ -61,7 +63,18 @@ DIRECT_SEGMENTS: list[Segment] = [
 ]
 
 
-def segments_for(arm: str) -> list[Segment]:
+PEER_SEGMENTS: list[Segment] = [
+    ("client sends -> model request arrives (signal-with-start, workflow task, activity)", "sent", "model_request"),
+    ("model: first-token latency (server, configured)", "model_request", "model_first_token"),
+    ("model -> client (activity's SDK stream, in-memory publisher)", "model_first_token", "client"),
+]
+
+
+def segments_for(arm: str, next_message: bool = False) -> list[Segment]:
+    if arm in PEER_ARMS:
+        return PEER_SEGMENTS
+    if next_message and arm != "direct":
+        return NEXT_SEGMENTS
     return {"direct": DIRECT_SEGMENTS, "coupled": COUPLED_SEGMENTS}.get(arm, SESSION_SEGMENTS)
 
 
@@ -71,7 +84,7 @@ def breakdown(
     """(segment, p50 ms, p95 ms, mean ms) over the samples whose first text came from the first model call (of the
     first message, or of the next one)."""
     usable = []
-    segments = NEXT_SEGMENTS if next_message and arm != "direct" else segments_for(arm)
+    segments = segments_for(arm, next_message)
     for sample in samples:
         if sample.problem is not None or (sample.spec.uses_tool and not preamble and not next_message):
             continue
@@ -87,7 +100,7 @@ def breakdown(
     return rows
 
 
-def ttft_row(arm: str, samples: list[Sample], sandboxes: int, next_message: bool = False) -> list[str]:
+def ttft_row(arm: str, samples: list[Sample], sandboxes: int | None, next_message: bool = False) -> list[str]:
     def ttft(sample: Sample) -> float:
         return sample.next_ttft if next_message else sample.ttft
 
@@ -104,7 +117,7 @@ def ttft_row(arm: str, samples: list[Sample], sandboxes: int, next_message: bool
         f"{mean(good):.3f}",
         f"{median(plain):.3f}",
         f"{median(tools):.3f}",
-        "n/a" if arm == "direct" else str(sandboxes),
+        "n/a" if sandboxes is None else str(sandboxes),
     ]
 
 
@@ -115,15 +128,12 @@ def report(args: argparse.Namespace, samples: dict[str, list[Sample]], sandboxes
     def good_next(arm: str) -> list[float]:
         return [s.next_ttft for s in samples[arm] if s.problem is None]
 
-    next_p = {arm: (percentile(good_next(arm), 0.5), percentile(good_next(arm), 0.95)) for arm in ARMS}
+    arms = list(samples)
+    next_p = {arm: (percentile(good_next(arm), 0.5), percentile(good_next(arm), 0.95)) for arm in arms}
     next_ratio = [next_p["decoupled"][i] / next_p["direct"][i] for i in (0, 1)]
     next_met = [next_ratio[0] <= GOALS["ratio_p50"], next_ratio[1] <= GOALS["ratio_p95"]]
 
-    direct, coupled, decoupled = good("direct"), good("coupled"), good("decoupled")
-    p = {
-        arm: (percentile(values, 0.5), percentile(values, 0.95))
-        for arm, values in zip(ARMS, (direct, coupled, decoupled), strict=True)
-    }
+    p = {arm: (percentile(good(arm), 0.5), percentile(good(arm), 0.95)) for arm in arms}
     reduction = [100 * (1 - p["decoupled"][i] / p["coupled"][i]) for i in (0, 1)]
     ratio = [p["decoupled"][i] / p["direct"][i] for i in (0, 1)]
     met = [
@@ -157,7 +167,7 @@ def report(args: argparse.Namespace, samples: dict[str, list[Sample]], sandboxes
         "",
         markdown_table(
             ["arm", "sessions", "p50", "p95", "p99", "mean", "p50 no tool", "p50 tool", "sandboxes made"],
-            [ttft_row(arm, samples[arm], sandboxes.get(arm, 0)) for arm in ARMS],
+            [ttft_row(arm, samples[arm], sandboxes.get(arm)) for arm in arms],
         ),
         "",
         markdown_table(
@@ -189,7 +199,7 @@ def report(args: argparse.Namespace, samples: dict[str, list[Sample]], sandboxes
         "",
         markdown_table(
             ["arm", "sessions", "p50", "p95", "p99", "mean", "p50 no tool", "p50 tool", "sandboxes made"],
-            [ttft_row(arm, samples[arm], sandboxes.get(arm, 0), next_message=True) for arm in ARMS],
+            [ttft_row(arm, samples[arm], sandboxes.get(arm), next_message=True) for arm in arms],
         ),
         "",
         markdown_table(
@@ -217,8 +227,11 @@ def report(args: argparse.Namespace, samples: dict[str, list[Sample]], sandboxes
         f"On the next message the harness adds {1000 * (next_p['decoupled'][0] - next_p['direct'][0]):.0f} ms at "
         f"p50 and {1000 * (next_p['decoupled'][1] - next_p['direct'][1]):.0f} ms at p95.",
     ]
-    tables = [(arm, False) for arm in ("decoupled", "direct", "coupled")] + [
-        (arm, True) for arm in ("decoupled", "direct")
+    for peer in (arm for arm in arms if arm in PEER_ARMS):
+        lines += ["", *peer_comparison(peer, p, next_p)]
+    peers = [arm for arm in arms if arm in PEER_ARMS]
+    tables = [(arm, False) for arm in ("decoupled", "direct", "coupled", *peers)] + [
+        (arm, True) for arm in ("decoupled", "direct", *peers)
     ]
     for arm, next_message in tables:
         rows = breakdown(samples[arm], arm, args.first_token_latency, args.preamble, next_message)
@@ -238,7 +251,7 @@ def report(args: argparse.Namespace, samples: dict[str, list[Sample]], sandboxes
                 ],
             ),
         ]
-    problems = [s for arm in ARMS for s in samples[arm] if s.problem]
+    problems = [s for arm in arms for s in samples[arm] if s.problem]
     if problems:
         lines += ["", f"{len(problems)} sessions had problems (left out of the figures):"]
         lines += [f"- {s.arm} #{s.spec.index}: {s.problem}" for s in problems[:10]]
@@ -249,6 +262,31 @@ def _yes(ok: bool) -> str:
     return "yes" if ok else "no"
 
 
+def _gap(ours: float, theirs: float) -> str:
+    return f"{1000 * abs(theirs - ours):.0f} ms {'ahead of' if ours < theirs else 'behind'}"
+
+
+def peer_comparison(peer: str, p: dict[str, tuple[float, float]], next_p: dict[str, tuple[float, float]]) -> list[str]:
+    """corral beside a peer measured in the same run: each against the bare call, and which is ahead."""
+    rows = []
+    for what, q in (("new session", p), ("next message", next_p)):
+        for arm in ("decoupled", peer):
+            rows.append([f"{what}: {arm} / direct", *(f"{q[arm][i] / q['direct'][i]:.2f}" for i in (0, 1))])
+        ahead = [_yes(q["decoupled"][i] < q[peer][i]) for i in (0, 1)]
+        rows.append([f"{what}: corral ahead of {peer} (p50 / p95)", *ahead])
+    return [
+        f"Beside {peer}, in the same run: each session a new {peer} thread, in one process holding its worker and "
+        "its clients, as its quickstart runs it (its in-memory event source reaches no other process; its `bash` "
+        "tool runs in a fresh directory, with no sandbox). Its TTFT: the message sent (signal-with-start of the "
+        "thread's workflow) -> the first `text_delta` event at its client.",
+        "",
+        markdown_table(["comparison", "p50", "p95"], rows),
+        "",
+        f"A new session's first token: corral {_gap(p['decoupled'][0], p[peer][0])} {peer} at p50 and "
+        f"{_gap(p['decoupled'][1], p[peer][1])} at p95.",
+    ]
+
+
 def figure(args: argparse.Namespace, samples: dict[str, list[Sample]]) -> Any:
     import matplotlib
 
@@ -257,8 +295,8 @@ def figure(args: argparse.Namespace, samples: dict[str, list[Sample]]) -> Any:
     from matplotlib.ticker import FuncFormatter
 
     fig, (cdf, bars) = plt.subplots(1, 2, figsize=(14, 5.5), gridspec_kw={"width_ratios": [1, 1.2]})
-    colors = {"direct": "tab:green", "decoupled": "tab:blue", "coupled": "tab:red"}
-    for arm in ARMS:
+    colors = {"direct": "tab:green", "decoupled": "tab:blue", "coupled": "tab:red", "actant": "tab:purple"}
+    for arm in samples:
         values = sorted(s.ttft for s in samples[arm] if s.problem is None)
         if values:
             cdf.step(
@@ -274,18 +312,19 @@ def figure(args: argparse.Namespace, samples: dict[str, list[Sample]]) -> Any:
     cdf.set_title(f"TTFT per arm ({args.sessions} sessions each)")
     cdf.grid(True, which="both", alpha=0.3)
     cdf.legend()
-    # Direct and decoupled only: beside the coupled arm's sandbox set-up the harness's steps would not show.
-    palette = plt.get_cmap("tab10")
+    # Not the coupled arm: beside its sandbox set-up the harness's steps would not show.
+    palette = plt.get_cmap("tab20")
     colors_by_step: dict[str, Any] = {}
-    for position, arm in enumerate(("direct", "decoupled")):
+    barred = [arm for arm in samples if arm != "coupled"]
+    for position, arm in enumerate(barred):
         left = 0.0
         for label, _, _, avg in breakdown(samples[arm], arm, args.first_token_latency, args.preamble):
             new = label not in colors_by_step
-            color = colors_by_step.setdefault(label, palette(len(colors_by_step) % 10))
+            color = colors_by_step.setdefault(label, palette(len(colors_by_step) % 20))
             bars.barh(position, avg, left=left, color=color, edgecolor="white", label=label if new else None)
             left += avg
         bars.text(left + 5, position, f"{left:.0f} ms", va="center", fontsize=8)
-    bars.set_yticks([0, 1], ["direct", "decoupled"])
+    bars.set_yticks(range(len(barred)), barred)
     bars.set_xlabel("mean ms to the first text delta (sessions whose first text is the first model call's)")
     bars.set_title("where the time goes")
     bars.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2)
@@ -295,9 +334,10 @@ def figure(args: argparse.Namespace, samples: dict[str, list[Sample]]) -> Any:
 
 def summary(args: argparse.Namespace, samples: dict[str, list[Sample]], sandboxes: dict[str, int]) -> dict[str, Any]:
     """The figures `bench.quote` quotes: per arm p50/p95 of the first and the next message, the comparisons, the
-    goals, the decoupled arm's model-activity set-up, and the run's parameters."""
+    goals, the decoupled arm's model-activity set-up, the peers measured beside corral (`peers`, each an arm of its
+    own), and the run's parameters."""
     arms: dict[str, Any] = {}
-    for arm in ARMS:
+    for arm in samples:
         good = [s for s in samples[arm] if s.problem is None]
         first, following = [s.ttft for s in good], [s.next_ttft for s in good]
         arms[arm] = {
@@ -307,7 +347,7 @@ def summary(args: argparse.Namespace, samples: dict[str, list[Sample]], sandboxe
             "p95": percentile(first, 0.95),
             "next_p50": percentile(following, 0.5),
             "next_p95": percentile(following, 0.95),
-            "sandboxes": None if arm == "direct" else sandboxes.get(arm, 0),
+            "sandboxes": sandboxes.get(arm),
         }
     setup = {
         label: p50
@@ -322,6 +362,7 @@ def summary(args: argparse.Namespace, samples: dict[str, list[Sample]], sandboxe
         "model_routing": args.model_routing,
         "repo_mb": args.repo_mb,
         "arms": arms,
+        "peers": [arm for arm in samples if arm in PEER_ARMS],
         "goals": GOALS,
         "model_activity_setup_ms_p50": setup.get(SESSION_SEGMENTS[3][0]),
     }

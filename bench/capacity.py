@@ -38,9 +38,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench._capacity_arms import PeerArm, Step, corral_step, peer_python
+from bench._capacity_arms import PeerArm, Step, corral_step
 from bench._load_clients import Load, converse, open_session
 from bench._load_stack import add_stack_options, corral_stack, register_script
+from bench._peers import peer_python
 from bench._report import ROOT, add_run_options, begin_run, markdown_table, write_results
 from bench.load import script
 

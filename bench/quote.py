@@ -21,6 +21,7 @@ from bench._capacity_figures import capacity
 from bench._load_figures import under_load
 from bench._operations_figures import OPERATIONS, measured, source, summary
 from bench._report import RESULTS_DIR, ROOT, read_summary
+from bench._ttft_figures import new_session_line, ttft_block
 from workflows.policies import (
     MODEL_HEARTBEAT_TIMEOUT,
     ROUTED_SCHEDULE_TO_START,
@@ -32,48 +33,13 @@ DOCUMENTS = (ROOT / "README.md", ROOT / "bench" / "README.md", *sorted((ROOT / "
 BLOCK = re.compile(r"(<!-- bench:([\w-]+) -->)(.*?)(<!-- /bench:\2 -->)", re.DOTALL)
 
 
-def _yes(ok: bool) -> str:
-    return "met" if ok else "not met"
-
-
 def ttft() -> str:
-    figures = summary("ttft")["figures"]
-    arms, goals = figures["arms"], figures["goals"]
-    label = {
-        "direct": "direct (the SDK straight to the model server: the floor)",
-        "coupled": "coupled (a sandbox and a clone before the first model call)",
-        "decoupled": "decoupled (corral: the sandbox only when a tool needs it)",
-    }
-    rows = [
-        f"| {label[arm]} | {arms[arm]['p50']:.3f} | {arms[arm]['p95']:.3f} | {arms[arm]['next_p50']:.3f} "
-        f"| {arms[arm]['next_p95']:.3f} |"
-        for arm in ("direct", "coupled", "decoupled")
-    ]
-    d, c, x = arms["decoupled"], arms["coupled"], arms["direct"]
-    ratio = (d["p50"] / x["p50"], d["p95"] / x["p95"])
-    next_ratio = (d["next_p50"] / x["next_p50"], d["next_p95"] / x["next_p95"])
-    reduction = (100 * (1 - d["p50"] / c["p50"]), 100 * (1 - d["p95"] / c["p95"]))
-    return "\n".join(
-        [
-            "",
-            f"From {source('ttft')}: the model server's first token after {figures['first_token_latency']:g} s, then "
-            f"{figures['tokens_per_second']:g} tokens/s; {figures['sessions_per_arm']} sessions per arm, "
-            f"{figures['concurrency']} at a time; {figures['model_workers']} model worker processes.",
-            "",
-            "| arm | first message p50 s | p95 s | next message p50 s | p95 s |",
-            "| --- | ---: | ---: | ---: | ---: |",
-            *rows,
-            "",
-            f"- **Decoupled against direct**, a new session: {ratio[0]:.2f} at p50 (goal ≤ {goals['ratio_p50']:.2f}, "
-            f"{_yes(ratio[0] <= goals['ratio_p50'])}) and {ratio[1]:.2f} at p95 (goal ≤ {goals['ratio_p95']:.2f}, "
-            f"{_yes(ratio[1] <= goals['ratio_p95'])}); the next message: {next_ratio[0]:.2f} and {next_ratio[1]:.2f}. "
-            f"The harness adds {1000 * (d['p50'] - x['p50']):.0f} ms to a new session's first token at p50.",
-            f"- **Decoupled against coupled**, TTFT is {reduction[0]:.1f}% lower at p50 (goal ≥ "
-            f"{goals['reduction_p50']:.0f}%, {_yes(reduction[0] >= goals['reduction_p50'])}) and {reduction[1]:.1f}% "
-            f"lower at p95 (goal ≥ {goals['reduction_p95']:.0f}%, {_yes(reduction[1] >= goals['reduction_p95'])}).",
-            "",
-        ]
-    )
+    return ttft_block(summary("ttft")["figures"], source("ttft"))
+
+
+def ttft_new_session() -> str:
+    record = summary("ttft")
+    return new_session_line(record["figures"], f"{source('ttft')}, `{record['command']}`")
 
 
 def ttft_no_routing() -> str:
@@ -322,6 +288,7 @@ def runs() -> str:
 
 RENDER: dict[str, Callable[[], str]] = {
     "ttft": ttft,
+    "ttft-new-session": ttft_new_session,
     "ttft-no-routing": ttft_no_routing,
     "ttft-repo50": ttft_repo50,
     "recovery": recovery,

@@ -1,5 +1,6 @@
 """Time to first token (TTFT): what lazy sandboxes save over a coupled "pet" design, and what the harness adds
-to the model's own first-token time. One run, three arms, the same workload, the same offline model server.
+to the model's own first-token time, beside a peer runtime. One run, four arms, the same workload, the same offline
+model server.
 
   direct     the `anthropic` SDK streams straight from the model server; TTFT = request sent -> first content
              delta received. The floor: no harness at all.
@@ -11,6 +12,12 @@ to the model's own first-token time. One run, three arms, the same workload, the
              then does the client send the first message. The container is the session's own generation 0, so a
              later tool call in the session reuses it: one container per session, made up front.
   decoupled  corral as built: the session gets a sandbox only when a tool call needs it.
+  actant     a peer Temporal agent runtime (`bench/peers/actant.txt`, in a virtualenv of its own under `.corral/`,
+             made on first use; `bench._ttft_peer`), on the same Temporal server and model server: each session a new
+             thread, in one process holding actant's worker and its clients, as its quickstart runs it. TTFT = the
+             message sent -> the first `text_delta` event at its client (its in-memory publisher, in that process).
+             Its `bash` tool runs the command in a fresh directory: actant has no sandbox here. `--no-peers` leaves
+             it out.
 
 Workload: `--sessions` sessions (default 60), `--concurrency` at a time (default 4), split into `--rounds`
 (default 3) that alternate the arms, so drift on a shared machine hits every arm alike. Before each session its
@@ -42,10 +49,11 @@ messages land on a worker that has not seen the conversation and reads it back t
 
     python -m bench.ttft            # the default run (about 4 minutes on 2 cores)
     python -m bench.ttft --quick    # 12 sessions, a smoke test
+    python -m bench.ttft --quick --no-peers    # corral's arms and the direct call only
 
-Goals (issues 5 and 12; printed beside the figures, never asserted): decoupled vs coupled p50 at least 60% lower
-and p95 at least 90% lower; decoupled / direct at most 1.10 at p50 and 1.25 at p95, for the first message and
-for the next one.
+Goals (issues 5, 12 and 29; printed beside the figures, never asserted): decoupled vs coupled p50 at least 60%
+lower and p95 at least 90% lower; decoupled / direct at most 1.10 at p50 and 1.25 at p95, for the first message and
+for the next one; a new session's first token ahead of actant's in the same run.
 """
 
 from __future__ import annotations
@@ -62,9 +70,11 @@ import anthropic
 from temporalio.worker import Worker
 
 from activities.sandbox import engine_task_queue
+from bench._peers import PeerProcess, peer_python
 from bench._pet import PetSetupWorkflow
 from bench._report import ROOT, add_run_options, begin_run, percentile, write_results
 from bench._ttft_arms import Bench, TimedBook, TimedHub, run_arm, workload
+from bench._ttft_peer import PEER, close_peer_threads
 from bench._ttft_report import ARMS, Sample, SessionSpec, figure, report, summary
 from bench._workers import WorkerConfig, spawn_worker, wait_until_polling
 from corral.temporal import start_local_temporal
@@ -98,6 +108,7 @@ async def clean_up(bench: Bench) -> set[str]:
 
 async def measure(args: argparse.Namespace) -> tuple[dict[str, list[Sample]], dict[str, int]]:
     state_dir = ROOT / ".corral"
+    python = None if not args.peers else peer_python(PEER, state_dir)
     engine = ensure_docker_engine(state_dir)
     image = ensure_sandbox_image(engine, state_dir)
     book = TimedBook()
@@ -137,26 +148,37 @@ async def measure(args: argparse.Namespace) -> tuple[dict[str, list[Sample]], di
         f"bench-pet-{suffix}",
         model,
     )
-    samples: dict[str, list[Sample]] = {arm: [] for arm in ARMS}
-    sandboxes: dict[str, int] = dict.fromkeys(ARMS, 0)
+    arms = [*ARMS, *([] if python is None else [PEER])]
+    samples: dict[str, list[Sample]] = {arm: [] for arm in arms}
+    sandboxes: dict[str, int] = {"coupled": 0, "decoupled": 0}
     try:
         for worker in workers:
             await wait_until_polling(env.client, config, worker)
+        if python is not None:
+            options = ["--address", config.address, "--model-url", model_url]
+            try:
+                bench.peer = await PeerProcess.launch(PEER, python, config.log_dir / f"{PEER}.log", *options)
+            except (RuntimeError, TimeoutError) as exc:
+                raise RuntimeError(f"the {PEER} arm did not start ({exc}); --no-peers runs without it") from exc
         async with Worker(env.client, task_queue=bench.pet_queue, workflows=[PetSetupWorkflow]):
             specs = workload(args.sessions, args.tool_share)
             warm_up = [SessionSpec(-1, False), SessionSpec(-2, True)]
-            for arm in ARMS:
+            for arm in arms:
                 await run_arm(bench, arm, warm_up)
             await clean_up(bench)
+            await close_peer_threads(bench)
             print(f"warmed up; workers' log in {config.log_dir}", flush=True)
             for round_number in range(args.rounds):
                 chunk = specs[round_number :: args.rounds]
-                order = ARMS[round_number % 3 :] + ARMS[: round_number % 3]
-                for arm in order:
+                turn = round_number % len(arms)
+                for arm in arms[turn:] + arms[:turn]:
                     started = time.monotonic()
                     done = await run_arm(bench, arm, chunk)
                     samples[arm] += done
-                    sandboxes[arm] += len(await clean_up(bench))
+                    made = len(await clean_up(bench))
+                    if arm in sandboxes:
+                        sandboxes[arm] += made
+                    await close_peer_threads(bench)
                     failed = sum(1 for s in done if s.problem)
                     p50 = percentile([s.ttft for s in done if s.problem is None], 0.5)
                     print(
@@ -167,6 +189,8 @@ async def measure(args: argparse.Namespace) -> tuple[dict[str, list[Sample]], di
     finally:
         with contextlib.suppress(Exception):
             await clean_up(bench)
+        if bench.peer is not None:
+            await bench.peer.stop()
         for worker in workers:
             worker.stop()
         await env.shutdown()
@@ -218,6 +242,12 @@ def main() -> None:
         dest="model_routing",
         action="store_false",
         help="model workers on the shared queue only (the layout before routing), to compare",
+    )
+    parser.add_argument(
+        "--no-peers",
+        dest="peers",
+        action="store_false",
+        help="leave the peer arm (actant) out: corral's arms and the direct call only, for quick runs",
     )
     parser.add_argument("--output", default="ttft", help="results file name in bench/results/ (default ttft)")
     parser.add_argument(
