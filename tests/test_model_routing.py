@@ -13,6 +13,7 @@ import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import cast
 
 import anthropic
@@ -21,7 +22,7 @@ from temporalio.api.enums.v1 import EventType, TaskQueueType, TimeoutType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
-from temporalio.worker import Replayer, SlotReleaseContext, SlotReserveContext
+from temporalio.worker import Replayer, SlotMarkUsedContext, SlotReleaseContext, SlotReserveContext
 
 from activities.model import warm_http_client, warm_up
 from corral.client import send_text
@@ -215,11 +216,12 @@ async def test_shared_slots_limit_both_workers_together_and_survive_a_cancelled_
     cancelled.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await cancelled
-    await asyncio.to_thread(slots.release_slot, cast(SlotReleaseContext, None))  # from another thread, as the SDK
-    await asyncio.wait_for(waiting, 5)
+    # from another thread, as the SDK does
+    await asyncio.to_thread(slots.release_slot, SlotReleaseContext(slot_info=None, permit=first))
+    third = await asyncio.wait_for(waiting, 5)
     assert slots.free == 0
-    slots.release_slot(cast(SlotReleaseContext, None))
-    slots.release_slot(cast(SlotReleaseContext, None))
+    slots.release_slot(SlotReleaseContext(slot_info=None, permit=second))
+    slots.release_slot(SlotReleaseContext(slot_info=None, permit=third))
     assert slots.free == 2
 
 
@@ -241,6 +243,25 @@ async def test_a_loop_that_is_behind_takes_no_new_turn_until_it_has_caught_up() 
     assert slots.try_reserve_slot(context) is not None and slots.free == 0
     with pytest.raises(ValueError, match="max_lag"):
         SharedSlots(2, max_lag=0)
+
+
+async def test_a_harness_holding_a_task_too_long_takes_no_new_one_until_it_is_done() -> None:
+    """With `max_busy`, no slot is reserved while a task taken has been in the process longer than that: the task
+    that would wait behind it stays in the server's queue instead of running past its timeout here."""
+    slots = SharedSlots(3, max_busy=0.5)
+    context = cast(SlotReserveContext, None)
+    held = await slots.reserve_slot(context)
+    slots.mark_slot_used(cast(SlotMarkUsedContext, SimpleNamespace(permit=held, slot_info=None)))
+    assert await slots.reserve_slot(context) is not None  # held for less than max_busy: the process keeps up
+    held.used_since = time.monotonic() - 1  # type: ignore[attr-defined]  # as if its activation had stalled 1 s
+    waiting = asyncio.create_task(slots.reserve_slot(context))
+    await until(lambda: slots.deferred >= 1, "the reservation held back")
+    assert not waiting.done() and slots.try_reserve_slot(context) is None and slots.free == 1
+    slots.release_slot(SlotReleaseContext(slot_info=None, permit=held))  # the stalled task completes
+    await asyncio.wait_for(waiting, 5)
+    assert slots.free == 1  # 3 slots: one still used, one just taken, one free
+    with pytest.raises(ValueError, match="max_busy"):
+        SharedSlots(2, max_busy=-1)
 
 
 async def test_warm_up_opens_a_connection_and_an_unreachable_api_does_not_stop_the_worker(stack: Stack) -> None:

@@ -1,11 +1,12 @@
 """One limit on the activities several workers of one process run at once (the model role's shared queue and its
 own queue draw on one pool): a burst on both must not run twice as many turns in one event loop. And admission by
-the loop's own pace: a loop that is behind takes no new turn until it has caught up."""
+the process's own pace: a process that is behind takes no new task until it has caught up."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import deque
 
 from temporalio.worker import (
@@ -15,6 +16,17 @@ from temporalio.worker import (
     SlotReleaseContext,
     SlotReserveContext,
 )
+
+BUSY_CHECK_SECONDS = 0.05
+"""How often a reservation held back by `max_busy` looks again (only while the process is behind)."""
+
+
+class _Permit(SlotPermit):
+    """A slot, and when a task started using it (None until the SDK marks it used)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.used_since: float | None = None
 
 
 class SharedSlots(CustomSlotSupplier):
@@ -27,16 +39,26 @@ class SharedSlots(CustomSlotSupplier):
     SDK polls for a task, so a turn not admitted stays in the server's queue, in order, where `corral status` shows
     it waiting, and is taken when the loop has caught up (or by another worker).
 
+    With `max_busy`, a slot is reserved only while no task taken has been in this process longer than `max_busy`
+    seconds: the harness's guard. A workflow task the server times out (START_TO_CLOSE) is replayed, and one that
+    carried an update can then be answered twice, which the server refuses on every later attempt (the SDK core's
+    double update acceptance, sdk-rust#888): the session stops. A task not taken waits in the server's queue instead,
+    where a sticky one goes on to the shared queue after `STICKY_TIMEOUT`: a replay, not a stopped session.
+
     The SDK may call `release_slot` and `try_reserve_slot` from its own threads, so the count is guarded by a lock,
     and a waiting `reserve_slot` is handed a slot in its own event loop (where its cancellation happens too)."""
 
-    def __init__(self, slots: int, max_lag: float | None = None) -> None:
+    def __init__(self, slots: int, max_lag: float | None = None, max_busy: float | None = None) -> None:
         if slots < 1:
             raise ValueError(f"slots must be at least 1, got {slots}")
         if max_lag is not None and max_lag <= 0:
             raise ValueError(f"max_lag must be positive, got {max_lag}")
+        if max_busy is not None and max_busy <= 0:
+            raise ValueError(f"max_busy must be positive, got {max_busy}")
         self._free = slots
         self._max_lag = max_lag
+        self._max_busy = max_busy
+        self._used: set[_Permit] = set()
         self.lag = 0.0
         """The loop's lag when a reservation last measured it (seconds)."""
         self.deferred = 0
@@ -49,11 +71,14 @@ class SharedSlots(CustomSlotSupplier):
         """Return once the loop runs a callback scheduled now within `max_lag`: the time one round of the loop's
         ready work takes, which is what a turn's next delta or heartbeat waits at least. Behind, wait that long
         again before the next look (the round just measured is the loop's own estimate of its backlog)."""
-        if self._max_lag is None:
+        if self._max_lag is None and self._max_busy is None:
             return
         loop = asyncio.get_running_loop()
         async with self._pacing:
-            while True:
+            while self._busy_too_long():
+                self.deferred += 1
+                await asyncio.sleep(BUSY_CHECK_SECONDS)
+            while self._max_lag is not None:
                 scheduled = loop.time()
                 await asyncio.sleep(0)
                 self.lag = loop.time() - scheduled
@@ -62,13 +87,21 @@ class SharedSlots(CustomSlotSupplier):
                 self.deferred += 1
                 await asyncio.sleep(self.lag)
 
+    def _busy_too_long(self) -> bool:
+        """A task taken has been in this process longer than `max_busy`."""
+        if self._max_busy is None:
+            return False
+        with self._lock:
+            oldest = min((p.used_since for p in self._used if p.used_since is not None), default=None)
+        return oldest is not None and time.monotonic() - oldest > self._max_busy
+
     async def reserve_slot(self, ctx: SlotReserveContext) -> SlotPermit:
         await self._caught_up()
         loop = asyncio.get_running_loop()
         with self._lock:
             if self._free > 0 and not self._waiters:
                 self._free -= 1
-                return SlotPermit()
+                return _Permit()
             waiter: asyncio.Future[None] = loop.create_future()
             self._waiters.append((loop, waiter))
         try:
@@ -77,21 +110,27 @@ class SharedSlots(CustomSlotSupplier):
             if waiter.done() and not waiter.cancelled():  # handed a slot just as it was cancelled: give it back
                 self.release_slot_now()
             raise
-        return SlotPermit()
+        return _Permit()
 
     def try_reserve_slot(self, ctx: SlotReserveContext) -> SlotPermit | None:
-        if self._max_lag is not None and self.lag > self._max_lag:
+        if (self._max_lag is not None and self.lag > self._max_lag) or self._busy_too_long():
             return None
         with self._lock:
             if self._free > 0 and not self._waiters:
                 self._free -= 1
-                return SlotPermit()
+                return _Permit()
         return None
 
     def mark_slot_used(self, ctx: SlotMarkUsedContext) -> None:
-        pass
+        if self._max_busy is not None and isinstance(ctx.permit, _Permit):
+            ctx.permit.used_since = time.monotonic()
+            with self._lock:
+                self._used.add(ctx.permit)
 
     def release_slot(self, ctx: SlotReleaseContext) -> None:
+        if isinstance(ctx.permit, _Permit):
+            with self._lock:
+                self._used.discard(ctx.permit)
         self.release_slot_now()
 
     def release_slot_now(self) -> None:

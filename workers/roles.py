@@ -68,6 +68,15 @@ HARNESS_CHECK_RUNNER = SandboxedWorkflowRunner(restrictions=SandboxRestrictions.
 I/O) fails the replay and is named. What `corral harness check` replays with."""
 
 
+HARNESS_WORKFLOW_SLOTS = 64
+"""Workflow tasks (and queries) one harness process holds at once. Its workflow code runs one activation at a time
+(the interpreter lock), so more would not run faster: they would wait in this process, where the server's task
+timeout counts, rather than in the server's queue."""
+HARNESS_MAX_BUSY = 2.0
+"""A harness takes no new workflow task while one it holds has been in the process longer than this (seconds;
+`SharedSlots`): far enough below the 10 s workflow task timeout for what it holds to finish within it."""
+
+
 MODEL_ACTIVITY_SLOTS = 200
 """Model turns one model worker process runs at once, over its two queues. Each waits on the model's stream most of
 its time, so a full process is one whose event loop is busy, not one with 100 turns (the SDK's default, which made
@@ -122,6 +131,12 @@ def harness_worker(
         deployment_config=worker_config(deployment) if deployment is not None else None,
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
+        tuner=WorkerTuner.create_composite(
+            workflow_supplier=SharedSlots(HARNESS_WORKFLOW_SLOTS, max_busy=HARNESS_MAX_BUSY),
+            activity_supplier=FixedSizeSlotSupplier(1),  # a harness runs no activity
+            local_activity_supplier=FixedSizeSlotSupplier(1),
+            nexus_supplier=FixedSizeSlotSupplier(1),
+        ),
         workflow_task_poller_behavior=POLLERS,
         workflow_runner=HARNESS_WORKFLOW_RUNNER,
     )
