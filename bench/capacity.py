@@ -107,24 +107,30 @@ async def measure(args: argparse.Namespace) -> list[Arm]:
         print(f"stack up (logs in {log_dir}); warming up each arm", flush=True)
         try:
             await warm_up(load, peer, args)
-            for sessions in args.steps:
-                for arm in arms:
-                    if arm.capacity is None and arm.stopped is None:
-                        await advance(load, peer, arm, sessions, args)
-                if all(arm.capacity is not None or arm.stopped is not None for arm in arms):
-                    break
-            for _ in range(args.refine):
-                probes = [(arm, arm.probe()) for arm in arms]
-                for arm, sessions in probes:
-                    if sessions is not None:
-                        await advance(load, peer, arm, sessions, args)
+            await step_up(load, peer, arms, args)
         finally:
             if peer is not None:
                 await peer.stop()
+    return arms
+
+
+async def step_up(load: Load, peer: PeerArm | None, arms: list[Arm], args: argparse.Namespace) -> None:
+    """The arms stepped side by side (`args.steps`), each until its threshold, then bisected (`args.refine`); an
+    arm that never reached it says so in `stopped`. `bench.overload` finds corral's capacity the same way."""
+    for sessions in args.steps:
+        for arm in arms:
+            if arm.capacity is None and arm.stopped is None:
+                await advance(load, peer, arm, sessions, args)
+        if all(arm.capacity is not None or arm.stopped is not None for arm in arms):
+            break
+    for _ in range(args.refine):
+        probes = [(arm, arm.probe()) for arm in arms]
+        for arm, sessions in probes:
+            if sessions is not None:
+                await advance(load, peer, arm, sessions, args)
     for arm in arms:
         if arm.capacity is None and arm.stopped is None:
             arm.stopped = f"under {args.threshold:g}x at every step up to {max(s.sessions for s in arm.steps)} sessions"
-    return arms
 
 
 async def warm_up(load: Load, peer: PeerArm | None, args: argparse.Namespace) -> None:
