@@ -42,7 +42,7 @@ from bench._load_stack import add_stack_options, corral_stack, register_script
 from bench._overload_report import Level, report, summary
 from bench._overload_watch import WATCHED, WaitSeen, Watch, sample_until, served_in_order
 from bench._report import ROOT, add_run_options, begin_run, write_results
-from bench.capacity import Arm, advance, step_up, warm_up
+from bench.capacity import Arm, add_step_options, advance, step_up, warm_up
 from bench.load import script
 from corral.names import UTILITY_HAND_TASK_QUEUE
 
@@ -131,11 +131,7 @@ def main() -> None:
     parser.add_argument("--capacity", type=int, help="sessions at 2x, taken as given (default: measured)")
     parser.add_argument("--levels", default="2,10", help="multiples of the capacity to run (default 2,10)")
     parser.add_argument("--turns", type=int, default=3, help="turns each session does at a level (default 3)")
-    parser.add_argument("--steps", default="1,8,16,32,64", help="capacity's steps, from 1 (default 1,8,16,32,64)")
-    parser.add_argument("--step-seconds", type=float, default=10.0, help="each capacity step's time (default 10)")
-    parser.add_argument("--min-turns", type=int, default=3, help="turns per session in a step, at least (default 3)")
-    parser.add_argument("--refine", type=int, default=2, help="capacity's bisection steps (default 2)")
-    parser.add_argument("--threshold", type=float, default=2.0, help="TTFT p50 over alone (default 2)")
+    add_step_options(parser, "1,8,16,32,64", step_seconds=10.0, refine=2)
     parser.add_argument("--sample-every", type=float, default=1.0, help="seconds between samples (default 1)")
     add_stack_options(parser)
     parser.add_argument("--output", default="overload", help="results file name in bench/results/ (default overload)")
