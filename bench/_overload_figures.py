@@ -36,8 +36,8 @@ ROWS: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
         lambda f: f"{f['schedule_to_start_timeouts']} ({f['routed_model_turns_sent_on']})",
     ),
     (
-        "tasks timed out on start-to-close / activities retried",
-        lambda f: f"{f['start_to_close_timeouts']} / {f['activities_retried']}",
+        "tasks timed out on start-to-close / on heartbeat / activities retried",
+        lambda f: f"{f['start_to_close_timeouts']} / {f['heartbeat_timeouts']} / {f['activities_retried']}",
     ),
     ("`corral status`: largest backlog in a queue / oldest task", _fullest),
     ("a watched session's longest wait, tasks ahead of it", _longest),

@@ -14,7 +14,7 @@ from bench._overload_watch import WATCHED, Order, Watch
 from bench._report import markdown_table, percentile
 from bench.capacity import Arm
 
-SCHEDULE_TO_START, START_TO_CLOSE = "(SCHEDULE_TO_START)", "(START_TO_CLOSE)"
+SCHEDULE_TO_START, START_TO_CLOSE, HEARTBEAT = "(SCHEDULE_TO_START)", "(START_TO_CLOSE)", "(HEARTBEAT)"
 RETRIED = "started again (attempt > 1)"
 SHOWN_WAITS = 3
 """Watched sessions' longest waits shown per level."""
@@ -130,6 +130,7 @@ def report(arm: Arm, capacity: int, found: str, levels: list[Level], args: argpa
                 "failed turns",
                 "timed out: schedule-to-start (of which routed model turns)",
                 "start-to-close",
+                "heartbeat",
                 "activities retried",
                 "out of order (pairs)",
                 "rank correlation",
@@ -147,6 +148,7 @@ def report(arm: Arm, capacity: int, found: str, levels: list[Level], args: argpa
                     level.failed,
                     f"{level.timed_out(SCHEDULE_TO_START)} ({level.routed_fallbacks})",
                     level.timed_out(START_TO_CLOSE),
+                    level.timed_out(HEARTBEAT),
                     level.retried,
                     f"{100 * level.order.out_of_order:.1f}% ({level.order.pairs})",
                     f"{level.order.rank_correlation:.3f}",
@@ -220,6 +222,7 @@ def summary(arm: Arm, capacity: int, found: str, levels: list[Level], args: argp
                 "schedule_to_start_timeouts": level.timed_out(SCHEDULE_TO_START),
                 "routed_model_turns_sent_on": level.routed_fallbacks,
                 "start_to_close_timeouts": level.timed_out(START_TO_CLOSE),
+                "heartbeat_timeouts": level.timed_out(HEARTBEAT),
                 "activities_retried": level.retried,
                 "sent_again": sum(level.resent.values()),
                 "queue_max_backlog": dict(level.watch.backlog),

@@ -65,6 +65,7 @@ def _level(factor: float, sessions: int, ttft: float) -> Level:
     checked = Checked()
     checked.findings["`model_turn` activity timed out (SCHEDULE_TO_START)"] = 2
     checked.findings["workflow task timed out (START_TO_CLOSE)"] = 1
+    checked.findings["`model_turn` activity timed out (HEARTBEAT)"] = 3
     checked.findings["`execute` activity started again (attempt > 1)"] = 1
     checked.findings[ROUTED_FALLBACK] = 2
     checked.waits["`model_turn` activity"] = [0.1, 2.0]
@@ -85,7 +86,7 @@ def test_each_level_reports_ratios_to_alone_time_outs_retries_order_and_what_a_w
     top = figures["levels"][1]
     assert top["ttft_p50_ratio"] == 10.0 and top["sessions"] == 80
     assert (top["schedule_to_start_timeouts"], top["routed_model_turns_sent_on"]) == (2, 2)
-    assert (top["start_to_close_timeouts"], top["activities_retried"]) == (1, 1)
+    assert (top["start_to_close_timeouts"], top["heartbeat_timeouts"], top["activities_retried"]) == (1, 3, 1)
     assert (top["order_pairs"], top["out_of_order_share"]) == (1, 1.0)
 
 
