@@ -15,6 +15,7 @@ from bench._report import log_gaps_and_repeats
 from bench.recovery import command_runs
 from corral.client import read_events
 from corral.contract.events import AgentToolResult, SessionEvent, SessionStatusIdle, UserMessage
+from corral.names import ACTIVITY_MODEL_TURN
 
 if TYPE_CHECKING:
     from bench._load_clients import Load, Session
@@ -26,6 +27,10 @@ HISTORY_COUNTED = {
     EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT: "activity task timed out",
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW: "continued as new",
 }
+ROUTED_FALLBACK = "routed model turns sent on to the shared queue (not started on their worker's queue in time)"
+"""A model turn on the queue of the worker that served the session's last turn that no worker took within
+`ROUTED_SCHEDULE_TO_START`: the workflow sends it again on the shared queue (workflows/_hands.py). Counted apart
+from the time-outs, which count it too: it is a turn that waited again, at the back of another queue."""
 LOG = "log: positions 1..N, no gap, no repeated position or event id"
 USERS = "user.message: one per client id sent"
 LOG_LEVEL = re.compile(r"\b(WARN|WARNING|ERROR|CRITICAL)\b(.*)")
@@ -88,6 +93,7 @@ async def check_history(checked: Checked, load: Load, session: Session) -> None:
         described = await handle.describe()
         checked.history["state transitions"] += described.raw_description.workflow_execution_info.state_transition_count
         scheduled: dict[int, tuple[str, float]] = {}
+        routed: set[int] = set()
         for event in history.events:
             at = event.event_time.ToMicroseconds() / 1e6
             checked.history["history events"] += 1
@@ -104,13 +110,18 @@ async def check_history(checked: Checked, load: Load, session: Session) -> None:
                 timeout = timed_out.failure.timeout_failure_info.timeout_type
                 activity = scheduled.get(timed_out.scheduled_event_id, ("an activity", 0.0))[0]
                 kind = f"{activity} timed out ({TimeoutType.Name(timeout).removeprefix('TIMEOUT_TYPE_')})"
+                if timed_out.scheduled_event_id in routed and timeout == TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START:
+                    checked.findings[ROUTED_FALLBACK] += 1
             if kind is not None:
                 checked.findings[kind] += 1
             if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
                 scheduled[event.event_id] = ("workflow task (harness)", at)
             elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-                name = event.activity_task_scheduled_event_attributes.activity_type.name
+                scheduling = event.activity_task_scheduled_event_attributes
+                name = scheduling.activity_type.name
                 scheduled[event.event_id] = (f"`{name}` activity", at)
+                if name == ACTIVITY_MODEL_TURN and "@" in scheduling.task_queue.name:
+                    routed.add(event.event_id)
             elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
                 queue, since = scheduled[event.workflow_task_started_event_attributes.scheduled_event_id]
                 checked.waits.setdefault(queue, []).append(at - since)

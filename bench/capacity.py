@@ -107,24 +107,30 @@ async def measure(args: argparse.Namespace) -> list[Arm]:
         print(f"stack up (logs in {log_dir}); warming up each arm", flush=True)
         try:
             await warm_up(load, peer, args)
-            for sessions in args.steps:
-                for arm in arms:
-                    if arm.capacity is None and arm.stopped is None:
-                        await advance(load, peer, arm, sessions, args)
-                if all(arm.capacity is not None or arm.stopped is not None for arm in arms):
-                    break
-            for _ in range(args.refine):
-                probes = [(arm, arm.probe()) for arm in arms]
-                for arm, sessions in probes:
-                    if sessions is not None:
-                        await advance(load, peer, arm, sessions, args)
+            await step_up(load, peer, arms, args)
         finally:
             if peer is not None:
                 await peer.stop()
+    return arms
+
+
+async def step_up(load: Load, peer: PeerArm | None, arms: list[Arm], args: argparse.Namespace) -> None:
+    """The arms stepped side by side (`args.steps`), each until its threshold, then bisected (`args.refine`); an
+    arm that never reached it says so in `stopped`. `bench.overload` finds corral's capacity the same way."""
+    for sessions in args.steps:
+        for arm in arms:
+            if arm.capacity is None and arm.stopped is None:
+                await advance(load, peer, arm, sessions, args)
+        if all(arm.capacity is not None or arm.stopped is not None for arm in arms):
+            break
+    for _ in range(args.refine):
+        probes = [(arm, arm.probe()) for arm in arms]
+        for arm, sessions in probes:
+            if sessions is not None:
+                await advance(load, peer, arm, sessions, args)
     for arm in arms:
         if arm.capacity is None and arm.stopped is None:
             arm.stopped = f"under {args.threshold:g}x at every step up to {max(s.sessions for s in arm.steps)} sessions"
-    return arms
 
 
 async def warm_up(load: Load, peer: PeerArm | None, args: argparse.Namespace) -> None:
@@ -245,16 +251,24 @@ def summary(arms: list[Arm]) -> dict[str, Any]:
     return figures
 
 
+def add_step_options(parser: argparse.ArgumentParser, steps: str, step_seconds: float, refine: int) -> None:
+    """How the capacity is stepped to: `--steps`, `--step-seconds`, `--min-turns`, `--refine`, `--threshold`, with
+    the caller's defaults (`bench.overload` steps to corral's capacity the same way, in less time)."""
+    parser.add_argument("--steps", default=steps, help=f"sessions per step, from 1 (default {steps})")
+    parser.add_argument(
+        "--step-seconds", type=float, default=step_seconds, help=f"each step's time budget (default {step_seconds:g})"
+    )
+    parser.add_argument("--min-turns", type=int, default=3, help="turns each session does at least (default 3)")
+    parser.add_argument(
+        "--refine", type=int, default=refine, help=f"bisection steps after the steps (default {refine})"
+    )
+    parser.add_argument("--threshold", type=float, default=2.0, help="TTFT p50 over alone that ends (default 2)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--steps", default="1,8,16,32,64,128,256", help="sessions per step, from 1 (default 1,8,...,256)"
-    )
+    add_step_options(parser, "1,8,16,32,64,128,256", step_seconds=30.0, refine=3)
     parser.add_argument("--cap", type=int, default=256, help="most sessions a step may have (default 256)")
-    parser.add_argument("--step-seconds", type=float, default=30.0, help="each step's time budget (default 30)")
-    parser.add_argument("--min-turns", type=int, default=3, help="turns each session does at least (default 3)")
-    parser.add_argument("--refine", type=int, default=3, help="bisection steps after the steps (default 3)")
-    parser.add_argument("--threshold", type=float, default=2.0, help="TTFT p50 over alone that ends (default 2)")
     add_stack_options(parser)
     parser.add_argument("--no-peer", action="store_true", help="corral's arm only")
     parser.add_argument("--output", default="capacity", help="results file name in bench/results/ (default capacity)")

@@ -20,6 +20,7 @@ from pathlib import Path
 from bench._capacity_figures import capacity
 from bench._load_figures import under_load
 from bench._operations_figures import OPERATIONS, measured, source, summary
+from bench._overload_figures import overload
 from bench._report import RESULTS_DIR, ROOT, read_summary
 from bench._ttft_figures import new_session_line, ttft_block
 from workflows.policies import (
@@ -302,6 +303,7 @@ RENDER: dict[str, Callable[[], str]] = {
     "load": load,
     "under-load": under_load,
     "capacity": capacity,
+    "overload": overload,
     "reliability": reliability,
     "cli-startup": cli_startup,
     "turn-latency": turn_latency,
