@@ -167,9 +167,10 @@ def report(load: Load) -> str:
         ),
         "",
         "Where the turns wait: each task's time in its queue (scheduled -> started, from the histories, first "
-        "attempts; seconds). Every worker polls with the SDK's autoscaling poller (`workers.run.POLLERS`); a model "
-        "worker runs up to `MODEL_ACTIVITY_SLOTS` turns at once, any other worker up to 100 tasks of a kind (the "
-        "SDK's default).",
+        "attempts; seconds). The harness and the model worker poll with the SDK's autoscaling poller "
+        "(`workers.run.POLLERS`), the hands with the SDK's 5 polls; a harness holds up to `HARNESS_WORKFLOW_SLOTS` "
+        "workflow tasks, a model worker runs up to `MODEL_ACTIVITY_SLOTS` turns, a hand up to 100 tasks (the SDK's "
+        "default).",
         "",
         markdown_table(
             ["queue", "alone p50", "p95", "p99", "load p50", "p95", "p99", "load/alone p50", "p95", "p99"],

@@ -28,7 +28,7 @@ from corral.names import PROXY_TASK_QUEUE
 from corral.webhooks import Webhooks
 from proxy import GitProxyServer, ProxyError, VaultStore
 from workers._reaper import reap_once, reaping
-from workers.run import GRACEFUL_SHUTDOWN, POLLERS, WorkerStartError, connect_to_temporal, run_until_stopped, run_worker
+from workers.run import GRACEFUL_SHUTDOWN, WorkerStartError, connect_to_temporal, run_until_stopped, run_worker
 from workers.settings import ProxyWorkerSettings, VaultSettings
 
 log = logging.getLogger("workers.proxy")
@@ -88,7 +88,6 @@ def proxy_worker(
             activities.validate_credential,
             *sending,
         ],
-        activity_task_poller_behavior=POLLERS,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
     )
 

@@ -249,7 +249,6 @@ def utility_hand_worker(client: Client, task_queue: str = UTILITY_HAND_TASK_QUEU
         client,
         task_queue=task_queue,
         activities=[make_execute_activity(UTILITY_TOOLS)],
-        activity_task_poller_behavior=POLLERS,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
     )
 
@@ -271,14 +270,12 @@ def sandbox_workers(
             task_queue=shared_queue,
             # release too: a session whose container was lost (no handle) releases through its pool's queue
             activities=[activities.provision_sandbox, activities.fork_workspace, activities.release_sandbox],
-            activity_task_poller_behavior=POLLERS,
             graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
         ),
         Worker(
             client,
             task_queue=activities.task_queue,
             activities=engine_activities,
-            activity_task_poller_behavior=POLLERS,
             graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
         ),
     ]

@@ -31,13 +31,16 @@ GRACEFUL_SHUTDOWN = timedelta(seconds=10)
 STICKY_TIMEOUT = timedelta(seconds=3)
 """A workflow task cached on a worker that died goes to any other worker after this long."""
 POLLERS = PollerBehaviorAutoscaling()
-"""As many polls at once as the server has tasks waiting for them (the SDK's autoscaling poller, up to 100). With a
-fixed 5 (the SDK's default), `bench.load`'s 200 sessions kept workflow tasks waiting seconds in the server's queue
-and timing out by the thousand on the harness's sticky queue (each then replayed in full from the shared one) while
-the harness used a third of a core: the polls were the bottleneck, not the worker. Every role's worker polls
-this way (with 5, the hands' `execute` tasks waited 7.7 s p50 under the same load). A live worker now takes a task
-within a poll's round trip, so a task that waits out `STICKY_TIMEOUT` or `ROUTED_SCHEDULE_TO_START` really is on a
-worker that is gone: fast recovery without punishing load (bench/results/load.md, recovery.md)."""
+"""How the harness and the model workers poll: as many polls at once as the server has tasks waiting for them (the
+SDK's autoscaling poller, up to 100). With a fixed 5 (the SDK's default), `bench.load`'s 200 sessions kept workflow
+tasks waiting seconds in the server's queue and timing out by the thousand on the harness's sticky queue (each then
+replayed in full from the shared one) while the harness used a third of a core: the polls were the bottleneck, not
+the worker. A live worker now takes a task within a poll's round trip, so a task that waits out `STICKY_TIMEOUT` or
+`ROUTED_SCHEDULE_TO_START` is most often on a worker that is gone (bench/results/load.md, recovery.md).
+
+The hands keep the SDK's 5 polls. Measured under the same load with this poller on the hands too: `execute` waited
+0.5 s p50 instead of 3 s, but the turns it let through crowded the model worker (179 heartbeat time-outs, 163 turns
+that ended in a `session.error`). A turn waits most cheaply where it is: in a hand's queue."""
 
 EXIT_START_FAILED = 1
 EXIT_BAD_SETTINGS = 2
