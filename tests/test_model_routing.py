@@ -247,7 +247,9 @@ async def test_a_loop_that_is_behind_takes_no_new_turn_until_it_has_caught_up() 
 
 async def test_a_harness_holding_a_task_too_long_takes_no_new_one_until_it_is_done() -> None:
     """With `max_busy`, no slot is reserved while a task taken has been in the process longer than that: the task
-    that would wait behind it stays in the server's queue instead of running past its timeout here."""
+    that would wait behind it stays in the server's queue instead of running past its timeout here. A task held past
+    the server's task timeout holds nothing back any more (it has timed out there; one that never returns must not
+    stop the harness)."""
     slots = SharedSlots(3, max_busy=0.5)
     context = cast(SlotReserveContext, None)
     held = await slots.reserve_slot(context)
@@ -257,9 +259,11 @@ async def test_a_harness_holding_a_task_too_long_takes_no_new_one_until_it_is_do
     waiting = asyncio.create_task(slots.reserve_slot(context))
     await until(lambda: slots.deferred >= 1, "the reservation held back")
     assert not waiting.done() and slots.try_reserve_slot(context) is None and slots.free == 1
-    slots.release_slot(SlotReleaseContext(slot_info=None, permit=held))  # the stalled task completes
+    held.used_since = time.monotonic() - 60  # type: ignore[attr-defined]  # past the task timeout: waited for no more
     await asyncio.wait_for(waiting, 5)
-    assert slots.free == 1  # 3 slots: one still used, one just taken, one free
+    assert slots.free == 0  # 3 slots: the stalled one, the one taken beside it, and this one
+    slots.release_slot(SlotReleaseContext(slot_info=None, permit=held))
+    assert slots.free == 1
     with pytest.raises(ValueError, match="max_busy"):
         SharedSlots(2, max_busy=-1)
 

@@ -19,6 +19,9 @@ from temporalio.worker import (
 
 BUSY_CHECK_SECONDS = 0.05
 """How often a reservation held back by `max_busy` looks again (only while the process is behind)."""
+BUSY_GIVE_UP_SECONDS = 10.0
+"""A task held longer than this (the server's workflow task timeout) holds no admission back: the server has timed it
+out already, so waiting for it saves nothing, and a task that never returned would stop the process for good."""
 
 
 class _Permit(SlotPermit):
@@ -88,12 +91,13 @@ class SharedSlots(CustomSlotSupplier):
                 await asyncio.sleep(self.lag)
 
     def _busy_too_long(self) -> bool:
-        """A task taken has been in this process longer than `max_busy`."""
+        """A task taken has been in this process longer than `max_busy` (and not past `BUSY_GIVE_UP_SECONDS`)."""
         if self._max_busy is None:
             return False
+        now = time.monotonic()
         with self._lock:
-            oldest = min((p.used_since for p in self._used if p.used_since is not None), default=None)
-        return oldest is not None and time.monotonic() - oldest > self._max_busy
+            ages = [now - p.used_since for p in self._used if p.used_since is not None]
+        return any(self._max_busy < age <= BUSY_GIVE_UP_SECONDS for age in ages)
 
     async def reserve_slot(self, ctx: SlotReserveContext) -> SlotPermit:
         await self._caught_up()
