@@ -201,30 +201,37 @@ async def follow_events(handle: WorkflowHandle, after: int = 0) -> AsyncGenerato
     """Yield the events after `after`, then each new one as it is written; the caller decides when to stop.
 
     No polling: a long poll on the workflow history (`wait_new_event`) returns when something is appended. Session
-    events are written by workflow tasks, so the log is read at the start and after every page of history that
-    completes one. Raises `SessionClosed` once the workflow has closed, after the last events are yielded.
+    events are written by workflow tasks, so the log is read once the history has been caught up with, and again
+    only after a page of history that completes a workflow task the last read did not cover. Raises `SessionClosed`
+    once the workflow has closed, after the last events are yielded.
     """
     # The long poll needs a position in the history, and the only way to one is to read the history from its
     # beginning: about 70 ms per 1000 history events, once per follow. Acceptable for a tail (a session's history
-    # grows by a few events per turn); the log itself is read by position, never from the start.
+    # grows by a few events per turn); the log itself is read by position, never from the start. The history is
+    # read first: a query sent after it covers every workflow task it shows completed, so none of them is asked
+    # about again.
     history = handle.fetch_history_events(wait_new_event=True)
-    written = True
-    closed: WorkflowExecutionStatus | None = None
+    seen = covered = 0  # the last history event read; the last one a read of the log covers
     while True:
+        await _retrying(history.fetch_next_page)  # at once while catching up; then when the history grew
+        page = history.current_page or []
+        seen = max([seen, *(event.event_id for event in page)])
+        written = covered == 0 or any(
+            event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED and event.event_id > covered
+            for event in page
+        )
+        closed = next((_CLOSED[event.event_type] for event in page if event.event_type in _CLOSED), None)
         if written:
+            covered = seen
             for event in await _retrying(partial(read_events, handle, after=after)):
                 after = event.position
                 yield event
-        if closed is not None:
-            raise SessionClosed(handle.id, closed)
-        await _retrying(history.fetch_next_page)  # returns when the history grew (or after the server's poll time)
-        page = history.current_page or []
-        written = any(event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for event in page)
-        closed = next((_CLOSED[event.event_type] for event in page if event.event_type in _CLOSED), None)
         if closed == WorkflowExecutionStatus.CONTINUED_AS_NEW:
-            # Not an end: the session goes on in its next run. Follow that run's history from here.
+            # Not an end: the session goes on in its next run. Follow that run's history from its beginning.
             history = handle.fetch_history_events(wait_new_event=True)
-            written, closed = True, None
+            seen = covered = 0
+        elif closed is not None:
+            raise SessionClosed(handle.id, closed)
 
 
 async def wait_for_idle(handle: WorkflowHandle, after: int = 0, within_seconds: float = 60) -> list[SessionEvent]:
