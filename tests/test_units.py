@@ -208,6 +208,11 @@ def test_calculate_is_safe() -> None:
     for bad in ("__import__('os')", "a + 1", "2 ** 100000", "", "1/0"):
         with pytest.raises((ValueError, ArithmeticError)):
             calculate({"expression": bad})
+    # The harness runs it in its event loop: a result too large is refused before it is computed, at once.
+    assert calculate({"expression": "2**9999"}).startswith("2**9999 = 9975")
+    for huge in ("(9**9999)**9999", "(2**13000)*(2**13000)", "2**9000*2**9000", "-(3**9000)**2"):
+        with pytest.raises(ValueError, match="too large"):
+            calculate({"expression": huge})
 
 
 def test_cut_output_keeps_head_and_tail_and_says_how_much_was_cut() -> None:
