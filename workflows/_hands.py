@@ -22,7 +22,7 @@ from workflows.policies import (
     MODEL_HEARTBEAT_TIMEOUT,
     MODEL_TURN_TIMEOUT,
     ROUTED_RETRY,
-    ROUTED_SCHEDULE_TO_START,
+    routed_schedule_to_start,
 )
 
 with workflow.unsafe.imports_passed_through():
@@ -88,6 +88,8 @@ class ModelRoute:
         self.shared_queue = shared_queue
         self.worker_queue: str | None = None
         """Not carried over continue-as-new: the next run is a new cache key (session, run) on every worker."""
+        self.queue_wait: float | None = None
+        """The last turn's wait in its queue (its result's): how long the next routed turn may wait."""
 
     async def call(self, turn: ModelTurnInput, summary: str) -> ModelTurnResult:
         """One model request (a turn, or a summary for compaction); its errors are the caller's to judge."""
@@ -99,7 +101,7 @@ class ModelRoute:
                     turn.model_copy(update={"routed": True}),
                     summary,
                     self.worker_queue,
-                    schedule_to_start_timeout=ROUTED_SCHEDULE_TO_START,
+                    schedule_to_start_timeout=routed_schedule_to_start(self.queue_wait),
                     retry_policy=ROUTED_RETRY,
                 )
             except ActivityError as err:
@@ -107,10 +109,10 @@ class ModelRoute:
                     raise
                 self.worker_queue = None
             else:
-                self.worker_queue = result.worker_task_queue
+                self.worker_queue, self.queue_wait = result.worker_task_queue, result.queue_wait_seconds
                 return result
         result = await _model_turn(turn, summary, self.shared_queue, retry_policy=INFRASTRUCTURE_RETRY)
-        self.worker_queue = result.worker_task_queue
+        self.worker_queue, self.queue_wait = result.worker_task_queue, result.queue_wait_seconds
         return result
 
 
