@@ -202,9 +202,7 @@ class ModelActivities:
                 metrics.ended(info.error_type)
                 raise model_error(exc, info) from exc
         metrics.ended("ok")
-        task = activity.info()
-        waited = (task.started_time - task.current_attempt_scheduled_time).total_seconds()
-        return _result(message, self._worker_task_queue).model_copy(update={"queue_wait_seconds": max(waited, 0.0)})
+        return _result(message, self._worker_task_queue)
 
     def _live(self, input: ModelTurnInput) -> contextlib.AbstractAsyncContextManager[AttemptStream | None]:
         """Live deltas for clients (ephemeral, never in history); nothing when no relay is configured."""

@@ -12,7 +12,6 @@ import sys
 import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import cast
@@ -35,7 +34,6 @@ from tests.ports import closed_port
 from tests.waits import pollers_of, until
 from workers.roles import SharedSlots, model_worker_queue, model_workers
 from workflows import MODEL_ROUTING_PATCH, SessionWorkflow
-from workflows.policies import ROUTED_SCHEDULE_TO_START, ROUTED_SCHEDULE_TO_START_MAX, routed_schedule_to_start
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,9 +46,6 @@ class ModelCall:
     served_by: str | None
     """The result's `worker_task_queue`; None when it did not complete."""
     timeout: str | None = None
-    schedule_to_start: timedelta | None = None
-    queue_wait: float | None = None
-    """The result's `queue_wait_seconds`."""
 
 
 async def model_calls(handle: WorkflowHandle) -> list[ModelCall]:
@@ -59,14 +54,12 @@ async def model_calls(handle: WorkflowHandle) -> list[ModelCall]:
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             scheduled = event.activity_task_scheduled_event_attributes
             if scheduled.activity_type.name == ACTIVITY_MODEL_TURN:
-                limit = scheduled.schedule_to_start_timeout.ToTimedelta() or None  # none set: zero
-                calls[event.event_id] = ModelCall(scheduled.task_queue.name, None, schedule_to_start=limit)
+                calls[event.event_id] = ModelCall(scheduled.task_queue.name, None)
         elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             completed = event.activity_task_completed_event_attributes
             if completed.scheduled_event_id in calls:
                 result = json.loads(completed.result.payloads[0].data)
                 calls[completed.scheduled_event_id].served_by = result.get("worker_task_queue")
-                calls[completed.scheduled_event_id].queue_wait = result.get("queue_wait_seconds")
         elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
             timed_out = event.activity_task_timed_out_event_attributes
             if timed_out.scheduled_event_id in calls:
@@ -121,9 +114,6 @@ async def test_turns_stay_on_the_worker_that_served_the_first_and_fall_back_when
         first = calls[0].served_by
         assert calls[0].task_queue == queue and first in owners
         assert [(c.task_queue, c.served_by) for c in calls[1:]] == [(first, first), (first, first)]
-        # Each routed turn waits for its worker as long as the previous turn's queue wait says (at least 1.5 s).
-        assert calls[0].schedule_to_start is None and all(c.queue_wait is not None for c in calls)
-        assert [c.schedule_to_start for c in calls[1:]] == [routed_schedule_to_start(c.queue_wait) for c in calls[:-1]]
 
         await stacks[owners[first]].aclose()  # that worker stops (gracefully, between turns)
         await turn(handle, "4")
@@ -210,13 +200,6 @@ async def _until_started(handle: WorkflowHandle, within: float = 30) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"the model activity did not start within {within}s")
-
-
-def test_a_routed_turn_waits_longer_for_its_worker_when_the_queues_are_slow() -> None:
-    assert routed_schedule_to_start(None) == ROUTED_SCHEDULE_TO_START  # a result from before it was measured
-    assert routed_schedule_to_start(0.004) == ROUTED_SCHEDULE_TO_START  # a quiet machine: a dead worker shows fast
-    assert routed_schedule_to_start(0.9) == timedelta(seconds=2.7)  # a loaded one: three times the last wait
-    assert routed_schedule_to_start(60.0) == ROUTED_SCHEDULE_TO_START_MAX  # never longer than that
 
 
 async def test_shared_slots_limit_both_workers_together_and_survive_a_cancelled_wait() -> None:

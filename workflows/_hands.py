@@ -22,7 +22,7 @@ from workflows.policies import (
     MODEL_HEARTBEAT_TIMEOUT,
     MODEL_TURN_TIMEOUT,
     ROUTED_RETRY,
-    routed_schedule_to_start,
+    ROUTED_SCHEDULE_TO_START,
 )
 
 with workflow.unsafe.imports_passed_through():
@@ -88,8 +88,6 @@ class ModelRoute:
         self.shared_queue = shared_queue
         self.worker_queue: str | None = None
         """Not carried over continue-as-new: the next run is a new cache key (session, run) on every worker."""
-        self.queue_wait: float | None = None
-        """The last turn's wait in its queue (its result's): how long the next routed turn may wait."""
 
     async def call(self, turn: ModelTurnInput, summary: str) -> ModelTurnResult:
         """One model request (a turn, or a summary for compaction); its errors are the caller's to judge."""
@@ -101,7 +99,7 @@ class ModelRoute:
                     turn.model_copy(update={"routed": True}),
                     summary,
                     self.worker_queue,
-                    schedule_to_start_timeout=routed_schedule_to_start(self.queue_wait),
+                    schedule_to_start_timeout=ROUTED_SCHEDULE_TO_START,
                     retry_policy=ROUTED_RETRY,
                 )
             except ActivityError as err:
@@ -109,10 +107,10 @@ class ModelRoute:
                     raise
                 self.worker_queue = None
             else:
-                self.worker_queue, self.queue_wait = result.worker_task_queue, result.queue_wait_seconds
+                self.worker_queue = result.worker_task_queue
                 return result
         result = await _model_turn(turn, summary, self.shared_queue, retry_policy=INFRASTRUCTURE_RETRY)
-        self.worker_queue, self.queue_wait = result.worker_task_queue, result.queue_wait_seconds
+        self.worker_queue = result.worker_task_queue
         return result
 
 

@@ -38,22 +38,7 @@ gave false timeouts under bench.load's 200 sessions on 2 cores. The timeout is a
 not compare on replay, so histories recorded with 3 s still replay."""
 ROUTED_SCHEDULE_TO_START = timedelta(seconds=1.5)
 """A turn sent to the worker that served the previous one goes to the shared queue if that worker does not pick it
-up within this time (it is gone), or within `ROUTED_WAIT_FACTOR` times the previous turn's wait in its queue if that
-is longer (it is busy, and so are the others), up to `ROUTED_SCHEDULE_TO_START_MAX`."""
-ROUTED_WAIT_FACTOR = 3.0
-ROUTED_SCHEDULE_TO_START_MAX = timedelta(seconds=10)
-"""A dead worker's next turn waits at most this long before the shared queue takes it, however loaded the queues."""
-
-
-def routed_schedule_to_start(previous_wait_seconds: float | None) -> timedelta:
-    """How long a routed turn may wait for its worker: what tells a dead worker from a busy one is the queue wait
-    the previous turn saw (a busy machine makes every queue slow; a dead worker leaves the others fast)."""
-    if previous_wait_seconds is None:
-        return ROUTED_SCHEDULE_TO_START
-    waited = timedelta(seconds=ROUTED_WAIT_FACTOR * previous_wait_seconds)
-    return min(max(ROUTED_SCHEDULE_TO_START, waited), ROUTED_SCHEDULE_TO_START_MAX)
-
-
+up within this time (it is gone, or busier than the slowest queue wait measured under load, 0.8 s p99)."""
 ROUTED_RETRY = RetryPolicy(maximum_attempts=1, non_retryable_error_types=INFRASTRUCTURE_RETRY.non_retryable_error_types)
 """No retry on the worker's own queue: a lost worker's queue has no one to retry on; the shared queue does it."""
 HAND_HEARTBEAT_TIMEOUT = timedelta(seconds=3)

@@ -104,10 +104,6 @@ class ModelTurnResult(BaseModel):
     worker_task_queue: str | None = None
     """The task queue of the model worker that served this turn alone (`<model queue>@<worker id>`): it holds the
     conversation in its cache, so the session sends its next turn there. None: a worker without one."""
-    queue_wait_seconds: float | None = None
-    """How long this attempt waited in its task queue (scheduled -> started, the server's times): the session waits
-    a few times this for its next routed turn before it calls the worker gone (workflows/_hands.py). None: a result
-    recorded before it was measured."""
 
 
 class ModelContextQuery(BaseModel):
