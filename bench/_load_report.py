@@ -148,12 +148,12 @@ def report(load: Load) -> str:
     kinds = "a `calculate` session, then a `bash` session" if args.sandbox_sessions else "a `calculate` session"
     lines = [
         f"{args.sessions} sessions at once, {args.turns} turns each, back to back. A turn: a user message sent with "
-        "the `send_events` update (with a client id), a streamed one-line preamble and one tool call (`calculate`, "
-        "a utility tool the harness runs itself; `bash` in the session's own Docker sandbox for "
-        f"{args.sandbox_sessions} sessions, appending a line to a marker file), then an answer. Model server: first "
-        f"token after {args.first_token_latency:g} s, then {args.tokens_per_second:g} tokens/s. Temporal: in-memory "
-        "dev server; one process per worker role (harness, model, utility hand, sandbox hand), the model server and "
-        "the stream relay in processes of their own, the clients in the benchmark's process.",
+        "the `send_events` update (with a client id), a streamed one-line preamble and one tool call (`calculate` "
+        f"on the utility hand; `bash` in the session's own Docker sandbox for {args.sandbox_sessions} sessions, "
+        "appending a line to a marker file), then an answer. Model server: first token after "
+        f"{args.first_token_latency:g} s, then {args.tokens_per_second:g} tokens/s. Temporal: in-memory dev server; "
+        "one process per worker role (harness, model, utility hand, sandbox hand), the model server and the stream "
+        "relay in processes of their own, the clients in the benchmark's process.",
         "",
         markdown_table(["measure", "value"], summary),
         "",

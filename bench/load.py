@@ -3,9 +3,8 @@
 `--sessions` sessions (default 200) each do `--turns` turns (default 10), all sessions at once, each session's
 turns back to back. A turn: the client sends a user message with the `send_events` update (a client id per
 message), the scripted model streams a one-line preamble and calls one tool, then answers. Most sessions call the
-utility tool `calculate` (the harness runs it itself, as a local activity); `--sandbox-sessions` of them (default
-20) call `bash` in their own Docker sandbox, with a command that appends a line to `/workspace/runs` (so a command
-run twice shows).
+utility hand's `calculate`; `--sandbox-sessions` of them (default 20) call `bash` in their own Docker sandbox,
+with a command that appends a line to `/workspace/runs` (so a command run twice shows).
 
 The stack, as `corral up` runs it: the Temporal dev server (in memory), the offline model server (first token after
 `--first-token-latency`, default 0.3 s, then `--tokens-per-second`, default 50) and the stream relay as processes

@@ -12,8 +12,8 @@ first-token latency, no pacing) and the clients run in this process. Phases, in 
      a parked session waits in `workflow.wait_condition` and costs no compute. The workers' RSS is sampled as
      they accumulate (the harness keeps up to 1,000 workflows in its cache, the SDK default).
   3. active, with the sessions parked: phase 1 again, to compare turns per second.
-  4. history: one session does `--history-turns` turns (default 100), each a `calculate` tool call (run by
-     the harness) and an answer; history bytes per turn over turns 1-10 against the last ten.
+  4. history: one session does `--history-turns` turns (default 100), each a `calculate` tool call on the
+     utility hand and an answer; history bytes per turn over turns 1-10 against the last ten.
 
     python -m bench.scale                 # 1,000 parked (about 4 minutes on 2 cores)
     python -m bench.scale --quick         # 200 parked, shorter phases

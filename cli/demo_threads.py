@@ -1,5 +1,5 @@
 """The multi-agent part of `corral demo`: a coordinator with two predefined subagents, `shell` (bash in the sandbox)
-and `clock` (the utility tools). The coordinator spawns a thread of each, they work at once on the session's shared
+and `clock` (the utility hand). The coordinator spawns a thread of each, they work at once on the session's shared
 hands and reply, and it sums up.
 
 The session is started from a Temporal client, so its `multiagent` config is the harness's resolved form given

@@ -498,16 +498,6 @@ SCENARIOS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], Scenario]
         [_tool("calculate")],
         conversation_with_tools,
     ),
-    "utility_tools_local": (
-        [
-            {"text": "Let me compute.", "tool_uses": [{"name": "calculate", "input": {"expression": "6*7"}}]},
-            {"tool_uses": [{"name": "calculate", "input": {"expression": "1/0"}}]},
-            {"text": "It is 42."},
-            {"text": "Again:", "echo_last_user": True},
-        ],
-        [{"type": "corral_utility"}],  # run by the harness as local activities (workflows/_hands.py)
-        conversation_with_tools,
-    ),
     "custom_tool_and_interrupt": (
         [
             {"tool_uses": [{"name": "lookup", "input": {"key": "color"}}]},

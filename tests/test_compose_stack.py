@@ -11,13 +11,13 @@ The proxy container is killed mid MCP call: the session's credential was written
 stack's OpenBao, and the MCP server runs on the host (reached at the compose network's gateway). The session also
 has a repository (a git server on the host, its token written through the gateway into OpenBao): it is cloned
 into the sandbox through the proxy container's git proxy, and pushed to through the restarted proxy; the tokens are
-in no sandbox file, history or event. Last, with the utility hand's container stopped, a utility tool still answers:
-the harness runs those tools itself (local activities).
+in no sandbox file, history or event. Last, the utility hand's container is killed before a call it must serve, and
+started while the call waits.
 
 Then the stack is scaled to two replicas of each worker role (Compose's `--scale`; the proxy's second replica is the
 `offline-proxy-replica` service, since one container alone can publish the git port) and sessions run concurrently:
-their histories say which worker took each task, and both replicas of the harness, model and sandbox hand must have
-done work (the proxy's with an MCP call in every session). The live channel: of the stack's two relays,
+their histories say which worker took each task, and both replicas of the harness, model, sandbox and utility hand
+must have done work (the proxy's with an MCP call in every session). The live channel: of the stack's two relays,
 the container of the one that owns a session is killed mid-reply, then the client's gateway; through the second
 gateway the client sees the reply's text with no gap and no repeat, and every log event once.
 
@@ -310,7 +310,8 @@ SCRIPT: list[dict[str, Any]] = [
     # The proxy, mid MCP call; then a push through the restarted proxy's git proxy.
     mcp("slow", seconds=4), mcp("add", a=2, b=40), tool(PUSH), tool("cat /workspace/app/.git/config; env"),
     {"text": "reply-5"},
-    # A utility tool, with the utility hand's container stopped: the harness runs it itself.
+    # The utility hand: its calls take microseconds, so its container is killed before the call and started once
+    # the call waits for it.
     {"tool_uses": [{"name": "calculate", "input": {"expression": "6*7"}}]}, {"text": "reply-6"},
 ]  # fmt: skip
 LONG_STEP = next(index for index, step in enumerate(SCRIPT) if step.get("text") == LONG_REPLY)
@@ -476,12 +477,17 @@ async def test_a_session_survives_killing_each_worker_role_mid_turn(
         # No wait for the slow call made again: it would reach the server before its activity ended, so before the
         # turn's next call (`add`), which the counts below include.
 
-        # Turn 6: a utility tool with no utility hand up. It is the harness's own local activity: no hand serves it.
+        # Turn 6: the utility hand, dead when its call is made; started again while the call waits for it.
         utility = stack.container("offline-utility-hand")
         await asyncio.to_thread(utility.kill)
         asked = await _send_turn(client, handle, 6)
+
+        async def calculating() -> bool:
+            return await _count(handle, "agent.tool_use", asked) >= 1
+
+        await until(calculating, "turn 6's call", 90)
+        await asyncio.to_thread(utility.start)
         await wait_for_idle(handle, after=asked, within_seconds=TURN_WITHIN)
-        await asyncio.to_thread(utility.start)  # it still serves utility calls scheduled before the harness ran them
 
         log = await read_events(handle)
         async with httpx.AsyncClient(base_url=stack.model_url) as http:
@@ -543,15 +549,15 @@ REPLICATED: dict[str, tuple[str, TaskQueueType.ValueType, tuple[str, ...]]] = {
 """Each worker role: the task queue its replicas poll, and the services whose containers are its replicas."""
 SCALE = ("offline-harness=2", "offline-model=2", "offline-sandbox=2", "offline-utility-hand=2",
          "offline-proxy-replica=1")  # fmt: skip
-MUST_SPREAD = ("harness", "model", "sandbox", "proxy")
-"""The roles every session uses (the proxy for its MCP call; the utility tool is the harness's local activity)."""
+MUST_SPREAD = ("harness", "model", "sandbox", "utility-hand", "proxy")
+"""The roles every session uses (the proxy for its MCP call)."""
 SESSIONS_PER_ROUND = 6
 MOST_ROUNDS = 4
 """Tasks go to whichever replica polls first, so a round may leave a replica idle (all 6 sessions' first workflow
 task on one harness: 1 in 32); another round of new sessions is run, at most this many in all."""
 SPREAD_SCRIPT: list[dict[str, Any]] = [
     tool("echo spread"),  # the sandbox hand
-    {"tool_uses": [{"name": "calculate", "input": {"expression": "6*7"}}]},  # the harness itself (local activity)
+    {"tool_uses": [{"name": "calculate", "input": {"expression": "6*7"}}]},  # the utility hand
     mcp("add", a=2, b=40),  # the proxy, with the credential from the stack's OpenBao
     {"text": "spread-done"},
 ]

@@ -61,9 +61,6 @@ def test_histories_are_recorded() -> None:
     assert {"runs", "runs_run"} <= {path.stem for path in HISTORIES}
     # A session with a file, a skill and a memory store, and a dream over it (scenario `knowledge`).
     assert {"knowledge", "dream", "dream_session"} <= {path.stem for path in HISTORIES}
-    # Utility tools run by the harness as local activities (workflow.patched("utility-tools-local")): their markers.
-    utility = (Path(__file__).parent / "histories" / "utility_tools_local.json").read_text()
-    assert utility.count('"markerName": "core_local_activity"') == 2
     # A session told mid-life that its workspace has a webhook endpoint, which then emits (scenario `webhooks`).
     assert '"emit_webhooks"' in (Path(__file__).parent / "histories" / "webhooks.json").read_text()
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
@@ -77,40 +76,6 @@ async def test_tool_use_loop_routes_through_execute(stack: Stack) -> None:
         b["tool_use_id"] for m in last if m["role"] == "user" for b in m["content"] if b["type"] == "tool_result"
     }
     assert sent_ids == {u.id for u in uses}
-
-
-async def test_the_utility_tools_run_in_the_harness_within_the_workflow_task_that_asks_for_them(stack: Stack) -> None:
-    """`get_time` and `calculate` are the harness's own local activities: no task queue, no hand, no workflow task of
-    their own. The call's marker and the next model turn are written by one workflow task."""
-    model = stack.script(
-        [
-            {"text": "Let me compute.", "tool_uses": [{"name": "calculate", "input": {"expression": "6*7"}}]},
-            {"tool_uses": [{"name": "calculate", "input": {"expression": "1/0"}}, {"name": "get_time", "input": {}}]},
-            {"text": "Done."},
-        ]
-    )
-    handle = await stack.start("", message="compute", agent={"model": model, "tools": [{"type": "corral_utility"}]})
-    events = await wait_for_idle(handle)
-    assert_log_is_whole(events)
-    results = [e for e in events if isinstance(e, AgentToolResult)]
-    assert [r.is_error for r in results] == [False, True, False]
-    assert texts(events, "agent.tool_result")[:2] == ["6*7 = 42", "calculate: division by zero"]
-    assert texts(events, "agent.tool_result")[2].startswith(str(datetime.now(UTC).year))
-    history = [e async for e in handle.fetch_history_events()]
-    queues = [
-        e.activity_task_scheduled_event_attributes.task_queue.name
-        for e in history
-        if e.HasField("activity_task_scheduled_event_attributes")
-    ]
-    assert queues == [stack.model_queue] * 3, "no activity task for a utility tool, only the model's"
-    markers = [i for i, e in enumerate(history) if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED]
-    calls = [i for i in markers if history[i].marker_recorded_event_attributes.marker_name == "core_local_activity"]
-    assert len(calls) == 3, [history[i].marker_recorded_event_attributes.marker_name for i in markers]
-    for i in (calls[0], calls[-1]):  # each batch of calls, then the model turn it feeds, in one workflow task
-        following = history[i + 1 :]
-        scheduled = next(n for n, e in enumerate(following) if e.HasField("activity_task_scheduled_event_attributes"))
-        between = [e.event_type for e in following[:scheduled]]
-        assert EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED not in between, between
 
 
 async def test_messages_sent_mid_turn_are_queued_and_processed_in_order(stack: Stack) -> None:

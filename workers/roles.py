@@ -75,9 +75,6 @@ timeout counts, rather than in the server's queue."""
 HARNESS_MAX_BUSY = 2.0
 """A harness takes no new workflow task while one it holds has been in the process longer than this (seconds;
 `SharedSlots`): far enough below the 10 s workflow task timeout for what it holds to finish within it."""
-HARNESS_LOCAL_ACTIVITY_SLOTS = 16
-"""Utility tool calls (`get_time`, `calculate`) one harness runs at once, as local activities: each takes
-microseconds, so a few slots keep up with every workflow task that asks for one."""
 
 
 MODEL_ACTIVITY_SLOTS = 200
@@ -130,16 +127,14 @@ def harness_worker(
         client,
         task_queue=task_queue,
         workflows=list(workflows),
-        activities=[make_execute_activity(UTILITY_TOOLS)],  # run as local activities only (workflows/_hands.py)
-        no_remote_activities=True,
         interceptors=harness_interceptors(),
         deployment_config=worker_config(deployment) if deployment is not None else None,
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
         tuner=WorkerTuner.create_composite(
             workflow_supplier=SharedSlots(HARNESS_WORKFLOW_SLOTS, max_busy=HARNESS_MAX_BUSY),
-            activity_supplier=FixedSizeSlotSupplier(1),  # a harness polls for no activity task
-            local_activity_supplier=FixedSizeSlotSupplier(HARNESS_LOCAL_ACTIVITY_SLOTS),
+            activity_supplier=FixedSizeSlotSupplier(1),  # a harness runs no activity
+            local_activity_supplier=FixedSizeSlotSupplier(1),
             nexus_supplier=FixedSizeSlotSupplier(1),
         ),
         workflow_task_poller_behavior=POLLERS,

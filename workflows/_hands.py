@@ -2,9 +2,7 @@
 task queue of the worker that serves it.
 
 Any process that serves the `execute` activity on its own queue is a hand (see corral.hands); the sandbox's
-built-in tools go through `_sandbox.py` instead, which provisions the container first. corral's utility tools
-(`get_time`, `calculate`) are pure, bounded and idempotent: the harness runs them itself, as a local activity
-(`UTILITY_LOCAL_PATCH`).
+built-in tools go through `_sandbox.py` instead, which provisions the container first.
 """
 
 from __future__ import annotations
@@ -13,7 +11,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 from workflows.policies import (
     HAND_HEARTBEAT_TIMEOUT,
@@ -30,33 +28,18 @@ with workflow.unsafe.imports_passed_through():
     from corral.contract.errors import MODEL_FATAL, MODEL_RETRYABLE
     from corral.contract.events import AgentToolUse
     from corral.contract.session import HandTool
-    from corral.names import ACTIVITY_EXECUTE, ACTIVITY_MODEL_TURN, UTILITY_HAND_TASK_QUEUE
+    from corral.names import ACTIVITY_EXECUTE, ACTIVITY_MODEL_TURN
     from workflows._outcomes import tool_failure
 
 MODEL_ROUTING_PATCH = "model-turn-routing"
-UTILITY_LOCAL_PATCH = "utility-tools-local"
-"""From here a utility tool runs as a local activity of the harness (a marker in the history, in the workflow task
-that asked for it) instead of an activity task on `corral-utility`: no task queue, no extra workflow task. Calls
-recorded before it replay on the utility hand's queue, which a utility hand still serves."""
 
 
 async def execute_on_hand(tool: HandTool, use: AgentToolUse) -> tuple[str, bool]:
     """(output, is_error): a failure is a result the model sees; a cancellation (interrupt) propagates."""
-    arguments = ExecuteInput(session_id=workflow.info().workflow_id, tool_use_id=use.id, name=use.name, input=use.input)
     try:
-        if tool.task_queue == UTILITY_HAND_TASK_QUEUE and workflow.patched(UTILITY_LOCAL_PATCH):
-            local: str = await workflow.execute_local_activity(
-                ACTIVITY_EXECUTE,
-                arguments,
-                result_type=str,
-                start_to_close_timeout=timedelta(seconds=tool.timeout_seconds),
-                retry_policy=INFRASTRUCTURE_RETRY,
-                summary=f"tool {use.name}",
-            )
-            return local, False
         output: str = await workflow.execute_activity(
             ACTIVITY_EXECUTE,
-            arguments,
+            ExecuteInput(session_id=workflow.info().workflow_id, tool_use_id=use.id, name=use.name, input=use.input),
             task_queue=tool.task_queue,
             result_type=str,
             start_to_close_timeout=timedelta(seconds=tool.timeout_seconds),
@@ -66,8 +49,8 @@ async def execute_on_hand(tool: HandTool, use: AgentToolUse) -> tuple[str, bool]
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             summary=f"tool {use.name}",
         )
-    except (ActivityError, ApplicationError, TimeoutError) as err:  # a local activity's error comes unwrapped
-        if isinstance(err, ActivityError) and isinstance(err.cause, CancelledError):
+    except ActivityError as err:
+        if isinstance(err.cause, CancelledError):
             raise
         return tool_failure(use.name, tool.task_queue, err), True
     return output, False

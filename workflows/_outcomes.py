@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from temporalio.exceptions import ActivityError, ApplicationError, FailureError, TimeoutError
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
 
 from corral.contract.activities import ModelTextOutput, ModelThinkingOutput, ModelToolUseOutput, ModelTurnResult
 from corral.contract.errors import MODEL_FATAL, MODEL_RETRYABLE, TOOL_ERROR, ModelErrorInfo
@@ -50,17 +50,16 @@ def failure_message(err: ActivityError, *, timed_out: str | None = None) -> str:
     return str(getattr(cause, "message", None) or cause or err)
 
 
-def tool_failure(name: str, task_queue: str, err: ActivityError | FailureError) -> str:
-    """A failed hand call as the tool result the model sees. A local activity's failure comes as its own error,
-    not wrapped in an `ActivityError`."""
-    cause = err.cause if isinstance(err, ActivityError) else err
+def tool_failure(name: str, task_queue: str, err: ActivityError) -> str:
+    """A failed hand call as the tool result the model sees."""
+    cause = err.cause
     if isinstance(cause, ApplicationError) and cause.type == TOOL_ERROR:
         return cause.message
-    if isinstance(err, ActivityError) and not_picked_up(err):
+    if not_picked_up(err):
         return f"Tool {name!r} is unavailable: no hand is serving task queue {task_queue!r}."
     if isinstance(cause, TimeoutError):
         return f"Tool {name!r} timed out ({cause.type.name.lower() if cause.type else 'timeout'})."
-    return f"Tool {name!r} failed: {failure_message(err) if isinstance(err, ActivityError) else err.message}"
+    return f"Tool {name!r} failed: {failure_message(err)}"
 
 
 def add_usage(total: ModelUsage, usage: ModelUsage) -> ModelUsage:

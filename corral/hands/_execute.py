@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -27,8 +26,7 @@ def make_execute_activity(tools: Mapping[str, ToolFunction]) -> Callable[[Execut
         function = table.get(input.name)
         if function is None:
             raise tool_error(f"unknown tool {input.name!r}; this hand serves: {', '.join(sorted(table))}")
-        # A local activity (the harness running the utility tools) has no heartbeat: its workflow task is its lease.
-        async with contextlib.nullcontext() if activity.info().is_local else heartbeating():
+        async with heartbeating():
             try:
                 output = function(input.input)
                 if inspect.isawaitable(output):
