@@ -23,8 +23,8 @@ _UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {ast.UAdd: operator.pos,
 MAX_EXPRESSION_CHARS = 1000
 MAX_EXPONENT = 10_000
 MAX_RESULT_BITS = 14_000
-"""No step may make an integer longer than this (about 4,200 decimal digits; Python prints none past 4,300): the
-harness runs these tools in its own event loop, so `(9**9999)**9999` must be refused before it is computed."""
+"""No step may make an integer longer than this (about 4,200 decimal digits; Python prints none past 4,300), so that
+`(9**9999)**9999` is refused before it is computed, not after minutes of the hand's event loop."""
 
 
 def _evaluate(node: ast.AST) -> int | float:
