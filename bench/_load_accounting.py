@@ -160,6 +160,9 @@ async def account(load: Load) -> None:
                 runs = await asyncio.to_thread(command_runs, load.engine, session.id)
                 if runs < 0:
                     checked.findings["sandbox sessions with no container"] += 1
+                elif runs < load.args.turns:  # which sessions, so that a short count can be looked into
+                    checked.findings["sandbox sessions whose marker file is short"] += 1
+                    checked.messages[f"{session.id}: {runs} marker lines for {load.args.turns} turns"] += 1
                 checked.lost["sandbox command runs (one per turn)"] += max(0, load.args.turns - max(runs, 0))
                 checked.duplicated["sandbox command runs (one per turn)"] += max(0, runs - load.args.turns)
 
