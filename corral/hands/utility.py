@@ -38,8 +38,6 @@ def _evaluate(node: ast.AST) -> int | float:
             raise ValueError(f"exponent {right} is too large (limit {MAX_EXPONENT})")
         if isinstance(node.op, ast.Pow) and isinstance(left, int) and abs(left) > 1 and right > 0:
             _check_bits((abs(left).bit_length() - 1) * right)  # at least half the result: what passes is cheap
-        if isinstance(node.op, ast.Mult) and isinstance(left, int) and isinstance(right, int):
-            _check_bits(abs(left).bit_length() + abs(right).bit_length() - 1)
         result: int | float = _BINARY[type(node.op)](left, right)
         if isinstance(result, int):
             _check_bits(result.bit_length())
