@@ -40,6 +40,11 @@ logger = logging.getLogger("relay")
 
 _WARNING_INTERVAL = 30.0  # a relay that stays down warns once per interval, not once per model turn
 RELAY_DOWN_SECONDS = 10.0
+FLUSH_SECONDS = 0.05
+"""After it sends deltas, an attempt waits this long before it sends more: the deltas that come meanwhile go in one
+write. The first delta of an attempt, and the first after a pause this long, go at once, so a first token is never
+held back; later text reaches a reader at most this much later. A model streams a delta every 20 ms or so, and one
+write per delta was a fifth of the model worker's CPU under `bench.load --profile`."""
 UNACKED_MILLISECONDS = 2000
 """A relay that leaves the deltas sent to it unacknowledged this long is gone. A relay process that dies is seen at
 once (its host resets the connection), but a relay whose host or container vanishes sends nothing back: the deltas
@@ -74,6 +79,7 @@ class StreamPublisher:
         max_pending_bytes: int = 1024 * 1024,
         max_kept_bytes: int = DEFAULT_MAX_BYTES,
         relay_down_seconds: float = RELAY_DOWN_SECONDS,
+        flush_seconds: float = FLUSH_SECONDS,
         connect_timeout: float = 2.0,
         io_timeout: float = 10.0,
     ) -> None:
@@ -82,6 +88,7 @@ class StreamPublisher:
         self.max_pending_bytes = max_pending_bytes
         self.max_kept_bytes = max_kept_bytes
         self.relay_down_seconds = relay_down_seconds
+        self.flush_seconds = flush_seconds
         self._down_until: dict[str, float] = {}
         self._headers = {"Content-Type": "application/x-ndjson", **_auth_headers(token)}
         self._timeout = httpx.Timeout(io_timeout, connect=connect_timeout, pool=connect_timeout)
@@ -300,6 +307,8 @@ class AttemptStream:
                 self._pending.clear()
                 self._pending_bytes = 0
                 yield b"".join(lines)
+                if self._publisher.flush_seconds > 0 and not self._closing:
+                    await asyncio.sleep(self._publisher.flush_seconds)  # what comes meanwhile goes in one write
             elif self._closing:
                 break
             else:

@@ -393,6 +393,19 @@ async def test_first_delta_arrives_before_the_publish_request_finishes(relay: St
     assert seen.text == {("sp", 0): "first second"}
 
 
+async def test_deltas_that_come_soon_after_a_write_go_in_the_next_one(relay: StreamRelayThread) -> None:
+    session, url = new_session(), relay.start()
+    async with StreamPublisher(url, flush_seconds=1.0) as publisher, following(url, session) as seen:
+        async with publisher.attempt(session, "sp", 1) as pub:
+            await pub.delta(0, "text", "first")
+            await wait_for(lambda: seen.has_text("sp"))  # the first delta is not held back by the flush interval
+            for piece in (" second", " third", " fourth"):
+                await pub.delta(0, "text", piece)
+                await asyncio.sleep(0.02)  # time enough to write each on its own, without the interval
+        await wait_for(lambda: seen.ended("sp"))
+    assert [e.text for e in seen.events if e.type == "delta"] == ["first", " second third fourth"]
+
+
 async def test_sessions_are_isolated(relay: StreamRelayThread) -> None:
     one, two, url = new_session(), new_session(), relay.start()
     async with StreamPublisher(url) as publisher, following(url, one) as seen_one, following(url, two) as seen_two:
