@@ -257,3 +257,14 @@ def test_every_payload_converter_shares_one_cache_of_type_adapters(monkeypatch: 
         [decoded] = CorralPayloadConverter().from_payloads(payloads, [SessionInput])
         assert decoded.message == "hi"
     assert built == [], "a new converter built the adapter again"
+
+
+def test_a_payload_converter_shares_its_encoding_converters() -> None:
+    """The SDK makes two payload converters per workflow activation (and drops them): none builds its own."""
+    from temporalio.contrib.pydantic import PydanticPayloadConverter
+
+    from corral.converter import CorralPayloadConverter
+
+    one, two = CorralPayloadConverter(), CorralPayloadConverter()
+    assert list(one.converters) == list(PydanticPayloadConverter().converters)  # the SDK's encodings, in its order
+    assert all(two.converters[encoding] is converter for encoding, converter in one.converters.items())
