@@ -9,6 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import docker
 from temporalio.api.enums.v1 import EventType, TimeoutType
 
 from bench._report import log_gaps_and_repeats
@@ -16,6 +17,7 @@ from bench.recovery import command_runs
 from corral.client import read_events
 from corral.contract.events import AgentToolResult, SessionEvent, SessionStatusIdle, UserMessage
 from corral.names import ACTIVITY_MODEL_TURN
+from sandbox.sessions import SESSION_LABEL
 
 if TYPE_CHECKING:
     from bench._load_clients import Load, Session
@@ -162,13 +164,22 @@ async def account(load: Load) -> None:
                     checked.findings["sandbox sessions with no container"] += 1
                 elif runs < load.args.turns:  # which sessions, so that a short count can be looked into
                     checked.findings["sandbox sessions whose marker file is short"] += 1
-                    checked.messages[f"{session.id}: {runs} marker lines for {load.args.turns} turns"] += 1
+                    containers = await asyncio.to_thread(session_containers, load.engine, session.id)
+                    checked.messages[
+                        f"{session.id}: {runs} marker lines for {load.args.turns} turns; containers: {containers}"
+                    ] += 1
                 checked.lost["sandbox command runs (one per turn)"] += max(0, load.args.turns - max(runs, 0))
                 checked.duplicated["sandbox command runs (one per turn)"] += max(0, runs - load.args.turns)
 
     await asyncio.gather(*(one(session) for session in load.loaded))
     for session in load.baseline:
         await check_history(load.alone_checked, load, session)
+
+
+def session_containers(engine: docker.DockerClient, session_id: str) -> str:
+    """Every container of the session, stopped ones too: its name (with its generation) and its state."""
+    found = engine.containers.list(all=True, filters={"label": f"{SESSION_LABEL}={session_id}"}, ignore_removed=True)
+    return ", ".join(f"{container.name} ({container.status})" for container in found) or "none"
 
 
 def scan_logs(load: Load) -> None:
