@@ -3,7 +3,9 @@
 Every follower of a session (the gateway's event streams, `corral send --wait`, `wait_for_idle`) long-polls the
 session's history and reads the log with a query when a workflow task has written to it. A query is a round trip
 through the server to the harness and an activation there, so a follower asks only about workflow tasks its last
-read did not cover: once when it catches up, then once per page of history that completes a new one.
+read did not cover: once when it catches up, then once per page of history that completes a new one. A follow
+that starts again in the same process long-polls from where the last one read the history to, instead of reading
+the history from its beginning.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from temporalio.client import Client, Interceptor, OutboundInterceptor, QueryWor
 
 from corral.client import follow_events, send_text
 from corral.contract.events import SessionEvent
+from corral.reading import HISTORY_POSITIONS
 from tests.conftest import Stack, assert_log_is_whole, wait_for_idle
 from tests.waits import until
 
@@ -39,7 +42,18 @@ class _CountingQueries(OutboundInterceptor):
         return await super().query_workflow(input)
 
 
-async def _counting_client(stack: Stack) -> tuple[Client, _Queries, list[int]]:
+class _Reads:
+    """Each history read: whether it started from a page token, and the first event id it returned (0: none)."""
+
+    def __init__(self) -> None:
+        self.reads: list[tuple[bool, int]] = []
+
+    def __getitem__(self, index: int) -> int:  # reads[0]: how many
+        assert index == 0
+        return len(self.reads)
+
+
+async def _counting_client(stack: Stack) -> tuple[Client, _Queries, _Reads]:
     """A client of its own, counting its queries and its history reads (each page, the long polls included)."""
     queries = _Queries()
     client = await Client.connect(
@@ -48,15 +62,17 @@ async def _counting_client(stack: Stack) -> tuple[Client, _Queries, list[int]]:
         data_converter=stack.client.data_converter,
         interceptors=[queries],
     )
-    reads = [0]
+    reads = _Reads()
     service = client.workflow_service
     fetch = service.get_workflow_execution_history
 
-    async def counted(*args: Any, **kwargs: Any) -> Any:
-        reads[0] += 1
-        return await fetch(*args, **kwargs)
+    async def counted(request: Any, *args: Any, **kwargs: Any) -> Any:
+        response = await fetch(request, *args, **kwargs)
+        events = response.history.events
+        reads.reads.append((bool(request.next_page_token), events[0].event_id if events else 0))
+        return response
 
-    service.get_workflow_execution_history = counted  # type: ignore[method-assign]
+    service.get_workflow_execution_history = counted  # type: ignore[method-assign,assignment]
     return client, queries, reads
 
 
@@ -66,6 +82,7 @@ async def test_a_follower_reads_the_log_once_to_catch_up_then_once_per_new_workf
     first = await wait_for_idle(handle)
     client, queries, reads = await _counting_client(stack)
     followed: list[SessionEvent] = []
+    HISTORY_POSITIONS.forget(client.get_workflow_handle(handle.id))  # no earlier follow to resume from
     async with contextlib.aclosing(follow_events(client.get_workflow_handle(handle.id))) as events:
         for _ in first:
             followed.append(await anext(events))
@@ -87,3 +104,37 @@ async def test_a_follower_reads_the_log_once_to_catch_up_then_once_per_new_workf
     )
     # Once per page of history completing a workflow task the last read did not cover: never more than the tasks.
     assert 1 < queries.count <= 1 + completed, (queries.count, completed)
+
+
+async def test_a_follow_that_starts_again_reads_the_history_from_where_the_last_one_left_it(stack: Stack) -> None:
+    model = stack.script([{"text": "First."}, {"text": "Second."}, {"text": "Third."}])
+    handle = await stack.start(model, message="hi")
+    await wait_for_idle(handle)
+    client, queries, reads = await _counting_client(stack)
+    followed = client.get_workflow_handle(handle.id)
+    HISTORY_POSITIONS.forget(followed)
+    first = await wait_for_idle(followed)
+    assert reads.reads[0] == (False, 1), "the first follow reads the history from its beginning"
+
+    await send_text(handle, "again")
+    before, asked = reads[0], queries.count
+    second: list[SessionEvent] = []
+    async with contextlib.aclosing(follow_events(followed)) as events:  # from the start of the log: both turns
+        async for event in events:
+            second.append(event)
+            if event.type == "session.status_idle" and len(second) > len(first):
+                break
+    # The whole log again, from a follow that read no history from its beginning.
+    assert [e.id for e in second[: len(first)]] == [e.id for e in first]
+    assert second[-1].type == "session.status_idle" and len(second) > len(first)
+    assert_log_is_whole(second)
+    assert all(from_token and first_id != 1 for from_token, first_id in reads.reads[before:]), reads.reads[before:]
+    assert queries.count > asked
+
+    # A position the server does not know (a run gone past its retention, say) is a read from the beginning.
+    HISTORY_POSITIONS.put(followed, b"not a page token", 5)
+    await send_text(handle, "and again")
+    before = reads[0]
+    third = await wait_for_idle(followed, after=second[-1].position)
+    assert third[-1].type == "session.status_idle"
+    assert (False, 1) in reads.reads[before:], reads.reads[before:]
