@@ -198,6 +198,16 @@ async def _retrying(call: Callable[[], Awaitable[T]]) -> T:
         await asyncio.sleep(RETRY_SECONDS)
 
 
+async def _log_since(handle: WorkflowHandle, after: int) -> tuple[list[SessionEvent], int]:
+    """The log after `after`, and the last history event its read covers: every workflow task completed by then
+    wrote its events into it (0: the harness did not say). One query, unless the log is long or archived."""
+    page = await query_session(handle, QUERY_EVENTS, EventPage, EventsQuery(after=after, limit=1000))
+    covered = page.history_length + 1 if page.history_length else 0
+    if page.has_more or (page.archive is not None and after < page.archive.through):
+        return await read_events(handle, after=after), covered  # every page, and the archive's
+    return page.events, covered
+
+
 class HistoryPositions:
     """Where this process last read each session's history to (a page token of Temporal's, and the last event id
     read), so that a follow that starts again long-polls from there instead of reading the history from its
@@ -230,8 +240,9 @@ async def follow_events(handle: WorkflowHandle, after: int = 0) -> AsyncGenerato
 
     No polling: a long poll on the workflow history (`wait_new_event`) returns when something is appended. Session
     events are written by workflow tasks, so the log is read once the history has been caught up with, and again
-    only after a page of history that completes a workflow task the last read did not cover. Raises `SessionClosed`
-    once the workflow has closed, after the last events are yielded.
+    only after a page of history that completes a workflow task the last read did not cover (the session says how
+    far into its history a read reaches: `EventPage.history_length`). Raises `SessionClosed` once the workflow has
+    closed, after the last events are yielded.
     """
     resumed = HISTORY_POSITIONS.get(handle)
     while True:  # once per history followed: from where this process last read it, else from its beginning
@@ -239,10 +250,11 @@ async def follow_events(handle: WorkflowHandle, after: int = 0) -> AsyncGenerato
             # The log is read first: the long poll from there waits for the next event before it returns anything.
             token, seen = resumed
             history = handle.fetch_history_events(wait_new_event=True, next_page_token=token)
-            for event in await _retrying(partial(read_events, handle, after=after)):
+            events, covered = await _retrying(partial(_log_since, handle, after))
+            for event in events:
                 after = event.position
                 yield event
-            covered = seen
+            covered = covered or seen
         else:
             # The long poll needs a position, and without one the only way to it is to read the history from its
             # beginning: about 70 ms per 1000 history events. The history is read first, then the log: a query
@@ -268,8 +280,9 @@ async def follow_events(handle: WorkflowHandle, after: int = 0) -> AsyncGenerato
             if resumed is not None and closed not in (None, WorkflowExecutionStatus.CONTINUED_AS_NEW):
                 break  # maybe an earlier run of this id (a reset one): the latest run's own history says
             if written:
-                covered = seen
-                for event in await _retrying(partial(read_events, handle, after=after)):
+                events, covered = await _retrying(partial(_log_since, handle, after))
+                covered = covered or seen
+                for event in events:
                     after = event.position
                     yield event
             if closed == WorkflowExecutionStatus.CONTINUED_AS_NEW:

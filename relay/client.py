@@ -16,6 +16,7 @@ kept: the path is exactly the one-relay path.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import time
@@ -198,6 +199,7 @@ class AttemptStream:
         self._pending: list[_Pending] = []
         self._pending_bytes = 0
         self._ready = asyncio.Event()
+        self._closed = asyncio.Event()
         self._closing = False
         self._stopped = False  # no further delta will be sent
         self._next_seq = 0
@@ -221,6 +223,7 @@ class AttemptStream:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._closing = True
+        self._closed.set()
         self._ready.set()
 
     async def delta(self, block: int, kind: DeltaKind, text: str) -> None:
@@ -308,7 +311,9 @@ class AttemptStream:
                 self._pending_bytes = 0
                 yield b"".join(lines)
                 if self._publisher.flush_seconds > 0 and not self._closing:
-                    await asyncio.sleep(self._publisher.flush_seconds)  # what comes meanwhile goes in one write
+                    with contextlib.suppress(TimeoutError):  # what comes meanwhile goes in one write; `end` at once
+                        async with asyncio.timeout(self._publisher.flush_seconds):
+                            await self._closed.wait()
             elif self._closing:
                 break
             else:
