@@ -43,7 +43,8 @@ class _CountingQueries(OutboundInterceptor):
 
 
 class _Reads:
-    """Each history read: whether it started from a page token, and the first event id it returned (0: none)."""
+    """Each history read, counted as it is sent: whether it starts from a page token, and the first event id it
+    returned (0: none, or not yet returned)."""
 
     def __init__(self) -> None:
         self.reads: list[tuple[bool, int]] = []
@@ -67,9 +68,11 @@ async def _counting_client(stack: Stack) -> tuple[Client, _Queries, _Reads]:
     fetch = service.get_workflow_execution_history
 
     async def counted(request: Any, *args: Any, **kwargs: Any) -> Any:
+        index = len(reads.reads)  # counted as it is sent: a long poll is a read while it waits
+        reads.reads.append((bool(request.next_page_token), 0))
         response = await fetch(request, *args, **kwargs)
         events = response.history.events
-        reads.reads.append((bool(request.next_page_token), events[0].event_id if events else 0))
+        reads.reads[index] = (reads.reads[index][0], events[0].event_id if events else 0)
         return response
 
     service.get_workflow_execution_history = counted  # type: ignore[method-assign,assignment]
@@ -107,7 +110,7 @@ async def test_a_follower_reads_the_log_once_to_catch_up_then_once_per_new_workf
 
 
 async def test_a_follow_that_starts_again_reads_the_history_from_where_the_last_one_left_it(stack: Stack) -> None:
-    model = stack.script([{"text": "First."}, {"text": "Second."}, {"text": "Third."}])
+    model = stack.script([{"text": "First."}, {"text": "Second."}, {"text": "Third."}, {"text": "Fourth."}])
     handle = await stack.start(model, message="hi")
     await wait_for_idle(handle)
     client, queries, reads = await _counting_client(stack)
@@ -117,23 +120,28 @@ async def test_a_follow_that_starts_again_reads_the_history_from_where_the_last_
     assert reads.reads[0] == (False, 1), "the first follow reads the history from its beginning"
 
     await send_text(handle, "again")
+    other = stack.client.get_workflow_handle(handle.id, run_id=(await handle.describe()).run_id)
+    both = await wait_for_idle(other, after=first[-1].position)  # another follower (of the run): this one is behind
     before, asked = reads[0], queries.count
     second: list[SessionEvent] = []
-    async with contextlib.aclosing(follow_events(followed)) as events:  # from the start of the log: both turns
-        async for event in events:
-            second.append(event)
-            if event.type == "session.status_idle" and len(second) > len(first):
-                break
-    # The whole log again, from a follow that read no history from its beginning.
-    assert [e.id for e in second[: len(first)]] == [e.id for e in first]
-    assert second[-1].type == "session.status_idle" and len(second) > len(first)
+    async with contextlib.aclosing(follow_events(followed)) as events:  # from the start of the log
+        while len(second) < len(first) + len(both):
+            second.append(await anext(events))
+        parked = asyncio.create_task(anext(events))
+        await until(lambda: reads[0] >= before + 2, "the follower waiting in the history's long poll")
+        # One read of the log, which covers the workflow tasks in the history since its last follow.
+        assert queries.count == asked + 1, f"{queries.count - asked} reads of the log to catch up"
+        await send_text(handle, "and again")
+        second.append(await parked)
+        while second[-1].type != "session.status_idle":
+            second.append(await anext(events))
+    assert [e.id for e in second[: len(first) + len(both)]] == [e.id for e in first + both]
     assert_log_is_whole(second)
     assert all(from_token and first_id != 1 for from_token, first_id in reads.reads[before:]), reads.reads[before:]
-    assert queries.count > asked
 
     # A position the server does not know (a run gone past its retention, say) is a read from the beginning.
     HISTORY_POSITIONS.put(followed, b"not a page token", 5)
-    await send_text(handle, "and again")
+    await send_text(handle, "once more")
     before = reads[0]
     third = await wait_for_idle(followed, after=second[-1].position)
     assert third[-1].type == "session.status_idle"

@@ -585,7 +585,9 @@ class SessionWorkflow:
 
     @workflow.query(name=QUERY_EVENTS)
     def events(self, query: EventsQuery | None = None) -> EventPage:
-        return self._log.page(query or EventsQuery(), self._runs.archive)
+        page = self._log.page(query or EventsQuery(), self._runs.archive)
+        page.history_length = workflow.info().get_current_history_length()
+        return page
 
     @workflow.query(name=QUERY_CONTEXT_VIEW)
     def context_view(self) -> ContextView:

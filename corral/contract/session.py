@@ -252,6 +252,10 @@ class EventPage(BaseModel):
     has_more: bool
     next_after: int
     archive: ArchiveIndex | None = None
+    history_length: int = 0
+    """The events of the workflow's history the session had seen when it answered (0 from a harness that does not
+    say): every workflow task completed up to the next event is in this page's log, so a follower does not ask
+    about them again."""
 
 
 class SessionInfo(BaseModel):
