@@ -52,7 +52,7 @@ class CorralPayloadConverter(PydanticPayloadConverter):
     """The SDK makes a payload converter for every data converter it makes, and it makes two for every workflow
     activation (its per-command serialization contexts), only to replace it at once. So this one is cheap to make:
     it shares one set of encoding converters (they hold no state but the shared type adapter cache), where building
-    them anew took about 70 us, a few percent of the harness's CPU under `bench.load --profile`."""
+    them anew showed in the harness's flame graph under `bench.load --profile`."""
 
     def __init__(self) -> None:
         CompositePayloadConverter.__init__(self, *_encoding_converters())  # what PydanticPayloadConverter sets

@@ -44,8 +44,8 @@ RELAY_DOWN_SECONDS = 10.0
 FLUSH_SECONDS = 0.05
 """After it sends deltas, an attempt waits this long before it sends more: the deltas that come meanwhile go in one
 write. The first delta of an attempt, and the first after a pause this long, go at once, so a first token is never
-held back; later text reaches a reader at most this much later. A model streams a delta every 20 ms or so, and one
-write per delta was a fifth of the model worker's CPU under `bench.load --profile`."""
+held back; later text reaches a reader at most this much later. A model streams a delta every 20 ms or so, and a
+write per delta was one of the largest parts of the model worker's CPU in `bench.load --profile`'s flame graph."""
 UNACKED_MILLISECONDS = 2000
 """A relay that leaves the deltas sent to it unacknowledged this long is gone. A relay process that dies is seen at
 once (its host resets the connection), but a relay whose host or container vanishes sends nothing back: the deltas
