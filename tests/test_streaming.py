@@ -395,7 +395,7 @@ async def test_first_delta_arrives_before_the_publish_request_finishes(relay: St
 
 async def test_deltas_that_come_soon_after_a_write_go_in_the_next_one(relay: StreamRelayThread) -> None:
     session, url = new_session(), relay.start()
-    async with StreamPublisher(url, flush_seconds=1.0) as publisher, following(url, session) as seen:
+    async with StreamPublisher(url, flush_seconds=5.0) as publisher, following(url, session) as seen:
         async with publisher.attempt(session, "sp", 1) as pub:
             await pub.delta(0, "text", "first")
             await wait_for(lambda: seen.has_text("sp"))  # the first delta is not held back by the flush interval
