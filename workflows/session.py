@@ -586,8 +586,7 @@ class SessionWorkflow:
     @workflow.query(name=QUERY_EVENTS)
     def events(self, query: EventsQuery | None = None) -> EventPage:
         page = self._log.page(query or EventsQuery(), self._runs.archive)
-        page.history_length = workflow.info().get_current_history_length()
-        return page
+        return page.model_copy(update={"history_length": workflow.info().get_current_history_length()})
 
     @workflow.query(name=QUERY_CONTEXT_VIEW)
     def context_view(self) -> ContextView:
