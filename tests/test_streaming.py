@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import aclosing, asynccontextmanager
+from functools import partial
 from typing import Any
 
 import httpx
@@ -393,17 +394,29 @@ async def test_first_delta_arrives_before_the_publish_request_finishes(relay: St
     assert seen.text == {("sp", 0): "first second"}
 
 
+def ends_with(seen: Collector, text: str) -> bool:
+    return seen.text.get(("sp", 0), "").endswith(text)
+
+
 async def test_deltas_that_come_soon_after_a_write_go_in_the_next_one(relay: StreamRelayThread) -> None:
-    session, url = new_session(), relay.start()
-    async with StreamPublisher(url, flush_seconds=5.0) as publisher, following(url, session) as seen:
-        async with publisher.attempt(session, "sp", 1) as pub:
+    session, control, url = new_session(), new_session(), relay.start()
+    async with (
+        StreamPublisher(url, flush_seconds=5.0) as publisher,
+        StreamPublisher(url, flush_seconds=0) as unbatched,
+        following(url, session) as seen,
+        following(url, control) as seen_control,
+    ):
+        async with publisher.attempt(session, "sp", 1) as pub, unbatched.attempt(control, "sp", 1) as other:
             await pub.delta(0, "text", "first")
             await wait_for(lambda: seen.has_text("sp"))  # the first delta is not held back by the flush interval
             for piece in (" second", " third", " fourth"):
                 await pub.delta(0, "text", piece)
-                await asyncio.sleep(0.02)  # time enough to write each on its own, without the interval
+                await other.delta(0, "text", piece)
+                # A write made after this piece came in has reached a reader: without the interval, it went alone.
+                await wait_for(partial(ends_with, seen_control, piece))
         await wait_for(lambda: seen.ended("sp"))
     assert [e.text for e in seen.events if e.type == "delta"] == ["first", " second third fourth"]
+    assert [e.text for e in seen_control.events if e.type == "delta"] == [" second", " third", " fourth"]
 
 
 async def test_sessions_are_isolated(relay: StreamRelayThread) -> None:
