@@ -203,8 +203,10 @@ async def _log_since(handle: WorkflowHandle, after: int) -> tuple[list[SessionEv
     wrote its events into it (0: the harness did not say). One query, unless the log is long or archived."""
     page = await query_session(handle, QUERY_EVENTS, EventPage, EventsQuery(after=after, limit=1000))
     covered = page.history_length + 1 if page.history_length else 0
-    if page.has_more or (page.archive is not None and after < page.archive.through):
-        return await read_events(handle, after=after), covered  # every page, and the archive's
+    if page.archive is not None and after < page.archive.through:
+        return await read_events(handle, after=after), covered  # from the archive of earlier runs on
+    if page.has_more:
+        return page.events + await read_events(handle, after=page.next_after), covered  # the pages after this one
     return page.events, covered
 
 
@@ -218,18 +220,22 @@ class HistoryPositions:
         self._size = size
         self._positions: OrderedDict[tuple[str, str], tuple[bytes, int]] = OrderedDict()
 
+    @staticmethod
+    def _key(handle: WorkflowHandle) -> tuple[str, str]:
+        return handle.id, handle.run_id or ""
+
     def get(self, handle: WorkflowHandle) -> tuple[bytes, int] | None:
-        return self._positions.get((handle.id, handle.run_id or ""))
+        return self._positions.get(self._key(handle))
 
     def put(self, handle: WorkflowHandle, token: bytes, seen: int) -> None:
-        key = (handle.id, handle.run_id or "")
+        key = self._key(handle)
         self._positions[key] = (token, seen)
         self._positions.move_to_end(key)
         while len(self._positions) > self._size:
             self._positions.popitem(last=False)
 
     def forget(self, handle: WorkflowHandle) -> None:
-        self._positions.pop((handle.id, handle.run_id or ""), None)
+        self._positions.pop(self._key(handle), None)
 
 
 HISTORY_POSITIONS = HistoryPositions()
