@@ -316,7 +316,13 @@ async def test_the_example_worker_serves_a_session_from_its_directory(stack: Sta
     async with self_hosted(stack, tmp_path) as hosted:
         workdir = tmp_path / "desk"
         workdir.mkdir()
-        env = {**os.environ, KEY_VARIABLE: hosted.key, "ANTHROPIC_BASE_URL": hosted.gateway.url}
+        # ANTHROPIC_LOG=debug: the SDK logs each request and its answer, so a worker that does not end says where
+        env = {
+            **os.environ,
+            KEY_VARIABLE: hosted.key,
+            "ANTHROPIC_BASE_URL": hosted.gateway.url,
+            "ANTHROPIC_LOG": "debug",
+        }
         env.pop("ANTHROPIC_API_KEY", None)
         log = tmp_path / "example.log"
         with log.open("wb") as out:
@@ -332,6 +338,9 @@ async def test_the_example_worker_serves_a_session_from_its_directory(stack: Sta
             example.send_signal(signal.SIGINT)  # Ctrl-C, as the docstring says; it stops its item first
             try:
                 await until(lambda: example.poll() is not None, "the example worker ending on Ctrl-C")
+            except AssertionError as exc:
+                tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+                raise AssertionError(f"{exc}; the last lines of its log:\n{tail}") from None
             finally:
                 example.kill()
                 example.wait()
