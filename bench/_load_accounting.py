@@ -4,6 +4,7 @@ logged; whatever does not add up is counted as lost or duplicated, whatever went
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from bench._report import log_gaps_and_repeats
 from bench.recovery import command_runs
 from corral.client import read_events
 from corral.contract.events import AgentToolResult, SessionEvent, SessionStatusIdle, UserMessage
-from corral.names import ACTIVITY_MODEL_TURN
+from corral.names import ACTIVITY_EXECUTE, ACTIVITY_MODEL_TURN, ACTIVITY_PROVISION_SANDBOX
 from sandbox.sessions import SESSION_LABEL
 
 if TYPE_CHECKING:
@@ -165,8 +166,10 @@ async def account(load: Load) -> None:
                 elif runs < load.args.turns:  # which sessions, so that a short count can be looked into
                     checked.findings["sandbox sessions whose marker file is short"] += 1
                     containers = await asyncio.to_thread(session_containers, load.engine, session.id)
+                    trail = await sandbox_trail(session)
                     checked.messages[
-                        f"{session.id}: {runs} marker lines for {load.args.turns} turns; containers: {containers}"
+                        f"{session.id}: {runs} marker lines for {load.args.turns} turns; containers: {containers}; "
+                        f"its history: {trail}"
                     ] += 1
                 checked.lost["sandbox command runs (one per turn)"] += max(0, load.args.turns - max(runs, 0))
                 checked.duplicated["sandbox command runs (one per turn)"] += max(0, runs - load.args.turns)
@@ -174,12 +177,53 @@ async def account(load: Load) -> None:
     await asyncio.gather(*(one(session) for session in load.loaded))
     for session in load.baseline:
         await check_history(load.alone_checked, load, session)
+    if checked.findings["sandbox sessions whose marker file is short"] and load.engine is not None:
+        # Where did the short sessions' lines go: any container, of any session of the run (the baseline's too),
+        # whose marker file does not hold one line per turn.
+        for line in await asyncio.to_thread(uneven_containers, load.engine, load.args.turns):
+            checked.messages[f"marker file not of {load.args.turns} lines: {line}"] += 1
+
+
+async def sandbox_trail(session: Session) -> str:
+    """What the session's history says of its sandbox: each container a `provision_sandbox` returned (name and
+    id), and each `execute` that completed, by the worker that ran it, with what it returned."""
+    said: list[str] = []
+    history = await session.handle.fetch_history()
+    types: dict[int, str] = {}
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            types[event.event_id] = event.activity_task_scheduled_event_attributes.activity_type.name
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            done = event.activity_task_completed_event_attributes
+            kind = types.get(done.scheduled_event_id)
+            data = done.result.payloads[0].data if done.result.payloads else b""
+            if kind == ACTIVITY_PROVISION_SANDBOX:
+                handle = json.loads(data)
+                said.append(f"provisioned {handle.get('container_name')} ({str(handle.get('container_id'))[:10]})")
+            elif kind == ACTIVITY_EXECUTE:
+                said.append(f"execute by {done.identity}: {data[:80]!r}")
+    return "; ".join(said) or "no sandbox activity completed"
 
 
 def session_containers(engine: docker.DockerClient, session_id: str) -> str:
     """Every container of the session, stopped ones too: its name (with its generation) and its state."""
     found = engine.containers.list(all=True, filters={"label": f"{SESSION_LABEL}={session_id}"}, ignore_removed=True)
     return ", ".join(f"{container.name} ({container.status})" for container in found) or "none"
+
+
+def uneven_containers(engine: docker.DockerClient, turns: int) -> list[str]:
+    """Every session container, stopped ones too, whose marker file does not hold `turns` lines: its name, id,
+    state, when it was made, and its line count (a stopped one's file is read from its workspace volume's mount)."""
+    found = []
+    for container in engine.containers.list(all=True, filters={"label": SESSION_LABEL}, ignore_removed=True):
+        runs = "not running"
+        if container.status == "running":
+            output = container.exec_run(["sh", "-c", "cat /workspace/runs 2>/dev/null | wc -l"]).output
+            runs = str(int(output.decode().strip() or 0))
+        if runs != str(turns):
+            made = container.attrs.get("Created", "?")
+            found.append(f"{container.name} ({container.short_id}, {container.status}, made {made}): {runs} lines")
+    return found
 
 
 def scan_logs(load: Load) -> None:
