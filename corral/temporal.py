@@ -119,15 +119,26 @@ def temporal_binary() -> str:
     return found
 
 
-LOCAL_SERVER_ARGS: tuple[str, ...] = tuple(
-    arg
-    for setting in ("frontend.keepAliveMaxConnectionAge", "frontend.keepAliveMaxConnectionIdle")
-    for arg in ("--dynamic-config-value", f'{setting}="87600h"')
+LOCAL_SETTINGS: tuple[tuple[str, str], ...] = (
+    ("frontend.keepAliveMaxConnectionAge", '"87600h"'),
+    ("frontend.keepAliveMaxConnectionIdle", '"87600h"'),
+    ("matching.numTaskqueueReadPartitions", "1"),
+    ("matching.numTaskqueueWritePartitions", "1"),
 )
-"""What every local dev server corral starts is told: keep a client's connection. By default the frontend closes each
-connection after 5 minutes (GOAWAY, to spread clients over a cluster's frontends, which one local server has no
-use for), and a call in flight at that moment fails with "operation was canceled" (a CANCELLED status the SDK does
-not retry), which a long-lived gateway or worker would otherwise see every few hours."""
+"""What every local dev server corral starts is told (dynamic config, as `--dynamic-config-value KEY=VALUE`):
+
+- Keep a client's connection. By default the frontend closes each connection after 5 minutes (GOAWAY, to spread
+  clients over a cluster's frontends, which one local server has no use for), and a call in flight at that moment
+  fails with "operation was canceled" (a CANCELLED status the SDK does not retry), which a long-lived gateway or
+  worker would otherwise see every few hours.
+- One partition per task queue. By default each queue has four, to spread one queue over a cluster's matching
+  hosts; one local server has one. A task goes to any of the four and a poll to any of the four, so a backlog is
+  served in no particular order: a turn that waited longest for a busy model worker could be taken last. With one,
+  the tasks waiting in a queue are taken in the order they came (tests/test_queue_status.py), with no task or poll
+  forwarded from partition to partition."""
+LOCAL_SERVER_ARGS: tuple[str, ...] = tuple(
+    arg for key, value in LOCAL_SETTINGS for arg in ("--dynamic-config-value", f"{key}={value}")
+)
 
 
 async def start_local_temporal(**options: Any) -> WorkflowEnvironment:

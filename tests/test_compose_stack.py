@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import shutil
 import subprocess
@@ -73,7 +74,7 @@ from corral.names import (
 )
 from corral.records import Records
 from corral.serving import ServerThread
-from corral.temporal import cluster_id, connect
+from corral.temporal import LOCAL_SERVER_ARGS, cluster_id, connect
 from deploy import build_offline_images, compose_command
 from deploy.__main__ import PROFILES, check_config
 from relay.partition import relay_order, relay_urls
@@ -132,6 +133,11 @@ def test_the_compose_file_is_valid_for_every_profile(compose: list[str], profile
         for secret in SECRETS:
             value = (service.get("environment") or {}).get(secret)
             assert value in (None, "", "offline-stand-in"), f"{name} sets {secret} in the file"
+    if profile == "offline":  # its own Temporal dev server: told what `corral up` tells the one it starts
+        command = services["offline-temporal"]["command"]
+        given = set(itertools.pairwise(command))
+        pairs = zip(LOCAL_SERVER_ARGS[::2], LOCAL_SERVER_ARGS[1::2], strict=True)
+        assert all(pair in given for pair in pairs), (command, LOCAL_SERVER_ARGS)
     # Large payloads go to the blob store with a reference in history: every role that talks to Temporal must see
     # the same store, or one role writes a reference another cannot read.
     talkers = {name: service for name, service in services.items()

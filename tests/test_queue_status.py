@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import os
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -17,7 +19,9 @@ from typing import Any
 
 import anthropic
 import pytest
-from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.api.enums.v1 import PendingActivityState, TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.worker import Worker
 
 from activities.model import ModelActivities
@@ -176,6 +180,42 @@ async def test_turns_behind_a_busy_worker_wait_with_it_polling_and_run_once_it_i
         for handle in waiting:
             assert texts(await wait_for_idle(handle)) == ["done"], "each waiting turn ran, once"
         await until(lambda: backlog_is(stack, queue, 0), "the queue's backlog is empty again")
+
+
+async def queued(stack: Stack, queue: str, count: int) -> bool:
+    """Whether `count` tasks wait in the activity queue's root partition (the one a worker polls first), as the
+    partition itself says (the legacy `include_task_queue_status`), not the stats `DescribeTaskQueue` caches."""
+    request = DescribeTaskQueueRequest(namespace=stack.client.namespace, task_queue=TaskQueue(name=queue),
+                                       task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+                                       include_task_queue_status=True)  # fmt: skip
+    status = (await stack.client.workflow_service.describe_task_queue(request)).task_queue_status
+    return status.backlog_count_hint == count
+
+
+async def test_turns_waiting_for_a_busy_worker_are_taken_in_the_order_they_came(stack: Stack) -> None:
+    """One model worker with one slot, held by a slow turn; eight sessions' turns then wait behind it, each scheduled
+    only once the one before is in the queue. Freed, the worker takes them in that order: the local server keeps one
+    partition per task queue (corral/temporal.py `LOCAL_SERVER_ARGS`). With the server's default four, a backlog is
+    spread over four partitions, and the worker drains them in no particular order."""
+    queue = unique("model")
+    model = anthropic.AsyncAnthropic(base_url=stack.model_server.base_url, api_key="test-key", max_retries=0)
+    activities = [ModelActivities(stack.client, model).model_turn, *knowledge_activities(stack.client)]
+    busy = Worker(stack.client, task_queue=queue, activities=activities, max_concurrent_activities=1)
+    async with busy:
+        slow = stack.script([{"text": "never sent", "first_token_latency": 120.0}])
+        holder = await stack.start(slow, message="take your time", model_task_queue=queue)
+        await until(lambda: turn_started(holder), "the slow turn holds the worker's one slot")
+        quick = stack.script([{"text": "done"}], loop=True)
+        waiting = []
+        for n in range(8):
+            waiting.append(await stack.start(quick, message=f"turn {n}", model_task_queue=queue))
+            in_line = f"turn {n} waiting in the queue's one partition behind the others (corral/temporal.py)"
+            await until(functools.partial(queued, stack, queue, n + 1), in_line, within=10)
+        await holder.signal(SIGNAL_INTERRUPT)
+        for handle in waiting:
+            assert texts(await wait_for_idle(handle)) == ["done"], "each waiting turn ran, once"
+    taken = [re.findall(r"turn \d", str(request["body"]["messages"]))[0] for request in stack.requests(quick)]
+    assert taken == [f"turn {n}" for n in range(8)], "the waiting turns were taken in the order they came"
 
 
 async def test_a_session_no_harness_worker_has_taken_yet_is_shown_waiting_for_one(stack: Stack, tmp_path: Path) -> None:
