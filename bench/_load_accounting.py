@@ -16,7 +16,7 @@ from temporalio.api.enums.v1 import EventType, TimeoutType
 from bench._report import log_gaps_and_repeats
 from bench.recovery import command_runs
 from corral.client import read_events
-from corral.contract.events import AgentToolResult, SessionEvent, SessionStatusIdle, UserMessage
+from corral.contract.events import AgentToolResult, SessionError, SessionEvent, SessionStatusIdle, UserMessage
 from corral.names import ACTIVITY_EXECUTE, ACTIVITY_MODEL_TURN, ACTIVITY_PROVISION_SANDBOX
 from sandbox.sessions import SESSION_LABEL
 
@@ -83,7 +83,12 @@ def check_log(checked: Checked, session: Session, events: list[SessionEvent], tu
     checked.findings["tool results that are errors"] += sum(
         1 for event in events if isinstance(event, AgentToolResult) and event.is_error
     )
-    checked.findings["session.error events"] += sum(1 for event in events if event.type == "session.error")
+    turn = 0
+    for event in events:
+        turn += isinstance(event, UserMessage)
+        if isinstance(event, SessionError):  # which session, and when in it: a short marker file may be the same one
+            checked.findings["session.error events"] += 1
+            checked.messages[f"{session.id}: session.error in turn {turn}: {event.error.message[:120]}"] += 1
 
 
 async def check_history(checked: Checked, load: Load, session: Session) -> None:
