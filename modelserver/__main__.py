@@ -7,6 +7,7 @@ import logging
 
 import uvicorn
 
+from corral.serving import uvicorn_config
 from modelserver.app import create_app
 
 logger = logging.getLogger("modelserver")
@@ -55,7 +56,9 @@ def main(argv: list[str] | None = None) -> None:
         args.host,
         args.port,
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    uvicorn.Server(
+        uvicorn_config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    ).run()
 
 
 if __name__ == "__main__":
