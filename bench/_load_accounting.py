@@ -19,6 +19,7 @@ from corral.client import read_events
 from corral.contract.events import AgentToolResult, SessionError, SessionEvent, SessionStatusIdle, UserMessage
 from corral.names import ACTIVITY_EXECUTE, ACTIVITY_MODEL_TURN, ACTIVITY_PROVISION_SANDBOX
 from sandbox.sessions import SESSION_LABEL
+from sandbox.workspace import SANDBOX_GID, SANDBOX_UID
 
 if TYPE_CHECKING:
     from bench._load_clients import Load, Session
@@ -172,9 +173,10 @@ async def account(load: Load) -> None:
                     checked.findings["sandbox sessions whose marker file is short"] += 1
                     containers = await asyncio.to_thread(session_containers, load.engine, session.id)
                     trail = await sandbox_trail(session)
+                    looked = await asyncio.to_thread(look_inside, load.engine, session.id)
                     checked.messages[
                         f"{session.id}: {runs} marker lines for {load.args.turns} turns; containers: {containers}; "
-                        f"its history: {trail}"
+                        f"its history: {trail}; inside: {looked}"
                     ] += 1
                 checked.lost["sandbox command runs (one per turn)"] += max(0, load.args.turns - max(runs, 0))
                 checked.duplicated["sandbox command runs (one per turn)"] += max(0, runs - load.args.turns)
@@ -208,6 +210,22 @@ async def sandbox_trail(session: Session) -> str:
             elif kind == ACTIVITY_EXECUTE:
                 said.append(f"execute by {done.identity}: {data[:80]!r}")
     return "; ".join(said) or "no sandbox activity completed"
+
+
+LOOK = "id; ls -la /workspace; grep workspace /proc/mounts; ls /run/corral/calls | head -3; cat /workspace/runs"
+"""What a short session's container holds: who the exec is, the workspace and its mount, the runner's call records."""
+
+
+def look_inside(engine: docker.DockerClient, session_id: str) -> str:
+    """`LOOK` run in the session's running container, as root and as the sandbox's user: exit code and output."""
+    found = engine.containers.list(filters={"label": f"{SESSION_LABEL}={session_id}"})
+    if not found:
+        return "no running container"
+    said = []
+    for user in ("root", f"{SANDBOX_UID}:{SANDBOX_GID}"):
+        result = found[0].exec_run(["sh", "-c", LOOK], user=user)
+        said.append(f"as {user}: exit {result.exit_code}: {result.output.decode(errors='replace')[:600]!r}")
+    return "; ".join(said)
 
 
 def session_containers(engine: docker.DockerClient, session_id: str) -> str:

@@ -6,6 +6,7 @@ one; nothing is faked, and every wait is for what the server reports."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import os
@@ -150,17 +151,23 @@ async def turn_started(handle: Any) -> bool:
                for a in pending)  # fmt: skip
 
 
-async def test_turns_behind_a_busy_worker_wait_with_it_polling_and_run_once_it_is_free(stack: Stack) -> None:
-    """The machine is full: one model worker with one slot, held by a slow turn. Two more sessions' turns wait in the
-    queue, counted, with the worker still listed as polling; once the slow turn is interrupted, both run."""
+@contextlib.asynccontextmanager
+async def held_worker(stack: Stack) -> AsyncIterator[tuple[str, Any]]:
+    """A model worker of one slot on a queue of its own, the slot held by a slow turn: (the queue, that session)."""
     queue = unique("model")
     model = anthropic.AsyncAnthropic(base_url=stack.model_server.base_url, api_key="test-key", max_retries=0)
     activities = [ModelActivities(stack.client, model).model_turn, *knowledge_activities(stack.client)]
-    busy = Worker(stack.client, task_queue=queue, activities=activities, max_concurrent_activities=1)
-    async with busy:
+    async with Worker(stack.client, task_queue=queue, activities=activities, max_concurrent_activities=1):
         slow = stack.script([{"text": "never sent", "first_token_latency": 120.0}])
         holder = await stack.start(slow, message="take your time", model_task_queue=queue)
         await until(lambda: turn_started(holder), "the slow turn holds the worker's one slot")
+        yield queue, holder
+
+
+async def test_turns_behind_a_busy_worker_wait_with_it_polling_and_run_once_it_is_free(stack: Stack) -> None:
+    """The machine is full: one model worker with one slot, held by a slow turn. Two more sessions' turns wait in the
+    queue, counted, with the worker still listed as polling; once the slow turn is interrupted, both run."""
+    async with held_worker(stack) as (queue, holder):
         quick = stack.script([{"text": "done"}], loop=True)
         waiting = [await stack.start(quick, message=f"turn {n}", model_task_queue=queue) for n in range(2)]
 
@@ -197,14 +204,7 @@ async def test_turns_waiting_for_a_busy_worker_are_taken_in_the_order_they_came(
     only once the one before is in the queue. Freed, the worker takes them in that order: the local server keeps one
     partition per task queue (corral/temporal.py `LOCAL_SERVER_ARGS`). With the server's default four, a backlog is
     spread over four partitions, and the worker drains them in no particular order."""
-    queue = unique("model")
-    model = anthropic.AsyncAnthropic(base_url=stack.model_server.base_url, api_key="test-key", max_retries=0)
-    activities = [ModelActivities(stack.client, model).model_turn, *knowledge_activities(stack.client)]
-    busy = Worker(stack.client, task_queue=queue, activities=activities, max_concurrent_activities=1)
-    async with busy:
-        slow = stack.script([{"text": "never sent", "first_token_latency": 120.0}])
-        holder = await stack.start(slow, message="take your time", model_task_queue=queue)
-        await until(lambda: turn_started(holder), "the slow turn holds the worker's one slot")
+    async with held_worker(stack) as (queue, holder):
         quick = stack.script([{"text": "done"}], loop=True)
         waiting = []
         for n in range(8):
