@@ -236,7 +236,7 @@ def session_containers(engine: docker.DockerClient, session_id: str) -> str:
 
 def uneven_containers(engine: docker.DockerClient, turns: int) -> list[str]:
     """Every session container, stopped ones too, whose marker file does not hold `turns` lines: its name, id,
-    state, when it was made, and its line count (a stopped one's file is read from its workspace volume's mount)."""
+    state, when it was made, and its line count (a stopped one's is not read: it says "not running")."""
     found = []
     for container in engine.containers.list(all=True, filters={"label": SESSION_LABEL}, ignore_removed=True):
         runs = "not running"
