@@ -24,7 +24,7 @@ request (the model worker's pool to the model, 30 s, activities/model.py `KEEPAL
 `anthropic` SDK's own, 5 s), so the client always drops an idle connection first. With uvicorn's default, 5 s,
 a server closed an idle connection just as a client sent its next request on it: on a busy server the request's
 bytes were already in the socket, unread, so the close sent a reset, and the model call failed ("Connection reset
-by peer", "Broken pipe": a `session.error` and a retried model turn, three times in 21 `bench.load` runs, and a
+by peer", "Broken pipe": a `session.error` and a retried model turn, four times in 18 `bench.load` runs, and a
 relay stream once)."""
 
 
