@@ -17,21 +17,6 @@ from typing import Any, Self
 
 import uvicorn
 
-KEEP_ALIVE_SECONDS = 75
-"""How long corral's HTTP servers (the gateway, the stream relay, the offline model server, the servers of
-`ServerThread`) keep a client's idle connection open: longer than any client of theirs keeps one for its next
-request (the model worker's pool to the model, 30 s, activities/model.py `KEEPALIVE_SECONDS`; httpx's and the
-`anthropic` SDK's own, 5 s), so the client always drops an idle connection first. With uvicorn's default, 5 s,
-a server closed an idle connection just as a client sent its next request on it: on a busy server the request's
-bytes were already in the socket, unread, so the close sent a reset, and the model call failed ("Connection reset
-by peer", "Broken pipe": a `session.error` and a retried model turn, four times in 18 `bench.load` runs, and a
-relay stream once)."""
-
-
-def uvicorn_config(app: Any, **options: Any) -> uvicorn.Config:
-    """uvicorn's configuration for one of corral's servers: `KEEP_ALIVE_SECONDS`, and the caller's `options`."""
-    return uvicorn.Config(app, timeout_keep_alive=KEEP_ALIVE_SECONDS, **options)
-
 
 def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     """A listening-ready TCP socket on `host:port` (port 0 picks a free one)."""
@@ -88,12 +73,12 @@ class ServerThread:
         url_host = f"[{self.host}]" if ":" in self.host else self.host
         base_url = f"http://{url_host}:{port}"
         self.app = self._app(base_url) if self._app_takes_url else self._app
-        config = uvicorn_config(
+        config = uvicorn.Config(
             self.app,
             log_level="warning",
             log_config=None,  # leave the embedding process's logging alone
             access_log=False,
-            lifespan=self.lifespan,
+            lifespan=self.lifespan,  # type: ignore[arg-type]
             timeout_graceful_shutdown=1,
         )
         server = uvicorn.Server(config)

@@ -31,7 +31,6 @@ from corral.names import (
     MODEL_TASK_QUEUE,
     PROXY_TASK_QUEUE,
 )
-from corral.serving import uvicorn_config
 from corral.temporal import connect, ensure_search_attributes, temporal_address
 from gateway.app import DEFAULT_PORT, create_app
 from gateway.deployment_runs import gateway_worker
@@ -158,7 +157,7 @@ async def serve(args: argparse.Namespace) -> None:
     # With JSON logs, uvicorn's loggers go through the root's JSON handler, not the handlers of its own log_config.
     observed = telemetry.current()
     json_logs = observed is not None and observed.json_logs
-    config = uvicorn_config(app, host=args.host, port=args.port, log_level="info", access_log=False,
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info", access_log=False,
                             log_config=None if json_logs else uvicorn.config.LOGGING_CONFIG)  # fmt: skip
     log = logging.getLogger("gateway")
     log.info("corral gateway at http://%s:%d", args.host, args.port)

@@ -7,7 +7,6 @@ import logging
 
 import uvicorn
 
-from corral.serving import uvicorn_config
 from modelserver.app import create_app
 
 logger = logging.getLogger("modelserver")
@@ -56,9 +55,7 @@ def main(argv: list[str] | None = None) -> None:
         args.host,
         args.port,
     )
-    uvicorn.Server(
-        uvicorn_config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
-    ).run()
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
 
 
 if __name__ == "__main__":

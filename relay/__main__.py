@@ -11,7 +11,6 @@ from types import FrameType
 import uvicorn
 
 from corral.names import ENV_STREAM_TOKEN
-from corral.serving import uvicorn_config
 from relay.app import create_stream_app
 from relay.hub import DEFAULT_RETAIN_SECONDS, StreamHub
 
@@ -78,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
         "on" if args.token else "off",
         args.retain_seconds,
     )
-    config = uvicorn_config(
+    config = uvicorn.Config(
         app, host=args.host, port=args.port, log_level=args.log_level, access_log=False, timeout_graceful_shutdown=2
     )
     _RelayServer(config, app.state.hub).run()
