@@ -193,27 +193,43 @@ async def account(load: Load) -> None:
 
 async def sandbox_trail(session: Session) -> str:
     """What the session's history says of its sandbox: each container a `provision_sandbox` returned (name and
-    id), and each `execute` that completed, by the worker that ran it, with what it returned."""
+    id), and each `execute` that completed: its call, the container it was sent to, its attempt, the worker that
+    ran it and what it returned."""
     said: list[str] = []
     history = await session.handle.fetch_history()
-    types: dict[int, str] = {}
+    scheduled: dict[int, tuple[str, bytes]] = {}
+    attempts: dict[int, int] = {}
     for event in history.events:
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            types[event.event_id] = event.activity_task_scheduled_event_attributes.activity_type.name
+            attributes = event.activity_task_scheduled_event_attributes
+            payloads = attributes.input.payloads
+            scheduled[event.event_id] = (attributes.activity_type.name, payloads[0].data if payloads else b"")
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            started = event.activity_task_started_event_attributes
+            attempts[started.scheduled_event_id] = started.attempt
         elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             done = event.activity_task_completed_event_attributes
-            kind = types.get(done.scheduled_event_id)
+            kind, sent = scheduled.get(done.scheduled_event_id, ("", b""))
             data = done.result.payloads[0].data if done.result.payloads else b""
             if kind == ACTIVITY_PROVISION_SANDBOX:
                 handle = json.loads(data)
                 said.append(f"provisioned {handle.get('container_name')} ({str(handle.get('container_id'))[:10]})")
             elif kind == ACTIVITY_EXECUTE:
-                said.append(f"execute by {done.identity}: {data[:80]!r}")
+                call = json.loads(sent) if sent else {}
+                target = str((call.get("sandbox") or {}).get("container_id"))[:10]
+                attempt = attempts.get(done.scheduled_event_id)
+                what = f"execute {call.get('tool_use_id')} in {target} (attempt {attempt})"
+                said.append(f"{what} by {done.identity}: {data[:80]!r}")
     return "; ".join(said) or "no sandbox activity completed"
 
 
-LOOK = "id; ls -la /workspace; grep workspace /proc/mounts; ls /run/corral/calls | head -3; cat /workspace/runs"
-"""What a short session's container holds: who the exec is, the workspace and its mount, the runner's call records."""
+LOOK = (
+    "id; ls -la /workspace; grep workspace /proc/mounts; cat /workspace/runs; "
+    "for call in /run/corral/calls/*; do "
+    "echo \"$call: $(ls $call | tr '\\n' ' ')exit=$(cat $call/exit 2>/dev/null)\"; done"
+)
+"""What a short session's container holds: who the exec is, the workspace and its mount, the marker file, and the
+runner's record of each call (its files, and its exit code if it has one)."""
 
 
 def look_inside(engine: docker.DockerClient, session_id: str) -> str:
@@ -224,7 +240,7 @@ def look_inside(engine: docker.DockerClient, session_id: str) -> str:
     said = []
     for user in ("root", f"{SANDBOX_UID}:{SANDBOX_GID}"):
         result = found[0].exec_run(["sh", "-c", LOOK], user=user)
-        said.append(f"as {user}: exit {result.exit_code}: {result.output.decode(errors='replace')[:600]!r}")
+        said.append(f"as {user}: exit {result.exit_code}: {result.output.decode(errors='replace')[:2000]!r}")
     return "; ".join(said)
 
 
@@ -236,16 +252,21 @@ def session_containers(engine: docker.DockerClient, session_id: str) -> str:
 
 def uneven_containers(engine: docker.DockerClient, turns: int) -> list[str]:
     """Every session container, stopped ones too, whose marker file does not hold `turns` lines: its name, id,
-    state, when it was made, and its line count (a stopped one's is not read: it says "not running")."""
+    state, when it was made, and its line count (a stopped one's is not read: it says "not running"). A claimed
+    warm pool member carries its session's name, not its label: those are looked at too."""
+    labelled = engine.containers.list(all=True, filters={"label": SESSION_LABEL}, ignore_removed=True)
+    named = engine.containers.list(all=True, filters={"name": "corral-sesn_"}, ignore_removed=True)
     found = []
-    for container in engine.containers.list(all=True, filters={"label": SESSION_LABEL}, ignore_removed=True):
+    for container in {str(c.id): c for c in [*labelled, *named]}.values():
         runs = "not running"
         if container.status == "running":
             output = container.exec_run(["sh", "-c", "cat /workspace/runs 2>/dev/null | wc -l"]).output
             runs = str(int(output.decode().strip() or 0))
         if runs != str(turns):
             made = container.attrs.get("Created", "?")
-            found.append(f"{container.name} ({container.short_id}, {container.status}, made {made}): {runs} lines")
+            label = container.labels.get(SESSION_LABEL, "no session label")
+            said = f"{container.name} ({container.short_id}, {label}, {container.status}, made {made})"
+            found.append(f"{said}: {runs} lines")
     return found
 
 
