@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import signal
 from typing import Any
 
 import docker
@@ -78,6 +79,14 @@ def engine_task_queue(client: docker.DockerClient) -> str:
     if root != DEFAULT_DOCKER_ROOT:
         queue += f"-{hashlib.sha256(root.encode()).hexdigest()[:8]}"
     return queue
+
+
+def signal_name(number: object) -> str:
+    """`9 (SIGKILL)`, as a killed call's note names it; the number alone when it names no signal here."""
+    try:
+        return f"{number} ({signal.Signals(int(str(number))).name})"
+    except ValueError:
+        return str(number)
 
 
 def _gone(exc: SandboxGone) -> ApplicationError:
@@ -320,8 +329,9 @@ class SandboxActivities:
             raise
         if not answer.get("ok", True) and answer.get("error"):
             raise SandboxError(f"the sandbox's runner failed: {answer['error']}")
-        if answer.get("recovered"):
-            if answer.get("status") == "lost" and not answer.get("timed_out"):
+        status, recovered = answer.get("status"), answer.get("recovered")
+        if recovered:
+            if status in ("lost", "killed") and not answer.get("timed_out"):
                 notes.append(
                     "[outcome unknown: this command was started before, and it did not finish cleanly. It was NOT run "
                     "again. Check its effects (files, processes) before running it again.]"
@@ -330,6 +340,11 @@ class SandboxActivities:
                 notes.append(RECOVERED)
         if answer.get("timed_out"):
             notes.append(f"[timed out after {timeout:g}s: the command and its child processes were killed]")
+        elif status == "killed" and not recovered:
+            notes.append(f"[killed by signal {signal_name(answer.get('signal'))} before it finished]")
+        elif status == "lost" and not recovered:  # never silent: an empty output would read as a success
+            notes.append("[outcome unknown: the command's shell ended, and neither its exit code nor a signal was "
+                         "recorded. Check its effects (files, processes) before running it again.]")  # fmt: skip
         return await self._bash_output(handle, session_id, call_id, answer, notes)
 
     async def _keep_whole_output(self, handle: SandboxHandle, session_id: str, call_id: str) -> str:

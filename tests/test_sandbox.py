@@ -92,6 +92,7 @@ async def test_bash_keeps_cwd_and_exports_and_file_tools_work(
             use("glob", pattern="**/*.py"),
             use("grep", pattern="hello", path="src"),
             bash("exit 3"),
+            bash("echo before; kill -9 $$"),  # the call's own shell killed: said so, never a silent "(no output)"
             {"text": "done"},
         ]
     )
@@ -110,6 +111,7 @@ async def test_bash_keeps_cwd_and_exports_and_file_tools_work(
     assert results[7] == "/workspace/src/app/main.py"
     assert results[8].strip() == "/workspace/src/app/main.py:2:    return 'hello'"
     assert results[9] == "[exit code 3]"
+    assert results[10] == "before\n[killed by signal 9 (SIGKILL) before it finished]"
     assert errors[:3] == [False, False, False]
 
 
@@ -217,7 +219,7 @@ async def test_sandbox_worker_killed_mid_command_does_not_run_it_twice(
             remove_session(docker_client, handle.id, remove_volume=True)
 
 
-async def test_a_started_call_that_left_no_exit_code_is_reported_lost_and_not_run(
+async def test_the_runner_reports_a_lost_call_unrun_and_a_killed_call_with_its_signal(
     docker_client: docker.DockerClient, sandbox_image: str
 ) -> None:
     session_id = unique("lost")
@@ -232,6 +234,8 @@ async def test_a_started_call_that_left_no_exit_code_is_reported_lost_and_not_ru
         assert (lost["status"], lost["recovered"], lost["output"]) == ("lost", True, "")
         fresh = await runners.request(made.container_id, "bash", 30, call="c2", command="echo ran", **request)
         assert (fresh["status"], fresh["recovered"], fresh["output"]) == ("done", False, "ran\n")
+        killed = await runners.request(made.container_id, "bash", 30, call="c3", command="kill -9 $$", **request)
+        assert (killed["status"], killed["signal"], killed["recovered"]) == ("killed", 9, False)
         assert len(runners) == 1
         await asyncio.to_thread(docker_client.containers.get(made.container_id).stop, timeout=1)
         for _ in range(100):
