@@ -65,6 +65,16 @@ def stream_broken(exc: Exception, stall_seconds: float) -> ModelStreamBroken | N
     return None
 
 
+def closed_before_answer(exc: anthropic.APIConnectionError) -> bool:
+    """Whether a request failed because its connection, kept alive from an earlier one, was closed by the server
+    before any answer: a reset, a broken pipe, or a close with no response. The server's close of an idle
+    connection crossing the next request in the socket looks so; a connection that could not be made does not."""
+    cause = exc.__cause__
+    if isinstance(exc, anthropic.APITimeoutError) or isinstance(cause, httpx2.ConnectError | httpx2.TimeoutException):
+        return False
+    return isinstance(cause, httpx2.RemoteProtocolError | httpx2.ReadError | httpx2.WriteError)
+
+
 def parse_retry_after(headers: Mapping[str, str]) -> float | None:
     """Seconds to wait, from `retry-after-ms`, or `retry-after` as seconds or an HTTP date."""
     millis = headers.get("retry-after-ms")

@@ -1,7 +1,9 @@
 """The model-turn activity: one streaming Messages API call through the official `anthropic` SDK.
 
 Credentials and endpoint come from this worker's environment only (`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`).
-The SDK's own retries are off (`max_retries=0`): the session workflow owns retries, see `errors.py`. A stream that
+The SDK's own retries are off (`max_retries=0`): the session workflow owns retries, see `errors.py`. One case is
+sent again here, once: a request that met its kept-alive connection closed by the server before any answer (the
+server's close of an idle connection crossing it in the socket; nothing of the turn happened). A stream that
 sends no byte for the stall timeout ends the attempt (the SDK's per-read timeout), so a stalled endpoint costs that
 long, not the activity's 10-minute timeout; a stream that breaks in any other way ends it too, as a retryable error.
 """
@@ -13,7 +15,7 @@ import copy
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -24,7 +26,7 @@ from temporalio import activity
 from temporalio.client import Client
 
 from activities.context import build_messages, build_system, build_tools, with_cache_breakpoints
-from activities.errors import ModelStreamBroken, classify, model_error, stream_broken
+from activities.errors import ModelStreamBroken, classify, closed_before_answer, model_error, stream_broken
 from corral.contract.activities import (
     ModelContext,
     ModelContextQuery,
@@ -183,7 +185,7 @@ class ModelActivities:
             try:
                 async with (
                     self._live(input) as live,
-                    self._model.messages.stream(**request, timeout=self._timeout) as stream,
+                    self._response(request) as stream,
                     contextlib.aclosing(_whole(stream, self._stall_seconds)) as events,
                 ):
                     async for event in events:
@@ -203,6 +205,21 @@ class ModelActivities:
                 raise model_error(exc, info) from exc
         metrics.ended("ok")
         return _result(message, self._worker_task_queue)
+
+    @contextlib.asynccontextmanager
+    async def _response(self, request: dict[str, Any]) -> AsyncIterator[AsyncMessageStream[Any]]:
+        """The response stream. A request that met its kept-alive connection closed by the server before any
+        answer (the server's idle close crossing it) is sent once more, on a new connection: nothing of the turn
+        happened, so that costs no visible retry (a `session.error`, a turn sent back to the queue)."""
+        async with contextlib.AsyncExitStack() as opened:
+            try:
+                stream = await opened.enter_async_context(self._model.messages.stream(**request, timeout=self._timeout))
+            except anthropic.APIConnectionError as exc:
+                if not closed_before_answer(exc):
+                    raise
+                log.info("the connection to the model was closed as a request went out (%r): sent again", exc.__cause__)
+                stream = await opened.enter_async_context(self._model.messages.stream(**request, timeout=self._timeout))
+            yield stream
 
     def _live(self, input: ModelTurnInput) -> contextlib.AbstractAsyncContextManager[AttemptStream | None]:
         """Live deltas for clients (ephemeral, never in history); nothing when no relay is configured."""

@@ -19,6 +19,7 @@ from activities.errors import (
     ModelErrorInfo,
     ModelStreamBroken,
     classify,
+    closed_before_answer,
     model_error,
     parse_retry_after,
     stream_broken,
@@ -194,6 +195,23 @@ def test_a_broken_stream_is_a_retryable_error_that_says_how_it_broke() -> None:
         assert model_error(broken, info).message.startswith("model request failed (broken stream): the stream ")
     assert stream_broken(_status_error(529), stall_seconds=90) is None  # an `error` event: the SDK typed it
     assert stream_broken(KeyError("ours"), stall_seconds=90) is None  # not the stream's
+
+
+def test_only_a_kept_alive_connection_closed_before_any_answer_is_sent_again() -> None:
+    request = httpx2.Request("POST", "http://model/v1/messages")
+    again = [
+        httpx2.ReadError("[Errno 104] Connection reset by peer", request=request),
+        httpx2.WriteError("[Errno 32] Broken pipe", request=request),
+        httpx2.RemoteProtocolError("Server disconnected without sending a response.", request=request),
+    ]
+    not_again = [
+        httpx2.ConnectError("[Errno 111] Connection refused", request=request),
+        httpx2.ReadTimeout("", request=request),
+        httpx2.PoolTimeout("", request=request),
+    ]
+    assert [closed_before_answer(wrapped(cause)) for cause in again] == [True, True, True]
+    assert [closed_before_answer(wrapped(cause)) for cause in not_again] == [False, False, False]
+    assert not closed_before_answer(anthropic.APITimeoutError(request=request))
 
 
 def test_retry_after_forms() -> None:
