@@ -50,6 +50,8 @@ class Checked:
     """Counts of things that went wrong without losing anything (tool errors, task failures, retries)."""
     messages: Counter[str] = field(default_factory=Counter)
     """Distinct failure messages from the histories, with how often each was seen."""
+    short_markers: list[str] = field(default_factory=list)
+    """What was found of each sandbox session whose marker file is short, and of each uneven container (whole)."""
     waits: dict[str, list[float]] = field(default_factory=dict)
     """Seconds each task waited in its queue (scheduled -> started), by queue: workflow tasks, each activity."""
     events: int = 0
@@ -174,10 +176,10 @@ async def account(load: Load) -> None:
                     containers = await asyncio.to_thread(session_containers, load.engine, session.id)
                     trail = await sandbox_trail(session)
                     looked = await asyncio.to_thread(look_inside, load.engine, session.id)
-                    checked.messages[
+                    checked.short_markers.append(
                         f"{session.id}: {runs} marker lines for {load.args.turns} turns; containers: {containers}; "
                         f"its history: {trail}; inside: {looked}"
-                    ] += 1
+                    )
                 checked.lost["sandbox command runs (one per turn)"] += max(0, load.args.turns - max(runs, 0))
                 checked.duplicated["sandbox command runs (one per turn)"] += max(0, runs - load.args.turns)
 
@@ -188,7 +190,7 @@ async def account(load: Load) -> None:
         # Where did the short sessions' lines go: any container, of any session of the run (the baseline's too),
         # whose marker file does not hold one line per turn.
         for line in await asyncio.to_thread(uneven_containers, load.engine, load.args.turns):
-            checked.messages[f"marker file not of {load.args.turns} lines: {line}"] += 1
+            checked.short_markers.append(f"marker file not of {load.args.turns} lines: {line}")
 
 
 async def sandbox_trail(session: Session) -> str:
@@ -245,9 +247,19 @@ def look_inside(engine: docker.DockerClient, session_id: str) -> str:
 
 
 def session_containers(engine: docker.DockerClient, session_id: str) -> str:
-    """Every container of the session, stopped ones too: its name (with its generation) and its state."""
-    found = engine.containers.list(all=True, filters={"label": f"{SESSION_LABEL}={session_id}"}, ignore_removed=True)
-    return ", ".join(f"{container.name} ({container.status})" for container in found) or "none"
+    """Every container of the session, stopped ones too, by its label or its name (a claimed pool member has only
+    the name): its name (with its generation), id, state, and a running one's marker lines."""
+    labelled = engine.containers.list(all=True, filters={"label": f"{SESSION_LABEL}={session_id}"}, ignore_removed=True)
+    named = engine.containers.list(all=True, filters={"name": session_id}, ignore_removed=True)
+    said = []
+    for container in {str(c.id): c for c in [*labelled, *named]}.values():
+        runs = ""
+        if container.status == "running":
+            output = container.exec_run(["sh", "-c", "cat /workspace/runs 2>/dev/null | wc -l"]).output
+            runs = f", {output.decode().strip()} lines"
+        label = "labelled" if SESSION_LABEL in container.labels else "no session label"
+        said.append(f"{container.name} ({container.short_id}, {label}, {container.status}{runs})")
+    return ", ".join(said) or "none"
 
 
 def uneven_containers(engine: docker.DockerClient, turns: int) -> list[str]:

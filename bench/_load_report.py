@@ -100,6 +100,7 @@ def _went_wrong(load: Load, turns_done: int, expected: int) -> list[str]:
             lines.append(f"- histories and logs: {name}: {count}")
     for message, count in checked.messages.most_common(10):
         lines.append(f"  - x{count}: {message[:300]}")
+    lines.extend(f"  - {said}" for said in checked.short_markers)
     for name, messages in load.log_lines.items():
         for message, count in messages.most_common(5):
             lines.append(f"- {name} log: x{count} {message}")
