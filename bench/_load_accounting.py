@@ -264,17 +264,20 @@ def session_containers(engine: docker.DockerClient, session_id: str) -> str:
 
 def uneven_containers(engine: docker.DockerClient, turns: int) -> list[str]:
     """Every session container, stopped ones too, whose marker file does not hold `turns` lines: its name, id,
-    state, when it was made, and its line count (a stopped one's is not read: it says "not running"). A claimed
-    warm pool member carries its session's name, not its label: those are looked at too."""
+    state, when it was made, and its line count (a stopped one's is not read: it says "not running"). Warm pool
+    members are looked at too: a claimed one carries its session's name, not its label, and an unclaimed one's
+    marker file must be empty."""
     labelled = engine.containers.list(all=True, filters={"label": SESSION_LABEL}, ignore_removed=True)
-    named = engine.containers.list(all=True, filters={"name": "corral-sesn_"}, ignore_removed=True)
+    named = engine.containers.list(all=True, filters={"name": "corral-"}, ignore_removed=True)
     found = []
-    for container in {str(c.id): c for c in [*labelled, *named]}.values():
+    sandboxes = [c for c in named if str(c.name).startswith(("corral-sesn_", "corral-pool-"))]
+    for container in {str(c.id): c for c in [*labelled, *sandboxes]}.values():
         runs = "not running"
         if container.status == "running":
             output = container.exec_run(["sh", "-c", "cat /workspace/runs 2>/dev/null | wc -l"]).output
             runs = str(int(output.decode().strip() or 0))
-        if runs != str(turns):
+        unclaimed = str(container.name).startswith("corral-pool-")
+        if runs != (str(0) if unclaimed else str(turns)):
             made = container.attrs.get("Created", "?")
             label = container.labels.get(SESSION_LABEL, "no session label")
             said = f"{container.name} ({container.short_id}, {label}, {container.status}, made {made})"
