@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import docker
+from docker.models.containers import Container
 from temporalio.api.enums.v1 import EventType, TimeoutType
 
 from bench._report import log_gaps_and_repeats
-from bench.recovery import command_runs
+from bench.recovery import MARKER_READS, command_runs, marker_lines
 from corral.client import read_events
 from corral.contract.events import AgentToolResult, SessionError, SessionEvent, SessionStatusIdle, UserMessage
 from corral.names import ACTIVITY_EXECUTE, ACTIVITY_MODEL_TURN, ACTIVITY_PROVISION_SANDBOX
@@ -168,7 +169,13 @@ async def account(load: Load) -> None:
             await check_history(checked, load, session)
             if session.sandbox:
                 assert load.engine is not None
-                runs = await asyncio.to_thread(command_runs, load.engine, session.id)
+                try:
+                    runs, empty = await asyncio.to_thread(command_runs, load.engine, session.id)
+                except RuntimeError as exc:  # counted as lost: a run not confirmed is not counted as done
+                    runs, empty = 0, MARKER_READS
+                    checked.short_markers.append(str(exc))
+                if empty:
+                    checked.findings["marker file reads that came back empty from `docker exec` (read again)"] += empty
                 if runs < 0:
                     checked.findings["sandbox sessions with no container"] += 1
                 elif runs < load.args.turns:  # which sessions, so that a short count can be looked into
@@ -253,13 +260,18 @@ def session_containers(engine: docker.DockerClient, session_id: str) -> str:
     named = engine.containers.list(all=True, filters={"name": session_id}, ignore_removed=True)
     said = []
     for container in {str(c.id): c for c in [*labelled, *named]}.values():
-        runs = ""
-        if container.status == "running":
-            output = container.exec_run(["sh", "-c", "cat /workspace/runs 2>/dev/null | wc -l"]).output
-            runs = f", {output.decode().strip()} lines"
+        runs = f", {lines_or_why(container)} lines" if container.status == "running" else ""
         label = "labelled" if SESSION_LABEL in container.labels else "no session label"
         said.append(f"{container.name} ({container.short_id}, {label}, {container.status}{runs})")
     return ", ".join(said) or "none"
+
+
+def lines_or_why(container: Container) -> str:
+    """A running container's marker lines, or why they could not be read."""
+    try:
+        return str(marker_lines(container)[0])
+    except RuntimeError as exc:
+        return str(exc)
 
 
 def uneven_containers(engine: docker.DockerClient, turns: int) -> list[str]:
@@ -272,10 +284,7 @@ def uneven_containers(engine: docker.DockerClient, turns: int) -> list[str]:
     found = []
     sandboxes = [c for c in named if str(c.name).startswith(("corral-sesn_", "corral-pool-"))]
     for container in {str(c.id): c for c in [*labelled, *sandboxes]}.values():
-        runs = "not running"
-        if container.status == "running":
-            output = container.exec_run(["sh", "-c", "cat /workspace/runs 2>/dev/null | wc -l"]).output
-            runs = str(int(output.decode().strip() or 0))
+        runs = lines_or_why(container) if container.status == "running" else "not running"
         unclaimed = str(container.name).startswith("corral-pool-")
         if runs != (str(0) if unclaimed else str(turns)):
             made = container.attrs.get("Created", "?")

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import docker
+from docker.models.containers import Container
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client, WorkflowHandle
 
@@ -231,13 +232,31 @@ def check_log(result: RoleResult, events: list[SessionEvent], runs: int | None) 
         result.notes.append(f"{calls} bash calls, the command ran {runs} times")
 
 
-def command_runs(engine: docker.DockerClient, session_id: str) -> int:
-    """How many times the benchmark's command ran in the session's container (one line per run)."""
+MARKER_READS = 5
+"""How often a marker file is read before giving up: Docker 20.10 sometimes hands back a short exec's output empty
+under load (the process ended before the output was attached), which read as "0 lines", a loss that never was."""
+
+
+def marker_lines(container: Container) -> tuple[int, int]:
+    """How many lines the container's marker file holds (0 if it has none), and how many reads before came back
+    empty. RuntimeError if no read in `MARKER_READS` gave a count."""
+    said = []
+    for empty in range(MARKER_READS):
+        result = container.exec_run(["sh", "-c", "cat /workspace/runs 2>/dev/null | wc -l"])
+        text = result.output.decode(errors="replace").strip()
+        if result.exit_code == 0 and text.isdigit():
+            return int(text), empty
+        said.append(f"exit {result.exit_code}: {text[:80]!r}")
+    raise RuntimeError(f"the marker file of {container.name} could not be read: {'; '.join(said)}")
+
+
+def command_runs(engine: docker.DockerClient, session_id: str) -> tuple[int, int]:
+    """How many times the benchmark's command ran in the session's container (one line per run; -1: no container),
+    and how many reads of it came back empty before one gave a count."""
     containers = engine.containers.list(filters={"label": f"{SESSION_LABEL}={session_id}"})
     if not containers:
-        return -1
-    output = containers[0].exec_run(["sh", "-c", "cat /workspace/runs 2>/dev/null | wc -l"]).output
-    return int(output.decode().strip() or 0)
+        return -1, 0
+    return marker_lines(containers[0])
 
 
 # ---- running -------------------------------------------------------------------------------------------------
@@ -292,7 +311,7 @@ async def run_role(
             )
             await rig.add_standby()
         events = await read_events(handle)
-        runs = command_runs(engine, handle.id) if role == "sandbox" else None
+        runs = command_runs(engine, handle.id)[0] if role == "sandbox" else None
         check_log(result, events, runs)
     finally:
         rig.stop()
