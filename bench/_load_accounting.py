@@ -175,7 +175,7 @@ async def account(load: Load) -> None:
                     runs, empty = 0, MARKER_READS
                     checked.short_markers.append(str(exc))
                 if empty:
-                    checked.findings["marker file reads that came back empty from `docker exec` (read again)"] += empty
+                    checked.findings["marker file reads that gave no count (read again)"] += empty
                 if runs < 0:
                     checked.findings["sandbox sessions with no container"] += 1
                 elif runs < load.args.turns:  # which sessions, so that a short count can be looked into

@@ -237,12 +237,16 @@ MARKER_READS = 5
 under load (the process ended before the output was attached), which read as "0 lines", a loss that never was."""
 
 
+COUNT_MARKER_LINES = "if [ -e /workspace/runs ]; then wc -l < /workspace/runs; else echo 0; fi"
+"""A file that is there but cannot be read fails the exec (it is read again), rather than counting as none."""
+
+
 def marker_lines(container: Container) -> tuple[int, int]:
-    """How many lines the container's marker file holds (0 if it has none), and how many reads before came back
-    empty. RuntimeError if no read in `MARKER_READS` gave a count."""
+    """How many lines the container's marker file holds (0 if it has none), and how many reads before gave no
+    count (an empty output, or an exec that failed). RuntimeError if no read in `MARKER_READS` gave one."""
     said = []
     for empty in range(MARKER_READS):
-        result = container.exec_run(["sh", "-c", "cat /workspace/runs 2>/dev/null | wc -l"])
+        result = container.exec_run(["sh", "-c", COUNT_MARKER_LINES])
         text = result.output.decode(errors="replace").strip()
         if result.exit_code == 0 and text.isdigit():
             return int(text), empty
@@ -252,7 +256,7 @@ def marker_lines(container: Container) -> tuple[int, int]:
 
 def command_runs(engine: docker.DockerClient, session_id: str) -> tuple[int, int]:
     """How many times the benchmark's command ran in the session's container (one line per run; -1: no container),
-    and how many reads of it came back empty before one gave a count."""
+    and how many reads of it gave no count before one did."""
     containers = engine.containers.list(filters={"label": f"{SESSION_LABEL}={session_id}"})
     if not containers:
         return -1, 0
